@@ -1,0 +1,229 @@
+"""Callbacks of a training run: robust validation with best-model selection, a catastrophic-
+overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
+
+    callbacks = [
+        EpochTiming(examples_per_epoch),
+        RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path="best.weights.h5"),
+        ResumeCheckpoint(trainer, "checkpoints/last"),
+        ResultsLog("results.json"),
+        keras.callbacks.TensorBoard("tensorboard"),     # last: it sees what the others logged
+    ]
+
+The validation callbacks write into the epoch's `logs` dict under `val_*` keys, so the
+TensorBoard callback, which runs after them, puts them in its validation/ directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from fbat_tf.attacks.losses import correct, cross_entropy
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it, so readers never see half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, default=_json_default)
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    if isinstance(value, tf.Tensor):
+        return value.numpy().tolist()
+    raise TypeError(f"not JSON serializable: {type(value)}")
+
+
+def robust_accuracy(
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    attack: Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor],
+    eps: float,
+) -> dict[str, float]:
+    """Clean loss/accuracy and robust accuracy of `model` on `dataset` under `attack`.
+
+    Every adversarial batch is checked to lie in C before it is counted.
+    """
+    clean_correct = robust_correct = clean_loss = 0.0
+    count = 0
+    for x, y in dataset:
+        logits = model(x, training=False)
+        clean_correct += float(tf.reduce_sum(correct(logits, y)))
+        clean_loss += float(tf.reduce_sum(cross_entropy(logits, y)))
+        x_adv = attack(model, x, y)
+        check_in_ball(x_adv, x, eps)
+        robust_correct += float(tf.reduce_sum(correct(model(x_adv, training=False), y)))
+        count += int(x.shape[0])
+    if count == 0:
+        raise ValueError("robust validation got an empty dataset")
+    return {
+        "loss": clean_loss / count,
+        "clean_accuracy": clean_correct / count,
+        "robust_accuracy": robust_correct / count,
+        "examples": count,
+    }
+
+
+def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
+    """Raise if ‖x_adv − x‖∞ > ε + tol or x_adv leaves [0, 1]: such a batch must not count."""
+    distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
+    low, high = float(tf.reduce_min(x_adv)), float(tf.reduce_max(x_adv))
+    if distance > eps + tol or low < -tol or high > 1 + tol:
+        raise AssertionError(
+            f"adversarial batch outside C: ‖δ‖∞ = {distance:.3g} (ε = {eps:.3g}), "
+            f"range [{low:.3g}, {high:.3g}]"
+        )
+
+
+class RobustValidation(keras.callbacks.Callback):
+    """Each epoch: clean and PGD accuracy on the validation set, best-weights checkpoint, and the
+    catastrophic-overfitting guard.
+
+    The guard fires when the validation robust accuracy falls more than `drop` below its best,
+    or when the robust accuracy on a fixed validation batch (the first) falls more than `drop`
+    below its own best while its clean accuracy does not: the signature of catastrophic
+    overfitting (Wong et al., 2020). It warns, logs `val_overfitting` = 1, and stops training
+    when `stop_on_overfitting` is set.
+    """
+
+    def __init__(
+        self,
+        dataset: tf.data.Dataset,
+        attack: Callable,
+        eps: float,
+        classifier: keras.Model,
+        best_path: str | None = None,
+        drop: float = 0.2,
+        stop_on_overfitting: bool = False,
+        best_robust_accuracy: float = -1.0,
+    ):
+        super().__init__()
+        self.dataset = dataset
+        self.attack = attack
+        self.eps = eps
+        self.classifier = classifier
+        self.best_path = best_path
+        self.drop = drop
+        self.stop_on_overfitting = stop_on_overfitting
+        self.best = best_robust_accuracy
+        self.fixed_batch = next(iter(dataset))
+        self.fixed_best = -1.0
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs if logs is not None else {}
+        result = robust_accuracy(self.classifier, self.dataset, self.attack, self.eps)
+        logs["val_loss"] = result["loss"]
+        logs["val_clean_accuracy"] = result["clean_accuracy"]
+        logs["val_robust_accuracy"] = result["robust_accuracy"]
+        robust = result["robust_accuracy"]
+
+        fixed = robust_accuracy(
+            self.classifier, tf.data.Dataset.from_tensors(self.fixed_batch), self.attack, self.eps
+        )
+        overfitting = robust < self.best - self.drop or (
+            fixed["robust_accuracy"] < self.fixed_best - self.drop
+            and fixed["clean_accuracy"] >= fixed["robust_accuracy"] + self.drop
+        )
+        self.fixed_best = max(self.fixed_best, fixed["robust_accuracy"])
+        logs["val_overfitting"] = float(overfitting)
+        if overfitting:
+            logging.warning(
+                "epoch %d: catastrophic overfitting suspected: validation robust accuracy %.4f "
+                "(best %.4f), fixed batch %.4f (best %.4f)%s",
+                epoch + 1,
+                robust,
+                self.best,
+                fixed["robust_accuracy"],
+                self.fixed_best,
+                "; stopping" if self.stop_on_overfitting else "",
+            )
+            if self.stop_on_overfitting:
+                self.model.stop_training = True
+
+        if robust > self.best:
+            self.best = robust
+            logs["val_best"] = 1.0
+            if self.best_path:
+                tmp = self.best_path + ".tmp.weights.h5"
+                self.classifier.save_weights(tmp)
+                os.replace(tmp, self.best_path)
+        else:
+            logs["val_best"] = 0.0
+        logs["val_best_robust_accuracy"] = self.best
+
+
+class EpochTiming(keras.callbacks.Callback):
+    """Logs `epoch_time` (s), `images_per_second` and the learning rate at the epoch's end."""
+
+    def __init__(self, images_per_epoch: int):
+        super().__init__()
+        self.images_per_epoch = images_per_epoch
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is None:
+            return
+        elapsed = time.perf_counter() - self._start
+        logs["epoch_time"] = elapsed
+        logs["images_per_second"] = self.images_per_epoch / max(elapsed, 1e-9)
+        optimizer = self.model.optimizer
+        logs["learning_rate"] = float(
+            optimizer._get_current_learning_rate()
+            if hasattr(optimizer, "_get_current_learning_rate")
+            else optimizer.learning_rate
+        )
+
+
+class ResumeCheckpoint(keras.callbacks.Callback):
+    """Saves weights, optimizer state and the finished-epoch count every epoch (tf.train
+    checkpoints: a partly written one is never the latest), and restores them on resume."""
+
+    def __init__(self, trainer: keras.Model, directory: str, keep: int = 2):
+        super().__init__()
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="finished_epochs")
+        self.checkpoint = tf.train.Checkpoint(
+            classifier=trainer.classifier, optimizer=trainer.optimizer, epoch=self.epoch
+        )
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
+
+    def restore(self) -> int:
+        """Restore the latest checkpoint, if any; returns the number of finished epochs."""
+        if self.manager.latest_checkpoint is None:
+            return 0
+        self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        return int(self.epoch.numpy())
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch.assign(epoch + 1)
+        self.manager.save(checkpoint_number=epoch + 1)
+
+
+class ResultsLog(keras.callbacks.Callback):
+    """Appends each epoch's logs to results.json's `history` (atomically rewritten)."""
+
+    def __init__(self, path: str, payload: dict[str, Any]):
+        super().__init__()
+        self.path = path
+        self.payload = payload
+        self.payload.setdefault("history", [])
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        entry = {"epoch": epoch + 1}
+        entry.update({k: float(v) for k, v in (logs or {}).items()})
+        history = [h for h in self.payload["history"] if h["epoch"] < epoch + 1]
+        self.payload["history"] = history + [entry]
+        write_json_atomic(self.path, self.payload)

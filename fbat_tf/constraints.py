@@ -1,0 +1,53 @@
+"""The perturbation set C = {δ : ‖δ‖∞ ≤ ε, 0 ≤ x + δ ≤ 1}.
+
+One projection for the whole project: every method and attack draws its random start with
+`random_init`, projects with `project`, and Fast-BAT reads the inactive-constraint mask H_C
+with `inactive_mask`.
+
+    delta = random_init(x, eps, seed)            # P_C(U[-ε, ε]^d)
+    delta = project(delta + step * grad, x, eps)
+    mask = inactive_mask(delta, x, eps)          # 1 where neither bound is active
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def project(delta: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor) -> tf.Tensor:
+    """P_C: clip δ to [-ε, ε], then to [-x, 1 - x] so that x + δ stays in [0, 1]."""
+    delta = tf.clip_by_value(delta, -eps, eps)
+    return tf.clip_by_value(delta, -x, 1.0 - x)
+
+
+def random_init(x: tf.Tensor, eps: float | tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """δ0 = P_C(U[-ε, ε]^d), drawn from a stateless seed (int32 tensor of shape [2])."""
+    return project(uniform_noise(x, eps, seed), x, eps)
+
+
+def uniform_noise(x: tf.Tensor, eps: float | tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """U[-ε, ε]^d in the shape and dtype of x, before any projection."""
+    return tf.random.stateless_uniform(
+        tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
+    )
+
+
+def default_tau(dtype: tf.DType) -> float:
+    """Margin τ of the inactive mask: 1e-7 in float32/64, about one ulp of 1 in 16-bit types.
+
+    δ is float32 under every policy in this project (inputs are float32 pixels), so 1e-7 is
+    what runs; the 16-bit values keep the mask meaningful if δ is ever kept in half precision.
+    """
+    return {tf.float16: 1e-3, tf.bfloat16: 8e-3}.get(tf.as_dtype(dtype), 1e-7)
+
+
+def inactive_mask(
+    delta: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor, tau: float | None = None
+) -> tf.Tensor:
+    """H_C: 1 where max(-ε, -x) + τ < δ < min(ε, 1 - x) - τ, else 0 (DESIGN.md §3, step 4)."""
+    if tau is None:
+        tau = default_tau(delta.dtype)
+    lower = tf.maximum(-eps, -x) + tau
+    upper = tf.minimum(eps, 1.0 - x) - tau
+    inside = tf.logical_and(delta > lower, delta < upper)
+    return tf.cast(inside, delta.dtype)

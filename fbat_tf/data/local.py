@@ -1,0 +1,277 @@
+"""Readers for datasets kept as local files, decoded into uint8 numpy arrays.
+
+Formats, found by `find(format_name, directory)` in a directory or its usual subfolder:
+
+- `cifar10`, `cifar100`: the CIFAR "python version", either the tarball
+  (`cifar-10-python.tar.gz`, `cifar-100-python.tar.gz`, read without extracting) or its
+  extracted folder (`cifar-10-batches-py/`, `cifar-100-python/`); CIFAR-100 uses fine labels.
+- `idx`: MNIST-style IDX files (`train-images-idx3-ubyte.gz`, `train-labels-idx1-ubyte.gz`,
+  `t10k-images-idx3-ubyte.gz`, `t10k-labels-idx1-ubyte.gz`, gzipped or not), as used by
+  MNIST and Fashion-MNIST.
+- `tiny_imagenet`: the `tiny-imagenet-200/` layout (wnids.txt, train/<wnid>/images/*.JPEG,
+  val/images/*.JPEG + val/val_annotations.txt); its labelled val set is the test split.
+
+    from fbat_tf.data import local
+
+    found = local.find("idx", "/usr/share/datasets/fashion-mnist")
+    if found is not None:
+        images, labels = local.read(found, "train")   # uint8 [N, 28, 28, 1], int32 [N]
+
+CIFAR batches are Python pickles: only read files you trust, as with any pickle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import pickle
+import tarfile
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalFiles:
+    """Where a dataset was found: its format, the file or folder, and a short description."""
+
+    format_name: str
+    path: str
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cifar:
+    folder: str
+    tarball: str
+    train_files: tuple[str, ...]
+    test_files: tuple[str, ...]
+    label_key: str
+
+
+_CIFAR = {
+    "cifar10": _Cifar(
+        folder="cifar-10-batches-py",
+        tarball="cifar-10-python.tar.gz",
+        train_files=tuple(f"data_batch_{i}" for i in range(1, 6)),
+        test_files=("test_batch",),
+        label_key="labels",
+    ),
+    "cifar100": _Cifar(
+        folder="cifar-100-python",
+        tarball="cifar-100-python.tar.gz",
+        train_files=("train",),
+        test_files=("test",),
+        label_key="fine_labels",
+    ),
+}
+
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+_TINY_IMAGENET_FOLDER = "tiny-imagenet-200"
+
+# What each format looks like on disk, for error messages.
+DESCRIPTIONS = {
+    "cifar10": "the CIFAR python tarball 'cifar-10-python.tar.gz' or its extracted folder "
+    "'cifar-10-batches-py/'",
+    "cifar100": "the CIFAR python tarball 'cifar-100-python.tar.gz' or its extracted folder "
+    "'cifar-100-python/'",
+    "idx": "the four IDX files 'train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz', "
+    "'t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz' (gzipped or not)",
+    "tiny_imagenet": "the extracted 'tiny-imagenet-200/' folder (wnids.txt, "
+    "train/<wnid>/images/*.JPEG, val/images/ and val/val_annotations.txt)",
+}
+
+
+def find(format_name: str, directory: str) -> LocalFiles | None:
+    """The files of `format_name` in `directory`, or None; checks names only, decodes nothing."""
+    if not os.path.isdir(directory):
+        return None
+    if format_name in _CIFAR:
+        return _find_cifar(format_name, directory)
+    if format_name == "idx":
+        return _find_idx(directory)
+    if format_name == "tiny_imagenet":
+        return _find_tiny_imagenet(directory)
+    raise ValueError(f"unknown local format {format_name!r}; known: {sorted(DESCRIPTIONS)}")
+
+
+def read(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """Decode the "train" or "test" part: uint8 images [N, H, W, C], int32 labels [N]."""
+    if part not in ("train", "test"):
+        raise ValueError(f"part must be 'train' or 'test', got {part!r}")
+    if found.format_name in _CIFAR:
+        return _read_cifar(found, part)
+    if found.format_name == "idx":
+        return _read_idx_pair(found.path, part)
+    if found.format_name == "tiny_imagenet":
+        return _read_tiny_imagenet(found.path, part)
+    raise ValueError(f"unknown local format {found.format_name!r}")
+
+
+# ---------------------------------------------------------------------------------------- CIFAR
+
+
+def _find_cifar(format_name: str, directory: str) -> LocalFiles | None:
+    spec = _CIFAR[format_name]
+    folder = os.path.join(directory, spec.folder)
+    if all(os.path.isfile(os.path.join(folder, f)) for f in spec.train_files + spec.test_files):
+        return LocalFiles(format_name, folder, f"local CIFAR python folder {folder}")
+    tarball = os.path.join(directory, spec.tarball)
+    if os.path.isfile(tarball):
+        return LocalFiles(format_name, tarball, f"local CIFAR python tarball {tarball}")
+    return None
+
+
+def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
+    spec = _CIFAR[found.format_name]
+    wanted = spec.train_files if part == "train" else spec.test_files
+    if os.path.isdir(found.path):
+        batches = []
+        for name in wanted:
+            with open(os.path.join(found.path, name), "rb") as f:
+                batches.append(pickle.load(f, encoding="bytes"))
+    else:
+        with tarfile.open(found.path, "r:gz") as tar:
+            # Members sit under the folder name; match on the base name to allow any prefix.
+            members = {os.path.basename(m.name): m for m in tar.getmembers() if m.isfile()}
+            missing = [name for name in wanted if name not in members]
+            if missing:
+                raise ValueError(f"{found.path} lacks the CIFAR batch files {missing}")
+            batches = [
+                pickle.load(tar.extractfile(members[name]), encoding="bytes") for name in wanted
+            ]
+    images = np.concatenate([_cifar_field(b, "data", found.path) for b in batches])
+    labels = np.concatenate([_cifar_field(b, spec.label_key, found.path) for b in batches])
+    # Each row is 3072 bytes: the 32x32 red plane, then green, then blue.
+    images = np.asarray(images, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images), np.asarray(labels, np.int32)
+
+
+def _cifar_field(batch: dict, key: str, path: str) -> np.ndarray:
+    # The official pickles (Python 2) have bytes keys; accept str keys from re-pickled copies.
+    for candidate in (key.encode(), key):
+        if candidate in batch:
+            return np.asarray(batch[candidate])
+    raise ValueError(f"CIFAR batch in {path} has no {key!r} entry (keys: {list(batch)})")
+
+
+# ------------------------------------------------------------------------------------------ IDX
+
+
+def _idx_file(directory: str, stem: str) -> str | None:
+    for name in (stem + ".gz", stem):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _find_idx(directory: str) -> LocalFiles | None:
+    stems = [stem for pair in _IDX_FILES.values() for stem in pair]
+    if all(_idx_file(directory, stem) for stem in stems):
+        return LocalFiles("idx", directory, f"local IDX files in {directory}")
+    return None
+
+
+def read_idx(path: str) -> np.ndarray:
+    """Decode one IDX file (gzipped if it ends in .gz) of unsigned bytes into a numpy array."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    # Header: two zero bytes, a type code (0x08 = unsigned byte), the number of dimensions,
+    # then each dimension as a big-endian uint32.
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path} is not an IDX file of unsigned bytes")
+    ndim = raw[3]
+    dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: header says {dims} but holds {data.size} values")
+    return data.reshape(dims)
+
+
+def _read_idx_pair(directory: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    images_stem, labels_stem = _IDX_FILES[part]
+    images = read_idx(_idx_file(directory, images_stem))
+    labels = read_idx(_idx_file(directory, labels_stem))
+    if images.ndim != 3 or len(images) != len(labels):
+        raise ValueError(f"IDX files in {directory}: images {images.shape}, labels {labels.shape}")
+    return images[..., np.newaxis], labels.astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------- Tiny-ImageNet
+
+
+def _find_tiny_imagenet(directory: str) -> LocalFiles | None:
+    for folder in (os.path.join(directory, _TINY_IMAGENET_FOLDER), directory):
+        required = ["wnids.txt", "train", os.path.join("val", "val_annotations.txt")]
+        if all(os.path.exists(os.path.join(folder, r)) for r in required):
+            return LocalFiles("tiny_imagenet", folder, f"local Tiny-ImageNet folder {folder}")
+    return None
+
+
+def tiny_imagenet_files(folder: str, part: str) -> tuple[list[str], np.ndarray]:
+    """Image paths and labels of a `tiny-imagenet-200/` folder in this project's file order.
+
+    Labels index the sorted wnids (what torchvision's ImageFolder does, so class ids match
+    PyTorch code). The train files are listed round-robin over classes (image 0 of every class,
+    then image 1, ...) because the validation cut takes the last 10% in file order: a class-
+    sorted list would put only the last 20 classes in validation. The test part ("val" on
+    disk) follows the lines of val_annotations.txt.
+    """
+    with open(os.path.join(folder, "wnids.txt")) as f:
+        wnids = sorted(line.strip() for line in f if line.strip())
+    index = {wnid: i for i, wnid in enumerate(wnids)}
+    if part == "test":
+        paths, labels = [], []
+        with open(os.path.join(folder, "val", "val_annotations.txt")) as f:
+            for line in f:
+                fields = line.split("\t")
+                if len(fields) >= 2:
+                    paths.append(os.path.join(folder, "val", "images", fields[0]))
+                    labels.append(index[fields[1].strip()])
+        return paths, np.asarray(labels, np.int32)
+    per_class = []
+    for wnid in wnids:
+        images_dir = os.path.join(folder, "train", wnid, "images")
+        names = sorted(os.listdir(images_dir), key=_natural_key)
+        per_class.append([os.path.join(images_dir, n) for n in names])
+    paths, labels = [], []
+    for rank in range(max(len(files) for files in per_class)):
+        for label, files in enumerate(per_class):
+            if rank < len(files):
+                paths.append(files[rank])
+                labels.append(label)
+    return paths, np.asarray(labels, np.int32)
+
+
+def _natural_key(name: str) -> tuple:
+    # "n01443537_10.JPEG" after "n01443537_9.JPEG": compare the number as a number.
+    stem = os.path.splitext(name)[0]
+    prefix, _, number = stem.rpartition("_")
+    return (prefix, int(number)) if number.isdigit() else (stem, -1)
+
+
+def _read_tiny_imagenet(folder: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    paths, labels = tiny_imagenet_files(folder, part)
+
+    def decode(path: tf.Tensor) -> tf.Tensor:
+        # channels=3: a few Tiny-ImageNet JPEGs are grayscale.
+        image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        return tf.ensure_shape(image, [64, 64, 3])
+
+    # Decoding ~100k JPEGs is the slow part; tf.data spreads it over all cores, in order.
+    decoded = (
+        tf.data.Dataset.from_tensor_slices(paths)
+        .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(1024)
+    )
+    if not paths:
+        raise ValueError(f"no {part} images found in Tiny-ImageNet folder {folder}")
+    images = np.concatenate(list(decoded.as_numpy_iterator()))
+    return images, labels

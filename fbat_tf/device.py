@@ -1,0 +1,44 @@
+"""Device-dependent defaults: the dtype policy and XLA for `auto`.
+
+policy = resolve_precision("auto")     # "mixed_bfloat16" on A100/H100, "float32" on CPU
+jit = resolve_jit_compile("auto")      # True on GPU
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def gpu_compute_capability() -> tuple[int, int] | None:
+    """The first visible GPU's compute capability, or None without a GPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    details = tf.config.experimental.get_device_details(gpus[0])
+    return tuple(details.get("compute_capability", (0, 0)))
+
+
+def resolve_precision(name: str) -> str:
+    if name != "auto":
+        return name
+    capability = gpu_compute_capability()
+    if capability is None:
+        return "float32"
+    return "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16"
+
+
+def resolve_jit_compile(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value == "auto":
+        return gpu_compute_capability() is not None
+    return {"true": True, "false": False}[value]
+
+
+def describe() -> str:
+    capability = gpu_compute_capability()
+    if capability is None:
+        return "CPU"
+    gpu = tf.config.list_physical_devices("GPU")[0]
+    name = tf.config.experimental.get_device_details(gpu).get("device_name", "GPU")
+    return f"{name} (compute capability {capability[0]}.{capability[1]})"

@@ -1,0 +1,125 @@
+"""What every training method shares: the interface and the input/weight gradients.
+
+A method turns one batch into the gradient of its training objective:
+
+    grads, logs = method.gradients(model, x, y, seed)      # grads ~ model.trainable_variables
+
+`seed` is an int32 tensor of shape [2]; all randomness of the step comes from it. Under a
+loss-scaled optimizer the trainer passes `loss_scale=s`: the returned weight gradients are then
+those of s·loss (the optimizer unscales them), while input gradients are divided by s again
+before they move δ, so the attack is the same as without scaling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from fbat_tf import constraints
+from fbat_tf.attacks.losses import correct, cross_entropy
+
+Gradients = list[tf.Tensor]
+Logs = dict[str, tf.Tensor]
+
+
+def scaled(loss: tf.Tensor, loss_scale: tf.Tensor | None) -> tf.Tensor:
+    """s·loss, or the loss itself without a loss scale."""
+    if loss_scale is None:
+        return loss
+    return loss * tf.cast(loss_scale, loss.dtype)
+
+
+def unscaled(grad: tf.Tensor, loss_scale: tf.Tensor | None) -> tf.Tensor:
+    if loss_scale is None:
+        return grad
+    return grad / tf.cast(loss_scale, grad.dtype)
+
+
+def input_gradient(
+    model: keras.Model,
+    x: tf.Tensor,
+    delta: tf.Tensor,
+    y: tf.Tensor,
+    loss_scale: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """∇δ Σ_i CE_i(θ, x + δ), the training-time attack direction (batch-norm in train mode).
+
+    The tape watches δ only, so no weight gradient is recorded or computed.
+    """
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(delta)
+        loss = tf.reduce_sum(cross_entropy(model(x + delta, training=True), y))
+        loss = scaled(loss, loss_scale)
+    return unscaled(tape.gradient(loss, delta), loss_scale)
+
+
+def train_on(
+    model: keras.Model, x_train: tf.Tensor, y: tf.Tensor, loss_scale: tf.Tensor | None
+) -> tuple[Gradients, Logs]:
+    """∇θ (1/B) Σ_i CE_i(θ, x_train): the upper-level step shared by the one-level methods."""
+    with tf.GradientTape() as tape:
+        logits = model(x_train, training=True)
+        loss = tf.reduce_mean(cross_entropy(logits, y))
+        objective = scaled(loss, loss_scale)
+    grads = tape.gradient(objective, model.trainable_variables)
+    return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(correct(logits, y))}
+
+
+class Method:
+    """Base class: a method with a perturbation budget ε (pixel units)."""
+
+    name: str = ""
+    #: optimizer steps the trainer takes per batch (Free-AT replays a batch m times).
+    replays: int = 1
+    #: keys of the logs dict that `gradients` returns (the trainer averages them per epoch).
+    log_names: tuple[str, ...] = ("loss", "adv_accuracy")
+
+    def __init__(self, eps: float):
+        if not eps >= 0.0 or eps > 1.0:
+            raise ValueError(f"eps must be in [0, 1] (pixel units), got {eps!r}")
+        self.eps = float(eps)
+
+    def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
+        """Create per-run state (only Free-AT has any); called once before training."""
+
+    def perturb(
+        self,
+        model: keras.Model,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        seed: tf.Tensor,
+        loss_scale: tf.Tensor | None = None,
+    ) -> tf.Tensor:
+        """The training-time adversarial example x + δ, δ ∈ C (a constant)."""
+        raise NotImplementedError
+
+    def gradients(
+        self,
+        model: keras.Model,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        seed: tf.Tensor,
+        loss_scale: tf.Tensor | None = None,
+    ) -> tuple[Gradients, Logs]:
+        x_adv = tf.stop_gradient(self.perturb(model, x, y, seed, loss_scale))
+        return train_on(model, x_adv, y, loss_scale)
+
+    def config(self) -> dict[str, Any]:
+        """Hyper-parameters, for logs and model cards."""
+        return {"name": self.name, "eps": self.eps}
+
+
+def fgsm_step(
+    model: keras.Model,
+    x: tf.Tensor,
+    delta: tf.Tensor,
+    y: tf.Tensor,
+    eps: float,
+    step_size: float,
+    loss_scale: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """δ ← P_C(δ + α·sign(∇δ Σ CE)): one signed ascent step, shared by FGSM and PGD."""
+    grad = input_gradient(model, x, delta, y, loss_scale)
+    return constraints.project(delta + step_size * tf.sign(grad), x, eps)

@@ -1,0 +1,89 @@
+"""AdversarialTrainer: `keras.Model.fit` with a training method's gradient in `train_step`.
+
+    trainer = AdversarialTrainer(classifier, methods.create("fastbat", eps=8 / 255),
+                                 weight_decay=5e-4, seed=0, jit_compile=True)
+    trainer.compile(optimizer=keras.optimizers.SGD(schedules.Cyclic(0.2, steps), momentum=0.9))
+    trainer.fit(train_ds, epochs=20, callbacks=[...])
+
+The method's gradient computation alone is compiled with XLA (`tf.function(jit_compile=True)`);
+weight decay and the optimizer update run outside it. That split also works under
+`tf.distribute.MirroredStrategy`, where XLA cannot compile the variable updates of the whole
+step (DESIGN.md §7).
+
+Every step draws its randomness from the stateless seed [seed, optimizer.iterations], so a step
+is reproducible from (weights, batch, seed) and a resumed run continues the same stream.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.methods import Method
+
+
+class AdversarialTrainer(keras.Model):
+    def __init__(
+        self,
+        classifier: keras.Model,
+        method: Method,
+        *,
+        weight_decay: float = 5e-4,
+        seed: int = 0,
+        jit_compile: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        self.classifier = classifier
+        self.method = method
+        self.weight_decay = float(weight_decay)
+        self.seed = int(seed)
+        self.jit_compile_gradients = bool(jit_compile)
+        self._gradients = tf.function(
+            self._method_gradients, jit_compile=self.jit_compile_gradients
+        )
+        self.trackers = {name: keras.metrics.Mean(name=name) for name in method.log_names}
+        self.eval_loss = keras.metrics.Mean(name="loss")
+        self.eval_accuracy = keras.metrics.Mean(name="accuracy")
+
+    def _method_gradients(self, x, y, seed, loss_scale):
+        return self.method.gradients(self.classifier, x, y, seed, loss_scale)
+
+    def call(self, x, training=False):
+        return self.classifier(x, training=training)
+
+    @property
+    def metrics(self):
+        return [*self.trackers.values(), self.eval_loss, self.eval_accuracy]
+
+    def step_seed(self) -> tf.Tensor:
+        iteration = tf.cast(self.optimizer.iterations % (2**31 - 1), tf.int32)
+        return tf.stack([tf.constant(self.seed, tf.int32), iteration])
+
+    def train_step(self, data):
+        x, y = data[0], data[1]
+        weights = self.classifier.trainable_variables
+        for _ in range(self.method.replays):
+            # 1.0 for a plain optimizer, the dynamic scale for LossScaleOptimizer.
+            loss_scale = self.optimizer.scale_loss(tf.constant(1.0, tf.float32))
+            grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
+            if self.weight_decay:
+                # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.
+                grads = [
+                    g + tf.cast(self.weight_decay * loss_scale, g.dtype) * tf.cast(w, g.dtype)
+                    for g, w in zip(grads, weights, strict=True)
+                ]
+            self.optimizer.apply(grads, weights)
+            for name, tracker in self.trackers.items():
+                tracker.update_state(logs[name])
+        return {name: tracker.result() for name, tracker in self.trackers.items()}
+
+    def test_step(self, data):
+        x, y = data[0], data[1]
+        logits = self.classifier(x, training=False)
+        self.eval_loss.update_state(cross_entropy(logits, y))
+        self.eval_accuracy.update_state(correct(logits, y))
+        return {"loss": self.eval_loss.result(), "accuracy": self.eval_accuracy.result()}

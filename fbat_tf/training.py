@@ -1,0 +1,243 @@
+"""One training run, from a config to a trained, selected and evaluated model in a workdir.
+
+    config = TrainConfig(workdir="runs/demo", method="fastbat", dataset="fashion_mnist",
+                         model="small_cnn", eps=8 / 255, epochs=5)
+    results = train(config)          # also writes results.json, checkpoints/, tensorboard/
+
+A workdir that holds a checkpoint is resumed from its last finished epoch; the run ends with the
+same number of optimizer steps as an uninterrupted one (the schedule is a function of the
+optimizer's iteration count, which the checkpoint restores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from fbat_tf import data, device, methods, models, schedules
+from fbat_tf.attacks.pgd import PGD
+from fbat_tf.callbacks import (
+    EpochTiming,
+    ResultsLog,
+    ResumeCheckpoint,
+    RobustValidation,
+    robust_accuracy,
+    write_json_atomic,
+)
+from fbat_tf.trainer import AdversarialTrainer
+
+RESULTS = "results.json"
+BEST_WEIGHTS = "best.weights.h5"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
+
+    workdir: str
+    method: str = "fastbat"
+    dataset: str = "cifar10"
+    model: str = "preact_resnet18"
+    width: int | None = None
+    activation: str = "relu"
+    eps: float = 8.0 / 255
+    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    epochs: int = 20
+    batch_size: int = 128
+    lr_max: float = 0.2
+    lr_schedule: str = "cyclic"
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    max_train_examples: int | None = None
+    steps_per_epoch: int | None = None
+    val_attack_steps: int = 10
+    val_restarts: int = 1
+    val_examples: int = 1000
+    eval_examples: int = 1000
+    eval_pgd_steps: int = 50
+    eval_pgd_restarts: int = 10
+    stop_on_overfitting: bool = False
+    precision: str = "float32"
+    jit_compile: bool = True
+    seed: int = 0
+    data_dir: str | None = None
+    download: bool = True
+    tensorboard_every: int = 100
+    verbose: int = 1
+
+
+def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
+    cardinality = int(dataset.cardinality())
+    if cardinality > 0:
+        return cardinality
+    return sum(1 for _ in dataset)
+
+
+def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimizer:
+    schedule = schedules.create(config.lr_schedule, config.lr_max, total_steps)
+    optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=config.momentum)
+    if config.precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return {"config": dataclasses.asdict(config), "status": "running", "history": []}
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Train, select the best validation-robust checkpoint, evaluate it on the test split."""
+    keras.utils.set_random_seed(config.seed)
+    keras.mixed_precision.set_global_policy(config.precision)
+    os.makedirs(os.path.join(config.workdir, "checkpoints"), exist_ok=True)
+    results_path = os.path.join(config.workdir, RESULTS)
+    best_path = os.path.join(config.workdir, "checkpoints", BEST_WEIGHTS)
+
+    info = data.info(config.dataset)
+    load = dict(data_dir=config.data_dir, batch_size=config.batch_size, download=config.download)
+    train_epoch = data.load(
+        config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
+    )
+    steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
+    train_ds = data.load(
+        config.dataset,
+        "train",
+        seed=config.seed,
+        max_examples=config.max_train_examples,
+        repeat=True,
+        **load,
+    )
+    val_ds = data.load(
+        config.dataset, "validation", max_examples=config.val_examples or None, **load
+    )
+
+    classifier = models.build(
+        config.model,
+        num_classes=info.num_classes,
+        input_shape=info.image_shape,
+        mean=info.mean,
+        std=info.std,
+        activation=config.activation,
+        width=config.width,
+    )
+    method = methods.create(config.method, eps=config.eps, **config.method_options)
+    method.build((config.batch_size, *info.image_shape))
+    # Free-AT replays each batch m times: divide epochs by m so total gradient steps match.
+    epochs = math.ceil(config.epochs / method.replays)
+    total_steps = epochs * steps_per_epoch * method.replays
+
+    trainer = AdversarialTrainer(
+        classifier,
+        method,
+        weight_decay=config.weight_decay,
+        seed=config.seed,
+        jit_compile=config.jit_compile,
+    )
+    optimizer = _optimizer(config, total_steps)
+    trainer.compile(optimizer=optimizer, jit_compile=False)
+    optimizer.build(classifier.trainable_variables)
+
+    resume = ResumeCheckpoint(trainer, os.path.join(config.workdir, "checkpoints", "last"))
+    initial_epoch = resume.restore()
+    payload = _load_results(results_path, config)
+    history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
+    payload["history"] = history
+    payload.update(
+        method=method.config(),
+        dataset=config.dataset,
+        model=config.model,
+        device=device.describe(),
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        total_steps=total_steps,
+    )
+    best_so_far = max((h.get("val_robust_accuracy", -1.0) for h in history), default=-1.0)
+
+    validation_attack = PGD(
+        config.eps,
+        steps=config.val_attack_steps,
+        restarts=config.val_restarts,
+        seed=config.seed,
+        jit_compile=config.jit_compile,
+    )
+    tensorboard_dir = os.path.join(config.workdir, "tensorboard")
+    callbacks = [
+        EpochTiming(steps_per_epoch * config.batch_size * method.replays),
+        RobustValidation(
+            val_ds,
+            validation_attack,
+            config.eps,
+            classifier,
+            best_path=best_path,
+            stop_on_overfitting=config.stop_on_overfitting,
+            best_robust_accuracy=best_so_far,
+        ),
+        resume,
+        ResultsLog(results_path, payload),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.TensorBoard(
+            tensorboard_dir,
+            update_freq=config.tensorboard_every or "epoch",
+            write_graph=False,
+        ),
+    ]
+    if initial_epoch < epochs:
+        trainer.fit(
+            train_ds,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=config.verbose,
+            shuffle=False,  # the training split is shuffled by data.load
+        )
+
+    if os.path.exists(best_path):
+        classifier.load_weights(best_path)
+    payload["final"] = evaluate_test(classifier, config)
+    payload["status"] = "complete"
+    write_json_atomic(results_path, payload)
+    with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
+        for name, value in payload["final"].items():
+            if isinstance(value, int | float):
+                tf.summary.scalar(name, value, step=int(trainer.optimizer.iterations.numpy()))
+    return payload
+
+
+def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any]:
+    """SA and PGD-K-R robust accuracy of the selected model on the first N test examples."""
+    test_ds = data.load(
+        config.dataset,
+        "test",
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        max_examples=config.eval_examples or None,
+        download=config.download,
+    )
+    attack = PGD(
+        config.eps,
+        steps=config.eval_pgd_steps,
+        restarts=config.eval_pgd_restarts,
+        seed=config.seed,
+        jit_compile=config.jit_compile,
+    )
+    start = time.perf_counter()
+    result = robust_accuracy(classifier, test_ds, attack, config.eps)
+    return {
+        "test_examples": result["examples"],
+        "test_clean_accuracy": result["clean_accuracy"],
+        "test_pgd_robust_accuracy": result["robust_accuracy"],
+        "pgd_steps": config.eval_pgd_steps,
+        "pgd_restarts": config.eval_pgd_restarts,
+        "eval_time_s": time.perf_counter() - start,
+    }

@@ -1,0 +1,55 @@
+"""Flags shared by train.py and evaluate.py, with validators that fail before any work.
+
+On the command line ε is in 1/255 units (`--eps=8` means 8/255) for every dataset.
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags
+
+from fbat_tf import data
+
+DATASET = flags.DEFINE_enum("dataset", "cifar10", data.names(), "Dataset name.")
+DATA_DIR = flags.DEFINE_string(
+    "data_dir",
+    None,
+    "Directory with local dataset files (CIFAR python tarball or folder, MNIST-style IDX .gz "
+    "files, tiny-imagenet-200/) or prepared TFDS data. Default: the standard places.",
+)
+DOWNLOAD = flags.DEFINE_bool(
+    "download", True, "Let TFDS download a dataset that is neither local nor prepared."
+)
+BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Global batch size.", lower_bound=1)
+SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, data order and every random draw.")
+PRECISION = flags.DEFINE_enum(
+    "precision",
+    "float32",
+    ["auto", "float32", "mixed_float16", "mixed_bfloat16"],
+    "Keras dtype policy. auto: mixed_bfloat16 on GPUs of compute capability >= 8.0, "
+    "mixed_float16 on older GPUs, float32 on CPU.",
+)
+JIT_COMPILE = flags.DEFINE_enum(
+    "jit_compile", "auto", ["auto", "true", "false"], "XLA for the gradient step. auto: on GPU."
+)
+
+
+def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
+    """A perturbation budget in 1/255 units, in (0, 255]."""
+    holder = flags.DEFINE_float(name, default, help_text + " In 1/255 units (8 means 8/255).")
+    flags.register_validator(
+        name,
+        lambda value: value is None or 0 < value <= 255,
+        message=f"--{name} must be in (0, 255] (1/255 units)",
+    )
+    return holder
+
+
+def _existing_dir(value: str | None) -> bool:
+    return value is None or os.path.isdir(value)
+
+
+flags.register_validator(
+    "data_dir", _existing_dir, message="--data_dir must name an existing directory"
+)

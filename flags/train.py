@@ -1,0 +1,115 @@
+"""Flags of train.py, grouped by topic. Defaults are the paper's CIFAR settings (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from absl import flags
+
+from fbat_tf import methods, models
+from fbat_tf.methods.fast_bat import IMPLICIT_GRADIENTS, LINEARIZATIONS
+from flags.common import eps_flag
+
+# What to train.
+METHOD = flags.DEFINE_enum("method", "fastbat", methods.names(), "Training method.")
+MODEL = flags.DEFINE_enum("model", "preact_resnet18", models.names(), "Architecture.")
+WIDTH = flags.DEFINE_integer(
+    "width", None, "Base channel count (default: the architecture's standard).", lower_bound=1
+)
+ACTIVATION = flags.DEFINE_enum(
+    "activation", "relu", ["relu", "softplus", "swish"], "Nonlinearity of the model."
+)
+EPS = eps_flag("eps", 8.0, "Training perturbation budget ε.")
+
+# Optimization.
+EPOCHS = flags.DEFINE_integer(
+    "epochs", 20, "Epochs (Free-AT divides them by --free_replays).", lower_bound=1
+)
+LR_MAX = flags.DEFINE_float("lr_max", 0.2, "Peak learning rate.", lower_bound=0.0)
+LR_SCHEDULE = flags.DEFINE_enum(
+    "lr_schedule",
+    "cyclic",
+    ["cyclic", "piecewise"],
+    "cyclic: 0 -> lr_max at mid-training -> 0, per iteration; piecewise: x0.1 at 50% and 75%.",
+)
+MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum.", lower_bound=0.0, upper_bound=1.0)
+WEIGHT_DECAY = flags.DEFINE_float(
+    "weight_decay", 5e-4, "Coupled L2 weight decay (added to the gradient).", lower_bound=0.0
+)
+MAX_TRAIN_EXAMPLES = flags.DEFINE_integer(
+    "max_train_examples", None, "Train on the first N training examples only.", lower_bound=1
+)
+STEPS_PER_EPOCH = flags.DEFINE_integer(
+    "steps_per_epoch", None, "Optimizer batches per epoch (default: one pass).", lower_bound=1
+)
+
+# Method options.
+LAMBDA_INV = flags.DEFINE_float(
+    "lambda_inv",
+    None,
+    "Fast-BAT lower-level step 1/λ in 1/255 units (default 5000 for eps <= 8, 2500 above).",
+    lower_bound=0.0,
+)
+IG_COEF = flags.DEFINE_float(
+    "ig_coef", 0.1, "Fast-BAT implicit-gradient coefficient c = α2/(λ·α1).", lower_bound=0.0
+)
+IG = flags.DEFINE_enum(
+    "ig", "hessian_free", list(IMPLICIT_GRADIENTS), "Fast-BAT implicit gradient."
+)
+CG_STEPS = flags.DEFINE_integer(
+    "cg_steps", 3, "Conjugate-gradient steps of --ig=hessian_aware.", lower_bound=1
+)
+LINEARIZATION = flags.DEFINE_enum(
+    "linearization", "pgd_nosign", list(LINEARIZATIONS), "Fast-BAT linearization point z."
+)
+GA_COEF = flags.DEFINE_float(
+    "ga_coef",
+    None,
+    "GradAlign coefficient (default 0.2 at eps <= 8, 2.0 at eps >= 16).",
+    lower_bound=0.0,
+)
+ATTACK_STEPS = flags.DEFINE_integer("attack_steps", 2, "PGD-AT attack steps K.", lower_bound=1)
+FREE_REPLAYS = flags.DEFINE_integer("free_replays", 8, "Free-AT replays m.", lower_bound=1)
+
+# Validation, model selection and final evaluation.
+VAL_ATTACK_STEPS = flags.DEFINE_integer(
+    "val_attack_steps", 10, "PGD steps of robust validation.", lower_bound=1
+)
+VAL_RESTARTS = flags.DEFINE_integer(
+    "val_restarts", 1, "PGD restarts of robust validation.", lower_bound=1
+)
+VAL_EXAMPLES = flags.DEFINE_integer(
+    "val_examples", 1000, "Validation examples attacked each epoch (0: all).", lower_bound=0
+)
+EVAL_EXAMPLES = flags.DEFINE_integer(
+    "eval_examples", 1000, "Test examples of the final evaluation (0: all).", lower_bound=0
+)
+EVAL_PGD_STEPS = flags.DEFINE_integer(
+    "eval_pgd_steps", 50, "PGD steps of the final evaluation.", lower_bound=1
+)
+EVAL_PGD_RESTARTS = flags.DEFINE_integer(
+    "eval_pgd_restarts", 10, "PGD restarts of the final evaluation.", lower_bound=1
+)
+STOP_ON_OVERFITTING = flags.DEFINE_bool(
+    "stop_on_overfitting",
+    False,
+    "Stop when the catastrophic-overfitting guard fires (it always warns and logs).",
+)
+
+# Outputs.
+WORKDIR = flags.DEFINE_string(
+    "workdir",
+    None,
+    "Run directory (default runs/<method>-<dataset>-<model>-eps<eps>). Restarting with the same "
+    "flags resumes; other flags in an existing run directory are refused.",
+)
+TENSORBOARD_EVERY = flags.DEFINE_integer(
+    "tensorboard_every",
+    100,
+    "Also write training scalars every N batches (0: per epoch only).",
+    lower_bound=0,
+)
+VERBOSE = flags.DEFINE_enum(
+    "verbose", "1", ["0", "1", "2"], "Keras progress: 0 off, 1 bar, 2 line."
+)
+
+# Flags that may differ between a run and its resumption.
+NOT_RUN_DEFINING = ("verbose", "download", "data_dir")

@@ -1,0 +1,564 @@
+"""Tests for the dataset package `fbat_tf.data`.
+
+    python -m pytest tests/test_data.py -q
+
+What it is checked against:
+
+- real Fashion-MNIST (Debian's dataset-fashion-mnist) decoded here with gzip + numpy: split
+  sizes, the 90/10 cut in file order, `max_examples`, and the published mean/std;
+- fake CIFAR-10/100 folders and tarballs written here in the documented pickle format
+  (pixels laid out plane by plane from HWC images), and a fake Tiny-ImageNet folder of JPEGs;
+- TFDS mocked with `tfds.testing.mock_data` (cifar10, cifar100, svhn_cropped, imagenet2012),
+  compared with the mock's own examples read straight from the builder; the download and
+  prepared-data branches with TFDS's offline DummyMnist builder;
+- augmentations against brute force (each crop is a window of the zero-padded image, possibly
+  mirrored) and closed forms (a 90° rotation is np.rot90, the center pixel is fixed);
+- error messages for missing data, unknown names and splits.
+
+No test touches the network: an autouse fixture makes every socket connection fail.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import pickle
+import socket
+import tarfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from fbat_tf import data
+from fbat_tf.data import augment, tfds_source
+
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a data test tried to use the network")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def collect(ds: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    batches = list(ds.as_numpy_iterator())
+    return np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
+
+
+def in_order(name: str, split: str, **kwargs) -> tf.data.Dataset:
+    """An unshuffled, unaugmented, complete pass over a split."""
+    return data.load(
+        name, split, shuffle=False, augment=False, drop_remainder=False, download=False, **kwargs
+    )
+
+
+# ------------------------------------------------------------------------------- registry
+
+
+def test_names_and_info():
+    assert data.names() == [
+        "cifar10",
+        "cifar100",
+        "svhn",
+        "tiny_imagenet",
+        "imagenet",
+        "mnist",
+        "fashion_mnist",
+    ]
+    for name in data.names():
+        meta = data.info(name)
+        assert meta.name == name
+        assert len(meta.mean) == len(meta.std) == meta.image_shape[2]
+    assert data.info("cifar100").num_classes == 100
+    assert data.info("tiny_imagenet").image_shape == (64, 64, 3)
+    assert data.info("imagenet").image_shape == (224, 224, 3)
+    assert data.info("svhn").train_examples == 73_257
+
+
+def test_unknown_name_and_split_raise_value_error():
+    with pytest.raises(ValueError, match="'cifar11'") as err:
+        data.info("cifar11")
+    assert "cifar10" in str(err.value)  # lists the valid names
+    with pytest.raises(ValueError, match="'cifar11'"):
+        data.check_available("cifar11")
+    with pytest.raises(ValueError, match="'cifar11'"):
+        data.load("cifar11", "train")
+    with pytest.raises(ValueError, match="'valid'") as err:
+        data.load("fashion_mnist", "valid")
+    assert "validation" in str(err.value)
+    with pytest.raises(ValueError, match="batch_size"):
+        data.load("fashion_mnist", "test", batch_size=0)
+    with pytest.raises(ValueError, match="max_examples"):
+        data.load("fashion_mnist", "test", max_examples=0)
+
+
+# --------------------------------------------------------------------- real Fashion-MNIST
+
+
+def read_idx_gz(path: str, header_bytes: int) -> np.ndarray:
+    with gzip.open(path, "rb") as f:
+        return np.frombuffer(f.read(), np.uint8, offset=header_bytes)
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    """The Debian Fashion-MNIST files decoded here: 16-byte image headers, 8-byte label headers."""
+    if not os.path.isdir(FASHION_DIR):
+        pytest.skip(f"{FASHION_DIR} missing: install the Debian package dataset-fashion-mnist")
+
+    def images(stem):
+        return read_idx_gz(os.path.join(FASHION_DIR, stem), 16).reshape(-1, 28, 28, 1)
+
+    def labels(stem):
+        return read_idx_gz(os.path.join(FASHION_DIR, stem), 8).astype(np.int32)
+
+    return {
+        "train": (images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz")),
+        "test": (images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz")),
+    }
+
+
+def test_fashion_mnist_source_is_the_debian_files(fashion):
+    assert data.check_available("fashion_mnist", download=False) == (
+        f"local IDX files in {FASHION_DIR}"
+    )
+
+
+def test_fashion_mnist_splits_match_independent_decoding(fashion):
+    train_images, train_labels = fashion["train"]
+    test_images, test_labels = fashion["test"]
+    assert len(train_labels) == 60_000 and len(test_labels) == 10_000
+    expected = {
+        "train": (train_images[:54_000], train_labels[:54_000]),
+        "validation": (train_images[54_000:], train_labels[54_000:]),  # last 10%, file order
+        "train_full": (train_images, train_labels),
+        "test": (test_images, test_labels),
+    }
+    for split, (images, labels) in expected.items():
+        x, y = collect(in_order("fashion_mnist", split, batch_size=5000))
+        assert x.dtype == np.float32 and y.dtype == np.int32
+        assert x.shape == (len(labels), 28, 28, 1), split
+        assert 0.0 <= x.min() and x.max() <= 1.0
+        assert set(np.unique(y)) <= set(range(10))
+        np.testing.assert_array_equal(x, images.astype(np.float32) / 255.0)
+        np.testing.assert_array_equal(y, labels)
+
+
+def test_fashion_mnist_max_examples_keeps_the_first_examples_of_the_split(fashion):
+    train_images, train_labels = fashion["train"]
+    x, y = collect(in_order("fashion_mnist", "validation", batch_size=7, max_examples=10))
+    np.testing.assert_array_equal(x, train_images[54_000:54_010] / np.float32(255))
+    np.testing.assert_array_equal(y, train_labels[54_000:54_010])
+    x, y = collect(in_order("fashion_mnist", "test", batch_size=64, max_examples=100))
+    np.testing.assert_array_equal(y, fashion["test"][1][:100])
+
+
+def test_fashion_mnist_training_defaults_shuffle_and_drop_the_remainder(fashion):
+    train_images, train_labels = fashion["train"]
+    ds = data.load("fashion_mnist", "train", batch_size=1000, seed=1, download=False)
+    assert ds.cardinality().numpy() == 54
+    x, y = collect(ds)
+    assert x.shape == (54_000, 28, 28, 1)
+    assert not np.array_equal(y, train_labels[:54_000])  # shuffled
+    # The same examples, each once: compare per-example fingerprints as multisets.
+    fingerprint = (x.reshape(54_000, -1) * 255).round().astype(np.int64) @ np.arange(1, 785)
+    expected = train_images[:54_000].reshape(54_000, -1).astype(np.int64) @ np.arange(1, 785)
+    np.testing.assert_array_equal(np.sort(fingerprint), np.sort(expected))
+    ds = data.load("fashion_mnist", "train", batch_size=1024, max_examples=3000, download=False)
+    assert ds.cardinality().numpy() == 2  # 3000 // 1024: the partial batch is dropped
+
+
+def test_fashion_mnist_mean_and_std_match_the_registry(fashion):
+    pixels = fashion["train"][0].astype(np.float64) / 255.0
+    meta = data.info("fashion_mnist")
+    assert meta.train_examples == len(pixels)
+    np.testing.assert_allclose(pixels.mean(), meta.mean[0], atol=1e-3)
+    np.testing.assert_allclose(pixels.std(), meta.std[0], atol=1e-3)
+
+
+# ------------------------------------------------------------------------------ local CIFAR
+
+
+def cifar_rows(images: np.ndarray) -> np.ndarray:
+    """The CIFAR row layout written out by hand: all red pixels row by row, then green, blue."""
+    return np.stack(
+        [np.concatenate([img[:, :, c].ravel() for c in range(3)]) for img in images]
+    ).astype(np.uint8)
+
+
+def write_pickle(path: str, batch: dict) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(batch, f, protocol=2)
+
+
+def make_cifar10(root: str, per_batch: int = 4, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """A fake `cifar-10-batches-py/` (5 train batches, 1 test batch); returns the truth."""
+    rng = np.random.default_rng(seed)
+    folder = os.path.join(root, "cifar-10-batches-py")
+    os.makedirs(folder)
+    train_images = rng.integers(0, 256, (5 * per_batch, 32, 32, 3), dtype=np.uint8)
+    train_labels = rng.integers(0, 10, 5 * per_batch).astype(np.int32)
+    test_images = rng.integers(0, 256, (per_batch, 32, 32, 3), dtype=np.uint8)
+    test_labels = rng.integers(0, 10, per_batch).astype(np.int32)
+    for i in range(5):
+        part = slice(i * per_batch, (i + 1) * per_batch)
+        write_pickle(
+            os.path.join(folder, f"data_batch_{i + 1}"),
+            {
+                b"batch_label": f"training batch {i + 1} of 5".encode(),
+                b"labels": train_labels[part].tolist(),
+                b"data": cifar_rows(train_images[part]),
+                b"filenames": [b"x.png"] * per_batch,
+            },
+        )
+    write_pickle(
+        os.path.join(folder, "test_batch"),
+        {b"labels": test_labels.tolist(), b"data": cifar_rows(test_images)},
+    )
+    return train_images, train_labels, test_images, test_labels
+
+
+def make_tarball(source_root: str, folder: str, tarball_path: str) -> None:
+    with tarfile.open(tarball_path, "w:gz") as tar:
+        tar.add(os.path.join(source_root, folder), arcname=folder)
+
+
+def test_local_cifar10_folder_and_tarball(tmp_path):
+    folder_root, tar_root = str(tmp_path / "folder"), str(tmp_path / "tar")
+    os.makedirs(tar_root)
+    train_images, train_labels, test_images, test_labels = make_cifar10(folder_root)
+    make_tarball(
+        folder_root, "cifar-10-batches-py", os.path.join(tar_root, "cifar-10-python.tar.gz")
+    )
+    assert "CIFAR python folder" in data.check_available("cifar10", folder_root, download=False)
+    assert "CIFAR python tarball" in data.check_available("cifar10", tar_root, download=False)
+    for root in (folder_root, tar_root):
+        x, y = collect(in_order("cifar10", "train", data_dir=root, batch_size=8))
+        np.testing.assert_array_equal(x, train_images[:18] / np.float32(255))  # 20 - 20 // 10
+        np.testing.assert_array_equal(y, train_labels[:18])
+        x, y = collect(in_order("cifar10", "validation", data_dir=root, batch_size=8))
+        np.testing.assert_array_equal(x, train_images[18:] / np.float32(255))
+        np.testing.assert_array_equal(y, train_labels[18:])
+        x, y = collect(in_order("cifar10", "test", data_dir=root, batch_size=8))
+        np.testing.assert_array_equal(x, test_images / np.float32(255))
+        np.testing.assert_array_equal(y, test_labels)
+
+
+def test_local_cifar100_uses_fine_labels(tmp_path):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    truth = {}
+    for part, count in (("train", 10), ("test", 5)):
+        images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+        fine = rng.integers(20, 100, count)  # never a coarse label (< 20)
+        coarse = rng.integers(0, 20, count)
+        write_pickle(
+            str(folder / part),
+            {b"data": cifar_rows(images), b"fine_labels": fine.tolist(), b"coarse_labels": coarse},
+        )
+        truth[part] = (images, fine)
+    tar_root = tmp_path / "tar"
+    tar_root.mkdir()
+    make_tarball(str(tmp_path), "cifar-100-python", str(tar_root / "cifar-100-python.tar.gz"))
+    for root in (tmp_path, tar_root):
+        x, y = collect(in_order("cifar100", "train_full", data_dir=str(root), batch_size=4))
+        np.testing.assert_array_equal(x, truth["train"][0] / np.float32(255))
+        np.testing.assert_array_equal(y, truth["train"][1])
+        x, y = collect(in_order("cifar100", "test", data_dir=str(root), batch_size=4))
+        np.testing.assert_array_equal(y, truth["test"][1])
+        # The training default augments (crop, flip, rotation); shapes and range stay.
+        x, y = collect(data.load("cifar100", "train", data_dir=str(root), batch_size=3))
+        assert x.shape == (9, 32, 32, 3) and x.dtype == np.float32
+        assert 0.0 <= x.min() and x.max() <= 1.0
+
+
+# ---------------------------------------------------------------------- local Tiny-ImageNet
+
+
+def write_jpeg(path: str, image: np.ndarray) -> bytes:
+    encoded = tf.io.encode_jpeg(image, quality=95).numpy()
+    with open(path, "wb") as f:
+        f.write(encoded)
+    return encoded
+
+
+def test_local_tiny_imagenet_layout(tmp_path):
+    rng = np.random.default_rng(2)
+    root = tmp_path / "tiny-imagenet-200"
+    wnids = ["n02000002", "n01000001", "n03000003"]  # not sorted on purpose
+    (root / "val" / "images").mkdir(parents=True)
+    (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    decoded = {}
+    for wnid in wnids:
+        images_dir = root / "train" / wnid / "images"
+        images_dir.mkdir(parents=True)
+        for i in range(11):  # 0..10, so "_10" must sort after "_9"
+            path = str(images_dir / f"{wnid}_{i}.JPEG")
+            image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+            decoded[(wnid, i)] = tf.io.decode_jpeg(write_jpeg(path, image)).numpy()
+    val_lines, val_truth = [], []
+    for i, wnid in enumerate(["n03000003", "n01000001", "n03000003", "n02000002"]):
+        image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        encoded = write_jpeg(str(root / "val" / "images" / f"val_{i}.JPEG"), image)
+        val_lines.append(f"val_{i}.JPEG\t{wnid}\t0\t0\t63\t63")
+        val_truth.append((tf.io.decode_jpeg(encoded).numpy(), sorted(wnids).index(wnid)))
+    (root / "val" / "val_annotations.txt").write_text("\n".join(val_lines) + "\n")
+
+    assert "Tiny-ImageNet" in data.check_available("tiny_imagenet", str(tmp_path), download=False)
+    # Documented order: image i of every class (classes sorted by wnid), for i = 0, 1, ...
+    order = [(wnid, i) for i in range(11) for wnid in sorted(wnids)]
+    x, y = collect(in_order("tiny_imagenet", "train_full", data_dir=str(tmp_path), batch_size=8))
+    np.testing.assert_array_equal(x, np.stack([decoded[k] for k in order]) / np.float32(255))
+    np.testing.assert_array_equal(y, [sorted(wnids).index(w) for w, _ in order])
+    # 33 - 33 // 10 = 30: validation is the last image of every class, one per class.
+    x, y = collect(in_order("tiny_imagenet", "validation", data_dir=str(tmp_path), batch_size=8))
+    np.testing.assert_array_equal(y, [0, 1, 2])
+    np.testing.assert_array_equal(x[0], decoded[("n01000001", 10)] / np.float32(255))
+    x, y = collect(in_order("tiny_imagenet", "test", data_dir=str(tmp_path), batch_size=8))
+    np.testing.assert_array_equal(x, np.stack([v[0] for v in val_truth]) / np.float32(255))
+    np.testing.assert_array_equal(y, [v[1] for v in val_truth])
+    x, _ = collect(data.load("tiny_imagenet", "train", data_dir=str(tmp_path), batch_size=10))
+    assert x.shape == (30, 64, 64, 3) and 0.0 <= x.min() and x.max() <= 1.0
+
+
+# -------------------------------------------------------------------------- TFDS (mocked)
+
+
+@pytest.fixture
+def mocked_tfds():
+    with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE, num_examples=20):
+        yield
+
+
+@pytest.mark.parametrize(
+    "name,tfds_name,classes",
+    [("cifar10", "cifar10", 10), ("cifar100", "cifar100", 100), ("svhn", "svhn_cropped", 10)],
+)
+def test_mocked_tfds_small_datasets(mocked_tfds, tmp_path, name, tfds_name, classes):
+    data_dir = str(tmp_path)  # empty, so no local files: TFDS is the source
+    assert "mock_data" in data.check_available(name, data_dir, download=False)
+    ds = data.load(name, "train", data_dir=data_dir, batch_size=4, download=False)
+    assert ds.cardinality().numpy() == 4  # 18 training examples, partial batch dropped
+    x, y = collect(ds)
+    assert x.shape == (16, 32, 32, 3) and x.dtype == np.float32 and y.dtype == np.int32
+    assert 0.0 <= x.min() and x.max() <= 1.0
+    assert 0 <= y.min() and y.max() < classes
+    # In-order splits are the builder's own examples, in its order.
+    examples = list(
+        tfds.builder(tfds_name).as_dataset(split="test", shuffle_files=False).as_numpy_iterator()
+    )
+    x, y = collect(in_order(name, "test", data_dir=data_dir, batch_size=6))
+    np.testing.assert_array_equal(x, np.stack([e["image"] for e in examples]) / np.float32(255))
+    np.testing.assert_array_equal(y, [e["label"] for e in examples])
+    x, _ = collect(in_order(name, "validation", data_dir=data_dir, batch_size=6))
+    assert len(x) == 2
+
+
+def test_mocked_tfds_imagenet(mocked_tfds, tmp_path):
+    data_dir = str(tmp_path)
+    assert "mock_data" in data.check_available("imagenet", data_dir, download=False)
+    train = data.load(
+        "imagenet", "train", data_dir=data_dir, batch_size=2, max_examples=4, download=False
+    )
+    for x, y in train.take(2):
+        assert x.shape == (2, 224, 224, 3) and x.dtype == tf.float32 and y.dtype == tf.int32
+        assert 0.0 <= float(tf.reduce_min(x)) and float(tf.reduce_max(x)) <= 1.0
+        assert 0 <= int(tf.reduce_min(y)) and int(tf.reduce_max(y)) < 1000
+    # Evaluation view, recomputed by hand: shorter side to 256, then the central 224 window.
+    x, y = collect(in_order("imagenet", "test", data_dir=data_dir, batch_size=2, max_examples=2))
+    examples = tfds.builder("imagenet2012").as_dataset(
+        split="validation", shuffle_files=False, decoders={"image": tfds.decode.SkipDecoding()}
+    )
+    for i, example in enumerate(examples.take(2).as_numpy_iterator()):
+        image = tf.io.decode_jpeg(example["image"], channels=3)
+        height, width = image.shape[:2]
+        scale = 256 / min(height, width)
+        size = [max(256, round(height * scale)), max(256, round(width * scale))]
+        resized = tf.image.resize(image, size, antialias=True).numpy()
+        top, left = (size[0] - 224) // 2, (size[1] - 224) // 2
+        window = resized[top : top + 224, left : left + 224] / 255.0
+        np.testing.assert_allclose(x[i], np.clip(window, 0, 1), atol=1e-6)
+        assert y[i] == example["label"]
+
+
+# ----------------------------------------------------------- TFDS (prepared, downloaded)
+
+
+def test_tfds_download_then_prepared_data(tmp_path, monkeypatch):
+    """The non-mocked TFDS branches, offline: TFDS's DummyMnist "downloads" by generating data.
+
+    `tfds_source.builder` hands out DummyMnist (20 train + 20 test 28x28x1 examples, one shard
+    each) whatever the name, so "mnist" and "imagenet" both read it.
+    """
+    data_dir = str(tmp_path)
+    monkeypatch.setattr(
+        tfds_source, "builder", lambda name, data_dir: tfds.testing.DummyMnist(data_dir=data_dir)
+    )
+    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: True)
+    assert "to be downloaded" in data.check_available("mnist", data_dir, download=True)
+    with pytest.raises(data.DatasetNotFoundError):
+        data.load("mnist", "test", data_dir=data_dir, download=False)
+    # download=True prepares it (no network: DummyMnist generates its examples).
+    x, y = collect(
+        data.load("mnist", "train_full", data_dir=data_dir, shuffle=False, drop_remainder=False)
+    )
+    description = data.check_available("mnist", data_dir, download=False)
+    assert description == f"TFDS mnist in {data_dir}/dummy_mnist/3.0.1"
+    builder = tfds.testing.DummyMnist(data_dir=data_dir)
+    examples = list(builder.as_dataset(split="train", shuffle_files=False).as_numpy_iterator())
+    np.testing.assert_array_equal(x, np.stack([e["image"] for e in examples]) / np.float32(255))
+    np.testing.assert_array_equal(y, [e["label"] for e in examples])
+    # The streamed reader slices the TFDS split: "validation" is train[18:20], in order.
+    x, y = collect(in_order("imagenet", "validation", data_dir=data_dir, batch_size=4))
+    assert x.shape == (2, 224, 224, 3)
+    np.testing.assert_array_equal(y, [e["label"] for e in examples[18:]])
+    ds = data.load("imagenet", "train", data_dir=data_dir, batch_size=4, max_examples=9)
+    assert ds.cardinality().numpy() == 2  # train[0:9], partial batch dropped
+    x, y = collect(ds)
+    assert x.shape == (8, 224, 224, 3) and 0.0 <= x.min() and x.max() <= 1.0
+    assert set(y) <= {e["label"] for e in examples[:9]}
+
+
+# --------------------------------------------------------------------------- missing data
+
+
+@pytest.mark.parametrize(
+    "name", ["cifar10", "cifar100", "svhn", "tiny_imagenet", "imagenet", "mnist", "fashion_mnist"]
+)
+def test_missing_data_fails_fast_with_a_helpful_message(tmp_path, name):
+    data_dir = str(tmp_path)
+    with pytest.raises(data.DatasetNotFoundError) as err:
+        data.check_available(name, data_dir, download=False)
+    message = str(err.value)
+    assert repr(name) in message and data_dir in message and "--data_dir" in message
+    assert isinstance(err.value, FileNotFoundError)
+    with pytest.raises(data.DatasetNotFoundError):
+        data.load(name, "test", data_dir=data_dir, download=False)
+
+
+def test_missing_data_download_decision_without_network(tmp_path, monkeypatch):
+    data_dir = str(tmp_path)
+    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: False)
+    with pytest.raises(data.DatasetNotFoundError, match="internet"):
+        data.check_available("cifar10", data_dir, download=True)
+    # ImageNet cannot be downloaded by TFDS at all: the message says where the archives go.
+    with pytest.raises(data.DatasetNotFoundError, match="ILSVRC2012_img_train.tar"):
+        data.check_available("imagenet", data_dir, download=True)
+    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: True)
+    description = data.check_available("cifar10", data_dir, download=True)
+    assert "downloaded" in description and data_dir in description
+    assert os.listdir(data_dir) == []  # check_available only looks
+
+
+# ---------------------------------------------------------------------------- augmentation
+
+
+def random_images(shape, seed=0) -> tf.Tensor:
+    return tf.constant(np.random.default_rng(seed).uniform(size=shape).astype(np.float32))
+
+
+def test_crop_and_flip_output_is_a_window_of_the_padded_image():
+    images = random_images((16, 32, 32, 3))
+    out = augment.pad_crop_flip(images, tf.constant([3, 4])).numpy()
+    assert out.shape == (16, 32, 32, 3) and out.dtype == np.float32
+    padded = np.pad(images.numpy(), [(0, 0), (4, 4), (4, 4), (0, 0)])
+    offsets, flips = set(), set()
+    for i in range(16):
+        matches = [
+            (dy, dx, flip)
+            for dy in range(9)
+            for dx in range(9)
+            for flip in (False, True)
+            if np.array_equal(
+                out[i],
+                padded[i, dy : dy + 32, dx : dx + 32][:, ::-1]
+                if flip
+                else padded[i, dy : dy + 32, dx : dx + 32],
+            )
+        ]
+        assert len(matches) == 1, i
+        offsets.add(matches[0][:2])
+        flips.add(matches[0][2])
+    assert len(offsets) > 1 and flips == {False, True}  # the augmentation does change images
+
+
+def test_augmentation_is_reproducible_from_the_seed():
+    images = random_images((8, 32, 32, 3))
+    for fn in (augment.pad_crop_flip, augment.pad_crop_flip_rotate):
+        first = fn(images, tf.constant([1, 2])).numpy()
+        np.testing.assert_array_equal(first, fn(images, tf.constant([1, 2])).numpy())
+        assert not np.array_equal(first, fn(images, tf.constant([1, 3])).numpy())
+        assert first.shape == images.shape and 0.0 <= first.min() and first.max() <= 1.0
+
+
+def test_rotation_closed_forms():
+    images = random_images((2, 8, 8, 3))
+    quarter = augment.rotate(images, tf.constant([math.pi / 2, 0.0])).numpy()
+    np.testing.assert_allclose(quarter[0], np.rot90(images[0].numpy(), 1), atol=1e-5)
+    np.testing.assert_allclose(quarter[1], images[1].numpy(), atol=1e-6)
+    # Any angle keeps the center pixel of an odd-sized image; ±15° stays within range.
+    odd = random_images((4, 5, 5, 1), seed=1)
+    rotated = augment.rotate(odd, tf.constant([0.1, -0.2, 0.26, 1.0])).numpy()
+    np.testing.assert_allclose(rotated[:, 2, 2], odd.numpy()[:, 2, 2], atol=1e-6)
+
+
+def test_imagenet_crops_on_a_coordinate_image():
+    # Channel 0 holds the row index and channel 1 the column index, so a crop reveals its offset.
+    rows, cols = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    image = tf.constant(np.stack([rows, cols, np.full_like(rows, 7)], axis=-1).astype(np.uint8))
+    center = augment.imagenet_eval_crop(image).numpy() * 255
+    np.testing.assert_allclose(center[..., 0], rows[16:240, 16:240], atol=1e-3)
+    np.testing.assert_allclose(center[..., 1], cols[16:240, 16:240], atol=1e-3)
+    seen_flips = set()
+    for s in range(6):
+        crop = augment.imagenet_train_crop(image, tf.constant([s, 0])).numpy() * 255
+        top, left = round(crop[0, 0, 0]), round(min(crop[0, 0, 1], crop[0, -1, 1]))
+        flipped = crop[0, 0, 1] > crop[0, -1, 1]
+        expected_cols = cols[top : top + 224, left : left + 224]
+        np.testing.assert_allclose(
+            crop[..., 0], rows[top : top + 224, left : left + 224], atol=1e-3
+        )
+        np.testing.assert_allclose(
+            crop[..., 1], expected_cols[:, ::-1] if flipped else expected_cols, atol=1e-3
+        )
+        seen_flips.add(flipped)
+    assert seen_flips == {False, True}
+
+
+def test_pipeline_augmentation_and_shuffle_follow_the_seed(tmp_path):
+    make_cifar10(str(tmp_path), per_batch=8)  # 40 training images, 36 in "train"
+
+    def first_epoch(seed, **kwargs):
+        ds = data.load(
+            "cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=seed, **kwargs
+        )
+        return collect(ds)
+
+    x, y = first_epoch(3)
+    x_again, y_again = first_epoch(3)
+    np.testing.assert_array_equal(x, x_again)
+    np.testing.assert_array_equal(y, y_again)
+    assert not np.array_equal(x, first_epoch(4)[0])
+    # Without shuffling, the augmented images differ from the plain ones (crops and flips).
+    plain, _ = first_epoch(3, shuffle=False, augment=False)
+    augmented, _ = first_epoch(3, shuffle=False)
+    assert x.shape == augmented.shape == plain.shape == (36, 32, 32, 3)
+    changed = np.any(augmented != plain, axis=(1, 2, 3))
+    assert changed.sum() > 30  # unchanged only for offset (4, 4) without flip: p = 1/162
+    # Successive epochs differ, and do so identically on a fresh pipeline.
+    ds = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3, repeat=True)
+    two_epochs = [b[0] for b in ds.take(12).as_numpy_iterator()]
+    np.testing.assert_array_equal(np.concatenate(two_epochs[:6]), x)
+    assert not np.array_equal(np.concatenate(two_epochs[6:]), x)
+    ds = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3, repeat=True)
+    again = [b[0] for b in ds.take(12).as_numpy_iterator()]
+    np.testing.assert_array_equal(np.concatenate(again), np.concatenate(two_epochs))

@@ -1,0 +1,427 @@
+"""Fast-BAT's `gradients` against an independent computation of DESIGN.md §3.
+
+What it is checked against:
+
+- the six Fast-BAT steps (linearization point, lower-level solution, upper-level loss,
+  inactive mask, implicit-gradient term, combination), recomputed here with plain
+  `tf.GradientTape`s, for every linearization, on a dense softplus model and on a conv
+  model with batch norm, in float64 and float32;
+- the implicit-gradient term against central finite differences of
+  θ ↦ (1/B) Σ_i ⟨∇δ Σ_j CE_j(θ, x+z)_i, H_i ⊙ v_i⟩ (float64, every weight perturbed);
+- `ig="hessian_aware"` against an explicit per-example Hessian, restricted to the
+  inactive coordinates and solved with `numpy.linalg.solve`;
+- the stateless seed: same seed, same step; another seed, another step.
+
+Nothing from `fbat_tf` is used except `methods.create` and the method's `gradients`.
+
+    python -m pytest tests/test_fastbat_reference.py -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import methods
+
+# Inactive-mask margin of DESIGN.md §3 step 4.
+TAU = 1e-7
+LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
+RTOL = {"float64": 1e-5, "float32": 1e-4}
+SEED = (3, 17)
+
+
+# --------------------------------------------------------------------------- models, data
+
+
+def _dense_model(dtype: str, input_dim: int = 12, hidden: int = 8, classes: int = 3):
+    keras.utils.set_random_seed(1234)
+    return keras.Sequential(
+        [
+            keras.Input((input_dim,), dtype=dtype),
+            keras.layers.Dense(hidden, activation="softplus", dtype=dtype),
+            keras.layers.Dense(classes, dtype=dtype),
+        ]
+    )
+
+
+def _conv_model(dtype: str):
+    keras.utils.set_random_seed(4321)
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 2), dtype=dtype),
+            keras.layers.Conv2D(3, 3, padding="same", dtype=dtype),
+            keras.layers.BatchNormalization(dtype=dtype),
+            keras.layers.ReLU(dtype=dtype),
+            keras.layers.GlobalAveragePooling2D(dtype=dtype),
+            keras.layers.Dense(3, dtype=dtype),
+        ]
+    )
+
+
+def _inputs(shape: tuple[int, ...], dtype: str, classes: int = 3, data_seed: int = 0):
+    """Pixels in [0, 1], about a fifth exactly 0 and a sixth exactly 1 (box-active)."""
+    rng = np.random.default_rng(data_seed)
+    x = rng.uniform(0.05, 0.95, size=shape)
+    where = rng.uniform(size=shape)
+    x[where < 0.2] = 0.0
+    x[where > 5 / 6] = 1.0
+    y = rng.integers(0, classes, size=shape[0])
+    return tf.constant(x, dtype=dtype), tf.constant(y, dtype=tf.int32)
+
+
+def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
+    return tf.constant(pair, dtype=tf.int32)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _project(delta, x, eps):
+    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
+    delta = tf.minimum(tf.maximum(delta, -eps), eps)
+    return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
+
+
+def _per_example_ce(model, inputs, y):
+    logits = model(inputs, training=True)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), logits
+
+
+def _input_gradient(model, x, y, delta):
+    """∇δ Σ_i CE_i(θ, x+δ) at the current weights."""
+    with tf.GradientTape() as tape:
+        tape.watch(delta)
+        ce, _ = _per_example_ce(model, x + delta, y)
+        total = tf.reduce_sum(ce)
+    return tape.gradient(total, delta)
+
+
+def _mixed_term_gradient(model, x, y, z, u):
+    """∇θ (1/B) Σ_i ⟨∇δ Σ_j CE_j(θ, x+z)_i, u_i⟩ with z and u constant (nested tapes)."""
+    batch = tf.cast(tf.shape(x)[0], x.dtype)
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            inner.watch(z)
+            ce, _ = _per_example_ce(model, x + z, y)
+            total = tf.reduce_sum(ce)
+        g_z = inner.gradient(total, z)
+        objective = tf.reduce_sum(g_z * u) / batch
+    return outer.gradient(objective, model.trainable_variables)
+
+
+@dataclasses.dataclass
+class Reference:
+    z: tf.Tensor
+    delta_star: tf.Tensor
+    upper_loss: float
+    upper_gradient: list  # g1
+    upper_input_gradient: tf.Tensor  # v
+    mask: tf.Tensor  # H
+    margin: np.ndarray  # distance of δ* to the nearer bound of C
+    implicit_term: list  # g2 (Hessian-free)
+    adv_accuracy: float
+
+
+def _reference(model, x, y, seed, *, eps, lambda_inv, linearization) -> Reference:
+    draw = tf.random.stateless_uniform(
+        tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
+    )
+    delta0 = _project(draw, x, eps)
+    # Step 1: linearization point z.
+    if linearization == "pgd_nosign":
+        z = _project(delta0 + lambda_inv * _input_gradient(model, x, y, delta0), x, eps)
+    elif linearization == "pgd_sign":
+        step = 1.25 * eps * tf.sign(_input_gradient(model, x, y, delta0))
+        z = _project(delta0 + step, x, eps)
+    elif linearization == "uniform":
+        z = delta0
+    elif linearization == "corner":
+        z = _project(eps * tf.sign(draw), x, eps)
+    else:
+        raise ValueError(linearization)
+    # Step 2: lower-level solution δ*, a constant.
+    g_z = _input_gradient(model, x, y, z)
+    delta_star = _project(z + lambda_inv * g_z, x, eps)
+    # Step 3: upper level at δ*.
+    with tf.GradientTape() as tape:
+        ce, logits = _per_example_ce(model, x + delta_star, y)
+        upper_loss = tf.reduce_mean(ce)
+    upper_gradient = tape.gradient(upper_loss, model.trainable_variables)
+    v = _input_gradient(model, x, y, delta_star)
+    # Step 4: inactive mask H.
+    lower = tf.maximum(-eps, -x)
+    upper = tf.minimum(eps, 1.0 - x)
+    mask = tf.cast((delta_star > lower + TAU) & (delta_star < upper - TAU), x.dtype)
+    margin = np.minimum((delta_star - lower).numpy(), (upper - delta_star).numpy())
+    # Step 5: implicit-gradient term.
+    implicit_term = _mixed_term_gradient(model, x, y, z, mask * v)
+    correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y)
+    return Reference(
+        z=z,
+        delta_star=delta_star,
+        upper_loss=float(upper_loss),
+        upper_gradient=upper_gradient,
+        upper_input_gradient=v,
+        mask=mask,
+        margin=margin,
+        implicit_term=implicit_term,
+        adv_accuracy=float(tf.reduce_mean(tf.cast(correct, tf.float64))),
+    )
+
+
+def _combine(g1, g2, coef):
+    return [a + coef * b for a, b in zip(g1, g2, strict=True)]
+
+
+def _global_norm(tensors) -> float:
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
+
+
+def _assert_grads_close(actual, expected, rtol):
+    assert len(actual) == len(expected)
+    scale = max(float(np.max(np.abs(np.asarray(e)))) for e in expected)
+    assert scale > 0
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a is not None, f"gradient {i} is None"
+        a = np.asarray(tf.convert_to_tensor(a))
+        e = np.asarray(e)
+        assert a.shape == e.shape, (i, a.shape, e.shape)
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale, err_msg=f"variable {i}")
+
+
+def _assert_mask_well_posed(ref: Reference, low=0.1, high=0.9):
+    """Both kinds of coordinates occur and none sits so near a bound that τ decides it."""
+    inactive = float(tf.reduce_mean(ref.mask))
+    assert low < inactive < high, inactive
+    on_bound = ref.margin == 0.0
+    assert on_bound.any()
+    ambiguous = (ref.margin > 0.0) & (ref.margin < 10 * TAU)
+    assert not ambiguous.any(), ref.margin[ambiguous]
+
+
+# --------------------------------------------------------------------------- configurations
+
+# eps and a = 1/λ chosen so that both active and inactive coordinates are common at δ* for
+# every linearization; ig_coef large enough that the implicit term is not lost in g1.
+CASES = {
+    "dense": dict(build=_dense_model, shape=(8, 12), eps=0.1, lambda_inv=0.1, ig_coef=1.0),
+    "conv": dict(build=_conv_model, shape=(4, 6, 6, 2), eps=0.1, lambda_inv=1.0, ig_coef=4.0),
+}
+
+
+def _setup(case: str, dtype: str):
+    cfg = CASES[case]
+    model = cfg["build"](dtype)
+    x, y = _inputs(cfg["shape"], dtype)
+    return model, x, y, cfg
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("linearization", LINEARIZATIONS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", ["dense", "conv"])
+def test_hessian_free_matches_reference(case, dtype, linearization):
+    model, x, y, cfg = _setup(case, dtype)
+    eps, lambda_inv, ig_coef = cfg["eps"], cfg["lambda_inv"], cfg["ig_coef"]
+    method = methods.create(
+        "fastbat",
+        eps=eps,
+        lambda_inv=lambda_inv,
+        ig_coef=ig_coef,
+        ig="hessian_free",
+        linearization=linearization,
+    )
+    grads, logs = method.gradients(model, x, y, _seed())
+
+    ref = _reference(
+        model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization=linearization
+    )
+    _assert_mask_well_posed(ref)
+    ratio = ig_coef * _global_norm(ref.implicit_term) / _global_norm(ref.upper_gradient)
+    # The implicit term must weigh in, or an error in it would hide under the tolerance.
+    assert ratio > 0.02, ratio
+
+    rtol = RTOL[dtype]
+    _assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), rtol)
+    np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=rtol)
+    assert float(logs["adv_accuracy"]) == pytest.approx(ref.adv_accuracy, abs=1e-6)
+    inactive = float(tf.reduce_mean(ref.mask))
+    assert float(logs["inactive_fraction"]) == pytest.approx(inactive, abs=1e-6)
+    np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=10 * rtol)
+
+
+def test_conv_case_is_sensitive_to_training_mode():
+    """Batch norm in train mode differs from inference mode here, so the conv comparison
+    above also checks that every forward pass uses `training=True`."""
+    model, x, _, _ = _setup("conv", "float64")
+    train = model(x, training=True)
+    infer = model(x, training=False)
+    assert float(tf.reduce_max(tf.abs(train - infer))) > 1e-2
+
+
+def _implicit_objective(model, x, y, z, u) -> float:
+    """θ ↦ (1/B) Σ_i ⟨∇δ Σ_j CE_j(θ, x+z)_i, u_i⟩ at the model's current weights."""
+    g_z = _input_gradient(model, x, y, z)
+    return float(tf.reduce_sum(g_z * u)) / int(x.shape[0])
+
+
+def _finite_difference(model, fn, step):
+    """Central differences of fn() with respect to every trainable weight."""
+    result = []
+    for var in model.trainable_variables:
+        base = var.numpy()
+        grad = np.zeros_like(base)
+        for idx in np.ndindex(base.shape):
+            bumped = base.copy()
+            bumped[idx] += step
+            var.assign(bumped)
+            plus = fn()
+            bumped[idx] = base[idx] - step
+            var.assign(bumped)
+            minus = fn()
+            grad[idx] = (plus - minus) / (2 * step)
+        var.assign(base)
+        result.append(grad)
+    return result
+
+
+@pytest.mark.parametrize("linearization", ["pgd_nosign", "corner"])
+def test_implicit_term_matches_finite_difference(linearization):
+    model, x, y, cfg = _setup("dense", "float64")
+    eps, lambda_inv = cfg["eps"], cfg["lambda_inv"]
+
+    def step(ig_coef):
+        method = methods.create(
+            "fastbat",
+            eps=eps,
+            lambda_inv=lambda_inv,
+            ig_coef=ig_coef,
+            ig="hessian_free",
+            linearization=linearization,
+        )
+        grads, _ = method.gradients(model, x, y, _seed())
+        return [np.asarray(tf.convert_to_tensor(g)) for g in grads]
+
+    # z, δ*, H and v do not depend on ig_coef, so the difference is g2 alone.
+    implicit_term = [b - a for a, b in zip(step(1.0), step(2.0), strict=True)]
+
+    ref = _reference(
+        model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization=linearization
+    )
+    _assert_mask_well_posed(ref)
+    u = ref.mask * ref.upper_input_gradient
+    numeric = _finite_difference(
+        model, lambda: _implicit_objective(model, x, y, ref.z, u), step=1e-5
+    )
+    # The reference's own nested-tape g2 agrees with finite differences ...
+    _assert_grads_close(ref.implicit_term, numeric, rtol=1e-6)
+    # ... and so does the method's.
+    _assert_grads_close(implicit_term, numeric, rtol=1e-6)
+    # H matters: without it the term is measurably different.
+    unmasked = _mixed_term_gradient(model, x, y, ref.z, ref.upper_input_gradient)
+    diff = _global_norm([a - b for a, b in zip(unmasked, numeric, strict=True)])
+    assert diff > 0.1 * _global_norm(numeric)
+
+
+# --------------------------------------------------------------------------- hessian-aware
+
+
+def _hessian_aware_direction(model, x, y, ref: Reference, lambda_inv):
+    """u_i = λ (λI − ∇²δδ CE_i(θ, x+z))|_{S_i}^{-1} v_i|_{S_i}, zero off S_i, by brute force."""
+    z = ref.z
+    with tf.GradientTape() as outer:
+        outer.watch(z)
+        with tf.GradientTape() as inner:
+            inner.watch(z)
+            ce, _ = _per_example_ce(model, x + z, y)
+            total = tf.reduce_sum(ce)
+        g_z = inner.gradient(total, z)
+    full = outer.jacobian(g_z, z).numpy()  # [B, d, B, d]
+    batch, dim = z.shape
+    lam = 1.0 / lambda_inv
+    mask = ref.mask.numpy().astype(bool)
+    v = ref.upper_input_gradient.numpy()
+    u = np.zeros_like(v)
+    smallest_eig = np.inf
+    for i in range(batch):
+        for j in range(batch):
+            if i != j:  # examples do not interact without batch norm
+                assert np.max(np.abs(full[i, :, j, :])) == 0.0
+        hessian = full[i, :, i, :]
+        np.testing.assert_allclose(hessian, hessian.T, atol=1e-12)
+        s = np.flatnonzero(mask[i])
+        if s.size == 0:
+            continue
+        system = lam * np.eye(dim) - hessian
+        block = system[np.ix_(s, s)]
+        smallest_eig = min(smallest_eig, float(np.min(np.linalg.eigvalsh(block))))
+        u[i, s] = lam * np.linalg.solve(block, v[i, s])
+    return tf.constant(u, dtype=z.dtype), smallest_eig
+
+
+def test_hessian_aware_matches_explicit_solve():
+    dim = 6
+    model = _dense_model("float64", input_dim=dim, hidden=5)
+    # Larger first-layer weights so the input Hessian is not negligible next to λI.
+    kernel = model.trainable_variables[0]
+    kernel.assign(kernel * 3.0)
+    x, y = _inputs((4, dim), "float64", data_seed=5)
+    eps, lambda_inv, ig_coef = 0.1, 0.05, 0.5
+    method = methods.create(
+        "fastbat",
+        eps=eps,
+        lambda_inv=lambda_inv,
+        ig_coef=ig_coef,
+        ig="hessian_aware",
+        linearization="pgd_nosign",
+        cg_steps=dim,
+    )
+    grads, logs = method.gradients(model, x, y, _seed())
+
+    ref = _reference(
+        model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization="pgd_nosign"
+    )
+    _assert_mask_well_posed(ref, low=0.1, high=0.9)
+    u, smallest_eig = _hessian_aware_direction(model, x, y, ref, lambda_inv)
+    assert smallest_eig > 0.5 / lambda_inv  # well-conditioned, so CG in `dim` steps is exact
+    implicit_term = _mixed_term_gradient(model, x, y, ref.z, u)
+    # The Hessian must change the answer, or this test would pass for the Hessian-free term.
+    change = _global_norm([a - b for a, b in zip(implicit_term, ref.implicit_term, strict=True)])
+    assert change > 1e-3 * _global_norm(implicit_term), change
+
+    expected = _combine(ref.upper_gradient, implicit_term, ig_coef)
+    _assert_grads_close(grads, expected, rtol=1e-6)
+    np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=1e-8)
+    ratio = ig_coef * _global_norm(implicit_term) / _global_norm(ref.upper_gradient)
+    np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def test_seed_determines_the_step():
+    model, x, y, cfg = _setup("dense", "float64")
+    method = methods.create(
+        "fastbat",
+        eps=cfg["eps"],
+        lambda_inv=cfg["lambda_inv"],
+        ig_coef=cfg["ig_coef"],
+        ig="hessian_free",
+        linearization="pgd_nosign",
+    )
+
+    def flat(seed):
+        grads, _ = method.gradients(model, x, y, _seed(seed))
+        return np.concatenate([np.ravel(tf.convert_to_tensor(g)) for g in grads])
+
+    first = flat((1, 2))
+    np.testing.assert_array_equal(flat((1, 2)), first)
+    other = flat((7, 9))
+    assert np.max(np.abs(other - first)) > 1e-3 * np.max(np.abs(first))

@@ -1,0 +1,280 @@
+"""Fast-AT + GradAlign's `gradients` against an independent computation of DESIGN.md §3.
+
+What it is checked against:
+
+- FGSM from δ0 = 0 (α = 1.25ε) plus the GradAlign term
+  ga_coef · (1 − mean_i cos(∇x CE_i(x), ∇x CE_i(x+η))), recomputed here with plain
+  `tf.GradientTape`s (double backprop through the noisy gradient), on a dense softplus model
+  and a conv model with batch norm, in float64 and float32;
+- the GradAlign term's θ-gradient against central finite differences (float64, every weight);
+- the default ga_coef against the closed form: 0.2 at ε ≤ 8/255, 2.0 at ε ≥ 16/255,
+  0.2·10^((255ε − 8)/8) in between.
+
+Nothing from `fbat_tf` is used except `methods.create` and the method's `gradients`.
+
+    python -m pytest tests/test_gradalign_reference.py -q
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import methods
+
+RTOL = {"float64": 1e-5, "float32": 1e-4}
+SEED = (11, 5)
+EPS = 0.1
+GA_COEF = 5.0  # large enough that the GradAlign term is a good share of the gradient
+
+
+# --------------------------------------------------------------------------- models, data
+
+
+def _dense_model(dtype: str):
+    model = keras.Sequential(
+        [
+            keras.Input((12,), dtype=dtype),
+            keras.layers.Dense(8, activation="softplus", dtype=dtype),
+            keras.layers.Dense(3, dtype=dtype),
+        ]
+    )
+    # Same weights in either dtype; a first layer large enough that ∇x CE turns noticeably
+    # within the ε-ball (a nearly linear model would leave the GradAlign term ~ 0).
+    rng = np.random.default_rng(7)
+    model.set_weights(
+        [
+            rng.normal(size=(12, 8)) * 4 / np.sqrt(12),
+            rng.normal(size=8) * 0.5,
+            rng.normal(size=(8, 3)) / np.sqrt(8),
+            rng.normal(size=3) * 0.1,
+        ]
+    )
+    return model
+
+
+def _conv_model(dtype: str):
+    keras.utils.set_random_seed(2025)
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 2), dtype=dtype),
+            keras.layers.Conv2D(3, 3, padding="same", dtype=dtype),
+            keras.layers.BatchNormalization(dtype=dtype),
+            keras.layers.ReLU(dtype=dtype),
+            keras.layers.GlobalAveragePooling2D(dtype=dtype),
+            keras.layers.Dense(3, dtype=dtype),
+        ]
+    )
+
+
+CASES = {"dense": (_dense_model, (8, 12)), "conv": (_conv_model, (4, 6, 6, 2))}
+
+
+def _setup(case: str, dtype: str):
+    build, shape = CASES[case]
+    model = build(dtype)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.05, 0.95, size=shape)
+    where = rng.uniform(size=shape)
+    x[where < 0.2] = 0.0  # pixels on the box, so P_C's [-x, 1-x] clip matters
+    x[where > 5 / 6] = 1.0
+    y = rng.integers(0, 3, size=shape[0])
+    return model, tf.constant(x, dtype=dtype), tf.constant(y, dtype=tf.int32)
+
+
+def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
+    return tf.constant(pair, dtype=tf.int32)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _project(delta, x, eps):
+    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
+    delta = tf.minimum(tf.maximum(delta, -eps), eps)
+    return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
+
+
+def _per_example_ce(model, inputs, y):
+    logits = model(inputs, training=True)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), logits
+
+
+def _input_gradient(model, inputs, y):
+    """∇x Σ_i CE_i(θ, inputs); recorded on any enclosing tape."""
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        ce, _ = _per_example_ce(model, inputs, y)
+        total = tf.reduce_sum(ce)
+    return tape.gradient(total, inputs)
+
+
+def _misalignment(clean_gradient, noisy_gradient):
+    """1 − mean_i cos(flattened clean_i, flattened noisy_i)."""
+    batch = tf.shape(clean_gradient)[0]
+    a = tf.reshape(clean_gradient, [batch, -1])
+    b = tf.reshape(noisy_gradient, [batch, -1])
+    cos = tf.reduce_sum(a * b, axis=1) / (tf.norm(a, axis=1) * tf.norm(b, axis=1))
+    return 1.0 - tf.reduce_mean(cos)
+
+
+@dataclasses.dataclass
+class Reference:
+    clean_gradient: tf.Tensor
+    noisy_input: tf.Tensor
+    ce_loss: float
+    misalignment: float
+    loss: float
+    ce_gradient: list
+    misalignment_gradient: list
+    adv_accuracy: float
+
+
+def _reference(model, x, y, seed, *, eps, ga_coef) -> Reference:
+    clean_gradient = _input_gradient(model, x, y)  # = ∇δ Σ CE(x+δ) at δ = 0; a constant
+    delta = _project(1.25 * eps * tf.sign(clean_gradient), x, eps)
+    draw = tf.random.stateless_uniform(
+        tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
+    )
+    noisy_input = x + _project(draw, x, eps)
+    with tf.GradientTape(persistent=True) as tape:
+        ce, logits = _per_example_ce(model, x + delta, y)
+        ce_loss = tf.reduce_mean(ce)
+        misalignment = _misalignment(clean_gradient, _input_gradient(model, noisy_input, y))
+    ce_gradient = tape.gradient(ce_loss, model.trainable_variables)
+    misalignment_gradient = tape.gradient(misalignment, model.trainable_variables)
+    del tape
+    correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y)
+    return Reference(
+        clean_gradient=clean_gradient,
+        noisy_input=noisy_input,
+        ce_loss=float(ce_loss),
+        misalignment=float(misalignment),
+        loss=float(ce_loss) + ga_coef * float(misalignment),
+        ce_gradient=ce_gradient,
+        misalignment_gradient=misalignment_gradient,
+        adv_accuracy=float(tf.reduce_mean(tf.cast(correct, tf.float64))),
+    )
+
+
+def _global_norm(tensors) -> float:
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
+
+
+def _as_arrays(grads):
+    return [np.asarray(tf.convert_to_tensor(g)) for g in grads]
+
+
+def _assert_grads_close(actual, expected, rtol):
+    assert len(actual) == len(expected)
+    scale = max(float(np.max(np.abs(np.asarray(e)))) for e in expected)
+    assert scale > 0
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a is not None, f"gradient {i} is None"
+        a = np.asarray(tf.convert_to_tensor(a))
+        e = np.asarray(e)
+        assert a.shape == e.shape, (i, a.shape, e.shape)
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale, err_msg=f"variable {i}")
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", ["dense", "conv"])
+def test_gradalign_matches_reference(case, dtype):
+    model, x, y = _setup(case, dtype)
+    ga_coef = GA_COEF
+    method = methods.create("fastat_ga", eps=EPS, ga_coef=ga_coef)
+    grads, logs = method.gradients(model, x, y, _seed())
+
+    ref = _reference(model, x, y, _seed(), eps=EPS, ga_coef=ga_coef)
+    # The GradAlign term must weigh in, or an error in it would hide under the tolerance.
+    ratio = ga_coef * _global_norm(ref.misalignment_gradient) / _global_norm(ref.ce_gradient)
+    assert ratio > 0.1, ratio
+    assert ref.misalignment > 1e-3, ref.misalignment
+
+    rtol = RTOL[dtype]
+    expected = [
+        a + ga_coef * b for a, b in zip(ref.ce_gradient, ref.misalignment_gradient, strict=True)
+    ]
+    _assert_grads_close(grads, expected, rtol)
+    np.testing.assert_allclose(float(logs["loss"]), ref.loss, rtol=rtol)
+    assert float(logs["adv_accuracy"]) == pytest.approx(ref.adv_accuracy, abs=1e-6)
+    assert float(logs["ga_coef"]) == pytest.approx(ga_coef, rel=1e-6)
+
+
+def test_conv_case_is_sensitive_to_training_mode():
+    """Batch norm in train mode differs from inference mode here, so the conv comparison
+    above also checks that every forward pass uses `training=True`."""
+    model, x, _ = _setup("conv", "float64")
+    difference = model(x, training=True) - model(x, training=False)
+    assert float(tf.reduce_max(tf.abs(difference))) > 1e-2
+
+
+def _finite_difference(model, fn, step):
+    """Central differences of fn() with respect to every trainable weight."""
+    result = []
+    for var in model.trainable_variables:
+        base = var.numpy()
+        grad = np.zeros_like(base)
+        for idx in np.ndindex(base.shape):
+            bumped = base.copy()
+            bumped[idx] += step
+            var.assign(bumped)
+            plus = fn()
+            bumped[idx] = base[idx] - step
+            var.assign(bumped)
+            minus = fn()
+            grad[idx] = (plus - minus) / (2 * step)
+        var.assign(base)
+        result.append(grad)
+    return result
+
+
+def test_gradalign_term_matches_finite_difference():
+    model, x, y = _setup("dense", "float64")
+
+    def step(ga_coef):
+        method = methods.create("fastat_ga", eps=EPS, ga_coef=ga_coef)
+        grads, _ = method.gradients(model, x, y, _seed())
+        return _as_arrays(grads)
+
+    # The FGSM point and η do not depend on ga_coef, so the difference is the term alone.
+    term_gradient = [b - a for a, b in zip(step(1.0), step(2.0), strict=True)]
+
+    ref = _reference(model, x, y, _seed(), eps=EPS, ga_coef=1.0)
+
+    def misalignment():
+        # ∇x CE at x stays at its value for the unperturbed weights (a constant).
+        noisy = _input_gradient(model, ref.noisy_input, y)
+        return float(_misalignment(ref.clean_gradient, noisy))
+
+    numeric = _finite_difference(model, misalignment, step=1e-5)
+    # The reference's own double backprop agrees with finite differences ...
+    _assert_grads_close(ref.misalignment_gradient, numeric, rtol=1e-6)
+    # ... and so does the method's.
+    _assert_grads_close(term_gradient, numeric, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("eps_255", "expected"),
+    [
+        (4, 0.2),
+        (8, 0.2),
+        (10, 0.2 * 10 ** (2 / 8)),
+        (12, 0.2 * math.sqrt(10)),
+        (16, 2.0),
+        (32, 2.0),
+    ],
+)
+def test_default_ga_coef(eps_255, expected):
+    model, x, y = _setup("dense", "float32")
+    method = methods.create("fastat_ga", eps=eps_255 / 255)
+    _, logs = method.gradients(model, x, y, _seed())
+    assert float(logs["ga_coef"]) == pytest.approx(expected, rel=1e-5)

@@ -1,0 +1,220 @@
+"""Every training method: a step moves the weights, its adversarial examples lie in C, XLA agrees
+with eager execution, and each dtype policy runs under XLA.
+
+The exact Fast-BAT and GradAlign numerics are checked against independent computations in
+test_fastbat_reference.py and test_gradalign_reference.py.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import constraints, methods
+from fbat_tf.methods.fast_at_ga import default_ga_coef
+from fbat_tf.methods.fast_bat import LINEARIZATIONS
+
+EPS = 8.0 / 255
+SHAPE = (8, 8, 3)
+BATCH = 6
+
+# Every method with its non-default variants.
+VARIANTS = [
+    ("standard", {}),
+    ("fastat", {}),
+    ("fastat_ga", {}),
+    ("pgd", {"steps": 3}),
+    ("free", {"replays": 2}),
+    ("fastbat", {}),
+    ("fastbat", {"ig": "hessian_aware", "cg_steps": 2}),
+    *[("fastbat", {"linearization": name}) for name in LINEARIZATIONS if name != "pgd_nosign"],
+]
+IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
+
+
+def tiny_model(num_classes: int = 4) -> keras.Model:
+    keras.utils.set_random_seed(1)
+    return keras.Sequential(
+        [
+            keras.Input(SHAPE),
+            keras.layers.Conv2D(4, 3, padding="same", use_bias=False),
+            keras.layers.BatchNormalization(),
+            keras.layers.Activation("softplus"),
+            keras.layers.Conv2D(4, 3, strides=2, padding="same"),
+            keras.layers.Activation("softplus"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(num_classes, dtype="float32"),
+        ]
+    )
+
+
+def batch(seed: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (BATCH, *SHAPE)).astype(np.float32)
+    x[:, :2] = 0.0  # pixels at the box bounds make the [0, 1] constraint active
+    x[:, -2:] = 1.0
+    return tf.constant(x), tf.constant(rng.integers(0, 4, BATCH), tf.int32)
+
+
+def make(name: str, options: dict) -> methods.Method:
+    method = methods.create(name, eps=EPS, **options)
+    method.build((BATCH, *SHAPE))
+    return method
+
+
+SEED = tf.constant([3, 7], tf.int32)
+
+
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
+def test_adversarial_examples_lie_in_C(name, options):
+    model, (x, y) = tiny_model(), batch()
+    x_adv = make(name, options).perturb(model, x, y, SEED)
+    delta = (x_adv - x).numpy()
+    assert np.abs(delta).max() <= EPS + 1e-6
+    assert x_adv.numpy().min() >= 0.0 and x_adv.numpy().max() <= 1.0
+    if name not in ("standard", "free"):  # Free-AT starts from δ = 0
+        assert np.abs(delta).max() > EPS / 2, "the attack did not move"
+
+
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
+def test_one_step_changes_weights_and_logs_are_finite(name, options):
+    model, (x, y) = tiny_model(), batch()
+    method = make(name, options)
+    before = [w.numpy().copy() for w in model.trainable_variables]
+    grads, logs = method.gradients(model, x, y, SEED)
+    assert set(method.log_names) <= set(logs)
+    assert all(np.isfinite(float(v)) for v in logs.values())
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.apply(grads, model.trainable_variables)
+    moved = [not np.allclose(b, w.numpy()) for b, w in zip(before, model.trainable_variables)]
+    assert sum(moved) >= len(moved) - 1  # the conv bias under batch-norm may get ~0 gradient
+
+
+def _global_relative_error(a: list[tf.Tensor], b: list[tf.Tensor]) -> float:
+    diff = tf.linalg.global_norm([x - y for x, y in zip(a, b, strict=True)])
+    return float(diff / tf.linalg.global_norm(a))
+
+
+def _same_noise_everywhere(x, eps, seed):
+    """U[-ε, ε] from numpy: XLA's stateless RNG draws another stream than TF's kernels for the
+    same seed, so the comparison of the deterministic math shares one draw."""
+    rng = np.random.default_rng(5)
+    return tf.constant(rng.uniform(-eps, eps, x.shape).astype(x.dtype.as_numpy_dtype))
+
+
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
+def test_xla_matches_eager_in_float32(name, options, monkeypatch):
+    monkeypatch.setattr(constraints, "uniform_noise", _same_noise_everywhere)
+    model, (x, y) = tiny_model(), batch()
+    method = make(name, options)
+    state = None if method.name != "free" else method.delta.numpy()
+    eager, eager_logs = method.gradients(model, x, y, SEED)
+    if state is not None:
+        method.delta.assign(state)  # Free-AT moved δ; replay from the same state
+    compiled = tf.function(method.gradients, jit_compile=True)
+    xla, xla_logs = compiled(model, x, y, SEED)
+    assert _global_relative_error(eager, xla) < 1e-4
+    np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize(("name", "options"), VARIANTS[:6], ids=IDS[:6])
+def test_each_policy_runs_under_xla(policy, name, options):
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model, (x, y) = tiny_model(), batch()
+        method = make(name, options)
+        scale = tf.constant(1024.0) if policy == "mixed_float16" else None
+        grads, logs = tf.function(method.gradients, jit_compile=True)(model, x, y, SEED, scale)
+        reference_policy_grads = grads
+        assert all(g.dtype == w.dtype for g, w in zip(grads, model.trainable_variables))
+        assert all(np.all(np.isfinite(g.numpy())) for g in reference_policy_grads)
+        assert np.isfinite(float(logs["loss"]))
+        x_adv = method.perturb(model, x, y, SEED, scale)
+        assert np.abs((x_adv - x).numpy()).max() <= EPS + 1e-6
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_loss_scale_returns_scaled_weight_gradients_and_the_same_attack():
+    model, (x, y) = tiny_model(), batch()
+    method = make("fastbat", {})
+    plain, _ = method.gradients(model, x, y, SEED)
+    scaled, _ = method.gradients(model, x, y, SEED, tf.constant(256.0))
+    assert _global_relative_error([256.0 * g for g in plain], scaled) < 1e-5
+
+
+def test_fastat_is_one_fgsm_step_from_the_random_start():
+    # Against a brute-force recomputation of the DESIGN.md table entry.
+    model, (x, y) = tiny_model(), batch()
+    x_adv = make("fastat", {}).perturb(model, x, y, SEED)
+    delta0 = constraints.project(
+        tf.random.stateless_uniform(tf.shape(x), SEED, minval=-EPS, maxval=EPS), x, EPS
+    )
+    with tf.GradientTape() as tape:
+        tape.watch(delta0)
+        loss = tf.reduce_sum(
+            tf.keras.losses.sparse_categorical_crossentropy(
+                y, model(x + delta0, training=True), from_logits=True
+            )
+        )
+    step = delta0 + 1.25 * EPS * tf.sign(tape.gradient(loss, delta0))
+    expected = x + tf.clip_by_value(tf.clip_by_value(step, -EPS, EPS), -x, 1 - x)
+    np.testing.assert_allclose(x_adv.numpy(), expected.numpy(), atol=1e-7)
+
+
+def test_pgd_step_size_defaults():
+    assert make("pgd", {"steps": 2}).alpha == pytest.approx(EPS / 2)
+    assert make("pgd", {"steps": 10}).alpha == pytest.approx(2 / 255)
+
+
+def test_free_carries_delta_across_replays():
+    model, (x, y) = tiny_model(), batch()
+    method = make("free", {"replays": 4})
+    assert float(tf.reduce_max(tf.abs(method.delta))) == 0.0
+    method.gradients(model, x, y, SEED)
+    first = method.delta.numpy().copy()
+    assert np.abs(first).max() == pytest.approx(EPS, rel=1e-5)  # one step of size ε
+    method.gradients(model, x, y, SEED)
+    assert not np.allclose(first, method.delta.numpy())
+    assert np.abs(method.delta.numpy()).max() <= EPS + 1e-7
+
+
+def test_default_hyper_parameters_follow_the_paper():
+    assert make("fastbat", {}).lambda_inv == pytest.approx(5000 / 255)
+    assert methods.create("fastbat", eps=16 / 255).lambda_inv == pytest.approx(2500 / 255)
+    assert make("fastbat", {}).ig_coef == 0.1
+    assert default_ga_coef(4 / 255) == 0.2 and default_ga_coef(32 / 255) == 2.0
+    assert default_ga_coef(12 / 255) == pytest.approx(0.2 * 10**0.5)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("fastbatt", {}, "fastbatt"),
+        ("fastbat", {"ig": "exact"}, "exact"),
+        ("fastbat", {"linearization": "newton"}, "newton"),
+        ("fastbat", {"bogus": 1}, "bogus"),
+        ("pgd", {"steps": 0}, "steps"),
+    ],
+)
+def test_bad_options_name_the_bad_value(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        methods.create(name, eps=EPS, **options)
+
+
+def test_inactive_mask_against_a_brute_force_loop():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (50,)).astype(np.float32)
+    x[:10] = 0.0
+    delta = rng.uniform(-EPS, EPS, (50,)).astype(np.float32)
+    delta[10:20] = EPS
+    delta[:5] = 0.0  # at the lower bound -x = 0
+    delta = np.clip(delta, -x, 1 - x)
+    mask = constraints.inactive_mask(tf.constant(delta), tf.constant(x), EPS).numpy()
+    for i in range(50):
+        low, high = max(-EPS, -x[i]), min(EPS, 1 - x[i])
+        assert mask[i] == float(low + 1e-7 < delta[i] < high - 1e-7), i
+    assert 0 < mask.sum() < 50

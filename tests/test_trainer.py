@@ -1,0 +1,144 @@
+"""AdversarialTrainer and schedules against closed forms: the cyclic schedule against
+numpy.interp, coupled weight decay and momentum against PyTorch's SGD update written out by hand,
+step counts of Free-AT, loss scaling under mixed_float16, and batch-norm statistics."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import methods, schedules
+from fbat_tf.trainer import AdversarialTrainer
+
+SHAPE = (8, 8, 1)
+
+
+def tiny_classifier() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [
+            keras.Input(SHAPE),
+            keras.layers.Conv2D(4, 3, padding="same", use_bias=False),
+            keras.layers.BatchNormalization(momentum=0.9),
+            keras.layers.ReLU(),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3, dtype="float32"),
+        ]
+    )
+
+
+def dataset(n: int = 32, batch: int = 8) -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (n, *SHAPE)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int32)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+
+
+def test_cyclic_schedule_matches_interpolation():
+    schedule = schedules.Cyclic(lr_max=0.2, total_steps=200)
+    steps = np.arange(0, 230, 7)
+    expected = np.interp(steps, [0, 100, 200], [0.0, 0.2, 0.0])
+    got = np.array([float(schedule(s)) for s in steps])
+    np.testing.assert_allclose(got, expected, atol=1e-7)
+
+
+def test_piecewise_schedule():
+    schedule = schedules.Piecewise(lr_max=0.1, total_steps=100)
+    got = [float(schedule(s)) for s in (0, 49, 50, 74, 75, 99)]
+    np.testing.assert_allclose(got, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001], rtol=1e-6)
+
+
+def test_weight_decay_is_coupled_before_momentum():
+    """Two steps of the trainer against v ← μv + (g + λw); w ← w − lr·v, written out."""
+    classifier = tiny_classifier()
+    method = methods.create("standard")
+    lr, momentum, decay = 0.05, 0.9, 0.01
+    trainer = AdversarialTrainer(classifier, method, weight_decay=decay, jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(lr, momentum=momentum))
+    batches = list(dataset(16, 8))
+    weights = [w.numpy().copy() for w in classifier.trainable_variables]
+    velocity = [np.zeros_like(w) for w in weights]
+    # The gradients of each step, computed independently on a copy of the weights.
+    reference = tiny_classifier()
+    for x, y in batches:
+        for target, w in zip(reference.trainable_variables, weights, strict=True):
+            target.assign(w)
+        with tf.GradientTape() as tape:
+            logits = reference(x, training=True)
+            loss = tf.reduce_mean(
+                keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            )
+        grads = [g.numpy() for g in tape.gradient(loss, reference.trainable_variables)]
+        velocity = [momentum * v + g + decay * w for v, g, w in zip(velocity, grads, weights)]
+        weights = [w - lr * v for w, v in zip(weights, velocity)]
+    trainer.fit(dataset(16, 8), epochs=1, verbose=0)
+    for w, expected in zip(classifier.trainable_variables, weights, strict=True):
+        np.testing.assert_allclose(w.numpy(), expected, rtol=2e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fastbat", "free"])
+def test_fit_with_xla_counts_optimizer_steps_and_updates_batch_norm(name):
+    classifier = tiny_classifier()
+    method = methods.create(name, eps=8 / 255, **({"replays": 3} if name == "free" else {}))
+    method.build((8, *SHAPE))
+    trainer = AdversarialTrainer(classifier, method, jit_compile=True)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9))
+    moving_mean = classifier.layers[1].moving_mean.numpy().copy()
+    history = trainer.fit(dataset(32, 8), epochs=2, verbose=0)
+    assert int(trainer.optimizer.iterations) == 2 * 4 * method.replays
+    assert not np.allclose(moving_mean, classifier.layers[1].moving_mean.numpy())
+    assert set(method.log_names) <= set(history.history)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_fit_under_mixed_precision(policy):
+    keras.mixed_precision.set_global_policy(policy)
+    classifier = tiny_classifier()
+    method = methods.create("fastbat", eps=8 / 255)
+    trainer = AdversarialTrainer(classifier, method, jit_compile=True)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    if policy == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    trainer.compile(optimizer=optimizer)
+    before = [w.numpy().copy() for w in classifier.trainable_variables]
+    history = trainer.fit(dataset(32, 8), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = [w.numpy() for w in classifier.trainable_variables]
+    assert any(not np.allclose(b, a) for b, a in zip(before, after))
+    if policy == "mixed_float16":
+        # The dynamic scale is in effect: the step passed loss_scale > 1 to the method.
+        assert float(optimizer.dynamic_scale) > 1.0
+
+
+def test_loss_scaled_step_equals_the_unscaled_step():
+    """Under a LossScaleOptimizer (float32, so nothing overflows) the weights move exactly as
+    with the plain optimizer: the method's gradients were scaled and the optimizer unscaled them."""
+    results = []
+    for scaled in (False, True):
+        classifier = tiny_classifier()
+        trainer = AdversarialTrainer(
+            classifier, methods.create("fastat", eps=8 / 255), jit_compile=False
+        )
+        optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
+        if scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=1024.0)
+        trainer.compile(optimizer=optimizer)
+        trainer.fit(dataset(16, 8), epochs=1, verbose=0)
+        results.append([w.numpy() for w in classifier.trainable_variables])
+    for plain, scaled in zip(*results, strict=True):
+        np.testing.assert_allclose(plain, scaled, rtol=1e-4, atol=1e-6)
+
+
+def test_steps_are_reproducible_from_the_seed():
+    outcomes = []
+    for _ in range(2):
+        classifier = tiny_classifier()
+        trainer = AdversarialTrainer(classifier, methods.create("fastbat"), seed=3)
+        trainer.compile(optimizer=keras.optimizers.SGD(0.05))
+        trainer.fit(dataset(16, 8), epochs=1, verbose=0)
+        outcomes.append([w.numpy() for w in classifier.trainable_variables])
+    for a, b in zip(*outcomes, strict=True):
+        np.testing.assert_array_equal(a, b)

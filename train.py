@@ -1,0 +1,162 @@
+"""Train a robust classifier.
+
+    python train.py --method=fastbat --eps=8                         # CIFAR-10 via TFDS
+    python train.py --method=fastbat --dataset=fashion_mnist --model=small_cnn --epochs=5
+
+Flags are in flags/train.py and flags/common.py. Bad values fail before any work. Restarting
+with the same flags and --workdir resumes; an existing run directory with other flags is
+refused, and a finished run is not redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags as absl_flags
+
+from flags import common
+from flags import train as train_flags
+
+FLAGS = absl_flags.FLAGS
+FLAGS_FILE = "flags.txt"
+
+
+def run_flags() -> dict[str, str]:
+    """The values of this program's own flags, as they would be written on a command line."""
+    names = [f.name for f in FLAGS.get_flags_for_module(train_flags)]
+    names += [f.name for f in FLAGS.get_flags_for_module(common)]
+    return {name: FLAGS[name].serialize() for name in sorted(set(names))}
+
+
+def default_workdir() -> str:
+    eps = f"{train_flags.EPS.value:g}"
+    return os.path.join(
+        "runs",
+        f"{train_flags.METHOD.value}-{common.DATASET.value}-{train_flags.MODEL.value}-eps{eps}",
+    )
+
+
+def check_workdir(workdir: str, current: dict[str, str]) -> str:
+    """'new', 'resume' or 'complete'; exits with an error for a run with other flags."""
+    flags_path = os.path.join(workdir, FLAGS_FILE)
+    if not os.path.exists(flags_path):
+        if os.path.isdir(workdir) and os.listdir(workdir):
+            sys.exit(f"error: --workdir={workdir} exists, is not empty and holds no {FLAGS_FILE}")
+        return "new"
+    with open(flags_path) as f:
+        saved = dict(line.strip().split("=", 1) for line in f if line.startswith("--"))
+    saved = {k.lstrip("-"): v for k, v in saved.items()}
+    ignored = set(train_flags.NOT_RUN_DEFINING) | {"workdir"}
+    differing = [
+        f"{name}: {saved.get(name, '<unset>')} -> {current[name]}"
+        for name in current
+        if name not in ignored and saved.get(name) != current[name]
+    ]
+    if differing:
+        sys.exit(
+            f"error: --workdir={workdir} holds a run with other flags ("
+            + "; ".join(differing)
+            + "). Use a new --workdir, or the same flags to resume."
+        )
+    results = os.path.join(workdir, "results.json")
+    if os.path.exists(results):
+        with open(results) as f:
+            if json.load(f).get("status") == "complete":
+                return "complete"
+    return "resume"
+
+
+def config_from_flags(workdir: str):
+    from fbat_tf import device
+    from fbat_tf.training import TrainConfig
+
+    method = train_flags.METHOD.value
+    options = {
+        "fastbat": {
+            "lambda_inv": None
+            if train_flags.LAMBDA_INV.value is None
+            else train_flags.LAMBDA_INV.value / 255,
+            "ig_coef": train_flags.IG_COEF.value,
+            "ig": train_flags.IG.value,
+            "linearization": train_flags.LINEARIZATION.value,
+            "cg_steps": train_flags.CG_STEPS.value,
+        },
+        "fastat_ga": {"ga_coef": train_flags.GA_COEF.value},
+        "pgd": {"steps": train_flags.ATTACK_STEPS.value},
+        "free": {"replays": train_flags.FREE_REPLAYS.value},
+    }.get(method, {})
+    return TrainConfig(
+        workdir=workdir,
+        method=method,
+        dataset=common.DATASET.value,
+        model=train_flags.MODEL.value,
+        width=train_flags.WIDTH.value,
+        activation=train_flags.ACTIVATION.value,
+        eps=train_flags.EPS.value / 255,
+        method_options=options,
+        epochs=train_flags.EPOCHS.value,
+        batch_size=common.BATCH_SIZE.value,
+        lr_max=train_flags.LR_MAX.value,
+        lr_schedule=train_flags.LR_SCHEDULE.value,
+        momentum=train_flags.MOMENTUM.value,
+        weight_decay=train_flags.WEIGHT_DECAY.value,
+        max_train_examples=train_flags.MAX_TRAIN_EXAMPLES.value,
+        steps_per_epoch=train_flags.STEPS_PER_EPOCH.value,
+        val_attack_steps=train_flags.VAL_ATTACK_STEPS.value,
+        val_restarts=train_flags.VAL_RESTARTS.value,
+        val_examples=train_flags.VAL_EXAMPLES.value,
+        eval_examples=train_flags.EVAL_EXAMPLES.value,
+        eval_pgd_steps=train_flags.EVAL_PGD_STEPS.value,
+        eval_pgd_restarts=train_flags.EVAL_PGD_RESTARTS.value,
+        stop_on_overfitting=train_flags.STOP_ON_OVERFITTING.value,
+        precision=device.resolve_precision(common.PRECISION.value),
+        jit_compile=device.resolve_jit_compile(common.JIT_COMPILE.value),
+        seed=common.SEED.value,
+        data_dir=common.DATA_DIR.value,
+        download=common.DOWNLOAD.value,
+        tensorboard_every=train_flags.TENSORBOARD_EVERY.value,
+        verbose=int(train_flags.VERBOSE.value),
+    )
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from fbat_tf import data, methods
+
+    # Checks that need more than one flag, before anything is created.
+    try:
+        config = config_from_flags(train_flags.WORKDIR.value or default_workdir())
+        methods.create(config.method, eps=config.eps, **config.method_options)
+        source = data.check_available(config.dataset, config.data_dir, config.download)
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+
+    current = run_flags()
+    state = check_workdir(config.workdir, current)
+    if state == "complete":
+        print(f"{config.workdir} holds a finished run with these flags; see its results.json.")
+        return
+    print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
+    os.makedirs(config.workdir, exist_ok=True)
+    if state == "new":
+        with open(os.path.join(config.workdir, FLAGS_FILE), "w") as f:
+            f.writelines(f"--{name}={value}\n" for name, value in current.items())
+
+    from fbat_tf.training import train
+
+    results = train(config)
+    final = results["final"]
+    print(
+        f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
+        f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} "
+        f"{final['test_pgd_robust_accuracy']:.4f}; results in "
+        f"{os.path.join(config.workdir, 'results.json')}"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
