@@ -88,7 +88,10 @@ def test_one_step_changes_weights_and_logs_are_finite(name, options):
     assert all(np.isfinite(float(v)) for v in logs.values())
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.apply(grads, model.trainable_variables)
-    moved = [not np.allclose(b, w.numpy()) for b, w in zip(before, model.trainable_variables)]
+    moved = [
+        not np.allclose(b, w.numpy())
+        for b, w in zip(before, model.trainable_variables, strict=True)
+    ]
     assert sum(moved) >= len(moved) - 1  # the conv bias under batch-norm may get ~0 gradient
 
 
@@ -128,9 +131,10 @@ def test_each_policy_runs_under_xla(policy, name, options):
         method = make(name, options)
         scale = tf.constant(1024.0) if policy == "mixed_float16" else None
         grads, logs = tf.function(method.gradients, jit_compile=True)(model, x, y, SEED, scale)
-        reference_policy_grads = grads
-        assert all(g.dtype == w.dtype for g, w in zip(grads, model.trainable_variables))
-        assert all(np.all(np.isfinite(g.numpy())) for g in reference_policy_grads)
+        assert all(
+            g.dtype == w.dtype for g, w in zip(grads, model.trainable_variables, strict=True)
+        )
+        assert all(np.all(np.isfinite(g.numpy())) for g in grads)
         assert np.isfinite(float(logs["loss"]))
         x_adv = method.perturb(model, x, y, SEED, scale)
         assert np.abs((x_adv - x).numpy()).max() <= EPS + 1e-6

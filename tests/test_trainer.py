@@ -71,8 +71,10 @@ def test_weight_decay_is_coupled_before_momentum():
                 keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
             )
         grads = [g.numpy() for g in tape.gradient(loss, reference.trainable_variables)]
-        velocity = [momentum * v + g + decay * w for v, g, w in zip(velocity, grads, weights)]
-        weights = [w - lr * v for w, v in zip(weights, velocity)]
+        velocity = [
+            momentum * v + g + decay * w for v, g, w in zip(velocity, grads, weights, strict=True)
+        ]
+        weights = [w - lr * v for w, v in zip(weights, velocity, strict=True)]
     trainer.fit(dataset(16, 8), epochs=1, verbose=0)
     for w, expected in zip(classifier.trainable_variables, weights, strict=True):
         np.testing.assert_allclose(w.numpy(), expected, rtol=2e-4, atol=1e-6)
@@ -107,7 +109,7 @@ def test_fit_under_mixed_precision(policy):
     history = trainer.fit(dataset(32, 8), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     after = [w.numpy() for w in classifier.trainable_variables]
-    assert any(not np.allclose(b, a) for b, a in zip(before, after))
+    assert any(not np.allclose(b, a) for b, a in zip(before, after, strict=True))
     if policy == "mixed_float16":
         # The dynamic scale is in effect: the step passed loss_scale > 1 to the method.
         assert float(optimizer.dynamic_scale) > 1.0
