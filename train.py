@@ -25,7 +25,7 @@ FLAGS_FILE = "flags.txt"
 
 
 def run_flags() -> dict[str, str]:
-    """The values of this program's own flags, as they would be written on a command line."""
+    """This program's own flags as command-line words (flag-file lines); unset ones are ''."""
     names = [f.name for f in FLAGS.get_flags_for_module(train_flags)]
     names += [f.name for f in FLAGS.get_flags_for_module(common)]
     return {name: FLAGS[name].serialize() for name in sorted(set(names))}
@@ -39,6 +39,18 @@ def default_workdir() -> str:
     )
 
 
+def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
+    """The words of flags.txt by flag name (absent: '')."""
+    with open(path) as f:
+        lines = [line.strip() for line in f if line.startswith("--")]
+    saved = dict.fromkeys(names, "")
+    for line in lines:
+        word = line[2:].split("=", 1)[0]
+        name = word[2:] if word.startswith("no") and word[2:] in saved else word
+        saved[name] = line
+    return saved
+
+
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
     """'new', 'resume' or 'complete'; exits with an error for a run with other flags."""
     flags_path = os.path.join(workdir, FLAGS_FILE)
@@ -46,14 +58,12 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
         if os.path.isdir(workdir) and os.listdir(workdir):
             sys.exit(f"error: --workdir={workdir} exists, is not empty and holds no {FLAGS_FILE}")
         return "new"
-    with open(flags_path) as f:
-        saved = dict(line.strip().split("=", 1) for line in f if line.startswith("--"))
-    saved = {k.lstrip("-"): v for k, v in saved.items()}
+    saved = _saved_flags(flags_path, list(current))
     ignored = set(train_flags.NOT_RUN_DEFINING) | {"workdir"}
     differing = [
-        f"{name}: {saved.get(name, '<unset>')} -> {current[name]}"
+        f"{saved[name] or f'--{name} unset'} -> {current[name] or f'--{name} unset'}"
         for name in current
-        if name not in ignored and saved.get(name) != current[name]
+        if name not in ignored and saved[name] != current[name]
     ]
     if differing:
         sys.exit(
@@ -144,7 +154,7 @@ def main(argv: list[str]) -> None:
     os.makedirs(config.workdir, exist_ok=True)
     if state == "new":
         with open(os.path.join(config.workdir, FLAGS_FILE), "w") as f:
-            f.writelines(f"--{name}={value}\n" for name, value in current.items())
+            f.writelines(f"{line}\n" for line in current.values() if line)
 
     from fbat_tf.training import train
 

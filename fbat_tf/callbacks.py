@@ -4,9 +4,9 @@ overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
     callbacks = [
         EpochTiming(examples_per_epoch),
         RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path="best.weights.h5"),
-        ResumeCheckpoint(trainer, "checkpoints/last"),
-        ResultsLog("results.json"),
-        keras.callbacks.TensorBoard("tensorboard"),     # last: it sees what the others logged
+        ResultsLog("results.json", payload),
+        keras.callbacks.TensorBoard("tensorboard"),     # after them: it sees what they logged
+        ResumeCheckpoint(trainer, "checkpoints/last"),  # last: an epoch it holds is logged
     ]
 
 The validation callbacks write into the epoch's `logs` dict under `val_*` keys, so the

@@ -171,6 +171,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
         jit_compile=config.jit_compile,
     )
     tensorboard_dir = os.path.join(config.workdir, "tensorboard")
+    # Order matters: validation writes into the epoch's logs before they are recorded, and
+    # the resumable checkpoint comes last, so an epoch it holds is in results.json and
+    # TensorBoard too.
     callbacks = [
         EpochTiming(steps_per_epoch * config.batch_size * method.replays),
         RobustValidation(
@@ -182,14 +185,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
             stop_on_overfitting=config.stop_on_overfitting,
             best_robust_accuracy=best_so_far,
         ),
-        resume,
         ResultsLog(results_path, payload),
-        keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(
             tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
         ),
+        keras.callbacks.TerminateOnNaN(),
+        resume,
     ]
     if initial_epoch < epochs:
         trainer.fit(
@@ -204,6 +207,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     if os.path.exists(best_path):
         classifier.load_weights(best_path)
+    payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
     payload["final"] = evaluate_test(classifier, config)
     payload["status"] = "complete"
     write_json_atomic(results_path, payload)

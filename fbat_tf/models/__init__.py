@@ -1,0 +1,99 @@
+"""Model registry: build a classifier by name.
+
+    from fbat_tf import models
+
+    model = models.build("preact_resnet18", num_classes=10, input_shape=(32, 32, 3),
+                         mean=(0.4914, 0.4822, 0.4465), std=(0.2471, 0.2435, 0.2616))
+    logits = model(x, training=False)        # x: raw pixels in [0, 1], NHWC -> float32 logits
+
+    models.build("small_cnn", 10, (28, 28, 1), mean=0.2860, std=0.3530, activation="softplus")
+    models.build("wide_resnet", 10, (32, 32, 3), 0.5, 0.25, depth=40, widen_factor=2)
+    models.names()                           # every registered name
+
+Every model is a functional `keras.Model` named after its registry name that
+- takes raw pixels in [0, 1] and standardizes them in its first layer, "normalize"
+  ((x - mean) / std per channel), so attacks work in pixel units;
+- uses `activation` ("relu", "softplus" with β = 10 as in the Fast-BAT code, or "swish") in every
+  nonlinearity;
+- returns float32 logits [batch, num_classes] under any mixed-precision policy;
+- runs inside `tf.function(jit_compile=True)` and under nested gradient tapes.
+
+`width` is the base channel count (None: 64 for PreActResNet and ResNet-50, 16 for WideResNet,
+times the widen factor per group, 32 for small_cnn). Extra keyword arguments go to the
+constructor: `depth`, `widen_factor` (only with "wide_resnet") and `dropout_rate` for the
+WideResNets. Adding a model is one module plus one line in `_REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+
+from fbat_tf.models.layers import ACTIVATIONS, check_activation
+from fbat_tf.models.preact_resnet import preact_resnet
+from fbat_tf.models.resnet import resnet50
+from fbat_tf.models.small_cnn import small_cnn
+from fbat_tf.models.wide_resnet import wide_resnet
+
+__all__ = ["ACTIVATIONS", "build", "names"]
+
+# name -> (constructor, the arguments the name fixes)
+_REGISTRY: dict[str, tuple[Callable[..., keras.Model], dict[str, Any]]] = {
+    "preact_resnet18": (preact_resnet, {"depth": 18}),
+    "preact_resnet34": (preact_resnet, {"depth": 34}),
+    "preact_resnet50": (preact_resnet, {"depth": 50}),
+    "wide_resnet16_8": (wide_resnet, {"depth": 16, "widen_factor": 8}),
+    "wide_resnet28_10": (wide_resnet, {"depth": 28, "widen_factor": 10}),
+    "wide_resnet34_10": (wide_resnet, {"depth": 34, "widen_factor": 10}),
+    # Any WRN-depth-k through depth=/widen_factor= (default WRN-28-10).
+    "wide_resnet": (wide_resnet, {}),
+    "resnet50": (resnet50, {}),
+    "small_cnn": (small_cnn, {}),
+}
+
+
+def names() -> list[str]:
+    """Every name `build` accepts, in registry order."""
+    return list(_REGISTRY)
+
+
+def build(
+    name: str,
+    num_classes: int,
+    input_shape: tuple[int, int, int],
+    mean,
+    std,
+    activation: str = "relu",
+    width: int | None = None,
+    **kwargs: Any,
+) -> keras.Model:
+    """Builds the model registered as `name` (see the module docstring).
+
+    mean, std: a scalar or one value per input channel, in pixel units ([0, 1] scale).
+    Raises ValueError for an unknown name or activation, a bad depth, or a keyword argument
+    that the name already fixes (e.g. depth= with "wide_resnet28_10").
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown model {name!r}; valid models: {names()}")
+    check_activation(activation)
+    constructor, fixed = _REGISTRY[name]
+    clashes = sorted(set(fixed) & set(kwargs))
+    if clashes:
+        raise ValueError(
+            f"model {name!r} fixes {', '.join(f'{k}={fixed[k]}' for k in clashes)}; "
+            f"got {', '.join(f'{k}={kwargs[k]!r}' for k in clashes)} "
+            "(use 'wide_resnet' to choose depth and widen_factor)"
+        )
+    return constructor(
+        num_classes=num_classes,
+        input_shape=tuple(input_shape),
+        mean=mean,
+        std=std,
+        activation=activation,
+        width=width,
+        name=name,
+        **fixed,
+        **kwargs,
+    )

@@ -1,0 +1,182 @@
+"""train.py end to end: bad flags fail before any work, a real Fashion-MNIST run writes what
+DESIGN.md §5 promises, a finished run is not redone, other flags are refused, and a CIFAR-10 run
+through mocked TFDS writes TensorBoard events (read back here) and resumes after a kill with the
+same number of optimizer steps."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from fbat_tf import callbacks
+from fbat_tf.training import TrainConfig, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+TINY_RUN = [
+    "--dataset=fashion_mnist",
+    "--model=small_cnn",
+    "--width=4",
+    "--epochs=2",
+    "--max_train_examples=256",
+    "--batch_size=64",
+    "--val_examples=64",
+    "--val_attack_steps=2",
+    "--eval_examples=64",
+    "--eval_pgd_steps=2",
+    "--eval_pgd_restarts=1",
+    "--tensorboard_every=0",
+    "--verbose=0",
+]
+
+
+def run_train(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "train.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [
+        ("--method=fastbatt", "--method"),
+        ("--eps=0", "--eps"),
+        ("--eps=300", "--eps"),
+        ("--data_dir=/nonexistent/dir", "--data_dir"),
+    ],
+)
+def test_bad_flags_fail_before_any_work(tmp_path, flag, named):
+    workdir = tmp_path / "run"
+    result = run_train(flag, f"--workdir={workdir}", "--dataset=fashion_mnist")
+    assert result.returncode != 0
+    assert named in result.stderr
+    assert not workdir.exists()
+
+
+def test_missing_dataset_fails_fast_naming_data_dir(tmp_path):
+    workdir = tmp_path / "run"
+    result = run_train(
+        "--dataset=cifar10", f"--data_dir={tmp_path}", "--nodownload", f"--workdir={workdir}"
+    )
+    assert result.returncode != 0
+    assert "--data_dir" in result.stderr and "cifar10" in result.stderr
+    assert not workdir.exists()
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
+    workdir = tmp_path / "run"
+    result = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["status"] == "complete"
+    assert [h["epoch"] for h in results["history"]] == [1, 2]
+    for key in ("val_robust_accuracy", "val_clean_accuracy", "epoch_time", "ig_norm_ratio"):
+        assert key in results["history"][-1]
+    final = results["final"]
+    assert final["test_examples"] == 64
+    assert 0.0 <= final["test_pgd_robust_accuracy"] <= final["test_clean_accuracy"] <= 1.0
+    assert (workdir / "checkpoints" / "best.weights.h5").exists()
+    assert "--eps=8.0" in (workdir / "flags.txt").read_text()
+    assert glob.glob(str(workdir / "tensorboard" / "train" / "events.out.tfevents.*"))
+
+    before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    again = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
+    assert again.returncode == 0 and "finished run" in again.stdout
+    after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    assert before == after
+
+    other = run_train("--method=fastbat", "--eps=4", f"--workdir={workdir}", *TINY_RUN)
+    assert other.returncode != 0
+    assert "--eps=8.0 -> --eps=4.0" in other.stderr
+
+
+def _scalars(directory: str) -> dict[str, list[float]]:
+    """Scalars of every event file under `directory`, read with TensorFlow's record reader."""
+    values: dict[str, list[float]] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                number = (
+                    float(tf.make_ndarray(value.tensor))
+                    if value.HasField("tensor")
+                    else value.simple_value
+                )
+                values.setdefault(value.tag, []).append(number)
+    return values
+
+
+def _cifar_config(workdir: str) -> TrainConfig:
+    return TrainConfig(
+        workdir=workdir,
+        method="fastbat",
+        dataset="cifar10",
+        model="preact_resnet18",
+        width=4,
+        epochs=2,
+        batch_size=8,
+        val_examples=8,
+        val_attack_steps=2,
+        eval_examples=8,
+        eval_pgd_steps=2,
+        eval_pgd_restarts=1,
+        jit_compile=True,
+        download=False,
+        tensorboard_every=2,
+        verbose=0,
+    )
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_cifar10_mocked_tfds_run_writes_tensorboard_and_resumes(tmp_path, monkeypatch):
+    with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE, num_examples=40):
+        complete = train(_cifar_config(str(tmp_path / "complete")))
+        steps_per_epoch = complete["steps_per_epoch"]
+        assert steps_per_epoch == 36 // 8  # 40 examples, the last 10% held out, partial dropped
+        assert complete["optimizer_steps"] == 2 * steps_per_epoch
+
+        scalars = _scalars(str(tmp_path / "complete" / "tensorboard" / "validation"))
+        assert len(scalars["epoch_robust_accuracy"]) == 2
+        train_scalars = _scalars(str(tmp_path / "complete" / "tensorboard" / "train"))
+        assert len(train_scalars["epoch_ig_norm_ratio"]) == 2
+        assert len(train_scalars["epoch_learning_rate"]) == 2
+        history = complete["history"]
+        np.testing.assert_allclose(
+            scalars["epoch_robust_accuracy"], [h["val_robust_accuracy"] for h in history]
+        )
+        assert os.listdir(tmp_path / "complete" / "checkpoints" / "last")
+
+        # Kill the second run right after its first epoch's checkpoint, then restart it.
+        save = callbacks.ResumeCheckpoint.on_epoch_end
+
+        def save_then_die(self, epoch, logs=None):
+            save(self, epoch, logs)
+            raise _Killed
+
+        monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save_then_die)
+        killed_dir = str(tmp_path / "killed")
+        with pytest.raises(_Killed):
+            train(_cifar_config(killed_dir))
+        monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save)
+        resumed = train(_cifar_config(killed_dir))
+        assert resumed["optimizer_steps"] == complete["optimizer_steps"]
+        assert [h["epoch"] for h in resumed["history"]] == [1, 2]
