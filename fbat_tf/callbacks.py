@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.evaluation import evaluate
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -43,47 +43,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, tf.Tensor):
         return value.numpy().tolist()
     raise TypeError(f"not JSON serializable: {type(value)}")
-
-
-def robust_accuracy(
-    model: keras.Model,
-    dataset: tf.data.Dataset,
-    attack: Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor],
-    eps: float,
-) -> dict[str, float]:
-    """Clean loss/accuracy and robust accuracy of `model` on `dataset` under `attack`.
-
-    Every adversarial batch is checked to lie in C before it is counted.
-    """
-    clean_correct = robust_correct = clean_loss = 0.0
-    count = 0
-    for x, y in dataset:
-        logits = model(x, training=False)
-        clean_correct += float(tf.reduce_sum(correct(logits, y)))
-        clean_loss += float(tf.reduce_sum(cross_entropy(logits, y)))
-        x_adv = attack(model, x, y)
-        check_in_ball(x_adv, x, eps)
-        robust_correct += float(tf.reduce_sum(correct(model(x_adv, training=False), y)))
-        count += int(x.shape[0])
-    if count == 0:
-        raise ValueError("robust validation got an empty dataset")
-    return {
-        "loss": clean_loss / count,
-        "clean_accuracy": clean_correct / count,
-        "robust_accuracy": robust_correct / count,
-        "examples": count,
-    }
-
-
-def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
-    """Raise if ‖x_adv − x‖∞ > ε + tol or x_adv leaves [0, 1]: such a batch must not count."""
-    distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
-    low, high = float(tf.reduce_min(x_adv)), float(tf.reduce_max(x_adv))
-    if distance > eps + tol or low < -tol or high > 1 + tol:
-        raise AssertionError(
-            f"adversarial batch outside C: ‖δ‖∞ = {distance:.3g} (ε = {eps:.3g}), "
-            f"range [{low:.3g}, {high:.3g}]"
-        )
 
 
 class RobustValidation(keras.callbacks.Callback):
@@ -122,20 +81,20 @@ class RobustValidation(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
-        result = robust_accuracy(self.classifier, self.dataset, self.attack, self.eps)
+        attack = {"pgd": (self.eps, self.attack)}
+        result = evaluate(self.classifier, self.dataset, attack)
+        robust = result["robust_accuracy"]["pgd"]
         logs["val_loss"] = result["loss"]
         logs["val_clean_accuracy"] = result["clean_accuracy"]
-        logs["val_robust_accuracy"] = result["robust_accuracy"]
-        robust = result["robust_accuracy"]
+        logs["val_robust_accuracy"] = robust
 
-        fixed = robust_accuracy(
-            self.classifier, tf.data.Dataset.from_tensors(self.fixed_batch), self.attack, self.eps
-        )
+        fixed = evaluate(self.classifier, tf.data.Dataset.from_tensors(self.fixed_batch), attack)
+        fixed_robust = fixed["robust_accuracy"]["pgd"]
         overfitting = robust < self.best - self.drop or (
-            fixed["robust_accuracy"] < self.fixed_best - self.drop
-            and fixed["clean_accuracy"] >= fixed["robust_accuracy"] + self.drop
+            fixed_robust < self.fixed_best - self.drop
+            and fixed["clean_accuracy"] >= fixed_robust + self.drop
         )
-        self.fixed_best = max(self.fixed_best, fixed["robust_accuracy"])
+        self.fixed_best = max(self.fixed_best, fixed_robust)
         logs["val_overfitting"] = float(overfitting)
         if overfitting:
             logging.warning(
@@ -144,7 +103,7 @@ class RobustValidation(keras.callbacks.Callback):
                 epoch + 1,
                 robust,
                 self.best,
-                fixed["robust_accuracy"],
+                fixed_robust,
                 self.fixed_best,
                 "; stopping" if self.stop_on_overfitting else "",
             )

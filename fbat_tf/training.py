@@ -15,20 +15,18 @@ import dataclasses
 import json
 import math
 import os
-import time
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from fbat_tf import data, device, methods, models, schedules
+from fbat_tf import data, device, evaluation, methods, models, schedules
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
     EpochTiming,
     ResultsLog,
     ResumeCheckpoint,
     RobustValidation,
-    robust_accuracy,
     write_json_atomic,
 )
 from fbat_tf.trainer import AdversarialTrainer
@@ -235,13 +233,12 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         seed=config.seed,
         jit_compile=config.jit_compile,
     )
-    start = time.perf_counter()
-    result = robust_accuracy(classifier, test_ds, attack, config.eps)
+    result = evaluation.evaluate(classifier, test_ds, {"pgd": (config.eps, attack)})
     return {
         "test_examples": result["examples"],
         "test_clean_accuracy": result["clean_accuracy"],
-        "test_pgd_robust_accuracy": result["robust_accuracy"],
+        "test_pgd_robust_accuracy": result["robust_accuracy"]["pgd"],
         "pgd_steps": config.eval_pgd_steps,
         "pgd_restarts": config.eval_pgd_restarts,
-        "eval_time_s": time.perf_counter() - start,
+        "eval_time_s": result["time_s"]["pgd"],
     }

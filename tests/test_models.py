@@ -1,0 +1,340 @@
+"""Tests for the model registry `fbat_tf.models`.
+
+    python -m pytest tests/test_models.py -q
+
+Shapes and dtypes of every model at tiny widths, the in-model normalization against numpy, the
+activations against their formulas, parameter counts against the published PyTorch numbers,
+second derivatives under XLA against finite differences, mixed precision, and argument errors.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import models
+from fbat_tf.models.layers import BatchNormalization
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2471, 0.2435, 0.2616)
+
+# name -> (input shape, width, activation, extra kwargs). Each activation is used by several
+# models; resnet50 runs at 64x64 (Tiny-ImageNet size) with width 4 to stay fast.
+TINY = {
+    "preact_resnet18": ((32, 32, 3), 4, "relu", {}),
+    "preact_resnet34": ((32, 32, 3), 4, "softplus", {}),
+    "preact_resnet50": ((32, 32, 3), 4, "swish", {}),
+    "wide_resnet16_8": ((32, 32, 3), 2, "softplus", {}),
+    "wide_resnet28_10": ((32, 32, 3), 1, "relu", {}),
+    "wide_resnet34_10": ((32, 32, 3), 1, "swish", {}),
+    "wide_resnet": ((32, 32, 3), 4, "relu", {"depth": 10, "widen_factor": 2}),
+    "resnet50": ((64, 64, 3), 4, "swish", {}),
+    "small_cnn": ((28, 28, 1), 8, "softplus", {}),
+}
+
+ACTIVATION_FORMULAS = {
+    "relu": lambda z: np.maximum(z, 0.0),
+    # The Fast-BAT code's nn.Softplus(beta=10).
+    "softplus": lambda z: np.logaddexp(0.0, 10.0 * z) / 10.0,
+    "swish": lambda z: z / (1.0 + np.exp(-z)),
+}
+
+
+def trainable_parameter_count(model: keras.Model) -> int:
+    """What PyTorch's sum(p.numel() for p in model.parameters()) counts (no BN moving stats)."""
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def random_pixels(shape, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0.0, 1.0, size=shape).astype(np.float32)
+
+
+@pytest.fixture
+def mixed_policy(request):
+    keras.mixed_precision.set_global_policy(request.param)
+    try:
+        yield request.param
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_names_cover_the_registry():
+    expected = {
+        "preact_resnet18",
+        "preact_resnet34",
+        "preact_resnet50",
+        "wide_resnet16_8",
+        "wide_resnet28_10",
+        "wide_resnet34_10",
+        "wide_resnet",
+        "resnet50",
+        "small_cnn",
+    }
+    assert set(models.names()) == expected
+    assert set(TINY) == expected
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_every_model_gives_float32_logits(name):
+    input_shape, width, activation, kwargs = TINY[name]
+    model = models.build(name, 7, input_shape, 0.5, 0.25, activation, width, **kwargs)
+    assert model.name == name
+    logits = model(random_pixels((2, *input_shape)), training=False)
+    assert logits.shape == (2, 7)
+    assert logits.dtype == tf.float32
+    assert np.all(np.isfinite(logits.numpy()))
+    # Training mode runs too (batch statistics, moving averages updated).
+    assert model(random_pixels((2, *input_shape), seed=1), training=True).shape == (2, 7)
+
+
+@pytest.mark.parametrize("activation", ["relu", "softplus", "swish"])
+def test_activation_is_used_in_every_nonlinearity(activation):
+    model = models.build(
+        "preact_resnet18", 10, (16, 16, 3), CIFAR_MEAN, CIFAR_STD, activation, width=4
+    )
+    nonlinearities = [layer for layer in model.layers if isinstance(layer, keras.layers.Activation)]
+    # Two per basic block (8 blocks) plus the one after the final batch norm.
+    assert len(nonlinearities) == 2 * 8 + 1
+    z = np.linspace(-3.0, 3.0, 61, dtype=np.float32)
+    for layer in nonlinearities:
+        np.testing.assert_allclose(
+            layer(z).numpy(), ACTIVATION_FORMULAS[activation](z.astype(np.float64)), atol=1e-6
+        )
+    assert np.all(np.isfinite(model(random_pixels((2, 16, 16, 3))).numpy()))
+
+
+@pytest.mark.parametrize(
+    "name,input_shape,mean,std",
+    [
+        ("preact_resnet18", (8, 8, 3), CIFAR_MEAN, CIFAR_STD),
+        ("small_cnn", (8, 8, 1), 0.2860, 0.3530),
+    ],
+)
+def test_normalization_is_the_first_layer(name, input_shape, mean, std):
+    model = models.build(name, 10, input_shape, mean, std, width=4)
+    first = model.layers[1]
+    assert first.name == "normalize"
+    normalized = keras.Model(model.input, first.output)
+    x = random_pixels((3, *input_shape))
+    expected = (x.astype(np.float64) - np.asarray(mean)) / np.asarray(std)
+    np.testing.assert_allclose(normalized(x).numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_preact_resnet18_parameter_count():
+    # Independent closed form of the Fast-AT / Fast-BAT PreActResNet-18: BN γ, β count; the
+    # moving statistics are buffers, not parameters.
+    def conv(k, c_in, c_out):
+        return k * k * c_in * c_out
+
+    count = conv(3, 3, 64)
+    c_in = 64
+    for stage, stride in enumerate((1, 2, 2, 2)):
+        planes = 64 * 2**stage
+        for block in range(2):
+            count += 2 * c_in + conv(3, c_in, planes) + 2 * planes + conv(3, planes, planes)
+            if (block == 0 and stride != 1) or c_in != planes:
+                count += conv(1, c_in, planes)
+            c_in = planes
+    count += 2 * 512 + 512 * 10 + 10
+    # 11,171,146 is the published count of kuangliu's PreActResNet18 (no final BN); the Fast-AT
+    # version adds BatchNorm2d(512) = 1,024 parameters. (11,173,962 is the post-activation
+    # ResNet-18, which has BN on the stem and on every projection shortcut.)
+    assert count == 11_171_146 + 1_024 == 11_172_170
+
+    model = models.build("preact_resnet18", 10, (32, 32, 3), CIFAR_MEAN, CIFAR_STD)
+    assert trainable_parameter_count(model) == 11_172_170
+    # The non-trainable weights are exactly the BN moving mean and variance (one per γ, β).
+    bn_affine = sum(
+        np.prod(w.shape)
+        for layer in model.layers
+        if isinstance(layer, keras.layers.BatchNormalization)
+        for w in layer.trainable_weights
+    )
+    assert sum(np.prod(w.shape) for w in model.non_trainable_weights) == bn_affine
+
+
+@pytest.mark.parametrize(
+    "name,num_classes,input_shape,published",
+    [
+        ("wide_resnet28_10", 10, (32, 32, 3), 36_479_194),  # the PyTorch WRN-28-10
+        ("resnet50", 1000, (224, 224, 3), 25_557_032),  # torchvision resnet50
+    ],
+)
+def test_published_parameter_counts(name, num_classes, input_shape, published):
+    model = models.build(name, num_classes, input_shape, 0.5, 0.25)
+    assert trainable_parameter_count(model) == published
+
+
+def test_small_cnn_is_small():
+    model = models.build("small_cnn", 10, (28, 28, 1), 0.2860, 0.3530)
+    assert 100_000 <= trainable_parameter_count(model) <= 300_000
+
+
+def mixed_second_derivative_fn(model: keras.Model, training: bool):
+    """XLA-compiled (x, y, v) -> (⟨∇x Σ_i CE_i, v⟩, its ∇θ), Fast-BAT's implicit-term form."""
+
+    @tf.function(jit_compile=True)
+    def compute(x, y, v):
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                logits = tf.cast(model(x, training=training), tf.float32)
+                loss = tf.reduce_sum(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+                )
+            input_gradient = inner.gradient(loss, x)
+            inner_product = tf.reduce_sum(input_gradient * v)
+        return inner_product, outer.gradient(inner_product, model.trainable_variables)
+
+    return compute
+
+
+def test_small_cnn_second_order_gradient_under_xla():
+    # (preact_resnet18 gets the same check, and more, in the finite-difference test below.)
+    model = models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.25, width=8)
+    x = random_pixels((4, 28, 28, 1))
+    v = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
+    _, grads = mixed_second_derivative_fn(model, training=True)(x, np.arange(4), v)
+    assert len(grads) == len(model.trainable_variables)
+    assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
+    assert float(tf.linalg.global_norm(grads)) > 0.0
+
+
+def test_second_order_gradient_matches_finite_differences():
+    # Directional derivative of f(θ) = ⟨∇x Σ CE, v⟩ along a random unit direction u, against a
+    # central difference, with batch norm in training mode as the training-time attacks run it.
+    # Swish makes f smooth in θ; PreActResNet has no max pooling, whose kinks would spoil the
+    # difference quotient. With keras.layers.BatchNormalization instead the error is 10-75%
+    # (seeds 0-3): its batch variance stops the gradient through the mean.
+    keras.utils.set_random_seed(0)
+    model = models.build("preact_resnet18", 10, (16, 16, 3), 0.5, 0.25, "swish", width=4)
+    compute = mixed_second_derivative_fn(model, training=True)
+    rng = np.random.default_rng(2)
+    x = random_pixels((4, 16, 16, 3))
+    y = np.arange(4)
+    v = rng.normal(size=x.shape).astype(np.float32)
+    _, grads = compute(x, y, v)
+    assert len(grads) == len(model.trainable_variables)
+    assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+    variables = model.trainable_variables
+    direction = [rng.normal(size=w.shape) for w in variables]
+    norm = np.sqrt(sum(np.sum(d**2) for d in direction))
+    direction = [d / norm for d in direction]
+    analytic = sum(
+        np.sum(g.numpy().astype(np.float64) * d) for g, d in zip(grads, direction, strict=True)
+    )
+
+    originals = [w.numpy() for w in variables]
+    step = 1e-2
+
+    def f_at(offset: float) -> float:
+        for w, w0, d in zip(variables, originals, direction, strict=True):
+            w.assign((w0 + offset * d).astype(np.float32))
+        return float(compute(x, y, v)[0])
+
+    numeric = (f_at(step) - f_at(-step)) / (2 * step)
+    for w, w0 in zip(variables, originals, strict=True):
+        w.assign(w0)
+    assert abs(analytic) > 1e-4
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-2)
+
+
+@pytest.mark.parametrize("mixed_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_mixed_precision_logits_are_float32(mixed_policy):
+    for name, first_conv in (("preact_resnet18", "stem_conv"), ("small_cnn", "block1_conv")):
+        input_shape, width, activation, kwargs = TINY[name]
+        model = models.build(name, 10, input_shape, 0.5, 0.25, activation, width, **kwargs)
+        # The policy took effect (16-bit convolutions), yet the logits are float32.
+        assert model.get_layer(first_conv).compute_dtype == mixed_policy.removeprefix("mixed_")
+        assert model(random_pixels((2, *input_shape))).dtype == tf.float32
+
+
+@pytest.mark.parametrize("mixed_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
+def test_second_order_gradient_under_mixed_precision(mixed_policy):
+    # small_cnn has max pooling, whose second derivative has no 16-bit XLA kernel.
+    model = models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.25, "swish", width=4)
+    x = random_pixels((4, 28, 28, 1))
+    _, grads = mixed_second_derivative_fn(model, training=True)(x, np.arange(4), np.ones_like(x))
+    grads = [tf.cast(g, tf.float32) for g in grads]
+    assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+    assert float(tf.linalg.global_norm(grads)) > 0.0
+
+
+def test_batch_norm_second_derivative_matches_finite_differences():
+    # Hessian-vector product of L(x) = Σ c ⊙ sin(BN(x)) with training-mode batch statistics,
+    # in float64, against a central difference of the gradient.
+    layer = BatchNormalization(epsilon=1e-5, dtype="float64")
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(6, 3)))
+    c = tf.constant(rng.normal(size=(6, 3)))
+    v = tf.constant(rng.normal(size=(6, 3)))
+
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(c * tf.sin(layer(x, training=True)))
+        return tape.gradient(loss, x)
+
+    with tf.GradientTape() as outer:
+        outer.watch(x)
+        directional = tf.reduce_sum(gradient(x) * v)
+    hessian_vector = outer.gradient(directional, x)
+    step = 1e-5
+    numeric = (gradient(x + step * v) - gradient(x - step * v)) / (2 * step)
+    np.testing.assert_allclose(hessian_vector.numpy(), numeric.numpy(), rtol=1e-6, atol=1e-8)
+
+
+def test_batch_norm_matches_keras_to_first_order():
+    # Same outputs, moving statistics and input-gradients as keras.layers.BatchNormalization.
+    x = tf.constant(np.random.default_rng(4).normal(size=(5, 4, 4, 3)), tf.float32)
+    ours = BatchNormalization(momentum=0.9, epsilon=1e-5)
+    reference = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)
+    results = []
+    for layer in (ours, reference):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(tf.sin(y))
+        results.append([y, tape.gradient(loss, x), layer.moving_mean, layer.moving_variance])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_softplus_model_round_trips_through_its_config():
+    model = models.build("small_cnn", 10, (12, 12, 1), 0.5, 0.25, "softplus", width=4)
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    x = random_pixels((2, 12, 12, 1))
+    np.testing.assert_allclose(clone(x).numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_unknown_name_is_rejected():
+    with pytest.raises(ValueError, match="resnet_9000") as error:
+        models.build("resnet_9000", 10, (32, 32, 3), 0.5, 0.25)
+    assert "preact_resnet18" in str(error.value)
+
+
+def test_unknown_activation_is_rejected():
+    with pytest.raises(ValueError, match="gelu") as error:
+        models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.25, activation="gelu")
+    assert "softplus" in str(error.value)
+
+
+@pytest.mark.parametrize("depth", [27, 4, 30])
+def test_wide_resnet_depth_must_be_6n_plus_4(depth):
+    with pytest.raises(ValueError, match=f"6n\\+4.*{depth}"):
+        models.build("wide_resnet", 10, (32, 32, 3), 0.5, 0.25, depth=depth, widen_factor=1)
+
+
+def test_named_wide_resnet_rejects_a_conflicting_depth():
+    with pytest.raises(ValueError, match="depth=34"):
+        models.build("wide_resnet28_10", 10, (32, 32, 3), 0.5, 0.25, depth=34)
+
+
+def test_mean_and_std_must_match_the_channels():
+    with pytest.raises(ValueError, match="mean"):
+        models.build("small_cnn", 10, (28, 28, 1), CIFAR_MEAN, 0.25)
+    with pytest.raises(ValueError, match="std"):
+        models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.0)
