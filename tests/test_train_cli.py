@@ -39,10 +39,10 @@ TINY_RUN = [
 ]
 
 
-def run_train(*args: str) -> subprocess.CompletedProcess:
+def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "train.py"), *args],
+        [sys.executable, os.path.join(ROOT, program), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -104,6 +104,19 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     other = run_train("--method=fastbat", "--eps=4", f"--workdir={workdir}", *TINY_RUN)
     assert other.returncode != 0
     assert "--eps=8.0 -> --eps=4.0" in other.stderr
+
+    evaluation = [f"--model_path={workdir}", "--n_examples=64", "--eps=4,8", "--pgd_steps=2"]
+    evaluated = run_train(*evaluation, "--pgd_restarts=1", program="evaluate.py")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((workdir / "eval-test.json").read_text())
+    assert report["examples"] == 64
+    assert set(report["robust_accuracy"]) == {"pgd@4", "pgd@8"}
+    # A larger budget cannot help the model.
+    assert report["robust_accuracy"]["pgd@8"] <= report["robust_accuracy"]["pgd@4"] + 1e-9
+    assert report["robust_accuracy"]["pgd@4"] <= report["clean_accuracy"]
+    assert "| PGD-2-1 | 8 |" in evaluated.stdout
+    again = run_train(*evaluation, "--pgd_restarts=1", program="evaluate.py")
+    assert again.returncode != 0 and "exists" in again.stderr
 
 
 def _scalars(directory: str) -> dict[str, list[float]]:

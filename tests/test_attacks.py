@@ -1,0 +1,78 @@
+"""PGD against closed forms: on a linear two-class model the worst case in C is the projected
+corner δ_j = −ε·sign(w_y − w_other)_j, and the evaluation loop's robust accuracy is the count of
+examples whose worst-case margin is negative."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf.attacks.pgd import PGD
+from fbat_tf.evaluation import check_in_ball, evaluate
+
+EPS = 8 / 255
+
+
+def linear_model(d: int, seed: int = 0) -> keras.Model:
+    rng = np.random.default_rng(seed)
+    model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(2)])
+    model.layers[0].set_weights(
+        [rng.normal(size=(d, 2)).astype(np.float32), np.zeros(2, np.float32)]
+    )
+    return model
+
+
+def analytic_worst_case(model: keras.Model, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    kernel = model.layers[0].get_weights()[0]
+    # Direction that lowers logit_y − logit_other, per coordinate, as far as C allows.
+    towards = kernel[:, 1 - y].T - kernel[:, y].T
+    delta = EPS * np.sign(towards)
+    return np.clip(x + delta, 0.0, 1.0)
+
+
+def test_pgd_finds_the_analytic_worst_case_of_a_linear_model():
+    d, n = 20, 16
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (n, d)).astype(np.float32)
+    x[:, :3] = 0.0  # box constraints active on some coordinates
+    y = rng.integers(0, 2, n).astype(np.int32)
+    model = linear_model(d)
+    x_adv = PGD(EPS, steps=10, restarts=1)(model, tf.constant(x), tf.constant(y)).numpy()
+    np.testing.assert_allclose(x_adv, analytic_worst_case(model, x, y), atol=1e-6)
+
+
+def test_robust_accuracy_counts_examples_whose_worst_case_margin_is_positive():
+    d, n = 20, 64
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 1, (n, d)).astype(np.float32)
+    model = linear_model(d, seed=3)
+    logits = model(x).numpy()
+    y = logits.argmax(1).astype(np.int32)  # all clean-correct
+    worst = model(analytic_worst_case(model, x, y)).numpy()
+    expected = float(np.mean(worst.argmax(1) == y))
+    assert 0.0 < expected < 1.0
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    result = evaluate(model, dataset, {"pgd": (EPS, PGD(EPS, steps=10, restarts=2))})
+    assert result["clean_accuracy"] == 1.0
+    assert result["robust_accuracy"]["pgd"] == pytest.approx(expected)
+    assert result["examples"] == n
+
+
+def test_zero_step_pgd_returns_a_random_start_inside_the_ball():
+    model = linear_model(4)
+    x = tf.constant(np.full((8, 4), 0.5, np.float32))
+    y = tf.constant(np.zeros(8, np.int32))
+    x_adv = PGD(EPS, steps=0, restarts=3, seed=1)(model, x, y)
+    check_in_ball(x_adv, x, EPS)
+    distance = np.abs((x_adv - x).numpy())
+    assert distance.max() <= EPS + 1e-7 and distance.mean() > EPS / 4
+
+
+def test_check_in_ball_rejects_points_outside_C():
+    x = tf.zeros((2, 3)) + 0.5
+    with pytest.raises(AssertionError, match="outside C"):
+        check_in_ball(x + 2 * EPS, x, EPS)
+    with pytest.raises(AssertionError, match="outside C"):
+        check_in_ball(x * 0 - 0.01, x * 0, EPS)
