@@ -1,0 +1,92 @@
+"""The robust-validation callback: best-weights selection and the catastrophic-overfitting
+guard, driven by attacks whose effect is known in closed form on a linear model."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from fbat_tf.callbacks import RobustValidation
+
+EPS = 0.3
+
+
+def linear_model() -> keras.Model:
+    rng = np.random.default_rng(0)
+    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(2)])
+    model.layers[0].set_weights(
+        [rng.normal(size=(10, 2)).astype(np.float32), np.zeros(2, np.float32)]
+    )
+    return model
+
+
+def corner_attack(model, x, y):
+    """The exact worst case of a linear two-class model in the ε-ball ∩ box."""
+    kernel = model.layers[0].kernel
+    towards = tf.transpose(tf.gather(kernel, 1 - y, axis=1) - tf.gather(kernel, y, axis=1))
+    return tf.clip_by_value(x + EPS * tf.sign(towards), 0.0, 1.0)
+
+
+class SwitchableAttack:
+    """No perturbation until `strong` is set, then the exact worst case."""
+
+    def __init__(self):
+        self.strong = False
+
+    def __call__(self, model, x, y):
+        return corner_attack(model, x, y) if self.strong else x
+
+
+def test_guard_fires_on_a_robust_accuracy_collapse_and_best_weights_are_kept(tmp_path):
+    model = linear_model()
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (64, 10)).astype(np.float32)
+    y = model(x).numpy().argmax(1).astype(np.int32)  # clean accuracy 1
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    worst = model(corner_attack(model, x, y)).numpy().argmax(1)
+    robust_under_attack = float(np.mean(worst == y))
+    assert robust_under_attack < 0.8  # the collapse is larger than the 20-point threshold
+
+    attack = SwitchableAttack()
+    best = str(tmp_path / "best.weights.h5")
+    callback = RobustValidation(
+        dataset, attack, EPS, model, best_path=best, stop_on_overfitting=True
+    )
+    callback.set_model(model)
+    logs: dict = {}
+    callback.on_epoch_end(0, logs)
+    assert logs["val_robust_accuracy"] == 1.0 and logs["val_overfitting"] == 0.0
+    assert logs["val_best"] == 1.0
+    saved = [w.copy() for w in model.get_weights()]
+
+    model.layers[0].set_weights([w * 1.5 for w in saved])  # a later epoch's weights
+    attack.strong = True
+    callback.on_epoch_end(1, logs)
+    expected = float(np.mean(model(corner_attack(model, x, y)).numpy().argmax(1) == y))
+    assert logs["val_robust_accuracy"] == expected
+    assert logs["val_overfitting"] == 1.0 and model.stop_training
+    assert logs["val_best"] == 0.0 and logs["val_best_robust_accuracy"] == 1.0
+
+    restored = linear_model()
+    restored.load_weights(best)
+    for a, b in zip(restored.get_weights(), saved, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_guard_only_warns_without_stop_on_overfitting():
+    model = linear_model()
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 1, (32, 10)).astype(np.float32)
+    y = model(x).numpy().argmax(1).astype(np.int32)
+    attack = SwitchableAttack()
+    callback = RobustValidation(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16), attack, EPS, model
+    )
+    callback.set_model(model)
+    model.stop_training = False
+    logs: dict = {}
+    callback.on_epoch_end(0, logs)
+    attack.strong = True
+    callback.on_epoch_end(1, logs)
+    assert logs["val_overfitting"] == 1.0 and not model.stop_training
