@@ -1,0 +1,185 @@
+"""Time one optimizer step of each training method on the same model, batch and device.
+
+    python bench/step_time.py --model=preact_resnet18 --width=16 --batch_size=64 \
+        --image_size=32 --jit_compile=true --precision=float32 --json=bench/results/step_time.json
+
+Each method runs in its own child process (so that its peak memory is its own), one after the
+other on the same machine: build the model and `AdversarialTrainer`, warm up (tracing and XLA
+compilation), then time `--repeats` steps of `train_on_batch`, which returns numbers and so
+waits for the step to finish. Reports the median step time, images/s and peak memory (GPU: the
+allocator's peak; CPU: the child's peak resident set, and what the steps added to the resident
+set of the built process), the ratios to Fast-AT, writes JSON and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
+
+_METHODS = flags.DEFINE_list("methods", ALL_METHODS, "Methods to time.")
+_MODEL = flags.DEFINE_string("model", "preact_resnet18", "Architecture.")
+_WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
+_BATCH = flags.DEFINE_integer("batch_size", 64, "Batch size.")
+_IMAGE = flags.DEFINE_integer("image_size", 32, "Image height and width.")
+_CHANNELS = flags.DEFINE_integer("channels", 3, "Image channels.")
+_JIT = flags.DEFINE_enum("jit_compile", "true", ["auto", "true", "false"], "XLA.")
+_PRECISION = flags.DEFINE_enum(
+    "precision", "float32", ["auto", "float32", "mixed_float16", "mixed_bfloat16"], "Policy."
+)
+_REPEATS = flags.DEFINE_integer("repeats", 20, "Timed steps.")
+_WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first.")
+_JSON = flags.DEFINE_string("json", None, "Write the results here.")
+_CHILD = flags.DEFINE_string("child", None, "Internal: time this one method and print JSON.")
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def time_method(method_name: str) -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from fbat_tf import device, methods, models
+    from fbat_tf.trainer import AdversarialTrainer
+
+    precision = device.resolve_precision(_PRECISION.value)
+    keras.mixed_precision.set_global_policy(precision)
+    keras.utils.set_random_seed(0)
+    shape = (_IMAGE.value, _IMAGE.value, _CHANNELS.value)
+    classifier = models.build(_MODEL.value, 10, shape, mean=0.5, std=0.25, width=_WIDTH.value)
+    method = methods.create(method_name, eps=8 / 255)
+    method.build((_BATCH.value, *shape))
+    trainer = AdversarialTrainer(
+        classifier, method, jit_compile=device.resolve_jit_compile(_JIT.value)
+    )
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    if precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    trainer.compile(optimizer=optimizer)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (_BATCH.value, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, _BATCH.value).astype(np.int32)
+    resident_before = _resident_mb()
+    for _ in range(_WARMUP.value):
+        trainer.train_on_batch(x, y)
+    gpu = tf.config.list_physical_devices("GPU")
+    if gpu:
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    times = []
+    for _ in range(_REPEATS.value):
+        start = time.perf_counter()
+        trainer.train_on_batch(x, y)  # returns numpy logs: the step has finished
+        times.append(time.perf_counter() - start)
+    if gpu:
+        peak_mb = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+        step_mb = peak_mb
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        # What the steps added to the process built so far (model, data, TF runtime).
+        step_mb = peak_mb - resident_before
+    # Free-AT takes m optimizer steps per call; report the time of one optimizer step.
+    step = statistics.median(times) / method.replays
+    return {
+        "step_time_s": step,
+        "images_per_s": _BATCH.value / step,
+        "peak_memory_mb": peak_mb,
+        "step_memory_mb": step_mb,
+        "device": device.describe(),
+        "precision": precision,
+        "jit_compile": device.resolve_jit_compile(_JIT.value),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+    }
+
+
+def main(argv: list[str]) -> None:
+    if _CHILD.value:
+        print("RESULT " + json.dumps(time_method(_CHILD.value)))
+        return
+    unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
+    if unknown:
+        sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
+    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json"))]
+    results, meta = {}, {}
+    for name in _METHODS.value:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        child = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), f"--child={name}", *passed],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+        if child.returncode != 0 or not lines:
+            sys.exit(f"error: timing {name} failed:\n{child.stderr[-3000:]}")
+        measured = json.loads(lines[-1][len("RESULT ") :])
+        meta = {
+            k: measured.pop(k)
+            for k in ("device", "precision", "jit_compile", "tensorflow", "keras")
+        }
+        results[name] = measured
+        print(f"{name}: {measured['step_time_s']:.3f} s/step", file=sys.stderr)
+    reference = results.get("fastat", {}).get("step_time_s")
+    report = {
+        **meta,
+        "model": f"{_MODEL.value} width {_WIDTH.value}",
+        "batch_size": _BATCH.value,
+        "image_size": _IMAGE.value,
+        "repeats": _REPEATS.value,
+        "command": "python bench/step_time.py " + " ".join(sys.argv[1:]),
+        "results": results,
+        "ratio_to_fastat": {name: r["step_time_s"] / reference for name, r in results.items()}
+        if reference
+        else {},
+    }
+    if reference and "fastat" in results:
+        fastat_memory = results["fastat"]["step_memory_mb"]
+        report["memory_ratio_to_fastat"] = {
+            name: r["step_memory_mb"] / fastat_memory for name, r in results.items()
+        }
+    print(markdown_table(report))
+    if _JSON.value:
+        os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
+        with open(_JSON.value, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+def markdown_table(report: dict) -> str:
+    lines = [
+        f"{report['model']}, batch {report['batch_size']}, {report['image_size']}px, "
+        f"{report['device']}, {report['precision']}, XLA {report['jit_compile']}, "
+        f"TF {report['tensorflow']}, Keras {report['keras']}; median of {report['repeats']} steps",
+        "",
+        "| method | step time (s) | images/s | peak memory (MB) | step memory (MB) "
+        "| × Fast-AT time | × Fast-AT step memory |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report["results"].items():
+        ratio = report["ratio_to_fastat"].get(name)
+        memory = report.get("memory_ratio_to_fastat", {}).get(name)
+        lines.append(
+            f"| {name} | {r['step_time_s']:.3f} | {r['images_per_s']:.0f} | "
+            f"{r['peak_memory_mb']:.0f} | {r['step_memory_mb']:.0f} | "
+            f"{'' if ratio is None else f'{ratio:.2f}'} | "
+            f"{'' if memory is None else f'{memory:.2f}'} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
