@@ -1,0 +1,249 @@
+"""FAB-T (Croce & Hein, 2020): the targeted Fast Adaptive Boundary attack for L∞, as AutoAttack
+"standard" runs it (9 target classes, 100 iterations, 1 restart).
+
+    attack = FAB(eps=8 / 255)                    # n_target_classes=9, steps=100, restarts=1
+    x_adv = attack(model, x, y)                  # x_adv ∈ C; x itself where FAB found nothing
+
+FAB is a minimum-norm attack: per target it walks towards the linearized decision boundary
+between the label y and the target t and keeps, per example, the adversarial point of smallest
+‖·‖∞ it meets. The k-th target (k = 0, 1, ...) is the class with the (k+2)-th largest clean logit.
+Each target is tried only on the examples no earlier target has broken, and an example counts as
+broken only by a point within ε (AutoAttack's `FABAttack.perturb`), so `x_adv` is that point or
+the clean input. The model runs with training=False; the objective is in float32.
+
+The exact L∞ projection onto a hyperplane intersected with a box, which every FAB step solves,
+is a standalone function:
+
+    delta = project_linf_hyperplane_box(points, w, b)    # argmin ‖δ‖∞: w·(p+δ) = b, p+δ ∈ [0,1]
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from fbat_tf.attacks.losses import as_loss_dtype
+
+
+def project_linf_hyperplane_box(
+    points: tf.Tensor,
+    w: tf.Tensor,
+    b: tf.Tensor,
+    lower: float | tf.Tensor = 0.0,
+    upper: float | tf.Tensor = 1.0,
+) -> tf.Tensor:
+    """Per row, δ = argmin ‖δ‖∞ subject to w·(p + δ) = b and lower ≤ p + δ ≤ upper.
+
+    points, w: [n, d]; b: [n]; lower, upper: scalars or broadcastable to [n, d], with the points
+    inside the box. Where no point of the box lies on the hyperplane, δ moves p to the box corner
+    nearest to it (the reference's `projection_linf` leaves that corner too), so FAB still steps
+    towards the boundary.
+
+    The same exact solution as the reference's sort-based `projection_linf`: with ‖δ‖∞ ≤ λ the
+    farthest one can move w·(p + δ) towards b is G(λ) = Σ_i |w_i|·min(λ, room_i), room_i being
+    the distance to the box face in direction −sign(w_i); G is piecewise linear with breaks at
+    the sorted room_i, so the smallest λ with G(λ) = |w·p − b| is found on one linear piece.
+    """
+    points = tf.convert_to_tensor(points)
+    w = tf.convert_to_tensor(w, points.dtype)
+    b = tf.convert_to_tensor(b, points.dtype)
+    # Orient the hyperplane so that the point lies on its side w·p ≥ b (the reference's `sign`):
+    # every coordinate then moves by −sign(w_i).
+    side = tf.where(tf.reduce_sum(w * points, -1) >= b, 1.0, -1.0)
+    side = tf.cast(side, points.dtype)
+    w = w * side[:, None]
+    b = b * side
+    needed = tf.reduce_sum(w * points, -1) - b  # ≥ 0: how far w·(p + δ) must come down
+    room = tf.maximum(tf.where(w < 0, upper - points, points - lower), 0.0)
+    weight = tf.abs(w)
+
+    order = tf.argsort(room, axis=-1)
+    room_sorted = tf.gather(room, order, batch_dims=1)
+    weight_sorted = tf.gather(weight, order, batch_dims=1)
+    # On the piece λ ∈ [room_(k-1), room_(k)] the coordinates j < k are saturated and the others
+    # move by λ: G(λ) = saturated_k + λ·free_k.
+    saturated = tf.cumsum(weight_sorted * room_sorted, axis=-1, exclusive=True)
+    free = tf.cumsum(weight_sorted, axis=-1, reverse=True)
+    reach_at_breaks = saturated + room_sorted * free  # G(room_(k)), non-decreasing in k
+    piece = tf.reduce_sum(tf.cast(reach_at_breaks < needed[:, None], tf.int32), -1)
+    d = tf.shape(points)[-1]
+    feasible = piece < d  # G(max room) ≥ needed: the hyperplane meets the box
+    piece = tf.minimum(piece, d - 1)[:, None]
+    saturated_k = tf.gather(saturated, piece, batch_dims=1)[:, 0]
+    free_k = tf.gather(free, piece, batch_dims=1)[:, 0]
+    safe_free = tf.where(free_k > 0, free_k, tf.ones_like(free_k))
+    lam = tf.where(free_k > 0, (needed - saturated_k) / safe_free, tf.zeros_like(free_k))
+    lam = tf.maximum(lam, 0.0)
+    # Infeasible rows: λ = ∞ moves every coordinate to its face, the box corner nearest the plane.
+    lam = tf.where(feasible, lam, tf.fill(tf.shape(lam), tf.constant(np.inf, points.dtype)))
+    return -tf.sign(w) * tf.minimum(lam[:, None], room)
+
+
+class FAB:
+    """Targeted FAB for L∞ (AutoAttack's FAB-T); see the module docstring.
+
+    eps: the ε of the threat model; only adversarials with ‖x_adv − x‖∞ ≤ ε count, and it sets
+        the radius of random restarts (0.5·ε, as the reference draws them).
+    n_target_classes: how many targets, in order of decreasing clean logit (AutoAttack: 9).
+    steps, restarts: iterations per (target, restart) (100) and restarts per target (1; the
+        restarts after the first start from a random point).
+    alpha_max, eta, beta: the reference's bias towards the original point (0.1), extrapolation
+        (1.05) and backward step after an adversarial is found (0.9).
+    """
+
+    def __init__(
+        self,
+        eps: float,
+        n_target_classes: int = 9,
+        steps: int = 100,
+        restarts: int = 1,
+        alpha_max: float = 0.1,
+        eta: float = 1.05,
+        beta: float = 0.9,
+        seed: int = 0,
+    ):
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        if n_target_classes < 1 or steps < 0 or restarts < 1:
+            raise ValueError(
+                "need n_target_classes >= 1, steps >= 0 and restarts >= 1, got "
+                f"{n_target_classes!r}, {steps!r}, {restarts!r}"
+            )
+        if not 0 <= alpha_max <= 1 or not eta >= 1 or not 0 < beta <= 1:
+            raise ValueError(
+                "need 0 <= alpha_max <= 1, eta >= 1 and 0 < beta <= 1, got "
+                f"{alpha_max!r}, {eta!r}, {beta!r}"
+            )
+        self.eps = float(eps)
+        self.n_target_classes = int(n_target_classes)
+        self.steps = int(steps)
+        self.restarts = int(restarts)
+        self.alpha_max = float(alpha_max)
+        self.eta = float(eta)
+        self.beta = float(beta)
+        self.seed = int(seed)
+        self._calls = 0
+        self._run = tf.function(self._single_run, reduce_retracing=True)
+
+    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        x = tf.convert_to_tensor(x)
+        y = tf.cast(tf.convert_to_tensor(y), tf.int32)
+        logits = as_loss_dtype(model(x, training=False))
+        n_classes = int(logits.shape[-1])
+        if self.n_target_classes > n_classes - 1:
+            raise ValueError(
+                f"n_target_classes={self.n_target_classes} needs at least "
+                f"{self.n_target_classes + 1} classes, the model has {n_classes}"
+            )
+        # The reference's target_class = 2, ..., n+1 picks `sort(logits)[:, -target_class]`.
+        ranked = tf.argsort(logits, axis=-1, direction="DESCENDING", stable=True)
+        robust = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
+        call_seed = tf.constant([self.seed, self._calls], tf.int32)
+        self._calls += 1
+        x_adv = x
+        for k in range(self.n_target_classes):
+            for restart in range(self.restarts):
+                # FABAttack.perturb: each (target, restart) runs on the still-robust examples only.
+                index = tf.where(robust)[:, 0]
+                if int(tf.size(index)) == 0:
+                    return x_adv
+                seed = tf.random.experimental.stateless_fold_in(call_seed, k)
+                seed = tf.random.experimental.stateless_fold_in(seed, restart)
+                x_sub = tf.gather(x, index)
+                adv, broken = self._run(
+                    model,
+                    x_sub,
+                    tf.gather(y, index),
+                    tf.gather(ranked[:, k + 1], index),
+                    seed,
+                    restart > 0,
+                )
+                broken_index = tf.boolean_mask(index, broken)[:, None]
+                x_adv = tf.tensor_scatter_nd_update(
+                    x_adv, broken_index, tf.boolean_mask(adv, broken)
+                )
+                robust = tf.tensor_scatter_nd_update(
+                    robust, broken_index, tf.zeros([tf.shape(broken_index)[0]], tf.bool)
+                )
+        return x_adv
+
+    def _single_run(
+        self,
+        model: keras.Model,
+        x0: tf.Tensor,
+        y: tf.Tensor,
+        target: tf.Tensor,
+        seed: tf.Tensor,
+        random_start: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """One FAB run towards `target` (the reference's `attack_single_run`, targeted branch).
+
+        Returns the smallest-norm adversarial point found per example and whether it breaks the
+        example within ε.
+        """
+        n = tf.shape(x0)[0]
+        flat_x0 = tf.reshape(x0, [n, -1])
+
+        def per_example(v: tf.Tensor) -> tf.Tensor:
+            return tf.reshape(v, [-1] + [1] * (len(x0.shape) - 1))
+
+        def linf(v: tf.Tensor) -> tf.Tensor:
+            return tf.reduce_max(tf.abs(tf.reshape(v, [tf.shape(v)[0], -1])), -1)
+
+        x1 = x0
+        if random_start:
+            # The reference's L∞ restart: t ~ U[-1, 1]^d scaled to ‖·‖∞ = ε/2 (min(res2, ε) with
+            # res2 = 1e10 on a fresh run), then clipped to the image box.
+            t = tf.random.stateless_uniform(tf.shape(x0), seed, -1.0, 1.0, dtype=x0.dtype)
+            x1 = tf.clip_by_value(x0 + 0.5 * self.eps * t / per_example(linf(t)), 0.0, 1.0)
+        best = x0
+        best_norm = tf.fill([n], tf.constant(np.inf, x0.dtype))
+
+        for _ in tf.range(self.steps):
+            # get_diff_logits_grads_batch_targeted: the linearized boundary f_t − f_y = 0 at x1.
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(x1)
+                logits = as_loss_dtype(model(x1, training=False))
+                difference = tf.gather(logits, target, batch_dims=1) - tf.gather(
+                    logits, y, batch_dims=1
+                )
+                # The sum's gradient is each example's own (inference mode: no cross-example
+                # terms), so one backward pass gives the reference's per-example Jacobian rows.
+                total = tf.reduce_sum(difference)
+            w = tf.reshape(tf.cast(tape.gradient(total, x1), x0.dtype), [n, -1])
+            difference = tf.cast(difference, x0.dtype)
+            flat_x1 = tf.reshape(x1, [n, -1])
+            b = tf.reduce_sum(w * flat_x1, -1) - difference  # hyperplane {z : w·z = b}
+            # Project both the current point and the original point onto it (one batched call).
+            projections = project_linf_hyperplane_box(
+                tf.concat([flat_x1, flat_x0], 0), tf.concat([w, w], 0), tf.concat([b, b], 0)
+            )
+            step_current = tf.reshape(projections[:n], tf.shape(x0))
+            step_original = tf.reshape(projections[n:], tf.shape(x0))
+            norm_current = tf.maximum(linf(step_current), 1e-8)
+            norm_original = tf.maximum(linf(step_original), 1e-8)
+            # Biased step: α = min(‖d_current‖/(‖d_current‖ + ‖d_original‖), α_max).
+            alpha = per_example(
+                tf.minimum(norm_current / (norm_current + norm_original), self.alpha_max)
+            )
+            x1 = tf.clip_by_value(
+                (x1 + self.eta * step_current) * (1.0 - alpha)
+                + (x0 + self.eta * step_original) * alpha,
+                0.0,
+                1.0,
+            )
+            # Any class but y counts (the reference's `is_adv`), not just the target.
+            predicted = tf.argmax(model(x1, training=False), -1, output_type=tf.int32)
+            is_adv = tf.not_equal(predicted, y)
+            norm = linf(x1 - x0)
+            improved = tf.logical_and(is_adv, norm < best_norm)
+            best = tf.where(per_example(improved), x1, best)
+            best_norm = tf.where(improved, norm, best_norm)
+            # Backward step towards the original point once adversarial (β).
+            x1 = tf.where(per_example(is_adv), x0 + self.beta * (x1 - x0), x1)
+
+        # FABAttack.perturb counts only points within ε that the model misclassifies.
+        predicted = tf.argmax(model(best, training=False), -1, output_type=tf.int32)
+        broken = tf.logical_and(best_norm <= self.eps, tf.not_equal(predicted, y))
+        return best, broken

@@ -1,0 +1,225 @@
+"""Square Attack (Andriushchenko et al., 2020), L∞ and untargeted, as AutoAttack "standard" runs it.
+
+    attack = Square(eps=8 / 255)                 # n_queries=5000, p_init=0.8, margin loss
+    x_adv = attack(model, x, y)                  # x_adv ∈ C; x itself where Square found nothing
+
+A black-box, score-based random search: it only reads the model's logits (model(x,
+training=False)), never a gradient. From a start of vertical stripes of ±ε it proposes, once per
+query, a random square window whose pixels are set to the opposite ±ε per channel, and keeps a
+candidate for an example only if it lowers that example's margin logit_y − max_{i≠y} logit_i
+(float32). Examples already misclassified are not queried again. The square's area follows the
+piecewise-constant schedule `p_selection`:
+
+    p_selection(0.8, it=100, n_queries=5000)     # 0.2 = p_init / 4
+
+AutoAttack builds its SquareAttack with `resc_schedule=False`, so the schedule reads the absolute
+query count (the default here); `rescale_schedule=True` stretches it to the query budget as the
+reference's SquareAttack does when used alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# The reference's `p_selection` breakpoints, in queries of a 10,000-query budget: past the k-th
+# one, p = p_init / 2^k.
+P_SCHEDULE_BREAKPOINTS = (10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000)
+
+
+def p_selection(p_init: float, it: int, n_queries: int, rescale: bool = False) -> float:
+    """Fraction p of the image's pixels a square covers at query `it` (0-based).
+
+    p = p_init / 2^k with k the number of breakpoints (10, 50, 200, ..., 8000) strictly below
+    `it`; with `rescale` the count is first mapped to a 10,000-query budget,
+    it ← int(it / n_queries · 10000) (the reference's `resc_schedule`; AutoAttack turns it off).
+    """
+    if rescale:
+        it = int(it / n_queries * 10000)
+    halvings = sum(1 for breakpoint in P_SCHEDULE_BREAKPOINTS if it > breakpoint)
+    return p_init / 2**halvings
+
+
+def square_side(p: float, height: int, width: int) -> int:
+    """Side s = max(round(√(p·H·W)), 1) of a square covering a fraction p of the pixels."""
+    # The reference: max(int(round(sqrt(p · n_features / c))), 1); Python's round, like torch's,
+    # rounds halves to even. Capped at the shorter side, which only non-square images reach.
+    return min(max(int(round(math.sqrt(p * height * width))), 1), height, width)
+
+
+class Square:
+    """Square Attack L∞ (untargeted); see the module docstring.
+
+    eps: the L∞ radius. n_queries: queries per example after the initial one (AutoAttack: 5000).
+    p_init: initial fraction of pixels per square (0.8). loss: "margin" (AutoAttack) or "ce"
+    (accept when −CE drops). rescale_schedule: stretch the p-schedule to n_queries (off in
+    AutoAttack).
+    """
+
+    def __init__(
+        self,
+        eps: float,
+        n_queries: int = 5000,
+        p_init: float = 0.8,
+        seed: int = 0,
+        loss: str = "margin",
+        rescale_schedule: bool = False,
+    ):
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        if n_queries < 0:
+            raise ValueError(f"n_queries must be >= 0, got {n_queries!r}")
+        if not 0 < p_init <= 1:
+            raise ValueError(f"p_init must be in (0, 1], got {p_init!r}")
+        if loss not in ("margin", "ce"):
+            raise ValueError(f"loss must be 'margin' or 'ce', got {loss!r}")
+        self.eps = float(eps)
+        self.n_queries = int(n_queries)
+        self.p_init = float(p_init)
+        self.seed = int(seed)
+        self.loss = loss
+        self.rescale_schedule = bool(rescale_schedule)
+        self._calls = 0
+        self._run = tf.function(self._search, reduce_retracing=True)
+
+    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return self._attack(model, x, y, record=False)[0]
+
+    def attack_with_history(
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
+    ) -> tuple[tf.Tensor, np.ndarray]:
+        """x_adv and the kept point per example after the start and after each query.
+
+        history[q] is the current best point of every example after query q (q = 0: the stripe
+        start; clean-misclassified examples stay at x). For tests and diagnostics: it holds
+        (queries + 1) copies of the batch.
+        """
+        return self._attack(model, x, y, record=True)
+
+    def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, record: bool):
+        x = tf.convert_to_tensor(x)
+        y = tf.cast(tf.convert_to_tensor(y), tf.int32)
+        if len(x.shape) != 4:
+            raise ValueError(f"Square needs NHWC images, got shape {x.shape}")
+        height, width = int(x.shape[1]), int(x.shape[2])
+        sides = [
+            square_side(
+                p_selection(self.p_init, it, self.n_queries, self.rescale_schedule), height, width
+            )
+            for it in range(self.n_queries)
+        ]
+        seed = tf.constant([self.seed, self._calls], tf.int32)
+        self._calls += 1
+        # SquareAttack.perturb attacks the clean-correct examples only.
+        predicted = tf.argmax(model(x, training=False), -1, output_type=tf.int32)
+        index = tf.where(tf.equal(predicted, y))[:, 0]
+        history = None
+        if int(tf.size(index)) == 0:
+            if record:
+                history = np.asarray(x)[None]
+            return x, history
+        x_sub, y_sub = tf.gather(x, index), tf.gather(y, index)
+        x_best, frames = self._run(model, x_sub, y_sub, tf.constant(sides, tf.int32), seed, record)
+        predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
+        broken = tf.not_equal(predicted, y_sub)
+        broken_index = tf.boolean_mask(index, broken)[:, None]
+        x_adv = tf.tensor_scatter_nd_update(x, broken_index, tf.boolean_mask(x_best, broken))
+        if record:
+            history = np.repeat(np.asarray(x)[None], frames.shape[0], axis=0)
+            history[:, index.numpy()] = frames.numpy()
+        return x_adv, history
+
+    def _margin_and_loss(
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The reference's `margin_and_loss`, untargeted: (margin, the loss to lower)."""
+        logits = tf.cast(model(x, training=False), tf.float32)
+        is_label = tf.one_hot(y, tf.shape(logits)[-1], on_value=True, off_value=False)
+        label_logit = tf.reduce_max(tf.where(is_label, logits, -np.inf), -1)
+        other_logit = tf.reduce_max(tf.where(is_label, -np.inf, logits), -1)
+        margin = label_logit - other_logit
+        if self.loss == "margin":
+            return margin, margin
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+        return margin, -ce
+
+    def _search(
+        self,
+        model: keras.Model,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        sides: tf.Tensor,
+        seed: tf.Tensor,
+        record: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """The reference's `attack_single_run`, L∞ branch, on clean-correct examples."""
+        n = tf.shape(x)[0]
+        height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+        eps = tf.cast(self.eps, x.dtype)
+
+        def random_signs(shape: tf.Tensor | list, signs_seed: tf.Tensor) -> tf.Tensor:
+            bits = tf.random.stateless_uniform(shape, signs_seed, 0, 2, dtype=tf.int32)
+            return tf.cast(2 * bits - 1, x.dtype)
+
+        # Stripe start: one ±ε per example, column and channel, constant down each column.
+        start_seed, search_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        stripes = random_signs(tf.stack([n, 1, width, channels]), start_seed)
+        x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
+        margin_min, loss_min = self._margin_and_loss(model, x_best, y)
+        frames = tf.TensorArray(x.dtype, size=0, dynamic_size=True, element_shape=x.shape)
+        if record:
+            frames = frames.write(0, x_best)
+
+        rows = tf.range(height)
+        cols = tf.range(width)
+        n_queries = tf.shape(sides)[0]
+        query = tf.constant(0)
+        while query < n_queries and tf.reduce_any(margin_min > 0.0):
+            # Only examples still classified correctly are queried again.
+            active = tf.where(margin_min > 0.0)
+            x_curr = tf.gather_nd(x, active)
+            x_best_curr = tf.gather_nd(x_best, active)
+            side = sides[query]
+            position_seed, signs_seed = tf.unstack(
+                tf.random.experimental.stateless_split(
+                    tf.random.experimental.stateless_fold_in(search_seed, query), 2
+                )
+            )
+            # As the reference's random_int(0, H − s): a corner in {0, ..., H − s − 1} (0 when
+            # s = H), one window and one sign per channel for the whole batch per query.
+            corner = tf.random.stateless_uniform([2], position_seed, dtype=tf.float32)
+            top = tf.cast(corner[0] * tf.cast(height - side, tf.float32), tf.int32)
+            left = tf.cast(corner[1] * tf.cast(width - side, tf.float32), tf.int32)
+            in_rows = tf.logical_and(rows >= top, rows < top + side)
+            in_cols = tf.logical_and(cols >= left, cols < left + side)
+            window = tf.cast(tf.logical_and(in_rows[:, None], in_cols[None, :]), x.dtype)
+            # ±2ε per channel inside the window, then back into C: each window pixel lands on
+            # x ± ε (or the image bound), flipped or kept.
+            change = 2.0 * eps * window[None, :, :, None] * random_signs([channels], signs_seed)
+            x_new = tf.clip_by_value(x_best_curr + change, x_curr - eps, x_curr + eps)
+            x_new = tf.clip_by_value(x_new, 0.0, 1.0)
+            margin, loss = self._margin_and_loss(model, x_new, tf.gather_nd(y, active))
+            loss_min_curr = tf.gather_nd(loss_min, active)
+            margin_min_curr = tf.gather_nd(margin_min, active)
+            # Accept if the loss drops or the candidate is misclassified (the reference's
+            # idx_improved / idx_miscl); with the margin loss both mean a lower margin.
+            lowered = loss < loss_min_curr
+            accepted = tf.logical_or(lowered, margin <= 0.0)
+            loss_min = tf.tensor_scatter_nd_update(
+                loss_min, active, tf.where(lowered, loss, loss_min_curr)
+            )
+            margin_min = tf.tensor_scatter_nd_update(
+                margin_min, active, tf.where(accepted, margin, margin_min_curr)
+            )
+            x_best = tf.tensor_scatter_nd_update(
+                x_best,
+                active,
+                tf.where(accepted[:, None, None, None], x_new, x_best_curr),
+            )
+            query += 1
+            if record:
+                frames = frames.write(query, x_best)
+        return x_best, frames.stack() if record else None

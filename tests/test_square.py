@@ -1,0 +1,233 @@
+"""Square Attack: the p-schedule against the reference's table, the search's invariants (stripe
+start, one square window per query, points in C, a margin that never rises) recomputed from the
+kept points, query accounting, no gradient use, and a clear robust-accuracy drop on a small
+standard-trained model."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf.attacks.square import Square, p_selection, square_side
+from fbat_tf.evaluation import check_in_ball
+
+EPS = 8 / 255
+
+# The reference's table, written out: p_init / 2^k after the k-th of the breakpoints
+# 10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000 (a breakpoint itself still has the larger p).
+ABSOLUTE_SCHEDULE = [
+    (0, 0.8),
+    (10, 0.8),
+    (11, 0.4),
+    (50, 0.4),
+    (51, 0.2),
+    (200, 0.2),
+    (201, 0.1),
+    (500, 0.1),
+    (501, 0.05),
+    (1000, 0.05),
+    (1001, 0.025),
+    (2000, 0.025),
+    (2001, 0.0125),
+    (4000, 0.0125),
+    (4001, 0.00625),
+    (4999, 0.00625),  # AutoAttack's last query with n_queries = 5000: p_init / 128
+    (6000, 0.00625),
+    (6001, 0.003125),
+    (8000, 0.003125),
+    (8001, 0.0015625),
+    (20000, 0.0015625),
+]
+
+
+@pytest.mark.parametrize("it, p", ABSOLUTE_SCHEDULE)
+def test_p_selection_on_the_absolute_query_count(it, p):
+    # AutoAttack's SquareAttack(resc_schedule=False): n_queries does not enter.
+    assert p_selection(0.8, it, 5000) == pytest.approx(p, rel=1e-12)
+    assert p_selection(0.8, it, 100) == pytest.approx(p, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "it, n_queries, p",
+    [
+        (5, 5000, 0.8),  # int(5 / 5000 · 10000) = 10
+        (6, 5000, 0.4),  # 12
+        (25, 5000, 0.4),  # 50
+        (26, 5000, 0.2),  # 52
+        (4000, 5000, 0.003125),  # 8000
+        (4001, 5000, 0.0015625),  # 8002
+        (100, 1000, 0.05),  # 1000: still p_init / 16
+        (101, 1000, 0.025),  # 1010: p_init / 32
+        (501, 10000, 0.05),  # with a 10,000-query budget the table is unscaled
+    ],
+)
+def test_p_selection_rescaled_to_the_budget(it, n_queries, p):
+    # The reference's SquareAttack(resc_schedule=True): it <- int(it / n_queries · 10000).
+    assert p_selection(0.8, it, n_queries, rescale=True) == pytest.approx(p, rel=1e-12)
+    assert p_selection(0.5, it, n_queries, rescale=True) == pytest.approx(p / 0.8 * 0.5)
+
+
+def test_square_side():
+    assert square_side(0.8, 32, 32) == 29  # √819.2 = 28.62
+    assert square_side(0.05, 32, 32) == 7  # √51.2 = 7.16
+    assert square_side(0.8 / 512, 32, 32) == 1  # √1.6 = 1.26
+    assert square_side(0.25, 5, 5) == 2  # √6.25 = 2.5: Python's round, halves to even
+    assert square_side(0.0001, 8, 8) == 1  # never below one pixel
+    assert square_side(0.8, 2, 50) == 2  # capped at the shorter side
+
+
+def small_cnn(classes: int = 3, seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 3)),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(classes),
+        ]
+    )
+
+
+def margins(model: keras.Model, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    logits = model(x).numpy().astype(np.float64)
+    label = logits[np.arange(len(y)), y]
+    logits[np.arange(len(y)), y] = -np.inf
+    return label - logits.max(1)
+
+
+def test_square_search_invariants_recomputed_from_the_kept_points():
+    model = small_cnn()
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.1, 0.9, (10, 6, 6, 3)).astype(np.float32)  # no clipping at 0 or 1
+    y = model(x).numpy().argmax(1).astype(np.int32)
+    y[0] = (y[0] + 1) % 3  # clean-misclassified: never attacked, returned as is
+    queries = 60
+    eps = 0.1  # large enough that some, not all, of this untrained model's examples break
+    attack = Square(eps, n_queries=queries, p_init=0.8, seed=1)
+    x_adv, history = attack.attack_with_history(model, x, y)
+    check_in_ball(x_adv, x, eps)
+    assert 2 <= len(history) <= queries + 1
+    np.testing.assert_array_equal(history[:, 0], np.broadcast_to(x[0], history[:, 0].shape))
+
+    for frame in history:
+        check_in_ball(frame, x, eps)
+    # Stripe start: each example's column and channel moved by the same ±ε down the column.
+    start = history[0, 1:] - x[1:]
+    np.testing.assert_allclose(np.abs(start), eps, atol=1e-6)
+    assert np.all(np.sign(start) == np.sign(start[:, :1]))
+
+    # The margin, recomputed from the kept points, never rises; it stops where it turns ≤ 0.
+    margin = np.stack([margins(model, frame, y) for frame in history])
+    assert np.all(np.diff(margin[:, 1:], axis=0) <= 1e-5)
+    for q in range(1, len(history)):
+        changed = np.any(history[q] != history[q - 1], axis=-1)  # [n, H, W]
+        # Every example's change at query q lies in one s×s window, the same for all examples.
+        side = square_side(p_selection(0.8, q - 1, queries), 6, 6)
+        rows, cols = np.nonzero(changed.any(0))
+        if len(rows):
+            assert rows.max() - rows.min() < side and cols.max() - cols.min() < side
+        # Examples already broken are left alone.
+        assert not np.any(changed[margin[q - 1] <= 0])
+
+    # x_adv: the kept point where it breaks the example, else the clean input.
+    x_adv = x_adv.numpy()
+    broken = margin[-1] <= 0
+    broken[0] = False
+    assert 0 < broken.sum() < len(x) - 1
+    np.testing.assert_array_equal(x_adv[broken], history[-1][broken])
+    np.testing.assert_array_equal(x_adv[~broken], x[~broken])
+
+
+class CountingNoGradient(keras.layers.Layer):
+    """Identity that counts the examples it sees and fails if a gradient flows through it."""
+
+    def build(self, input_shape):
+        self.examples = self.add_weight(
+            shape=(), initializer="zeros", trainable=False, dtype="int32", name="examples"
+        )
+
+    def call(self, x):
+        self.examples.assign_add(tf.shape(x)[0])
+        return _identity_without_gradient(x)
+
+
+@tf.custom_gradient
+def _identity_without_gradient(x):
+    def gradient(upstream):
+        raise AssertionError("a gradient was taken through the model")
+
+    return tf.identity(x), gradient
+
+
+def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
+    inner = small_cnn(seed=2)
+    counter = CountingNoGradient()
+    model = keras.Sequential([keras.Input((6, 6, 3)), counter, inner])
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
+    y = inner(x).numpy().argmax(1).astype(np.int32)
+    probe = tf.constant(x[:2])
+    with pytest.raises(AssertionError, match="gradient was taken"):  # the guard works
+        with tf.GradientTape() as tape:
+            tape.watch(probe)
+            out = tf.reduce_sum(model(probe))
+        tape.gradient(out, probe)
+
+    counter.examples.assign(0)
+    queries = 200
+    _, history = Square(0.1, n_queries=queries, seed=4).attack_with_history(model, x, y)
+    margin = np.stack([margins(inner, frame, y) for frame in history])
+    assert np.any(margin[-1] <= 0) and np.any(margin[-1] > 0)
+    # Queries per example: one per search step while its margin is still positive.
+    searched = (margin[:-1] > 0).sum(0)
+    # clean check + stripe start + searched steps + final check (all 12 are clean-correct)
+    assert int(counter.examples.numpy()) == 12 + 12 + searched.sum() + 12
+
+
+def separable_data(n: int, seed: int, templates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, len(templates), n).astype(np.int32)
+    x = 0.5 + templates[y] + rng.normal(0, 0.015, (n, *templates.shape[1:]))
+    return np.clip(x, 0, 1).astype(np.float32), y
+
+
+def test_square_lowers_the_robust_accuracy_of_a_standard_trained_model():
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    # Four classes, each a ±0.02 pattern around gray plus noise of std 0.015: separable (clean
+    # accuracy 1), while the class patterns differ by 0.04 per pixel, so a linear-like classifier
+    # is within L∞ reach of ε = 8/255 ≈ 0.031 of another class for most examples.
+    templates = 0.02 * rng.choice([-1.0, 1.0], (4, 8, 8, 3))
+    x_train, y_train = separable_data(512, 1, templates)
+    x_test, y_test = separable_data(64, 2, templates)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 3)),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(4),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(x_train, y_train, epochs=5, batch_size=64, verbose=0)
+    clean = float(np.mean(model(x_test).numpy().argmax(1) == y_test))
+    assert clean >= 0.9
+
+    x_adv = Square(EPS, n_queries=300, seed=0)(model, x_test, y_test)
+    check_in_ball(x_adv, x_test, EPS)
+    robust = float(np.mean(model(x_adv).numpy().argmax(1) == y_test))
+    assert robust <= clean - 0.5, (clean, robust)
+
+
+def test_square_checks_its_arguments():
+    with pytest.raises(ValueError, match="loss"):
+        Square(EPS, loss="dlr")
+    with pytest.raises(ValueError, match="p_init"):
+        Square(EPS, p_init=0.0)
+    with pytest.raises(ValueError, match="NHWC"):
+        Square(EPS)(small_cnn(), np.zeros((2, 6), np.float32), np.zeros(2, np.int32))
