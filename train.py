@@ -149,6 +149,7 @@ def main(argv: list[str]) -> None:
     state = check_workdir(config.workdir, current)
     if state == "complete":
         print(f"{config.workdir} holds a finished run with these flags; see its results.json.")
+        export_once(config)
         return
     print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
     os.makedirs(config.workdir, exist_ok=True)
@@ -166,6 +167,21 @@ def main(argv: list[str]) -> None:
         f"{final['test_pgd_robust_accuracy']:.4f}; results in "
         f"{os.path.join(config.workdir, 'results.json')}"
     )
+    export_once(config)
+
+
+def export_once(config) -> None:
+    """Export the run's best model, unless asked not to or a version of it already exists."""
+    if not train_flags.EXPORT.value:
+        return
+    from export import savedmodel, versions
+
+    export_dir = train_flags.EXPORT_DIR.value or os.path.join(config.workdir, "export")
+    name = versions.run_name(config.dataset, config.model, config.method)
+    if versions.existing_versions(os.path.join(export_dir, name)):
+        return
+    path = savedmodel.export_run(config.workdir, export_dir=export_dir, name=name)
+    print(f"SavedModel for TF-Serving: {path}")
 
 
 if __name__ == "__main__":

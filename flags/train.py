@@ -111,5 +111,14 @@ VERBOSE = flags.DEFINE_enum(
     "verbose", "1", ["0", "1", "2"], "Keras progress: 0 off, 1 bar, 2 line."
 )
 
+EXPORT = flags.DEFINE_bool(
+    "export", True, "Export the best model as a SavedModel for TF-Serving at the end."
+)
+EXPORT_DIR = flags.DEFINE_string(
+    "export_dir",
+    None,
+    "Where the SavedModel goes: <export_dir>/<name>/<version>/ (default <workdir>/export).",
+)
+
 # Flags that may differ between a run and its resumption.
-NOT_RUN_DEFINING = ("verbose", "download", "data_dir")
+NOT_RUN_DEFINING = ("verbose", "download", "data_dir", "export", "export_dir")

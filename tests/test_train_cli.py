@@ -94,6 +94,9 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert (workdir / "checkpoints" / "best.weights.h5").exists()
     assert "--eps=8.0" in (workdir / "flags.txt").read_text()
     assert glob.glob(str(workdir / "tensorboard" / "train" / "events.out.tfevents.*"))
+    exported = glob.glob(str(workdir / "export" / "fashion_mnist-small_cnn-fastbat" / "*"))
+    assert [os.path.basename(p) for p in exported] == ["1"]
+    assert os.path.exists(os.path.join(exported[0], "saved_model.pb"))
 
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     again = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)

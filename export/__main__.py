@@ -1,0 +1,8 @@
+"""Export a run's best model for TF-Serving: `python -m export --workdir=RUN` (export/cli.py)."""
+
+from absl import app
+
+from export import cli
+
+if __name__ == "__main__":
+    app.run(cli.main)

@@ -1,0 +1,110 @@
+"""Flags and main of `python -m export`: write a run's best model as a TF-Serving SavedModel.
+
+    python -m export --workdir=runs/fmnist-fastbat                    # <workdir>/export/<name>/<N>
+    python -m export --workdir=runs/fmnist-fastbat --export_dir=/srv/models --version=3
+    python -m export --model_path=model.keras --export_dir=/srv/models --name=fmnist
+
+Every flag is checked before TensorFlow is imported, and an error names the flag and writes
+nothing: a directory that is not a finished training run, a missing .keras file, a model name
+TF-Serving would not accept, or a version that already exists (versions are never overwritten).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from export import versions
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Training run directory: exports its checkpoints/best.weights.h5."
+)
+_MODEL_PATH = flags.DEFINE_string(
+    "model_path", None, "A saved .keras classifier to export instead of a training run."
+)
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir",
+    None,
+    "TF-Serving model base directory (default: <workdir>/export, or export/ beside --model_path).",
+)
+_NAME = flags.DEFINE_string(
+    "name",
+    None,
+    "Model name, the REST path /v1/models/<name> (default: <dataset>-<model>-<method> of the "
+    "run, or the .keras file name).",
+)
+_VERSION = flags.DEFINE_integer(
+    "version", None, "Version directory to create (default: the next free integer).", lower_bound=0
+)
+
+flags.register_multi_flags_validator(
+    ["workdir", "model_path"],
+    lambda values: (values["workdir"] is None) != (values["model_path"] is None),
+    message="pass exactly one of --workdir and --model_path",
+)
+flags.register_validator(
+    "workdir",
+    lambda value: value is None or os.path.isfile(os.path.join(value, "results.json")),
+    message="not a training run directory (it holds no results.json)",
+)
+flags.register_validator(
+    "workdir",
+    lambda value: (
+        value is None or os.path.isfile(os.path.join(value, "checkpoints", "best.weights.h5"))
+    ),
+    message="the run holds no checkpoints/best.weights.h5 yet (no validated epoch)",
+)
+flags.register_validator(
+    "model_path",
+    lambda value: value is None or (value.endswith(".keras") and os.path.isfile(value)),
+    message="must be an existing .keras file",
+)
+flags.register_validator(
+    "name",
+    lambda value: value is None or versions.NAME_PATTERN.fullmatch(value) is not None,
+    message="letters, digits, '.', '_' and '-' only, starting with a letter or digit "
+    "(it is a path segment of the REST URL)",
+)
+
+
+def _default_name() -> str:
+    if _NAME.value is not None:
+        return _NAME.value
+    if _WORKDIR.value is not None:
+        with open(os.path.join(_WORKDIR.value, "results.json")) as f:
+            config = json.load(f)["config"]
+        return versions.run_name(config["dataset"], config["model"], config["method"])
+    return os.path.basename(_MODEL_PATH.value)[: -len(".keras")]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        name = versions.check_name(_default_name())
+    except (ValueError, KeyError, json.JSONDecodeError) as error:
+        sys.exit(f"error: cannot name the model, pass --name: {error}")
+    export_dir = _EXPORT_DIR.value
+    if export_dir is None:
+        source = _WORKDIR.value or os.path.dirname(os.path.abspath(_MODEL_PATH.value))
+        export_dir = os.path.join(source, "export")
+    try:
+        versions.free_version_dir(export_dir, name, _VERSION.value)
+    except FileExistsError as error:
+        sys.exit(f"error: --version={_VERSION.value}: {error}")
+    except OSError as error:
+        sys.exit(f"error: --export_dir={export_dir}: {error}")
+
+    from export import savedmodel  # TensorFlow loads only once the flags are known to be good
+
+    try:
+        if _WORKDIR.value is not None:
+            path = savedmodel.export_run(_WORKDIR.value, export_dir, name, _VERSION.value)
+        else:
+            path = savedmodel.export_keras_file(_MODEL_PATH.value, export_dir, name, _VERSION.value)
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        sys.exit(f"error: {error}")
+    print(f"exported {path} (serve {os.path.dirname(path)} as model {name!r})")

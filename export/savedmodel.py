@@ -1,0 +1,392 @@
+"""Export a classifier as a SavedModel that TF-Serving loads as it is, with its model card.
+
+    from export.savedmodel import export_model, export_run, model_card
+
+    path = export_run("runs/fmnist-fastbat")    # -> runs/fmnist-fastbat/export/<name>/<N>
+    path = export_model(classifier, "/srv/models", "fmnist", version=3, model_card={...})
+    card = model_card("runs/fmnist-fastbat")    # what assets.extra/model_card.json records
+
+`export_run` is what train.py calls at the end of a run: it rebuilds the run's best checkpoint
+(`checkpoints/best.weights.h5`) in float32 and writes `<export_dir>/<name>/<version>/` with the
+default name `<dataset>-<model>-<method>` and the next free version.
+
+The SavedModel has two signatures (method tensorflow/serving/predict), both taking a batch of
+raw pixels; normalization is the model's first layer:
+
+    serving_default   images: float32 [None, H, W, C], pixels in [0, 1]
+    serve_uint8       images: uint8   [None, H, W, C], pixels in [0, 255] (divided by 255 inside)
+    outputs (both)    logits: float32 [None, K], probabilities: float32 [None, K] (softmax),
+                      classes: int64 [None] (argmax of the logits)
+
+Input that the model was not trained on is rejected, never served: a float pixel outside [0, 1]
+(NaN included) fails a `tf.debugging.Assert`, and a batch of another shape or rank fails
+`tf.ensure_shape`; both run inside the graph, so TF-Serving answers them with
+INVALID_ARGUMENT (HTTP 400) and the message says what was wrong. Values are not clipped: floats in
+[0, 255] clipped to [0, 1] would be classified, wrongly, without a word. uint8 pixels are always
+in range. The exported graph runs in float32 whatever the training precision, without XLA, and
+loads with TensorFlow alone (no fbat_tf, no custom objects).
+
+A version directory is never overwritten (FileExistsError), and an export that fails leaves no
+version directory behind: the SavedModel and its card are written to a hidden sibling directory,
+which TF-Serving ignores, and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from export import versions
+
+MODEL_CARD = os.path.join("assets.extra", "model_card.json")
+FLOAT_SIGNATURE = "serving_default"
+UINT8_SIGNATURE = "serve_uint8"
+INPUT_KEY = "images"
+OUTPUT_KEYS = ("logits", "probabilities", "classes")
+_OUT_OF_RANGE = (
+    f"{FLOAT_SIGNATURE}: images must be float32 pixels in [0, 1] (divide uint8 pixels by 255, "
+    f"or send them to the {UINT8_SIGNATURE} signature); got min and max:"
+)
+
+# How the exported model treats its input, recorded in the model card for whoever serves it.
+SERVING_CONTRACT: dict[str, Any] = {
+    "signatures": {
+        FLOAT_SIGNATURE: {"input": INPUT_KEY, "dtype": "float32", "range": [0.0, 1.0]},
+        UINT8_SIGNATURE: {"input": INPUT_KEY, "dtype": "uint8", "range": [0, 255]},
+    },
+    "outputs": {"logits": "float32", "probabilities": "float32", "classes": "int64"},
+    "out_of_range": "rejected (INVALID_ARGUMENT); float pixels are not clipped",
+    "wrong_shape": "rejected (INVALID_ARGUMENT) by tf.ensure_shape in the graph",
+    "normalization": "inside the model: send raw pixels",
+}
+
+
+def image_shape(classifier: keras.Model) -> tuple[int, int, int]:
+    """(H, W, C) of the classifier's input; ValueError unless it is a fully known NHWC shape."""
+    shape = tuple(classifier.input_shape)
+    if len(shape) != 4 or any(not isinstance(d, int) for d in shape[1:]):
+        raise ValueError(
+            f"export needs a classifier of images with a known [batch, H, W, C] input shape, "
+            f"got {shape}"
+        )
+    return shape[1], shape[2], shape[3]
+
+
+def build_archive(classifier: keras.Model) -> keras.export.ExportArchive:
+    """An ExportArchive of `classifier` with the float32 and uint8 signatures of this module."""
+    batch_shape = [None, *image_shape(classifier)]
+
+    def predictions(pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        logits = tf.cast(classifier(pixels, training=False), tf.float32)
+        return {
+            "logits": logits,
+            "probabilities": tf.nn.softmax(logits, axis=-1),
+            "classes": tf.argmax(logits, axis=-1, output_type=tf.int64),
+        }
+
+    def serve_float(images: tf.Tensor) -> dict[str, tf.Tensor]:
+        # Neither a loaded signature (TF 2.21) nor TF-Serving, which feeds the graph the tensor
+        # it was sent, checks the batch against the signature's shape, and global pooling would
+        # classify a 32x32 image: check it in the graph.
+        images = tf.ensure_shape(images, batch_shape)
+        # Comparisons with NaN are false, so NaN pixels fail this check too.
+        in_range = tf.reduce_all(tf.logical_and(images >= 0.0, images <= 1.0))
+        check = tf.debugging.Assert(
+            in_range, [_OUT_OF_RANGE, tf.reduce_min(images), tf.reduce_max(images)]
+        )
+        with tf.control_dependencies([check]):
+            return predictions(tf.identity(images))
+
+    def serve_uint8(images: tf.Tensor) -> dict[str, tf.Tensor]:
+        images = tf.ensure_shape(images, batch_shape)
+        return predictions(tf.cast(images, tf.float32) / 255.0)
+
+    archive = keras.export.ExportArchive()
+    archive.track(classifier)
+    # The argument name and the TensorSpec name become the signature's input key ("images").
+    archive.add_endpoint(
+        FLOAT_SIGNATURE,
+        serve_float,
+        input_signature=[tf.TensorSpec(batch_shape, tf.float32, name=INPUT_KEY)],
+    )
+    archive.add_endpoint(
+        UINT8_SIGNATURE,
+        serve_uint8,
+        input_signature=[tf.TensorSpec(batch_shape, tf.uint8, name=INPUT_KEY)],
+    )
+    return archive
+
+
+def export_model(
+    classifier: keras.Model,
+    export_dir: str,
+    name: str,
+    version: int | None = None,
+    model_card: Mapping[str, Any] | None = None,
+) -> str:
+    """Write `classifier` to `<export_dir>/<name>/<version>/` and return that path.
+
+    `version=None` takes the next free integer. `model_card` (e.g. `model_card(workdir)`) is
+    written to `assets.extra/model_card.json` with the export's name, version, serving contract
+    and software versions added. Raises FileExistsError for an existing version and ValueError
+    for a bad name, version or input shape, before anything is written.
+    """
+    target, version = versions.free_version_dir(export_dir, name, version)
+    height, width, channels = image_shape(classifier)
+    card = {
+        "name": name,
+        "version": version,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **(model_card or {}),
+    }
+    card.update(
+        model={
+            **(card.get("model") or {}),
+            "input_shape": [None, height, width, channels],
+            "num_classes": int(classifier.output_shape[-1]),
+            "parameters": int(classifier.count_params()),
+        },
+        serving=SERVING_CONTRACT,
+        software=software_versions(),
+    )
+
+    model_root = os.path.dirname(target)
+    created = _make_dirs(model_root)
+    # A hidden sibling on the same filesystem: TF-Serving ignores it (not an integer), and the
+    # final rename is atomic, so a server never sees a half-written version.
+    partial = os.path.join(model_root, f".partial-{version}-{uuid.uuid4().hex[:8]}")
+    os.mkdir(partial)
+    try:
+        build_archive(classifier).write_out(partial, verbose=False)
+        _write_model_card(os.path.join(partial, MODEL_CARD), card)
+        # Checked again: another process may have exported this version in the meantime (a
+        # rename onto an existing empty directory would succeed and replace it).
+        versions.free_version_dir(export_dir, name, version)
+        os.rename(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        for path in reversed(created):
+            try:
+                os.rmdir(path)  # only the folders this call created, and only if still empty
+            except OSError:
+                break
+        raise
+    return target
+
+
+def export_run(
+    workdir: str,
+    export_dir: str | None = None,
+    name: str | None = None,
+    version: int | None = None,
+) -> str:
+    """Export the best checkpoint of a training run with its model card; returns the path.
+
+    Defaults: `export_dir` = `<workdir>/export`, `name` = `<dataset>-<model>-<method>`,
+    `version` = the next free integer. The model is rebuilt in float32 whatever the global
+    mixed-precision policy (restored afterwards). Checks the target before loading the model.
+    """
+    from fbat_tf import evaluation
+
+    card = model_card(workdir)
+    if name is None:
+        name = versions.run_name(card["dataset"], card["model"]["name"], card["method"]["name"])
+    export_dir = export_dir if export_dir is not None else os.path.join(workdir, "export")
+    versions.free_version_dir(export_dir, name, version)
+    previous_policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        classifier, _ = evaluation.load_classifier(workdir)
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+    return export_model(classifier, export_dir, name, version, card)
+
+
+def export_keras_file(
+    model_path: str,
+    export_dir: str | None = None,
+    name: str | None = None,
+    version: int | None = None,
+) -> str:
+    """Export a saved `.keras` classifier; returns the version path.
+
+    Defaults: `export_dir` = `export/` next to the file, `name` = the file name without
+    `.keras`. Its model card records the model only: a .keras file carries no training run, so
+    the dataset, method and robustness figures are null.
+    """
+    from fbat_tf import models  # noqa: F401  (registers the custom layers the file refers to)
+
+    if not model_path.endswith(".keras") or not os.path.isfile(model_path):
+        raise FileNotFoundError(f"no .keras model file at {model_path}")
+    name = name if name is not None else os.path.basename(model_path)[: -len(".keras")]
+    export_dir = export_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "export")
+    versions.free_version_dir(export_dir, name, version)
+    classifier = keras.saving.load_model(model_path, compile=False)
+    card = {
+        "source": {"model_path": os.path.abspath(model_path)},
+        "model": {"name": classifier.name},
+        **dict.fromkeys(("dataset", "method", "eps", "training", "selection", "robustness")),
+    }
+    return export_model(classifier, export_dir, name, version, card)
+
+
+def model_card(workdir: str) -> dict[str, Any]:
+    """What a training run's results.json says about its model, for assets.extra.
+
+    Figures the run does not hold are null, never estimated: the test numbers before the run
+    has finished, RA-AA until the run records `final["test_aa_robust_accuracy"]`, the training
+    time if an epoch lacks its time.
+    """
+    path = os.path.join(workdir, "results.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{workdir} holds no results.json: not a training run directory")
+    with open(path) as f:
+        results = json.load(f)
+    config = results["config"]
+    history = results.get("history", [])
+    final = results.get("final") or {}
+    eps = float(config["eps"])
+    method = results.get("method") or {"name": config["method"], **config["method_options"]}
+
+    epoch_times = [h.get("epoch_time") for h in history]
+    complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)
+    # RobustValidation flags every epoch that improved the best checkpoint with val_best = 1;
+    # the last such epoch is the one whose weights were exported.
+    selected = [h for h in history if h.get("val_best") == 1.0]
+    best = selected[-1] if selected else None
+
+    pgd = None
+    if "test_pgd_robust_accuracy" in final:
+        pgd = {
+            "robust_accuracy": final["test_pgd_robust_accuracy"],
+            "steps": final.get("pgd_steps"),
+            "restarts": final.get("pgd_restarts"),
+            "step_size": eps / 4,  # DESIGN.md §4: sign steps of ε/4
+            "time_s": final.get("eval_time_s"),
+        }
+    autoattack = None
+    if final.get("test_aa_robust_accuracy") is not None:
+        autoattack = {
+            "robust_accuracy": final["test_aa_robust_accuracy"],
+            "version": final.get("aa_version", "standard"),
+            "time_s": final.get("aa_time_s"),
+        }
+
+    return {
+        "source": {
+            "workdir": os.path.abspath(workdir),
+            "weights": os.path.join("checkpoints", "best.weights.h5"),
+            "run_status": results.get("status"),
+        },
+        "dataset": config["dataset"],
+        "model": {
+            "name": config["model"],
+            "width": config.get("width"),
+            "activation": config.get("activation"),
+        },
+        "method": method,
+        "eps": {"pixels": eps, "per_255": eps * 255, "norm": "Linf"},
+        "training": {
+            "epochs": results.get("epochs", config.get("epochs")),
+            "epochs_run": len(history),
+            "optimizer_steps": results.get("optimizer_steps"),
+            "batch_size": config.get("batch_size"),
+            "optimizer": {
+                "name": "SGD",
+                "lr_max": config.get("lr_max"),
+                "lr_schedule": config.get("lr_schedule"),
+                "momentum": config.get("momentum"),
+                "weight_decay": config.get("weight_decay"),
+            },
+            "max_train_examples": config.get("max_train_examples"),
+            "precision": config.get("precision"),
+            "jit_compile": config.get("jit_compile"),
+            "seed": config.get("seed"),
+            "device": results.get("device"),
+            "time_s": sum(epoch_times) if complete_times else None,
+            "epoch_time_s": epoch_times if complete_times else None,
+        },
+        "selection": {
+            "criterion": "best validation robust accuracy under PGD",
+            "val_attack_steps": config.get("val_attack_steps"),
+            "val_restarts": config.get("val_restarts"),
+            "val_examples": config.get("val_examples"),
+            "epoch": best["epoch"] if best else None,
+            "val_clean_accuracy": best.get("val_clean_accuracy") if best else None,
+            "val_robust_accuracy": best.get("val_robust_accuracy") if best else None,
+        },
+        "robustness": {
+            "split": "test",
+            "examples": final.get("test_examples"),
+            "eps": eps,
+            "clean_accuracy": final.get("test_clean_accuracy"),
+            "pgd": pgd,
+            "autoattack": autoattack,
+        },
+    }
+
+
+def software_versions() -> dict[str, str]:
+    """Versions of what wrote the export: fbat-tf, TensorFlow, Keras, Python."""
+    return {
+        "fbat_tf": _fbat_tf_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _fbat_tf_version() -> str:
+    try:
+        return importlib.metadata.version("fbat-tf")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    # Run from a source checkout without `pip install`: read pyproject.toml beside the package.
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(__file__)), "pyproject.toml")
+    if os.path.isfile(pyproject):
+        with open(pyproject) as f:
+            match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), flags=re.MULTILINE)
+        if match:
+            return match.group(1)
+    return "unknown"
+
+
+def _write_model_card(path: str, card: Mapping[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(_finite_or_null(card), f, indent=2, allow_nan=False)
+        f.write("\n")
+
+
+def _finite_or_null(value: Any) -> Any:
+    """NaN and infinities become null: JSON has no spelling for them that every reader takes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(item) for item in value]
+    return value
+
+
+def _make_dirs(path: str) -> list[str]:
+    """os.makedirs that returns the folders it created, outermost first."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        os.makedirs(folder, exist_ok=True)
+    return list(reversed(missing))
