@@ -5,6 +5,8 @@ example, computed in at least float32 whatever the model's compute dtype (16-bit
 cast first, DESIGN.md §2):
 
     ce = cross_entropy(model(x, training=False), y)        # [batch]
+    margin = dlr(logits, y)                                 # Croce & Hein (2020), APGD-DLR
+    targeted = dlr_targeted(logits, y, targets)             # their targeted variant
 """
 
 from __future__ import annotations
@@ -30,3 +32,39 @@ def correct(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     """1.0 where the arg-max class is the label, else 0.0 (float32, per example)."""
     predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32)
+
+
+def _check_num_classes(logits: tf.Tensor, minimum: int, loss: str) -> int:
+    """The static class count, or a ValueError naming it when the loss needs more classes."""
+    num_classes = logits.shape[-1]
+    if num_classes is None:
+        raise ValueError(f"{loss} needs a static number of classes, got logits {logits.shape}")
+    if num_classes < minimum:
+        raise ValueError(f"{loss} needs at least {minimum} classes, the logits have {num_classes}")
+    return int(num_classes)
+
+
+def dlr(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """Difference of logits ratio: −(z_y − max_{i≠y} z_i) / (z_π1 − z_π3 + 1e-12).
+
+    π sorts the logits in decreasing order. The ratio is invariant to shifting and rescaling
+    the logits, which is why APGD-DLR still moves where CE saturates (Croce & Hein, 2020).
+    """
+    logits = as_loss_dtype(tf.convert_to_tensor(logits))
+    num_classes = _check_num_classes(logits, 3, "DLR loss")
+    labels = tf.cast(labels, tf.int32)
+    true_logit = tf.gather(logits, labels, axis=1, batch_dims=1)
+    is_label = tf.one_hot(labels, num_classes, on_value=True, off_value=False)
+    best_other = tf.reduce_max(tf.where(is_label, logits.dtype.min, logits), axis=1)
+    top = tf.math.top_k(logits, k=3).values
+    return -(true_logit - best_other) / (top[:, 0] - top[:, 2] + 1e-12)
+
+
+def dlr_targeted(logits: tf.Tensor, labels: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """Targeted DLR: −(z_y − z_t) / (z_π1 − (z_π3 + z_π4) / 2 + 1e-12), t the target class."""
+    logits = as_loss_dtype(tf.convert_to_tensor(logits))
+    _check_num_classes(logits, 4, "targeted DLR loss")
+    true_logit = tf.gather(logits, tf.cast(labels, tf.int32), axis=1, batch_dims=1)
+    target_logit = tf.gather(logits, tf.cast(targets, tf.int32), axis=1, batch_dims=1)
+    top = tf.math.top_k(logits, k=4).values
+    return -(true_logit - target_logit) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + 1e-12)

@@ -1,0 +1,165 @@
+"""AutoAttack (Croce & Hein, 2020): a fixed ensemble of attacks, each run on what is still robust.
+
+    attack = AutoAttack(eps=8 / 255)                  # "standard": APGD-CE, APGD-T, FAB-T, Square
+    x_adv = attack(model, x, y)                       # the usual attack(model, x, y) interface
+    x_adv, robust = attack.run(model, x, y)           # robust["apgd-ce"]: bool [batch] after it
+    attack.robust_accuracy()                          # per attack, over every call so far
+    attack.seconds                                    # per attack, over every call so far
+
+    custom = AutoAttack(8 / 255, version="custom", attacks={"apgd-ce": APGD(8 / 255)})
+    transfer_robust_accuracy(source, target, PGD(8 / 255), dataset)
+
+Versions, as the public reference (fra31/auto-attack, autoattack/autoattack.py, set_version):
+"standard" is APGD-CE (100 iterations, 1 restart), APGD-T (targeted DLR, 9 target classes,
+100 iterations, 1 restart each), FAB-T (9 target classes, 100 iterations) and Square (5000
+queries, p_init 0.8), in that order; "rand" (for randomized defenses) is APGD-CE and APGD-DLR
+with 1 restart and 20 EOT draws each; "custom" takes any `{name: attack}` in order.
+
+Each attack sees only the examples still robust (a clean-misclassified example is non-robust
+from the start), always starting from the clean input; the final point of an example is the
+one from the first attack that broke it, or the clean input. Robust accuracy is the per-example
+worst case over the attacks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.losses import correct
+
+Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
+
+VERSIONS = ("standard", "rand", "custom")
+
+
+def standard_attacks(eps: float, seed: int = 0) -> dict[str, Attack]:
+    """The reference's "standard" L∞ ensemble, in its order."""
+    # Imported here so that APGD-only ("rand", "custom") runs need no FAB or Square module.
+    from fbat_tf.attacks.fab import FAB
+    from fbat_tf.attacks.square import Square
+
+    return {
+        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, seed=seed),
+        "apgd-t": APGD(
+            eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9, seed=seed
+        ),
+        "fab-t": FAB(eps, n_target_classes=9, steps=100, seed=seed),
+        "square": Square(eps, n_queries=5000, p_init=0.8, seed=seed),
+    }
+
+
+def rand_attacks(eps: float, seed: int = 0) -> dict[str, Attack]:
+    """The reference's "rand" ensemble: APGD-CE and APGD-DLR with EOT over 20 draws."""
+    return {
+        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, eot_iter=20, seed=seed),
+        "apgd-dlr": APGD(eps, loss="dlr", steps=100, restarts=1, eot_iter=20, seed=seed),
+    }
+
+
+def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> None:
+    # Imported here: evaluation.py may import this module.
+    from fbat_tf.evaluation import check_in_ball
+
+    try:
+        check_in_ball(x_adv, x, eps)
+    except AssertionError as error:
+        raise AssertionError(f"attack {name!r} returned points outside C: {error}") from None
+
+
+class AutoAttack:
+    def __init__(
+        self,
+        eps: float,
+        version: str = "standard",
+        attacks: Mapping[str, Attack] | None = None,
+        seed: int = 0,
+    ):
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        if version not in VERSIONS:
+            raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
+        if version != "custom" and attacks is not None:
+            raise ValueError(f"attacks= is only for version='custom', got version={version!r}")
+        if version == "custom" and not attacks:
+            raise ValueError("version='custom' needs a non-empty {name: attack} mapping")
+        if attacks is not None and "clean" in attacks:
+            raise ValueError("'clean' is the name of the clean-accuracy mask; rename that attack")
+        self.eps = float(eps)
+        self.version = version
+        if version == "standard":
+            self.attacks = standard_attacks(self.eps, seed)
+        elif version == "rand":
+            self.attacks = rand_attacks(self.eps, seed)
+        else:
+            self.attacks = dict(attacks)
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Zero the running totals behind `robust_accuracy()` and `seconds`."""
+        self.examples = 0
+        self.robust_counts = dict.fromkeys(["clean", *self.attacks], 0)
+        self.seconds = dict.fromkeys(self.attacks, 0.0)
+
+    def robust_accuracy(self) -> dict[str, float]:
+        """Accuracy on clean inputs ("clean") and after each attack, over every call so far."""
+        if self.examples == 0:
+            raise ValueError("AutoAttack has not been run on any example yet")
+        return {name: count / self.examples for name, count in self.robust_counts.items()}
+
+    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return self.run(model, x, y)[0]
+
+    def run(
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
+    ) -> tuple[tf.Tensor, dict[str, np.ndarray]]:
+        """(x_adv, robust): robust["clean"] and robust[name] after each attack, bool [batch]."""
+        x = tf.convert_to_tensor(x)
+        y = tf.cast(tf.convert_to_tensor(y), tf.int32)
+        robust = correct(model(x, training=False), y).numpy() > 0.5
+        masks = {"clean": robust.copy()}
+        x_adv = x.numpy().copy()
+        for name, attack in self.attacks.items():
+            start = time.perf_counter()
+            still_robust = np.flatnonzero(robust)
+            if still_robust.size:
+                x_sub, y_sub = tf.gather(x, still_robust), tf.gather(y, still_robust)
+                candidate = attack(model, x_sub, y_sub)
+                _check_in_ball(candidate, x_sub, self.eps, name)
+                broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
+                x_adv[still_robust[broken]] = np.asarray(candidate)[broken]
+                robust[still_robust[broken]] = False
+            self.seconds[name] += time.perf_counter() - start
+            masks[name] = robust.copy()
+        self.examples += len(robust)
+        for name, mask in masks.items():
+            self.robust_counts[name] += int(mask.sum())
+        return tf.convert_to_tensor(x_adv), masks
+
+
+def transfer_robust_accuracy(
+    source_model: keras.Model,
+    target_model: keras.Model,
+    attack: Attack,
+    dataset: tf.data.Dataset,
+    eps: float | None = None,
+) -> float:
+    """Accuracy of `target_model` on adversarial examples crafted against `source_model`.
+
+    With `eps`, every crafted batch is checked to lie in C before it counts (DESIGN.md §4).
+    """
+    hits = total = 0
+    for x, y in dataset:
+        x_adv = attack(source_model, x, y)
+        if eps is not None:
+            _check_in_ball(x_adv, x, eps, "transfer")
+        hits += int(tf.reduce_sum(correct(target_model(x_adv, training=False), y)))
+        total += int(x.shape[0])
+    if total == 0:
+        raise ValueError("transfer_robust_accuracy got an empty dataset")
+    return hits / total
