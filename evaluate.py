@@ -1,9 +1,13 @@
-"""Measure the robustness of a trained model: clean accuracy and PGD-K-R robust accuracy.
+"""Measure the robustness of a trained model: clean accuracy and robust accuracy under PGD-K-R,
+AutoAttack (and its parts) and transfer attacks, at one or several ε.
 
-    python evaluate.py --model_path=runs/fmnist-fastbat --n_examples=1000 --eps=4,8
+    python evaluate.py --model_path=runs/fmnist-fastbat --n_examples=1000
+    python evaluate.py --model_path=runs/fmnist-fastbat --eps=2,4,8 --attacks=pgd,apgd-ce
+    python evaluate.py --model_path=runs/a --attacks=transfer --source_model_path=runs/b
 
-The dataset and the default ε are those of the training run. Prints a table and writes JSON
-(never over an existing file).
+`--model_path` is a training run directory, a .keras file or an exported SavedModel version
+directory. Prints a Markdown table, writes JSON (never over an existing file) and, with several
+ε, a robustness-vs-ε plot next to it. Every adversarial batch is checked to lie in C.
 """
 
 from __future__ import annotations
@@ -11,32 +15,81 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app
+from absl import app, logging
 
 from flags import common
 from flags import evaluate as eval_flags
+
+
+def build_attacks(names, eps_values, seed, jit_compile, source=None):
+    """{"<attack>@<ε/255>": (ε, attack)} in the order asked."""
+    from fbat_tf import evaluation
+    from fbat_tf.attacks.apgd import APGD
+    from fbat_tf.attacks.autoattack import AutoAttack, standard_attacks
+    from fbat_tf.attacks.pgd import PGD
+
+    attacks = {}
+    for eps in eps_values:
+        standard = None
+        for name in names:
+            if name == "pgd":
+                steps, restarts = eval_flags.PGD_STEPS.value, eval_flags.PGD_RESTARTS.value
+                attack = PGD(eps, steps, restarts, seed=seed, jit_compile=jit_compile)
+            elif name == "autoattack":
+                attack = AutoAttack(eps, version=eval_flags.AA_VERSION.value, seed=seed)
+            elif name == "transfer":
+                steps, restarts = eval_flags.PGD_STEPS.value, eval_flags.PGD_RESTARTS.value
+                attack = evaluation.TransferAttack(source, PGD(eps, steps, restarts, seed=seed))
+            elif name == "apgd-ce":
+                attack = APGD(eps, loss="ce", seed=seed, jit_compile=jit_compile)
+            else:
+                standard = standard or standard_attacks(eps, seed)
+                attack = standard[name]
+            attacks[f"{name}@{eps * 255:g}"] = (eps, attack)
+    return attacks
+
+
+def label(name: str) -> str:
+    if name == "pgd":
+        return f"PGD-{eval_flags.PGD_STEPS.value}-{eval_flags.PGD_RESTARTS.value}"
+    if name == "transfer":
+        return f"transfer PGD-{eval_flags.PGD_STEPS.value}-{eval_flags.PGD_RESTARTS.value}"
+    return {"autoattack": f"AutoAttack ({eval_flags.AA_VERSION.value})"}.get(name, name.upper())
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from fbat_tf import data, device, evaluation
+    from fbat_tf.attacks.autoattack import AutoAttack
     from fbat_tf.callbacks import write_json_atomic
 
-    model_path = eval_flags.MODEL_PATH.value
+    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
     results_path = eval_flags.RESULTS.value or os.path.join(
-        model_path, f"eval-{eval_flags.SPLIT.value}.json"
+        model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or ".",
+        f"eval-{eval_flags.SPLIT.value}.json",
     )
     if os.path.exists(results_path):
         sys.exit(f"error: {results_path} exists; pass another --results")
     try:
-        classifier, config = evaluation.load_classifier(model_path)
-        dataset = config["dataset"]
-        data_dir = common.DATA_DIR.value or config.get("data_dir")
+        classifier, known = evaluation.load_model(model_path)
+        source = None
+        if eval_flags.SOURCE_MODEL_PATH.value:
+            source, _ = evaluation.load_model(eval_flags.SOURCE_MODEL_PATH.value)
+        dataset = eval_flags.DATASET.value or known.get("dataset")
+        if dataset is None:
+            raise ValueError(f"--eval_dataset is needed: {model_path} does not say its dataset")
+        data_dir = common.DATA_DIR.value
         data.check_available(dataset, data_dir, common.DOWNLOAD.value)
+        if eval_flags.EPS.value:
+            eps_values = [float(v) / 255 for v in eval_flags.EPS.value]
+        elif "eps" in known:
+            eps_values = [known["eps"]]
+        else:
+            raise ValueError(f"--eps is needed: {model_path} does not say its training ε")
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
-    eps_values = [float(v) / 255 for v in eval_flags.EPS.value or [config["eps"] * 255]]
+
     split = data.load(
         dataset,
         eval_flags.SPLIT.value,
@@ -45,31 +98,69 @@ def main(argv: list[str]) -> None:
         max_examples=eval_flags.N_EXAMPLES.value or None,
         download=common.DOWNLOAD.value,
     )
-    attacks = evaluation.pgd_attacks(
-        eps_values,
-        steps=eval_flags.PGD_STEPS.value,
-        restarts=eval_flags.PGD_RESTARTS.value,
-        seed=common.SEED.value,
-        jit_compile=device.resolve_jit_compile(common.JIT_COMPILE.value),
-    )
-    results = evaluation.evaluate(classifier, split, attacks)
+    jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
+    attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, common.SEED.value, jit, source)
+    results = evaluation.evaluate(classifier, split, attacks, progress=True)
+    breakdown = {
+        name: attack.robust_accuracy()
+        for name, (_, attack) in attacks.items()
+        if isinstance(attack, AutoAttack)
+    }
+    seconds = {
+        name: dict(attack.seconds)
+        for name, (_, attack) in attacks.items()
+        if isinstance(attack, AutoAttack)
+    }
     results.update(
         model_path=model_path,
         dataset=dataset,
         split=eval_flags.SPLIT.value,
+        attacks=eval_flags.ATTACKS.value,
         pgd_steps=eval_flags.PGD_STEPS.value,
         pgd_restarts=eval_flags.PGD_RESTARTS.value,
+        aa_version=eval_flags.AA_VERSION.value,
+        autoattack_per_attack=breakdown,
+        autoattack_seconds=seconds,
+        seed=common.SEED.value,
         device=device.describe(),
     )
+    for name, per_attack in breakdown.items():
+        gradient_robust = per_attack.get("fab-t", per_attack.get("apgd-t"))
+        if "square" in per_attack and gradient_robust is not None:
+            extra = gradient_robust - per_attack["square"]
+            if extra > 0:
+                logging.warning(
+                    "%s: Square broke %.2f%% of the examples that the gradient attacks did not; "
+                    "a sign of gradient masking",
+                    name,
+                    100 * extra,
+                )
+                results.setdefault("gradient_masking_warning", {})[name] = extra
     write_json_atomic(results_path, results)
-    print(f"{dataset} {eval_flags.SPLIT.value}, {results['examples']} examples")
-    print("| attack | ε (/255) | accuracy | time (s) |\n|---|---|---|---|")
-    print(f"| clean | 0 | {results['clean_accuracy']:.4f} | |")
-    for name, accuracy in results["robust_accuracy"].items():
-        attack, eps = name.split("@")
-        label = f"PGD-{eval_flags.PGD_STEPS.value}-{eval_flags.PGD_RESTARTS.value}"
-        print(f"| {label} | {eps} | {accuracy:.4f} | {results['time_s'][name]:.1f} |")
+    print(f"\n{dataset} {eval_flags.SPLIT.value}, first {results['examples']} examples\n")
+    print(table(results))
+    if len(eps_values) > 1:
+        plot_path = os.path.splitext(results_path)[0] + ".png"
+        labels = {name: label(name) for name in eval_flags.ATTACKS.value}
+        evaluation.plot_robustness(results, plot_path, labels)
+        print(f"plot in {plot_path}")
     print(f"results in {results_path}")
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| attack | ε (/255) | robust accuracy | time (s) |",
+        "|---|---|---|---|",
+        f"| clean | 0 | {results['clean_accuracy']:.4f} | |",
+    ]
+    for key, accuracy in results["robust_accuracy"].items():
+        name, eps = key.split("@")
+        lines.append(f"| {label(name)} | {eps} | {accuracy:.4f} | {results['time_s'][key]:.1f} |")
+        for part, value in results["autoattack_per_attack"].get(key, {}).items():
+            if part != "clean":
+                spent = results["autoattack_seconds"][key].get(part, 0.0)
+                lines.append(f"| &nbsp;&nbsp;after {part} | {eps} | {value:.4f} | {spent:.1f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

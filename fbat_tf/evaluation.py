@@ -52,6 +52,53 @@ def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, d
 Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
 
 
+class SavedModelClassifier:
+    """An exported SavedModel's `serving_default` as a classifier: `model(x, training=False)`
+    returns its logits, differentiably, so every attack runs against the served graph."""
+
+    def __init__(self, path: str):
+        self.loaded = tf.saved_model.load(path)
+        self.signature = self.loaded.signatures["serving_default"]
+
+    def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.signature(images=tf.cast(x, tf.float32))["logits"]
+
+
+class TransferAttack:
+    """Adversarial examples crafted on a source model, whatever model they are then fed to."""
+
+    def __init__(self, source: Callable, attack: Attack):
+        self.source = source
+        self.attack = attack
+
+    def __call__(self, model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return self.attack(self.source, x, y)
+
+
+def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
+    """A classifier from a training run directory, a .keras file or a SavedModel directory,
+    with what is known of it ({"dataset", "eps"} from the run or the model card, else {})."""
+    if os.path.exists(os.path.join(path, "results.json")):
+        classifier, config = load_classifier(path)
+        return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        card_path = os.path.join(path, "assets.extra", "model_card.json")
+        card = {}
+        if os.path.exists(card_path):
+            with open(card_path) as f:
+                card = json.load(f)
+        known = {"dataset": card["dataset"]} if card.get("dataset") else {}
+        if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
+            known["eps"] = card["eps"]["pixels"]
+        return SavedModelClassifier(path), known
+    if path.endswith(".keras") and os.path.isfile(path):
+        return keras.models.load_model(path), {}
+    raise FileNotFoundError(
+        f"{path} is neither a training run directory (results.json), a SavedModel directory "
+        "(saved_model.pb) nor a .keras file"
+    )
+
+
 def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
     """Raise if ‖x_adv − x‖∞ > ε + tol or x_adv leaves [0, 1]: such a batch must not count."""
     distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
@@ -81,11 +128,15 @@ def evaluate(
     classifier: keras.Model,
     dataset: tf.data.Dataset,
     attacks: Mapping[str, tuple[float, Attack]],
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Clean loss and accuracy, and robust accuracy and time of each named (ε, attack).
 
-    Every adversarial batch is checked to lie in C before it counts.
+    Every adversarial batch is checked to lie in C before it counts. `progress` shows a bar
+    over the batches with the running accuracies.
     """
+    batches = int(dataset.cardinality())
+    bar = keras.utils.Progbar(batches if batches > 0 else None) if progress else None
     clean = loss = total = 0.0
     robust = dict.fromkeys(attacks, 0.0)
     seconds = dict.fromkeys(attacks, 0.0)
@@ -100,6 +151,10 @@ def evaluate(
             check_in_ball(x_adv, x, eps)
             robust[name] += float(tf.reduce_sum(correct(classifier(x_adv, training=False), y)))
             seconds[name] += time.perf_counter() - start
+        if bar is not None:
+            running = [("clean", clean / total)]
+            running += [(name, value / total) for name, value in robust.items()]
+            bar.add(1, values=[(k, v) for k, v in running])
     if total == 0:
         raise ValueError("evaluation got an empty dataset")
     return {
@@ -109,3 +164,29 @@ def evaluate(
         "robust_accuracy": {name: value / total for name, value in robust.items()},
         "time_s": seconds,
     }
+
+
+def plot_robustness(results: dict[str, Any], path: str, labels: Mapping[str, str]) -> None:
+    """Robust accuracy against ε, one line per attack, the clean accuracy at ε = 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for key, accuracy in results["robust_accuracy"].items():
+        name, eps = key.split("@")
+        curves.setdefault(name, [(0.0, results["clean_accuracy"])]).append((float(eps), accuracy))
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for name, points in curves.items():
+        eps, accuracy = zip(*sorted(points), strict=True)
+        axes.plot(eps, [100 * a for a in accuracy], marker="o", label=labels.get(name, name))
+    axes.set_xlabel("ε (1/255)")
+    axes.set_ylabel("accuracy (%)")
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    axes.set_title(f"{results.get('dataset', '')}: first {results['examples']} examples")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -6,17 +6,32 @@ import os
 
 from absl import flags
 
+ATTACK_NAMES = ("pgd", "autoattack", "apgd-ce", "apgd-t", "fab-t", "square", "transfer")
+
 MODEL_PATH = flags.DEFINE_string(
     "model_path",
     None,
-    "A training run directory (its best checkpoint is evaluated).",
+    "A training run directory (its best checkpoint), a .keras file, or an exported SavedModel "
+    "version directory.",
     required=True,
+)
+SOURCE_MODEL_PATH = flags.DEFINE_string(
+    "source_model_path", None, "The model the transfer attack crafts its examples on."
+)
+DATASET = flags.DEFINE_string(
+    "eval_dataset", None, "Dataset name (default: the training run's; required otherwise)."
 )
 SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Split to evaluate on.")
 N_EXAMPLES = flags.DEFINE_integer(
     "n_examples", 0, "Evaluate the first N examples in file order (0: all).", lower_bound=0
 )
 EPS = flags.DEFINE_list("eps", None, "Budgets in 1/255 units, e.g. 2,4,8 (default: the run's).")
+ATTACKS = flags.DEFINE_list(
+    "attacks", ["pgd", "autoattack"], f"Attacks, any of {', '.join(ATTACK_NAMES)}."
+)
+AA_VERSION = flags.DEFINE_enum(
+    "aa_version", "standard", ["standard", "rand"], "AutoAttack version."
+)
 PGD_STEPS = flags.DEFINE_integer("pgd_steps", 50, "PGD steps K.", lower_bound=1)
 PGD_RESTARTS = flags.DEFINE_integer("pgd_restarts", 10, "PGD random restarts R.", lower_bound=1)
 RESULTS = flags.DEFINE_string(
@@ -33,7 +48,16 @@ def _eps_values_ok(values: list[str] | None) -> bool:
 
 flags.register_validator("eps", _eps_values_ok, message="--eps values must be numbers in (0, 255]")
 flags.register_validator(
-    "model_path",
-    lambda value: value is None or os.path.exists(value),
-    message="--model_path must exist",
+    "attacks",
+    lambda names: bool(names) and set(names) <= set(ATTACK_NAMES),
+    message=f"--attacks takes names from {', '.join(ATTACK_NAMES)}",
+)
+for _name in ("model_path", "source_model_path"):
+    flags.register_validator(
+        _name, lambda value: value is None or os.path.exists(value), message=f"--{_name} must exist"
+    )
+flags.register_multi_flags_validator(
+    ["attacks", "source_model_path"],
+    lambda f: "transfer" not in f["attacks"] or f["source_model_path"] is not None,
+    message="--attacks=transfer needs --source_model_path",
 )

@@ -109,16 +109,18 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert "--eps=8.0 -> --eps=4.0" in other.stderr
 
     evaluation = [f"--model_path={workdir}", "--n_examples=64", "--eps=4,8", "--pgd_steps=2"]
-    evaluated = run_train(*evaluation, "--pgd_restarts=1", program="evaluate.py")
+    evaluation += ["--attacks=pgd,apgd-ce", "--pgd_restarts=1"]
+    evaluated = run_train(*evaluation, program="evaluate.py")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     report = json.loads((workdir / "eval-test.json").read_text())
     assert report["examples"] == 64
-    assert set(report["robust_accuracy"]) == {"pgd@4", "pgd@8"}
+    assert set(report["robust_accuracy"]) == {"pgd@4", "pgd@8", "apgd-ce@4", "apgd-ce@8"}
+    assert (workdir / "eval-test.png").stat().st_size > 1000
     # A larger budget cannot help the model.
     assert report["robust_accuracy"]["pgd@8"] <= report["robust_accuracy"]["pgd@4"] + 1e-9
     assert report["robust_accuracy"]["pgd@4"] <= report["clean_accuracy"]
     assert "| PGD-2-1 | 8 |" in evaluated.stdout
-    again = run_train(*evaluation, "--pgd_restarts=1", program="evaluate.py")
+    again = run_train(*evaluation, program="evaluate.py")
     assert again.returncode != 0 and "exists" in again.stderr
 
 
