@@ -121,6 +121,7 @@ def config_from_flags(workdir: str):
         eval_examples=train_flags.EVAL_EXAMPLES.value,
         eval_pgd_steps=train_flags.EVAL_PGD_STEPS.value,
         eval_pgd_restarts=train_flags.EVAL_PGD_RESTARTS.value,
+        eval_autoattack=train_flags.EVAL_AUTOATTACK.value,
         stop_on_overfitting=train_flags.STOP_ON_OVERFITTING.value,
         precision=device.resolve_precision(common.PRECISION.value),
         jit_compile=device.resolve_jit_compile(common.JIT_COMPILE.value),
@@ -161,10 +162,15 @@ def main(argv: list[str]) -> None:
 
     results = train(config)
     final = results["final"]
+    autoattack = (
+        f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"
+        if "test_aa_robust_accuracy" in final
+        else ""
+    )
     print(
         f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
         f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} "
-        f"{final['test_pgd_robust_accuracy']:.4f}; results in "
+        f"{final['test_pgd_robust_accuracy']:.4f}{autoattack}; results in "
         f"{os.path.join(config.workdir, 'results.json')}"
     )
     export_once(config)

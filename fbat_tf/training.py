@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import data, device, evaluation, methods, models, schedules
+from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
     EpochTiming,
@@ -61,6 +62,7 @@ class TrainConfig:
     eval_examples: int = 1000
     eval_pgd_steps: int = 50
     eval_pgd_restarts: int = 10
+    eval_autoattack: bool = True
     stop_on_overfitting: bool = False
     precision: str = "float32"
     jit_compile: bool = True
@@ -211,13 +213,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
     write_json_atomic(results_path, payload)
     with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
         for name, value in payload["final"].items():
-            if isinstance(value, int | float):
+            if isinstance(value, float):
                 tf.summary.scalar(name, value, step=int(trainer.optimizer.iterations.numpy()))
     return payload
 
 
 def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any]:
-    """SA and PGD-K-R robust accuracy of the selected model on the first N test examples."""
+    """SA, PGD-K-R and AutoAttack (standard) robust accuracy of the selected model on the first
+    N test examples."""
     test_ds = data.load(
         config.dataset,
         "test",
@@ -226,19 +229,31 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         max_examples=config.eval_examples or None,
         download=config.download,
     )
-    attack = PGD(
+    pgd = PGD(
         config.eps,
         steps=config.eval_pgd_steps,
         restarts=config.eval_pgd_restarts,
         seed=config.seed,
         jit_compile=config.jit_compile,
     )
-    result = evaluation.evaluate(classifier, test_ds, {"pgd": (config.eps, attack)})
-    return {
+    attacks = {"pgd": (config.eps, pgd)}
+    if config.eval_autoattack:
+        attacks["autoattack"] = (config.eps, AutoAttack(config.eps, seed=config.seed))
+    result = evaluation.evaluate(classifier, test_ds, attacks, progress=config.verbose > 0)
+    final = {
         "test_examples": result["examples"],
         "test_clean_accuracy": result["clean_accuracy"],
         "test_pgd_robust_accuracy": result["robust_accuracy"]["pgd"],
         "pgd_steps": config.eval_pgd_steps,
         "pgd_restarts": config.eval_pgd_restarts,
-        "eval_time_s": result["time_s"]["pgd"],
+        "eval_time_s": sum(result["time_s"].values()),
     }
+    if config.eval_autoattack:
+        autoattack = attacks["autoattack"][1]
+        final.update(
+            test_aa_robust_accuracy=result["robust_accuracy"]["autoattack"],
+            aa_version=autoattack.version,
+            aa_time_s=result["time_s"]["autoattack"],
+            test_aa_per_attack=autoattack.robust_accuracy(),
+        )
+    return final

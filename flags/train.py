@@ -88,6 +88,9 @@ EVAL_PGD_STEPS = flags.DEFINE_integer(
 EVAL_PGD_RESTARTS = flags.DEFINE_integer(
     "eval_pgd_restarts", 10, "PGD restarts of the final evaluation.", lower_bound=1
 )
+EVAL_AUTOATTACK = flags.DEFINE_bool(
+    "eval_autoattack", True, "Also run AutoAttack (standard) in the final evaluation."
+)
 STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "stop_on_overfitting",
     False,

@@ -34,6 +34,7 @@ TINY_RUN = [
     "--eval_examples=64",
     "--eval_pgd_steps=2",
     "--eval_pgd_restarts=1",
+    "--noeval_autoattack",
     "--tensorboard_every=0",
     "--verbose=0",
 ]
@@ -140,7 +141,7 @@ def _scalars(directory: str) -> dict[str, list[float]]:
     return values
 
 
-def _cifar_config(workdir: str) -> TrainConfig:
+def _cifar_config(workdir: str, eval_autoattack: bool = False) -> TrainConfig:
     return TrainConfig(
         workdir=workdir,
         method="fastbat",
@@ -154,6 +155,7 @@ def _cifar_config(workdir: str) -> TrainConfig:
         eval_examples=8,
         eval_pgd_steps=2,
         eval_pgd_restarts=1,
+        eval_autoattack=eval_autoattack,
         jit_compile=True,
         download=False,
         tensorboard_every=2,
@@ -167,10 +169,17 @@ class _Killed(Exception):
 
 def test_cifar10_mocked_tfds_run_writes_tensorboard_and_resumes(tmp_path, monkeypatch):
     with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE, num_examples=40):
-        complete = train(_cifar_config(str(tmp_path / "complete")))
+        complete = train(_cifar_config(str(tmp_path / "complete"), eval_autoattack=True))
         steps_per_epoch = complete["steps_per_epoch"]
         assert steps_per_epoch == 36 // 8  # 40 examples, the last 10% held out, partial dropped
         assert complete["optimizer_steps"] == 2 * steps_per_epoch
+        final = complete["final"]
+        assert final["test_examples"] == 8
+        # The per-example worst case over more attacks can only be lower.
+        assert final["test_aa_robust_accuracy"] <= final["test_clean_accuracy"]
+        per_attack = list(final["test_aa_per_attack"].values())
+        assert per_attack == sorted(per_attack, reverse=True)
+        assert per_attack[-1] == final["test_aa_robust_accuracy"]
 
         scalars = _scalars(str(tmp_path / "complete" / "tensorboard" / "validation"))
         assert len(scalars["epoch_robust_accuracy"]) == 2
