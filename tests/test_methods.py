@@ -222,3 +222,35 @@ def test_inactive_mask_against_a_brute_force_loop():
         low, high = max(-EPS, -x[i]), min(EPS, 1 - x[i])
         assert mask[i] == float(low + 1e-7 < delta[i] < high - 1e-7), i
     assert 0 < mask.sum() < 50
+
+
+def test_loss_scale_keeps_float16_input_gradients_from_underflowing():
+    """A model whose input gradient (~1e-9) is below float16's smallest subnormal (~6e-8): the
+    unscaled float16 backward pass flushes it to zero, the scaled one recovers the float32
+    value (computed independently with the same weights in float32)."""
+    from fbat_tf.methods.base import input_gradient
+
+    def build() -> keras.Model:
+        model = keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(3, use_bias=False), keras.layers.Dense(2)]
+        )
+        model.layers[0].set_weights([np.full((6, 3), 1e-6, np.float32)])
+        model.layers[1].set_weights(
+            [np.array([[1e-3, -1e-3]] * 3, np.float32), np.zeros(2, np.float32)]
+        )
+        return model
+
+    x = tf.constant(np.random.default_rng(0).uniform(0, 1, (4, 6)), tf.float32)
+    y = tf.constant([0, 1, 0, 1], tf.int32)
+    delta = tf.zeros_like(x)
+    reference = input_gradient(build(), x, delta, y).numpy()
+    assert 1e-10 < np.abs(reference).min() and np.abs(reference).max() < 6e-8
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = build()
+        plain = input_gradient(model, x, delta, y).numpy()
+        scaled = input_gradient(model, x, delta, y, tf.constant(2.0**15)).numpy()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.all(plain == 0.0)
+    np.testing.assert_allclose(scaled, reference, rtol=0.05)
