@@ -122,6 +122,7 @@ def config_from_flags(workdir: str):
         eval_pgd_steps=train_flags.EVAL_PGD_STEPS.value,
         eval_pgd_restarts=train_flags.EVAL_PGD_RESTARTS.value,
         eval_autoattack=train_flags.EVAL_AUTOATTACK.value,
+        strategy=train_flags.STRATEGY.value,
         stop_on_overfitting=train_flags.STOP_ON_OVERFITTING.value,
         precision=device.resolve_precision(common.PRECISION.value),
         jit_compile=device.resolve_jit_compile(common.JIT_COMPILE.value),

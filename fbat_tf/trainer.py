@@ -67,8 +67,10 @@ class AdversarialTrainer(keras.Model):
         x, y = data[0], data[1]
         weights = self.classifier.trainable_variables
         for _ in range(self.method.replays):
-            # 1.0 for a plain optimizer, the dynamic scale for LossScaleOptimizer.
-            loss_scale = self.optimizer.scale_loss(tf.constant(1.0, tf.float32))
+            # 1.0 for a plain optimizer, the dynamic scale for LossScaleOptimizer; divided by
+            # the replica count, because gradients are summed over replicas.
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            loss_scale = self.optimizer.scale_loss(tf.constant(1.0 / replicas, tf.float32))
             grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
             if self.weight_decay:
                 # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.

@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import data, device, evaluation, methods, models, schedules
+from fbat_tf import data, device, distribute, evaluation, methods, models, schedules
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
@@ -63,6 +63,7 @@ class TrainConfig:
     eval_pgd_steps: int = 50
     eval_pgd_restarts: int = 10
     eval_autoattack: bool = True
+    strategy: str = "default"
     stop_on_overfitting: bool = False
     precision: str = "float32"
     jit_compile: bool = True
@@ -121,31 +122,38 @@ def train(config: TrainConfig) -> dict[str, Any]:
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
 
-    classifier = models.build(
-        config.model,
-        num_classes=info.num_classes,
-        input_shape=info.image_shape,
-        mean=info.mean,
-        std=info.std,
-        activation=config.activation,
-        width=config.width,
-    )
     method = methods.create(config.method, eps=config.eps, **config.method_options)
-    method.build((config.batch_size, *info.image_shape))
+    if method.replays > 1 and config.strategy != "default":
+        raise ValueError(
+            f"{config.method} carries δ from batch to batch on one device; "
+            f"run it with strategy 'default', not {config.strategy!r}"
+        )
     # Free-AT replays each batch m times: divide epochs by m so total gradient steps match.
     epochs = math.ceil(config.epochs / method.replays)
     total_steps = epochs * steps_per_epoch * method.replays
 
-    trainer = AdversarialTrainer(
-        classifier,
-        method,
-        weight_decay=config.weight_decay,
-        seed=config.seed,
-        jit_compile=config.jit_compile,
-    )
-    optimizer = _optimizer(config, total_steps)
-    trainer.compile(optimizer=optimizer, jit_compile=False)
-    optimizer.build(classifier.trainable_variables)
+    strategy = distribute.create_strategy(config.strategy)
+    with strategy.scope():
+        classifier = models.build(
+            config.model,
+            num_classes=info.num_classes,
+            input_shape=info.image_shape,
+            mean=info.mean,
+            std=info.std,
+            activation=config.activation,
+            width=config.width,
+        )
+        method.build((config.batch_size, *info.image_shape))
+        trainer = AdversarialTrainer(
+            classifier,
+            method,
+            weight_decay=config.weight_decay,
+            seed=config.seed,
+            jit_compile=config.jit_compile,
+        )
+        optimizer = _optimizer(config, total_steps)
+        trainer.compile(optimizer=optimizer, jit_compile=False)
+        optimizer.build(classifier.trainable_variables)
 
     resume = ResumeCheckpoint(trainer, os.path.join(config.workdir, "checkpoints", "last"))
     initial_epoch = resume.restore()
@@ -157,6 +165,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         dataset=config.dataset,
         model=config.model,
         device=device.describe(),
+        replicas=strategy.num_replicas_in_sync,
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,
         total_steps=total_steps,

@@ -97,6 +97,18 @@ STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "Stop when the catastrophic-overfitting guard fires (it always warns and logs).",
 )
 
+STRATEGY = flags.DEFINE_enum(
+    "strategy",
+    "default",
+    ["default", "mirrored", "multi_worker", "tpu"],
+    "tf.distribute strategy; --batch_size is the global batch (see BUILD.md).",
+)
+flags.register_multi_flags_validator(
+    ["method", "strategy"],
+    lambda f: f["method"] != "free" or f["strategy"] == "default",
+    message="--method=free carries δ across batches on one device: use --strategy=default",
+)
+
 # Outputs.
 WORKDIR = flags.DEFINE_string(
     "workdir",
