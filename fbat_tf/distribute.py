@@ -38,3 +38,15 @@ def create_strategy(name: str) -> tf.distribute.Strategy:
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     raise ValueError(f"unknown strategy {name!r}; choose one of {STRATEGIES}")
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True except on the non-chief workers of a multi-worker strategy (worker 0 is chief)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    return resolver.task_type in ("chief", None) or (
+        resolver.task_type == "worker"
+        and resolver.task_id == 0
+        and "chief" not in resolver.cluster_spec().as_dict()
+    )

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import tempfile
 from typing import Any
 
 import keras
@@ -98,6 +99,11 @@ def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train, select the best validation-robust checkpoint, evaluate it on the test split."""
+    # Created first: a multi-worker strategy must exist before other TensorFlow work.
+    strategy = distribute.create_strategy(config.strategy)
+    if not distribute.is_chief(strategy):
+        # Every worker runs the callbacks; only the chief writes into the shared workdir.
+        config = dataclasses.replace(config, workdir=tempfile.mkdtemp(prefix="fbat_worker_"))
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
     os.makedirs(os.path.join(config.workdir, "checkpoints"), exist_ok=True)
@@ -132,7 +138,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
     epochs = math.ceil(config.epochs / method.replays)
     total_steps = epochs * steps_per_epoch * method.replays
 
-    strategy = distribute.create_strategy(config.strategy)
     with strategy.scope():
         classifier = models.build(
             config.model,

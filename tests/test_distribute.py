@@ -78,3 +78,21 @@ def test_mirrored_step_equals_single_device_step(method):
     _, one, two, error, _ = lines[-1].split()
     assert (int(one), int(two)) == (1, 2)
     assert float(error) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("task", "chief"),
+    [({"type": "worker", "index": 0}, True), ({"type": "worker", "index": 1}, False)],
+)
+def test_only_worker_zero_writes(monkeypatch, task, chief):
+    import json
+    import types
+
+    import tensorflow as tf
+
+    from fbat_tf.distribute import is_chief
+
+    cluster = {"worker": ["localhost:12345", "localhost:12346"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert is_chief(types.SimpleNamespace(cluster_resolver=resolver)) is chief
