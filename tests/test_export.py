@@ -119,7 +119,11 @@ if __name__ == "__main__":
             {
                 "served": served,
                 "rejections": rejections,
-                "fbat_tf_modules": [m for m, v in sys.modules.items() if "fbat_tf" in m and v],
+                "fbat_tf_modules": [
+                    m
+                    for m, v in sys.modules.items()
+                    if (m == "fbat_tf" or m.startswith("fbat_tf.")) and v
+                ],
             },
             f,
         )
