@@ -25,7 +25,7 @@ BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Global batch size.", lower
 SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, data order and every random draw.")
 PRECISION = flags.DEFINE_enum(
     "precision",
-    "float32",
+    "auto",
     ["auto", "float32", "mixed_float16", "mixed_bfloat16"],
     "Keras dtype policy. auto: mixed_bfloat16 on GPUs of compute capability >= 8.0, "
     "mixed_float16 on older GPUs, float32 on CPU.",
