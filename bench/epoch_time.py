@@ -1,0 +1,148 @@
+"""Time one training epoch of each method through the training library, beside the input
+pipeline's own throughput, on real Fashion-MNIST (Debian's dataset-fashion-mnist).
+
+    python bench/epoch_time.py --methods=fastat,fastbat --max_train_examples=10000 \
+        --json=bench/results/epoch_time.json
+
+Each method trains for one epoch in its own child process (a fresh TensorFlow, a temporary
+workdir, robust validation on 100 examples, no final AutoAttack) and reports the epoch time and
+images/s that the run's results.json records; the epoch time includes the per-epoch robust
+validation. The pipeline row iterates the same training split (shuffle, batching, prefetch)
+without a model: if its images/s is far above every method's, the input never starves the step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
+
+_METHODS = flags.DEFINE_list("methods", ALL_METHODS, "Methods to time.")
+_DATASET = flags.DEFINE_string("dataset", "fashion_mnist", "Dataset.")
+_MODEL = flags.DEFINE_string("model", "small_cnn", "Architecture.")
+_WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
+_BATCH = flags.DEFINE_integer("batch_size", 128, "Batch size.")
+_EXAMPLES = flags.DEFINE_integer("max_train_examples", 10000, "Training examples per epoch.")
+_JIT = flags.DEFINE_enum("jit_compile", "auto", ["auto", "true", "false"], "XLA.")
+_JSON = flags.DEFINE_string("json", None, "Write the results here.")
+_CHILD = flags.DEFINE_string("child", None, "Internal: train this method one epoch, print JSON.")
+
+
+def train_one_epoch(method: str) -> dict:
+    from fbat_tf import device
+    from fbat_tf.training import TrainConfig, train
+
+    with tempfile.TemporaryDirectory() as workdir:
+        config = TrainConfig(
+            workdir=workdir,
+            method=method,
+            dataset=_DATASET.value,
+            model=_MODEL.value,
+            width=_WIDTH.value,
+            epochs=1,
+            batch_size=_BATCH.value,
+            max_train_examples=_EXAMPLES.value,
+            val_examples=100,
+            eval_examples=100,
+            eval_pgd_steps=1,
+            eval_pgd_restarts=1,
+            eval_autoattack=False,
+            jit_compile=device.resolve_jit_compile(_JIT.value),
+            download=False,
+            verbose=0,
+            # Free-AT divides epochs by its replays: one of its epochs is m passes.
+            method_options={"replays": 1} if method == "free" else {},
+        )
+        results = train(config)
+    epoch = results["history"][0]
+    return {
+        "epoch_time_s": epoch["epoch_time"],
+        "images_per_s": epoch["images_per_second"],
+        "device": results["device"],
+    }
+
+
+def pipeline_throughput() -> float:
+    from fbat_tf import data
+
+    dataset = data.load(
+        _DATASET.value,
+        "train",
+        batch_size=_BATCH.value,
+        max_examples=_EXAMPLES.value,
+        download=False,
+    )
+    for _ in dataset.take(2):  # warm-up: decoding into memory, first shuffle buffer
+        pass
+    start, images = time.perf_counter(), 0
+    for x, _ in dataset:
+        images += int(x.shape[0])
+    return images / (time.perf_counter() - start)
+
+
+def main(argv: list[str]) -> None:
+    if _CHILD.value:
+        print("RESULT " + json.dumps(train_one_epoch(_CHILD.value)))
+        return
+    unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
+    if unknown:
+        sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
+    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json"))]
+    results, device = {}, ""
+    for name in _METHODS.value:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        child = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), f"--child={name}", *passed],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+        if child.returncode != 0 or not lines:
+            sys.exit(f"error: training {name} failed:\n{child.stderr[-3000:]}")
+        results[name] = json.loads(lines[-1][len("RESULT ") :])
+        device = results[name].pop("device")
+        print(f"{name}: {results[name]['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
+    report = {
+        "device": device,
+        "dataset": _DATASET.value,
+        "model": f"{_MODEL.value} width {_WIDTH.value}",
+        "batch_size": _BATCH.value,
+        "train_examples": _EXAMPLES.value,
+        "command": "python bench/epoch_time.py " + " ".join(sys.argv[1:]),
+        "pipeline_images_per_s": pipeline_throughput(),
+        "results": results,
+    }
+    print(markdown_table(report))
+    if _JSON.value:
+        os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
+        with open(_JSON.value, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+def markdown_table(report: dict) -> str:
+    lines = [
+        f"{report['dataset']}, {report['model']}, batch {report['batch_size']}, "
+        f"{report['train_examples']} training examples, {report['device']}",
+        "",
+        "| what | epoch time (s) | images/s |",
+        "|---|---|---|",
+        f"| input pipeline alone | | {report['pipeline_images_per_s']:.0f} |",
+    ]
+    for name, r in report["results"].items():
+        lines.append(f"| {name} | {r['epoch_time_s']:.1f} | {r['images_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
