@@ -13,9 +13,7 @@ without a model: if its images/s is far above every method's, the input never st
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +22,9 @@ from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from children import report, run_per_method, write_json  # noqa: E402
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
 
@@ -92,28 +93,16 @@ def pipeline_throughput() -> float:
 
 def main(argv: list[str]) -> None:
     if _CHILD.value:
-        print("RESULT " + json.dumps(train_one_epoch(_CHILD.value)))
+        report(train_one_epoch(_CHILD.value))
         return
     unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
-    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json"))]
-    results, device = {}, ""
-    for name in _METHODS.value:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        child = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), f"--child={name}", *passed],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-        if child.returncode != 0 or not lines:
-            sys.exit(f"error: training {name} failed:\n{child.stderr[-3000:]}")
-        results[name] = json.loads(lines[-1][len("RESULT ") :])
-        device = results[name].pop("device")
-        print(f"{name}: {results[name]['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
-    report = {
+    results, device = run_per_method(__file__, _METHODS.value), ""
+    for name, measured in results.items():
+        device = measured.pop("device")
+        print(f"{name}: {measured['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
+    summary = {
         "device": device,
         "dataset": _DATASET.value,
         "model": f"{_MODEL.value} width {_WIDTH.value}",
@@ -123,23 +112,20 @@ def main(argv: list[str]) -> None:
         "pipeline_images_per_s": pipeline_throughput(),
         "results": results,
     }
-    print(markdown_table(report))
-    if _JSON.value:
-        os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-        with open(_JSON.value, "w") as f:
-            json.dump(report, f, indent=2)
+    print(markdown_table(summary))
+    write_json(_JSON.value, summary)
 
 
-def markdown_table(report: dict) -> str:
+def markdown_table(summary: dict) -> str:
     lines = [
-        f"{report['dataset']}, {report['model']}, batch {report['batch_size']}, "
-        f"{report['train_examples']} training examples, {report['device']}",
+        f"{summary['dataset']}, {summary['model']}, batch {summary['batch_size']}, "
+        f"{summary['train_examples']} training examples, {summary['device']}",
         "",
         "| what | epoch time (s) | images/s |",
         "|---|---|---|",
-        f"| input pipeline alone | | {report['pipeline_images_per_s']:.0f} |",
+        f"| input pipeline alone | | {summary['pipeline_images_per_s']:.0f} |",
     ]
-    for name, r in report["results"].items():
+    for name, r in summary["results"].items():
         lines.append(f"| {name} | {r['epoch_time_s']:.1f} | {r['images_per_s']:.0f} |")
     return "\n".join(lines)
 

@@ -13,17 +13,18 @@ set of the built process), the ratios to Fast-AT, writes JSON and prints a Markd
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from children import report, run_per_method, write_json  # noqa: E402
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
 
@@ -109,33 +110,20 @@ def time_method(method_name: str) -> dict:
 
 def main(argv: list[str]) -> None:
     if _CHILD.value:
-        print("RESULT " + json.dumps(time_method(_CHILD.value)))
+        report(time_method(_CHILD.value))
         return
     unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
-    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json"))]
-    results, meta = {}, {}
-    for name in _METHODS.value:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        child = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), f"--child={name}", *passed],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-        if child.returncode != 0 or not lines:
-            sys.exit(f"error: timing {name} failed:\n{child.stderr[-3000:]}")
-        measured = json.loads(lines[-1][len("RESULT ") :])
+    results, meta = run_per_method(__file__, _METHODS.value), {}
+    for name, measured in results.items():
         meta = {
             k: measured.pop(k)
             for k in ("device", "precision", "jit_compile", "tensorflow", "keras")
         }
-        results[name] = measured
         print(f"{name}: {measured['step_time_s']:.3f} s/step", file=sys.stderr)
     reference = results.get("fastat", {}).get("step_time_s")
-    report = {
+    summary = {
         **meta,
         "model": f"{_MODEL.value} width {_WIDTH.value}",
         "batch_size": _BATCH.value,
@@ -149,29 +137,27 @@ def main(argv: list[str]) -> None:
     }
     if reference and "fastat" in results:
         fastat_memory = results["fastat"]["step_memory_mb"]
-        report["memory_ratio_to_fastat"] = {
+        summary["memory_ratio_to_fastat"] = {
             name: r["step_memory_mb"] / fastat_memory for name, r in results.items()
         }
-    print(markdown_table(report))
-    if _JSON.value:
-        os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-        with open(_JSON.value, "w") as f:
-            json.dump(report, f, indent=2)
+    print(markdown_table(summary))
+    write_json(_JSON.value, summary)
 
 
-def markdown_table(report: dict) -> str:
+def markdown_table(summary: dict) -> str:
     lines = [
-        f"{report['model']}, batch {report['batch_size']}, {report['image_size']}px, "
-        f"{report['device']}, {report['precision']}, XLA {report['jit_compile']}, "
-        f"TF {report['tensorflow']}, Keras {report['keras']}; median of {report['repeats']} steps",
+        f"{summary['model']}, batch {summary['batch_size']}, {summary['image_size']}px, "
+        f"{summary['device']}, {summary['precision']}, XLA {summary['jit_compile']}, "
+        f"TF {summary['tensorflow']}, Keras {summary['keras']}; "
+        f"median of {summary['repeats']} steps",
         "",
         "| method | step time (s) | images/s | peak memory (MB) | step memory (MB) "
         "| × Fast-AT time | × Fast-AT step memory |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, r in report["results"].items():
-        ratio = report["ratio_to_fastat"].get(name)
-        memory = report.get("memory_ratio_to_fastat", {}).get(name)
+    for name, r in summary["results"].items():
+        ratio = summary["ratio_to_fastat"].get(name)
+        memory = summary.get("memory_ratio_to_fastat", {}).get(name)
         lines.append(
             f"| {name} | {r['step_time_s']:.3f} | {r['images_per_s']:.0f} | "
             f"{r['peak_memory_mb']:.0f} | {r['step_memory_mb']:.0f} | "
