@@ -74,6 +74,37 @@ def test_projection_matches_bisection_on_tiny_problems():
     assert feasible > 100 and infeasible > 20
 
 
+def test_projection_matches_bisection_at_image_sizes():
+    # Image-sized rows, as FAB projects them: many pixels on a box face (room 0, ties), zero
+    # weights, planes that the box meets only far out, and some it misses.
+    rng = np.random.default_rng(4)
+    n, d = 40, 784
+    point = rng.uniform(0, 1, (n, d))
+    point[rng.uniform(size=(n, d)) < 0.4] = 0.0
+    point[rng.uniform(size=(n, d)) < 0.05] = 1.0
+    w = rng.normal(size=(n, d)) * rng.uniform(0.01, 1.0, (n, 1))
+    w[rng.uniform(size=(n, d)) < 0.1] = 0.0
+    reach = np.sum(np.abs(w) * np.where(w < 0, 1 - point, point), 1)  # G(∞) towards smaller w·p
+    shift = reach * np.linspace(0.001, 1.2, n)  # from nearly on the plane to beyond the box
+    b = np.sum(w * point, 1) - shift * rng.choice([-1.0, 1.0], n) * (shift <= reach)
+    b = np.where(shift > reach, np.sum(w * point, 1) - shift, b)
+    delta = project_linf_hyperplane_box(point, w, b).numpy()
+    feasible = 0
+    for i in range(n):
+        target = b[i] - w[i] @ point[i]
+        optimum = bisection_linf_distance(point[i], w[i], target, on_hyperplane)
+        assert np.all(point[i] + delta[i] >= -1e-12) and np.all(point[i] + delta[i] <= 1 + 1e-12)
+        if np.isfinite(optimum):
+            feasible += 1
+            assert w[i] @ (point[i] + delta[i]) == pytest.approx(b[i], abs=1e-9 * reach[i])
+            assert np.abs(delta[i]).max() == pytest.approx(optimum, abs=1e-9)
+        else:
+            # The plane misses the box: the box point whose w·z is nearest b.
+            low, high = reachable_range(w[i], -point[i], 1 - point[i])
+            assert w[i] @ delta[i] == pytest.approx(low if target < 0 else high, rel=1e-9)
+    assert 25 <= feasible < n
+
+
 def test_projection_with_a_general_box_and_float32():
     rng = np.random.default_rng(1)
     point = rng.uniform(-0.5, 0.5, (16, 3)).astype(np.float32)

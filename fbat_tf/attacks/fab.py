@@ -42,8 +42,13 @@ def project_linf_hyperplane_box(
 
     The same exact solution as the reference's sort-based `projection_linf`: with ‖δ‖∞ ≤ λ the
     farthest one can move w·(p + δ) towards b is G(λ) = Σ_i |w_i|·min(λ, room_i), room_i being
-    the distance to the box face in direction −sign(w_i); G is piecewise linear with breaks at
-    the sorted room_i, so the smallest λ with G(λ) = |w·p − b| is found on one linear piece.
+    the distance to the box face in direction −sign(w_i); G is concave and piecewise linear with
+    breaks at the room_i, and δ_i = −sign(w_i)·min(λ*, room_i) with λ* the smallest λ with
+    G(λ) = |w·p − b|. Instead of sorting the d breaks per row, λ* is found by the fixed-point
+    iteration λ ← (|w·p − b| − Σ_{room_i < λ} |w_i| room_i) / Σ_{room_i ≥ λ} |w_i| from
+    λ_0 = |w·p − b| / Σ|w_i| (each step solves G's tangent line at λ, which lies above the
+    concave G: λ rises monotonically to λ* and stops on λ*'s linear piece after a few steps, as
+    Michelot's simplex projection does). Same result, a fraction of the sort's cost for d ~ 1000.
     """
     points = tf.convert_to_tensor(points)
     w = tf.convert_to_tensor(w, points.dtype)
@@ -57,23 +62,30 @@ def project_linf_hyperplane_box(
     needed = tf.reduce_sum(w * points, -1) - b  # ≥ 0: how far w·(p + δ) must come down
     room = tf.maximum(tf.where(w < 0, upper - points, points - lower), 0.0)
     weight = tf.abs(w)
+    reach = weight * room  # what coordinate i contributes once saturated (λ ≥ room_i)
+    feasible = tf.reduce_sum(reach, -1) >= needed  # G(max room) ≥ needed: the plane meets the box
 
-    order = tf.argsort(room, axis=-1)
-    room_sorted = tf.gather(room, order, batch_dims=1)
-    weight_sorted = tf.gather(weight, order, batch_dims=1)
-    # On the piece λ ∈ [room_(k-1), room_(k)] the coordinates j < k are saturated and the others
-    # move by λ: G(λ) = saturated_k + λ·free_k.
-    saturated = tf.cumsum(weight_sorted * room_sorted, axis=-1, exclusive=True)
-    free = tf.cumsum(weight_sorted, axis=-1, reverse=True)
-    reach_at_breaks = saturated + room_sorted * free  # G(room_(k)), non-decreasing in k
-    piece = tf.reduce_sum(tf.cast(reach_at_breaks < needed[:, None], tf.int32), -1)
-    d = tf.shape(points)[-1]
-    feasible = piece < d  # G(max room) ≥ needed: the hyperplane meets the box
-    piece = tf.minimum(piece, d - 1)[:, None]
-    saturated_k = tf.gather(saturated, piece, batch_dims=1)[:, 0]
-    free_k = tf.gather(free, piece, batch_dims=1)[:, 0]
-    safe_free = tf.where(free_k > 0, free_k, tf.ones_like(free_k))
-    lam = tf.where(free_k > 0, (needed - saturated_k) / safe_free, tf.zeros_like(free_k))
+    def solve_on_piece(saturated: tf.Tensor) -> tf.Tensor:
+        """λ with Σ_saturated |w_i| room_i + λ·Σ_free |w_i| = needed (0 where nothing is free)."""
+        saturated_reach = tf.reduce_sum(tf.where(saturated, reach, tf.zeros_like(reach)), -1)
+        free = tf.reduce_sum(tf.where(saturated, tf.zeros_like(weight), weight), -1)
+        safe_free = tf.where(free > 0, free, tf.ones_like(free))
+        return tf.where(free > 0, (needed - saturated_reach) / safe_free, tf.zeros_like(free))
+
+    def newly_saturated(lam: tf.Tensor, saturated: tf.Tensor) -> tf.Tensor:
+        return tf.logical_and(room < lam[:, None], tf.logical_not(saturated))
+
+    def refine(lam: tf.Tensor, saturated: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        saturated = tf.logical_or(saturated, newly_saturated(lam, saturated))
+        return solve_on_piece(saturated), saturated
+
+    # λ only rises, so the saturated set only grows: at most d rounds, in practice a few.
+    saturated = tf.zeros_like(room, tf.bool)
+    lam, _ = tf.while_loop(
+        lambda lam, saturated: tf.reduce_any(newly_saturated(lam, saturated)),
+        refine,
+        (solve_on_piece(saturated), saturated),
+    )
     lam = tf.maximum(lam, 0.0)
     # Infeasible rows: λ = ∞ moves every coordinate to its face, the box corner nearest the plane.
     lam = tf.where(feasible, lam, tf.fill(tf.shape(lam), tf.constant(np.inf, points.dtype)))
