@@ -1,15 +1,19 @@
 """Run one measurement per method, each in a fresh Python process, for the bench scripts.
 
     results = run_per_method(__file__, ["fastat", "fastbat"])   # {method: dict the child printed}
+    results = run_per_method(__file__, ["fastat", "fastbat"], rounds=3)   # medians of 3 turns
 
 The child is the same script called with `--child=<method>`; it prints one line
-`RESULT <json>`. The parent passes on its own flags except --methods and --json.
+`RESULT <json>`. The parent passes on its own flags except --methods, --json and --rounds.
+With several rounds the methods take turns (A B A B A B), so that a slow drift in the machine's
+background load hits every method alike, and each number reported is the median over rounds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -21,22 +25,36 @@ def report(result: dict) -> None:
     print(RESULT + json.dumps(result))
 
 
-def run_per_method(script: str, methods: list[str]) -> dict[str, dict]:
-    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json"))]
-    results = {}
-    for name in methods:
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-        child = subprocess.run(
-            [sys.executable, os.path.abspath(script), f"--child={name}", *passed],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
-        if child.returncode != 0 or not lines:
-            sys.exit(f"error: {name} failed:\n{child.stderr[-3000:]}")
-        results[name] = json.loads(lines[-1][len(RESULT) :])
-    return results
+def run_per_method(script: str, methods: list[str], rounds: int = 1) -> dict[str, dict]:
+    passed = [a for a in sys.argv[1:] if not a.startswith(("--methods", "--json", "--rounds"))]
+    turns: dict[str, list[dict]] = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name in methods:
+            turns[name].append(_run_child(script, name, passed))
+    return {name: _median_of(measured) for name, measured in turns.items()}
+
+
+def _median_of(measured: list[dict]) -> dict:
+    """Numbers: the median over rounds; anything else: the first round's value."""
+    merged = dict(measured[0])
+    for key, value in merged.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            merged[key] = statistics.median(m[key] for m in measured)
+    return merged
+
+
+def _run_child(script: str, name: str, passed: list[str]) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    child = subprocess.run(
+        [sys.executable, os.path.abspath(script), f"--child={name}", *passed],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
+    if child.returncode != 0 or not lines:
+        sys.exit(f"error: {name} failed:\n{child.stderr[-3000:]}")
+    return json.loads(lines[-1][len(RESULT) :])
 
 
 def write_json(path: str | None, payload: dict) -> None:

@@ -40,6 +40,9 @@ _PRECISION = flags.DEFINE_enum(
 )
 _REPEATS = flags.DEFINE_integer("repeats", 20, "Timed steps.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first.")
+_ROUNDS = flags.DEFINE_integer(
+    "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
+)
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this one method and print JSON.")
 
@@ -115,7 +118,7 @@ def main(argv: list[str]) -> None:
     unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
-    results, meta = run_per_method(__file__, _METHODS.value), {}
+    results, meta = run_per_method(__file__, _METHODS.value, _ROUNDS.value), {}
     for name, measured in results.items():
         meta = {
             k: measured.pop(k)
@@ -129,6 +132,7 @@ def main(argv: list[str]) -> None:
         "batch_size": _BATCH.value,
         "image_size": _IMAGE.value,
         "repeats": _REPEATS.value,
+        "rounds": _ROUNDS.value,
         "command": "python bench/step_time.py " + " ".join(sys.argv[1:]),
         "results": results,
         "ratio_to_fastat": {name: r["step_time_s"] / reference for name, r in results.items()}
@@ -149,7 +153,10 @@ def markdown_table(summary: dict) -> str:
         f"{summary['model']}, batch {summary['batch_size']}, {summary['image_size']}px, "
         f"{summary['device']}, {summary['precision']}, XLA {summary['jit_compile']}, "
         f"TF {summary['tensorflow']}, Keras {summary['keras']}; "
-        f"median of {summary['repeats']} steps",
+        f"median of {summary['repeats']} steps"
+        + (
+            f", median over {summary['rounds']} alternating rounds" if summary["rounds"] > 1 else ""
+        ),
         "",
         "| method | step time (s) | images/s | peak memory (MB) | step memory (MB) "
         "| × Fast-AT time | × Fast-AT step memory |",
