@@ -191,6 +191,9 @@ class APGD:
                 loss = self._objective(logits, y, target)
                 total = tf.reduce_sum(loss) * scale
             grad = tf.cast(tape.gradient(total, x_adv), x_adv.dtype) / scale
+            # A frozen or loaded graph, traced for any batch, gives its input gradient an
+            # unknown batch size: keep x's, or a loop traced on one example changes shape.
+            grad.set_shape(x_adv.shape)
             return loss, logits, grad
 
         loss, logits, grad = one_draw()
@@ -208,8 +211,9 @@ class APGD:
         def to_ball(point: tf.Tensor) -> tf.Tensor:
             return x + constraints.project(point - x, x, eps)
 
-        # Reference L∞ start: x + ε·u/‖u‖∞, u ~ U[-1, 1]^d, clipped to the box.
-        u = tf.random.stateless_uniform(tf.shape(x), seed, -1.0, 1.0, dtype=x.dtype)
+        # Reference L∞ start: x + ε·u/‖u‖∞, u ~ U[-1, 1]^d, clipped to the box (drawn by the
+        # project's one noise source, the same numbers as stateless_uniform on this seed).
+        u = constraints.uniform_noise(x, 1.0, seed)
         u_max = tf.reduce_max(tf.abs(tf.reshape(u, [tf.shape(u)[0], -1])), axis=1)
         x_adv = to_ball(x + eps * u / (_per_example(u_max, u) + 1e-12))
 
