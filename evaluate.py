@@ -4,10 +4,13 @@ AutoAttack (and its parts) and transfer attacks, at one or several ε.
     python evaluate.py --model_path=runs/fmnist-fastbat --n_examples=1000
     python evaluate.py --model_path=runs/fmnist-fastbat --eps=2,4,8 --attacks=pgd,apgd-ce
     python evaluate.py --model_path=runs/a --attacks=transfer --source_model_path=runs/b
+    python evaluate.py --model_path=runs/fmnist-fastbat --strategy=mirrored --batch_size=1024
 
 `--model_path` is a training run directory, a .keras file or an exported SavedModel version
 directory. Prints a Markdown table, writes JSON (never over an existing file) and, with several
 ε, a robustness-vs-ε plot next to it. Every adversarial batch is checked to lie in C.
+`--strategy` splits each global batch over the replicas of a tf.distribute strategy and sums the
+counts (BUILD.md); only the chief of several workers writes.
 """
 
 from __future__ import annotations
@@ -60,22 +63,31 @@ def label(name: str) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from fbat_tf import data, device, evaluation
+    import tempfile
+
+    from fbat_tf import data, device, distribute, evaluation
     from fbat_tf.attacks.autoattack import AutoAttack
     from fbat_tf.callbacks import write_json_atomic
 
+    # Created first: a multi-worker strategy must exist before other TensorFlow work.
+    strategy = distribute.create_strategy(common.STRATEGY.value)
     model_path = eval_flags.MODEL_PATH.value.rstrip("/")
     results_path = eval_flags.RESULTS.value or os.path.join(
         model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or ".",
         f"eval-{eval_flags.SPLIT.value}.json",
     )
+    if not distribute.is_chief(strategy):
+        # Every worker computes the same results; only the chief writes them where asked.
+        results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")
     if os.path.exists(results_path):
         sys.exit(f"error: {results_path} exists; pass another --results")
     try:
-        classifier, known = evaluation.load_model(model_path)
-        source = None
-        if eval_flags.SOURCE_MODEL_PATH.value:
-            source, _ = evaluation.load_model(eval_flags.SOURCE_MODEL_PATH.value)
+        # Under the strategy's scope each replica gets its own copy of the weights.
+        with strategy.scope():
+            classifier, known = evaluation.load_model(model_path)
+            source = None
+            if eval_flags.SOURCE_MODEL_PATH.value:
+                source, _ = evaluation.load_model(eval_flags.SOURCE_MODEL_PATH.value)
         dataset = eval_flags.DATASET.value or known.get("dataset")
         if dataset is None:
             raise ValueError(f"--eval_dataset is needed: {model_path} does not say its dataset")
@@ -100,12 +112,10 @@ def main(argv: list[str]) -> None:
     )
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
     attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, common.SEED.value, jit, source)
-    results = evaluation.evaluate(classifier, split, attacks, progress=True)
-    breakdown = {
-        name: attack.robust_accuracy()
-        for name, (_, attack) in attacks.items()
-        if isinstance(attack, AutoAttack)
-    }
+    results = evaluation.evaluate(classifier, split, attacks, progress=True, strategy=strategy)
+    # Summed over every replica and worker (an AutoAttack's own totals are this worker's only).
+    breakdown = results.pop("per_attack")
+    # This worker's wall time per part (the workers run side by side).
     seconds = {
         name: dict(attack.seconds)
         for name, (_, attack) in attacks.items()
@@ -122,6 +132,7 @@ def main(argv: list[str]) -> None:
         autoattack_per_attack=breakdown,
         autoattack_seconds=seconds,
         seed=common.SEED.value,
+        strategy=common.STRATEGY.value,
         device=device.describe(),
     )
     for name, per_attack in breakdown.items():

@@ -1,15 +1,22 @@
 """One evaluation run: clean accuracy and robust accuracy per attack and ε, with timing.
 
-classifier = load_classifier("runs/fmnist")              # the run's best checkpoint
+classifier, config = load_classifier("runs/fmnist")      # the run's best checkpoint
 test = data.load("fashion_mnist", "test", max_examples=1000)
-results = evaluate(classifier, test, eps_values=[8 / 255], pgd_steps=50, pgd_restarts=10)
-results["robust"]["8"]["pgd"]                            # RA under PGD-50-10 at 8/255
+results = evaluate(classifier, test, pgd_attacks([8 / 255], steps=50, restarts=10))
+results["robust_accuracy"]["pgd@8"]                      # RA under PGD-50-10 at 8/255
+
+strategy = distribute.create_strategy("mirrored")        # each batch split over the local GPUs
+with strategy.scope():
+    classifier, config = load_classifier("runs/fmnist")
+results = evaluate(classifier, test, pgd_attacks([8 / 255]), strategy=strategy)
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import data, models
+from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 
@@ -124,33 +132,96 @@ def pgd_attacks(
     }
 
 
+def check_distributable(strategy: tf.distribute.Strategy) -> None:
+    """Raise ValueError for a strategy whose replicas cannot run the attacks.
+
+    The attacks mix graphs with Python and NumPy bookkeeping between them (subsets of the
+    examples still robust, per-call seeds, AutoAttack's totals), so a replica runs them eagerly,
+    which a TPU replica cannot: there, evaluate on the host with the default strategy.
+    """
+    if isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
+        raise ValueError(
+            "evaluation cannot run its attacks inside a TPU replica (they run Python and NumPy "
+            "between graph calls); evaluate with the default strategy"
+        )
+
+
 def evaluate(
     classifier: keras.Model,
     dataset: tf.data.Dataset,
     attacks: Mapping[str, tuple[float, Attack]],
     progress: bool = False,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> dict[str, Any]:
     """Clean loss and accuracy, and robust accuracy and time of each named (ε, attack).
 
     Every adversarial batch is checked to lie in C before it counts. `progress` shows a bar
-    over the batches with the running accuracies.
+    over the batches with the running accuracies. For an AutoAttack, "per_attack" gives the
+    accuracy after each of its attacks.
+
+    `strategy` (default: the current one) splits each global batch of `dataset` over its
+    replicas: each replica runs the clean pass and every attack on its shard, and the counts are
+    summed over replicas (and workers), so that an attack that is deterministic per example gives
+    the counts of one device. The replicas of a worker take turns on the attack objects, whose
+    calls keep Python state (seed counters, AutoAttack's totals and timers); "time_s" is wall
+    time, whatever the number of replicas. Load the classifier under `strategy.scope()`, so that
+    each replica reads its own copy of the weights.
     """
+    strategy = strategy or tf.distribute.get_strategy()
+    check_distributable(strategy)
     batches = int(dataset.cardinality())
     bar = keras.utils.Progbar(batches if batches > 0 else None) if progress else None
+    # One replica at a time in an attack: TensorFlow runs eager replica functions one after
+    # another today, and this keeps the attacks' state correct should it ever run them at once.
+    attack_turn = threading.Lock()
+
+    def clean_counts(x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
+        logits = classifier(x, training=False)
+        return {
+            "correct": tf.reduce_sum(correct(logits, y)),
+            "loss": tf.reduce_sum(cross_entropy(logits, y)),
+            "examples": tf.cast(tf.shape(x)[0], tf.float32),
+        }
+
+    def robust_counts(eps: float, attack: Attack, x: tf.Tensor, y: tf.Tensor) -> dict:
+        with attack_turn:
+            if isinstance(attack, AutoAttack):
+                x_adv, masks = attack.run(classifier, x, y)
+            else:
+                x_adv, masks = attack(classifier, x, y), {}
+        check_in_ball(x_adv, x, eps)
+        counts = {part: tf.constant(mask.sum(), tf.float32) for part, mask in masks.items()}
+        counts["robust"] = tf.reduce_sum(correct(classifier(x_adv, training=False), y))
+        return counts
+
+    def summed(fn: Callable, *args) -> dict[str, float]:
+        per_replica = strategy.run(fn, args=args)
+        return {
+            key: float(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))
+            for key, value in per_replica.items()
+        }
+
     clean = loss = total = 0.0
     robust = dict.fromkeys(attacks, 0.0)
     seconds = dict.fromkeys(attacks, 0.0)
-    for x, y in dataset:
-        logits = classifier(x, training=False)
-        clean += float(tf.reduce_sum(correct(logits, y)))
-        loss += float(tf.reduce_sum(cross_entropy(logits, y)))
-        total += int(x.shape[0])
+    per_attack: dict[str, dict[str, float]] = {}
+    # Workers split the batches of the one pipeline (not its files), so that together they see
+    # exactly the examples one device would: the first N, say.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    for x, y in strategy.experimental_distribute_dataset(dataset.with_options(options)):
+        counts = summed(clean_counts, x, y)
+        clean += counts["correct"]
+        loss += counts["loss"]
+        total += counts["examples"]
         for name, (eps, attack) in attacks.items():
             start = time.perf_counter()
-            x_adv = attack(classifier, x, y)
-            check_in_ball(x_adv, x, eps)
-            robust[name] += float(tf.reduce_sum(correct(classifier(x_adv, training=False), y)))
+            counts = summed(functools.partial(robust_counts, eps, attack), x, y)
             seconds[name] += time.perf_counter() - start
+            robust[name] += counts.pop("robust")
+            for part, count in counts.items():
+                parts = per_attack.setdefault(name, {})
+                parts[part] = parts.get(part, 0.0) + count
         if bar is not None:
             running = [("clean", clean / total)]
             running += [(name, value / total) for name, value in robust.items()]
@@ -162,7 +233,12 @@ def evaluate(
         "clean_accuracy": clean / total,
         "loss": loss / total,
         "robust_accuracy": {name: value / total for name, value in robust.items()},
+        "per_attack": {
+            name: {part: count / total for part, count in parts.items()}
+            for name, parts in per_attack.items()
+        },
         "time_s": seconds,
+        "replicas": strategy.num_replicas_in_sync,
     }
 
 

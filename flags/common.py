@@ -9,7 +9,7 @@ import os
 
 from absl import flags
 
-from fbat_tf import data
+from fbat_tf import data, distribute
 
 DATASET = flags.DEFINE_enum("dataset", "cifar10", data.names(), "Dataset name.")
 DATA_DIR = flags.DEFINE_string(
@@ -32,6 +32,13 @@ PRECISION = flags.DEFINE_enum(
 )
 JIT_COMPILE = flags.DEFINE_enum(
     "jit_compile", "auto", ["auto", "true", "false"], "XLA for the gradient step. auto: on GPU."
+)
+STRATEGY = flags.DEFINE_enum(
+    "strategy",
+    "default",
+    list(distribute.STRATEGIES),
+    "tf.distribute strategy; --batch_size is the global batch, split over the replicas "
+    "(see BUILD.md).",
 )
 
 

@@ -56,6 +56,12 @@ for _name in ("model_path", "source_model_path"):
     flags.register_validator(
         _name, lambda value: value is None or os.path.exists(value), message=f"--{_name} must exist"
     )
+flags.register_validator(
+    "strategy",
+    lambda name: name != "tpu",
+    message="--strategy=tpu: the attacks run Python and NumPy between graph calls, which a TPU "
+    "replica cannot; evaluate with --strategy=default (or mirrored on GPUs)",
+)
 flags.register_multi_flags_validator(
     ["attacks", "source_model_path"],
     lambda f: "transfer" not in f["attacks"] or f["source_model_path"] is not None,

@@ -6,6 +6,7 @@ from absl import flags
 
 from fbat_tf import methods, models
 from fbat_tf.methods.fast_bat import IMPLICIT_GRADIENTS, LINEARIZATIONS
+from flags import common
 from flags.common import eps_flag
 
 # What to train.
@@ -97,12 +98,7 @@ STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "Stop when the catastrophic-overfitting guard fires (it always warns and logs).",
 )
 
-STRATEGY = flags.DEFINE_enum(
-    "strategy",
-    "default",
-    ["default", "mirrored", "multi_worker", "tpu"],
-    "tf.distribute strategy; --batch_size is the global batch (see BUILD.md).",
-)
+STRATEGY = common.STRATEGY  # defined with the flags shared with evaluate.py
 flags.register_multi_flags_validator(
     ["method", "strategy"],
     lambda f: f["method"] != "free" or f["strategy"] == "default",

@@ -1,0 +1,237 @@
+"""Evaluation under MirroredStrategy on two logical CPU devices counts exactly what one device
+counts: the same clean and robust correct examples, batch by batch split over the replicas.
+
+Logical devices must be configured before TensorFlow starts, so each comparison runs in a fresh
+interpreter. The attacks draw their random starts from per-call seeds, and a replica's shard is
+one call, so two replicas start from other points than one device would. The tests replace the
+noise of every random start (`constraints.uniform_noise`, which PGD's start and APGD's start
+both draw from) by a function of each example alone; the attacks are then deterministic per
+example and the counts must be equal as integers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+# Runs first in every child: two logical CPUs, and random starts that depend on the example only.
+PRELUDE = """
+import sys
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from fbat_tf import constraints
+
+constraints.uniform_noise = lambda x, eps, seed: eps * tf.sin(1000.0 * x + 1.0)
+"""
+
+LIBRARY = """
+import json
+import numpy as np
+import keras
+from fbat_tf import evaluation
+from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.autoattack import AutoAttack
+from fbat_tf.attacks.pgd import PGD
+from fbat_tf.distribute import create_strategy
+
+EPS = 8 / 255
+rng = np.random.default_rng(0)
+x = rng.uniform(0, 1, (10, 6, 6, 2)).astype(np.float32)
+keras.utils.set_random_seed(0)
+reference = keras.Sequential([
+    keras.Input((6, 6, 2)),
+    keras.layers.Flatten(),
+    keras.layers.Dense(16, activation="softplus"),
+    keras.layers.Dense(4),
+])
+# Labels the model gets right but for the first two, so that there is something to attack.
+y = np.argmax(reference(x), axis=-1).astype(np.int32)
+y[:2] = (y[:2] + 1) % 4
+weights = reference.get_weights()
+
+
+class Shards:
+    # The identity attack, noting the device and size of every shard it is given.
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, model, x, y):
+        self.seen.append((x.device.split(":")[-1], int(x.shape[0])))
+        return x
+
+
+def run(strategy_name, batch_size):
+    strategy = create_strategy(strategy_name)
+    with strategy.scope():
+        model = keras.models.clone_model(reference)
+        model.set_weights(weights)
+    ensemble = AutoAttack(EPS, version="custom", attacks={
+        "apgd-ce": APGD(EPS, "ce", steps=4),
+        "apgd-t": APGD(EPS, "dlr_targeted", steps=3, n_target_classes=2),
+    })
+    shards = Shards()
+    attacks = {
+        "pgd": (EPS, PGD(EPS, steps=3, restarts=1)),
+        "aa": (EPS, ensemble),
+        "none": (EPS, shards),
+    }
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    result = evaluation.evaluate(model, dataset, attacks, strategy=strategy)
+    result["aa_own_totals"] = ensemble.robust_counts
+    result["aa_own_examples"] = ensemble.examples
+    result["shards"] = shards.seen
+    return result
+
+
+results = {}
+for batch_size in (4, 3):
+    results[f"default/{batch_size}"] = run("default", batch_size)
+    results[f"mirrored/{batch_size}"] = run("mirrored", batch_size)
+print("RESULT " + json.dumps(results))
+"""
+
+
+def _child(code: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + code, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+
+
+def _counts(result: dict) -> dict:
+    """Accuracies as integer counts of examples (of evaluation.evaluate or evaluate.py)."""
+    n = result["examples"]
+    per_attack = result.get("per_attack", result.get("autoattack_per_attack"))
+    return {
+        "examples": n,
+        "clean": round(result["clean_accuracy"] * n),
+        "robust": {k: round(v * n) for k, v in result["robust_accuracy"].items()},
+        "per_attack": {
+            name: {part: round(v * n) for part, v in parts.items()}
+            for name, parts in per_attack.items()
+        },
+    }
+
+
+def test_mirrored_evaluation_counts_what_one_device_counts():
+    """PGD and a short AutoAttack (APGD-CE, APGD-T) on 10 examples: batches of 4 split 2 + 2
+    (the last 1 + 1), batches of 3 split 2 + 1 (the last 1 + an empty shard); the attacked
+    model's weights as variables mirrored on both devices."""
+    child = _child(LIBRARY)
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stderr[-3000:]
+    results = json.loads(lines[-1][len("RESULT ") :])
+
+    single = _counts(results["default/4"])
+    # The comparison means something: the attacks break some examples, not all.
+    assert single["examples"] == 10
+    assert single["clean"] == 8
+    assert 0 < single["robust"]["pgd"] < single["clean"]
+    aa = single["per_attack"]["aa"]
+    assert (
+        aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == single["robust"]["aa"] > 0
+    )
+    for key in ("default/3", "mirrored/4", "mirrored/3"):
+        assert _counts(results[key]) == single, key
+        replicas = 1 if key.startswith("default") else 2
+        assert results[key]["replicas"] == replicas
+        # The ensemble's own running totals cover both replicas' shards too.
+        assert results[key]["aa_own_totals"] == single["per_attack"]["aa"]
+        assert results[key]["aa_own_examples"] == 10
+    # Each replica attacked its own shard on its own device, the empty one included.
+    assert results["default/3"]["shards"] == [["0", 3]] * 3 + [["0", 1]]
+    split = [["0", 2], ["1", 1]] * 3 + [["0", 1], ["1", 0]]
+    assert results["mirrored/3"]["shards"] == split
+    assert results["mirrored/4"]["shards"] == [["0", 2], ["1", 2]] * 2 + [["0", 1], ["1", 1]]
+    np.testing.assert_allclose(results["mirrored/3"]["loss"], results["default/4"]["loss"], 1e-6)
+    assert all(t > 0 for t in results["mirrored/3"]["time_s"].values())
+
+
+EVALUATE_CLI = """
+import runpy
+
+sys.argv = ["evaluate.py", *sys.argv[1:]]
+runpy.run_path("evaluate.py", run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path):
+    """evaluate.py end to end on a .keras model (PGD and APGD-CE at two ε):
+    --strategy=mirrored on two logical CPUs writes the counts of --strategy=default, 40
+    examples in global batches of 12 (the last one 4), and records strategy and replicas."""
+    import keras
+
+    from fbat_tf import data
+
+    # A linear classifier fitted for a moment: right often enough, and breakable at these ε.
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(10)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(
+        data.load("fashion_mnist", "train", max_examples=1024, batch_size=64),
+        verbose=0,
+        shuffle=False,
+    )
+    model_path = str(tmp_path / "model.keras")
+    model.save(model_path)
+    common = [
+        f"--model_path={model_path}",
+        "--eval_dataset=fashion_mnist",
+        "--n_examples=40",
+        "--batch_size=12",
+        "--eps=8,32",
+        "--attacks=pgd,apgd-ce",
+        "--pgd_steps=3",
+        "--pgd_restarts=1",
+    ]
+    reports = {}
+    for strategy in ("default", "mirrored"):
+        path = tmp_path / f"{strategy}.json"
+        child = _child(EVALUATE_CLI, *common, f"--strategy={strategy}", f"--results={path}")
+        assert child.returncode == 0, child.stderr[-3000:]
+        reports[strategy] = json.loads(path.read_text())
+    assert (reports["default"]["strategy"], reports["default"]["replicas"]) == ("default", 1)
+    assert (reports["mirrored"]["strategy"], reports["mirrored"]["replicas"]) == ("mirrored", 2)
+    assert _counts(reports["mirrored"]) == _counts(reports["default"])
+    counts = _counts(reports["default"])
+    assert counts["examples"] == 40
+    assert 0 < counts["robust"]["pgd@8"] < counts["clean"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"), [("--strategy=tpu", "--strategy=tpu"), ("--strategy=gpus", "--strategy")]
+)
+def test_evaluate_py_refuses_a_strategy_it_cannot_run_before_any_work(tmp_path, flag, says):
+    child = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "evaluate.py"), f"--model_path={tmp_path}", flag],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        timeout=120,
+    )
+    assert child.returncode != 0
+    assert says in child.stderr
+    assert not list(tmp_path.iterdir())
