@@ -34,6 +34,12 @@ AA_VERSION = flags.DEFINE_enum(
 )
 PGD_STEPS = flags.DEFINE_integer("pgd_steps", 50, "PGD steps K.", lower_bound=1)
 PGD_RESTARTS = flags.DEFINE_integer("pgd_restarts", 10, "PGD random restarts R.", lower_bound=1)
+FOLD_WEIGHTS = flags.DEFINE_bool(
+    "fold_weights",
+    True,
+    "Attack a Keras model's inference graph with its weights folded into constants: the same "
+    "function, faster on CPUs. Off: attack the Keras model itself.",
+)
 RESULTS = flags.DEFINE_string(
     "results", None, "JSON output (default <model_path>/eval-<split>.json); never overwritten."
 )

@@ -71,11 +71,12 @@ class Shards:
         return x
 
 
-def run(strategy_name, batch_size):
+def run(strategy_name, batch_size, fold):
     strategy = create_strategy(strategy_name)
     with strategy.scope():
         model = keras.models.clone_model(reference)
         model.set_weights(weights)
+    classifier = evaluation.InferenceGraph(model, (6, 6, 2)) if fold else model
     ensemble = AutoAttack(EPS, version="custom", attacks={
         "apgd-ce": APGD(EPS, "ce", steps=4),
         "apgd-t": APGD(EPS, "dlr_targeted", steps=3, n_target_classes=2),
@@ -87,7 +88,7 @@ def run(strategy_name, batch_size):
         "none": (EPS, shards),
     }
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-    result = evaluation.evaluate(model, dataset, attacks, strategy=strategy)
+    result = evaluation.evaluate(classifier, dataset, attacks, strategy=strategy)
     result["aa_own_totals"] = ensemble.robust_counts
     result["aa_own_examples"] = ensemble.examples
     result["shards"] = shards.seen
@@ -96,8 +97,9 @@ def run(strategy_name, batch_size):
 
 results = {}
 for batch_size in (4, 3):
-    results[f"default/{batch_size}"] = run("default", batch_size)
-    results[f"mirrored/{batch_size}"] = run("mirrored", batch_size)
+    results[f"default/{batch_size}"] = run("default", batch_size, fold=False)
+    results[f"mirrored/{batch_size}"] = run("mirrored", batch_size, fold=False)
+results["mirrored-folded/3"] = run("mirrored", 3, fold=True)
 print("RESULT " + json.dumps(results))
 """
 
@@ -132,7 +134,7 @@ def _counts(result: dict) -> dict:
 def test_mirrored_evaluation_counts_what_one_device_counts():
     """PGD and a short AutoAttack (APGD-CE, APGD-T) on 10 examples: batches of 4 split 2 + 2
     (the last 1 + 1), batches of 3 split 2 + 1 (the last 1 + an empty shard); the attacked
-    model's weights as variables mirrored on both devices."""
+    model's weights as variables mirrored on both devices, and folded into constants."""
     child = _child(LIBRARY)
     lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
     assert child.returncode == 0 and lines, child.stderr[-3000:]
@@ -147,7 +149,7 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     assert (
         aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == single["robust"]["aa"] > 0
     )
-    for key in ("default/3", "mirrored/4", "mirrored/3"):
+    for key in ("default/3", "mirrored/4", "mirrored/3", "mirrored-folded/3"):
         assert _counts(results[key]) == single, key
         replicas = 1 if key.startswith("default") else 2
         assert results[key]["replicas"] == replicas
@@ -157,7 +159,7 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     # Each replica attacked its own shard on its own device, the empty one included.
     assert results["default/3"]["shards"] == [["0", 3]] * 3 + [["0", 1]]
     split = [["0", 2], ["1", 1]] * 3 + [["0", 1], ["1", 0]]
-    assert results["mirrored/3"]["shards"] == split
+    assert results["mirrored/3"]["shards"] == results["mirrored-folded/3"]["shards"] == split
     assert results["mirrored/4"]["shards"] == [["0", 2], ["1", 2]] * 2 + [["0", 1], ["1", 1]]
     np.testing.assert_allclose(results["mirrored/3"]["loss"], results["default/4"]["loss"], 1e-6)
     assert all(t > 0 for t in results["mirrored/3"]["time_s"].values())
@@ -173,7 +175,7 @@ runpy.run_path("evaluate.py", run_name="__main__")
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path):
-    """evaluate.py end to end on a .keras model (PGD and APGD-CE at two ε):
+    """evaluate.py end to end on a .keras model (folded weights, PGD and APGD-CE at two ε):
     --strategy=mirrored on two logical CPUs writes the counts of --strategy=default, 40
     examples in global batches of 12 (the last one 4), and records strategy and replicas."""
     import keras

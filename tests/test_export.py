@@ -29,7 +29,8 @@ import pytest
 import tensorflow as tf
 
 from export import client, savedmodel, versions
-from fbat_tf import data, models
+from fbat_tf import data, evaluation, models
+from fbat_tf.attacks.apgd import APGD
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = "fashion_mnist"
@@ -778,3 +779,31 @@ def test_grpc_predict_through_a_server(exported, classifier, images_uint8):
             client.grpc_predict(address, bad)
     finally:
         server.stop(None)
+
+
+def _logits_and_input_gradient(model, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = tf.constant(images)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        logits = model(x, training=False)
+        chosen = tf.reduce_sum(logits * tf.one_hot(tf.range(len(images)) % 10, 10))
+    return logits.numpy(), tape.gradient(chosen, x).numpy()
+
+
+def test_attacks_see_the_same_function_in_the_export_and_the_folded_graph(
+    exported, run_dir, classifier, images_float
+):
+    """evaluate.py attacks a SavedModel or a Keras model with folded weights instead of the
+    Keras model: logits and input gradients agree with it, and APGD runs on both."""
+    images = images_float.astype(np.float32)
+    expected_logits, expected_gradient = _logits_and_input_gradient(classifier, images)
+    served, known = evaluation.load_model(exported)
+    assert known["dataset"] == DATASET
+    folded = evaluation.InferenceGraph(classifier, data.info(DATASET).image_shape)
+    for candidate in (served, folded):
+        logits, gradient = _logits_and_input_gradient(candidate, images)
+        np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-4, atol=1e-6)
+        labels = tf.constant(np.arange(len(images)) % 10, tf.int32)
+        x_adv = APGD(8 / 255, "ce", steps=3, seed=0)(candidate, tf.constant(images), labels)
+        evaluation.check_in_ball(x_adv, tf.constant(images), 8 / 255)
