@@ -1,0 +1,127 @@
+"""Time `evaluate.py --attacks=autoattack` end to end: the whole command and each attack.
+
+    python bench/autoattack_time.py --model_path=runs/fmnist-fastbat --n_examples=1000 \
+        --batch_size=1000 --json=bench/results/autoattack_time.json
+    python bench/autoattack_time.py --nofold_weights --onednn=off      # the Keras model, no oneDNN
+
+Runs evaluate.py in a child process exactly as a user would (AutoAttack standard at the run's
+training ε on the first `--n_examples` test examples, batches of `--batch_size`) and reports the
+child's wall time (start-up, loading and tracing included), AutoAttack's time and each attack's
+from evaluate.py's JSON, the robust accuracy after each attack, the machine's load average
+(other processes skew CPU timings) and the command. Writes JSON and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from children import write_json  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_MODEL_PATH = flags.DEFINE_string(
+    "model_path", "runs/fmnist-fastbat", "Training run directory, .keras file or SavedModel."
+)
+_N_EXAMPLES = flags.DEFINE_integer(
+    "n_examples", 1000, "Evaluate the first N test examples.", lower_bound=1
+)
+_BATCH = flags.DEFINE_integer("batch_size", 1000, "Evaluation batch size.", lower_bound=1)
+_FOLD = flags.DEFINE_bool("fold_weights", True, "evaluate.py's --fold_weights.")
+_ONEDNN = flags.DEFINE_enum(
+    "onednn",
+    "default",
+    ["default", "on", "off"],
+    "TF_ENABLE_ONEDNN_OPTS for the child: evaluate.py's default (on), 1 or 0.",
+)
+_JSON = flags.DEFINE_string("json", None, "Write the results here.")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    if _ONEDNN.value != "default":
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value == "on" else "0"
+    with tempfile.TemporaryDirectory() as scratch:
+        results_path = os.path.join(scratch, "eval.json")
+        command = [
+            sys.executable,
+            os.path.join(ROOT, "evaluate.py"),
+            f"--model_path={_MODEL_PATH.value}",
+            "--attacks=autoattack",
+            f"--n_examples={_N_EXAMPLES.value}",
+            f"--batch_size={_BATCH.value}",
+            f"--{'' if _FOLD.value else 'no'}fold_weights",
+            f"--results={results_path}",
+        ]
+        load_before = os.getloadavg()[0]
+        start = time.perf_counter()
+        child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+        wall = time.perf_counter() - start
+        load_after = os.getloadavg()[0]
+        if child.returncode != 0:
+            sys.exit(f"error: evaluate.py failed:\n{child.stderr[-3000:]}")
+        with open(results_path) as f:
+            evaluated = json.load(f)
+    (key,) = evaluated["robust_accuracy"]
+    report = {
+        "model_path": _MODEL_PATH.value,
+        "dataset": evaluated["dataset"],
+        "examples": evaluated["examples"],
+        "batch_size": _BATCH.value,
+        "eps_255": float(key.split("@")[1]),
+        "fold_weights": _FOLD.value,
+        "onednn": _ONEDNN.value,
+        "wall_time_s": wall,
+        "autoattack_time_s": evaluated["time_s"][key],
+        "seconds_per_attack": evaluated["autoattack_seconds"][key],
+        "clean_accuracy": evaluated["clean_accuracy"],
+        "robust_accuracy": evaluated["robust_accuracy"][key],
+        "robust_accuracy_after": evaluated["autoattack_per_attack"][key],
+        "device": evaluated["device"],
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "load_average_1min": {"before": load_before, "after": load_after},
+        "evaluate_command": "python evaluate.py " + " ".join(command[2:-1]),
+        "command": "python bench/autoattack_time.py " + " ".join(sys.argv[1:]),
+    }
+    print(markdown_table(report))
+    write_json(_JSON.value, report)
+
+
+def markdown_table(report: dict) -> str:
+    load = report["load_average_1min"]
+    lines = [
+        f"`{report['evaluate_command']}`: AutoAttack standard at ε = {report['eps_255']:g}/255 "
+        f"on the first {report['examples']} {report['dataset']} test examples; "
+        f"{report['device']}, {report['cpu_count']} cores, oneDNN {report['onednn']}, "
+        f"1-min load average {load['before']:.1f} → {load['after']:.1f}",
+        "",
+        "| stage | robust accuracy | time (s) |",
+        "|---|---|---|",
+        f"| clean | {report['clean_accuracy']:.4f} | |",
+    ]
+    for name, seconds in report["seconds_per_attack"].items():
+        accuracy = report["robust_accuracy_after"][name]
+        lines.append(f"| after {name} | {accuracy:.4f} | {seconds:.1f} |")
+    lines.append(
+        f"| **AutoAttack** | **{report['robust_accuracy']:.4f}** | "
+        f"**{report['autoattack_time_s']:.1f}** |"
+    )
+    lines.append(f"| whole evaluate.py run (wall) | | {report['wall_time_s']:.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
