@@ -35,6 +35,14 @@ _WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Batch size.")
 _EXAMPLES = flags.DEFINE_integer("max_train_examples", 10000, "Training examples per epoch.")
 _JIT = flags.DEFINE_enum("jit_compile", "auto", ["auto", "true", "false"], "XLA.")
+_ONEDNN = flags.DEFINE_bool(
+    "onednn",
+    True,
+    "TF_ENABLE_ONEDNN_OPTS for the children: 1 as train.py sets it by default, or 0.",
+)
+_ROUNDS = flags.DEFINE_integer(
+    "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
+)
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: train this method one epoch, print JSON.")
 
@@ -98,7 +106,8 @@ def main(argv: list[str]) -> None:
     unknown = sorted(set(_METHODS.value) - set(ALL_METHODS))
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
-    results, device = run_per_method(__file__, _METHODS.value), ""
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value else "0"  # the children's
+    results, device = run_per_method(__file__, _METHODS.value, _ROUNDS.value), ""
     for name, measured in results.items():
         device = measured.pop("device")
         print(f"{name}: {measured['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
@@ -108,6 +117,8 @@ def main(argv: list[str]) -> None:
         "model": f"{_MODEL.value} width {_WIDTH.value}",
         "batch_size": _BATCH.value,
         "train_examples": _EXAMPLES.value,
+        "onednn": _ONEDNN.value,
+        "rounds": _ROUNDS.value,
         "command": "python bench/epoch_time.py " + " ".join(sys.argv[1:]),
         "pipeline_images_per_s": pipeline_throughput(),
         "results": results,
@@ -119,7 +130,8 @@ def main(argv: list[str]) -> None:
 def markdown_table(summary: dict) -> str:
     lines = [
         f"{summary['dataset']}, {summary['model']}, batch {summary['batch_size']}, "
-        f"{summary['train_examples']} training examples, {summary['device']}",
+        f"{summary['train_examples']} training examples, {summary['device']}, "
+        f"oneDNN {'on' if summary['onednn'] else 'off'}",
         "",
         "| what | epoch time (s) | images/s |",
         "|---|---|---|",
