@@ -13,7 +13,7 @@ directory. Prints a Markdown table, writes JSON (never over an existing file) an
 counts (BUILD.md); only the chief of several workers writes.
 
 TensorFlow leaves its oneDNN CPU kernels off on x86 CPUs without AVX-512 VNNI or AMX, where they
-still make the small convolutions of the attacks 1.5–2× faster; this script turns them on unless
+still make AutoAttack 1.5× faster (bench/README.md); this script turns them on unless
 TF_ENABLE_ONEDNN_OPTS says otherwise (it must be set before TensorFlow loads).
 """
 

@@ -77,8 +77,8 @@ class SavedModelClassifier:
 class InferenceGraph:
     """A Keras classifier's inference pass (`training=False`) as one graph with its weights
     folded into constants: `graph(x)` gives the same logits, differentiably, and Grappler can
-    fold the normalization layers into the convolutions (a forward-backward pass of the small
-    CNN on a CPU about 15% faster, a forward pass 20%). For a model whose weights no longer change.
+    fold the normalization layers into the convolutions (AutoAttack on the small CNN 14% faster
+    on a CPU, bench/README.md). For a model whose weights no longer change.
     """
 
     def __init__(self, model: keras.Model, input_shape: Sequence[int]):
