@@ -111,11 +111,10 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
     if eval_flags.FOLD_WEIGHTS.value:
         # Folded weights are constants without a device: each replica runs the graph on its own.
-        shape = data.info(dataset).image_shape
         if isinstance(classifier, keras.Model):
-            classifier = evaluation.InferenceGraph(classifier, shape)
+            classifier = evaluation.InferenceGraph(classifier)
         if isinstance(source, keras.Model):
-            source = evaluation.InferenceGraph(source, shape)
+            source = evaluation.InferenceGraph(source)
 
     split = data.load(
         dataset,

@@ -81,12 +81,12 @@ class InferenceGraph:
     on a CPU, bench/README.md). For a model whose weights no longer change.
     """
 
-    def __init__(self, model: keras.Model, input_shape: Sequence[int]):
+    def __init__(self, model: keras.Model):
         from tensorflow.python.framework.convert_to_constants import (
             convert_variables_to_constants_v2,
         )
 
-        spec = tf.TensorSpec([None, *input_shape], tf.float32)
+        spec = tf.TensorSpec([None, *model.input_shape[1:]], tf.float32)
         inference = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
         self.function = convert_variables_to_constants_v2(inference)
         self.compute_dtype = model.compute_dtype

@@ -254,8 +254,8 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
     if config.eval_autoattack:
         attacks["autoattack"] = (config.eps, AutoAttack(config.eps, seed=config.seed))
     # The attacks differentiate the inference graph with the weights folded in (the same
-    # function, faster): evaluation.InferenceGraph.
-    inference = evaluation.InferenceGraph(classifier, data.info(config.dataset).image_shape)
+    # function, faster).
+    inference = evaluation.InferenceGraph(classifier)
     result = evaluation.evaluate(inference, test_ds, attacks, progress=config.verbose > 0)
     final = {
         "test_examples": result["examples"],

@@ -799,7 +799,7 @@ def test_attacks_see_the_same_function_in_the_export_and_the_folded_graph(
     expected_logits, expected_gradient = _logits_and_input_gradient(classifier, images)
     served, known = evaluation.load_model(exported)
     assert known["dataset"] == DATASET
-    folded = evaluation.InferenceGraph(classifier, data.info(DATASET).image_shape)
+    folded = evaluation.InferenceGraph(classifier)
     for candidate in (served, folded):
         logits, gradient = _logits_and_input_gradient(candidate, images)
         np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-5)
