@@ -76,3 +76,35 @@ def test_check_in_ball_rejects_points_outside_C():
         check_in_ball(x + 2 * EPS, x, EPS)
     with pytest.raises(AssertionError, match="outside C"):
         check_in_ball(x * 0 - 0.01, x * 0, EPS)
+
+
+def graph_size(function: tf.types.experimental.ConcreteFunction) -> int:
+    """Nodes of a traced graph, its loop bodies and other library functions included."""
+    graph = function.graph.as_graph_def()
+    return len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_pgd_graph_does_not_grow_with_steps_and_restarts(jit_compile):
+    model = linear_model(6)
+    x = tf.constant(np.full((4, 6), 0.5, np.float32))
+    y = tf.constant(np.zeros(4, np.int32))
+    seed = tf.constant([0, 0], tf.int32)
+    sizes = {}
+    for steps, restarts in [(5, 1), (50, 10)]:
+        attack = PGD(EPS, steps, restarts, jit_compile=jit_compile)
+        sizes[steps, restarts] = graph_size(attack._run.get_concrete_function(model, x, y, seed))
+    assert sizes[5, 1] == sizes[50, 10]
+
+
+def test_pgd_keeps_an_unknown_batch_size_graph_working():
+    # A frozen inference graph traced for any batch gives gradients of unknown batch size; the
+    # attack's loop must still run on it (evaluate.py attacks such graphs by default).
+    from fbat_tf.evaluation import InferenceGraph
+
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(2)])
+    x = tf.constant(np.random.default_rng(0).uniform(0, 1, (5, 6)).astype(np.float32))
+    y = tf.constant(np.zeros(5, np.int32))
+    on_graph = PGD(EPS, 3, 2, seed=4)(InferenceGraph(model), x, y)
+    on_model = PGD(EPS, 3, 2, seed=4)(model, x, y)
+    np.testing.assert_allclose(on_graph.numpy(), on_model.numpy(), atol=1e-6)

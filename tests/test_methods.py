@@ -254,3 +254,17 @@ def test_loss_scale_keeps_float16_input_gradients_from_underflowing():
         keras.mixed_precision.set_global_policy("float32")
     assert np.all(plain == 0.0)
     np.testing.assert_allclose(scaled, reference, rtol=0.05)
+
+
+def test_pgd_at_graph_does_not_grow_with_steps():
+    from tests.test_attacks import graph_size
+
+    model = tiny_model()
+    x, y = batch()
+    seed = tf.constant([0, 0], tf.int32)
+    sizes = []
+    for steps in (2, 20):
+        method = methods.create("pgd", eps=EPS, steps=steps)
+        perturb = tf.function(lambda x, y, s, m=method: m.perturb(model, x, y, s))
+        sizes.append(graph_size(perturb.get_concrete_function(x, y, seed)))
+    assert sizes[0] == sizes[1]

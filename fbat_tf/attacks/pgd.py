@@ -5,7 +5,9 @@
 
 The model runs with training=False. Per example the result is the first restart that
 misclassifies it, or else the last restart's point; an example counts as broken if any restart
-breaks it.
+breaks it. Restarts and steps are `tf.while_loop`s, so the traced graph holds one gradient step
+whatever K and R are; the restarts stop once every example is broken (later ones could not change
+the result).
 """
 
 from __future__ import annotations
@@ -48,22 +50,40 @@ class PGD:
         return self._run(model, x, y, seed)
 
     def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
-        best = x
-        robust = tf.ones([tf.shape(x)[0]], tf.bool)
-        for restart in range(self.restarts):
-            restart_seed = tf.random.experimental.stateless_fold_in(seed, restart)
-            delta = constraints.random_init(x, self.eps, restart_seed)
-            for _ in range(self.steps):
-                with tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(delta)
-                    loss = tf.reduce_sum(cross_entropy(model(x + delta, training=False), y))
-                grad = tape.gradient(loss, delta)
-                delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
+        # Graph loops over restarts and steps: the traced graph holds one gradient step
+        # whatever K and R are, so tracing and compiling PGD-50-10 cost what PGD-5-1 does.
+        per_example = [-1] + [1] * (len(x.shape) - 1)
+
+        def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(delta)
+                loss = tf.reduce_sum(cross_entropy(model(x + delta, training=False), y))
+            grad = tape.gradient(loss, delta)
+            delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
+            # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
+            return step + 1, tf.ensure_shape(delta, x.shape)
+
+        def restart(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
+            start = constraints.random_init(
+                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
+            )
+            _, delta = tf.while_loop(
+                lambda step, _: step < self.steps, ascend, (tf.constant(0), start)
+            )
             x_adv = x + delta
             broken = correct(model(x_adv, training=False), y) < 0.5
             # Replace the kept point where this restart breaks a still-robust example, and
             # always on the first restart (so that every example gets an attacked point).
-            take = tf.logical_or(tf.logical_and(robust, broken), restart == 0)
-            best = tf.where(tf.reshape(take, [-1] + [1] * (len(x.shape) - 1)), x_adv, best)
-            robust = tf.logical_and(robust, tf.logical_not(broken))
+            take = tf.logical_or(tf.logical_and(robust, broken), tf.equal(index, 0))
+            best = tf.where(tf.reshape(take, per_example), x_adv, best)
+            return index + 1, best, tf.logical_and(robust, tf.logical_not(broken))
+
+        # Once every example is broken, later restarts could not change the result: stop.
+        _, best, _ = tf.while_loop(
+            lambda index, _, robust: tf.logical_and(
+                index < self.restarts, tf.logical_or(tf.equal(index, 0), tf.reduce_any(robust))
+            ),
+            restart,
+            (tf.constant(0), x, tf.ones([tf.shape(x)[0]], tf.bool)),
+        )
         return best

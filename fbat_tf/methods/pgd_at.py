@@ -25,9 +25,13 @@ class PGDAT(Method):
         self.alpha = float(alpha)
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
-        delta = constraints.random_init(x, self.eps, seed)
-        for _ in range(self.steps):
+        def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             delta = fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale)
+            return step + 1, tf.ensure_shape(delta, x.shape)
+
+        # A graph loop: the step's graph holds one attack step whatever K is.
+        start = constraints.random_init(x, self.eps, seed)
+        _, delta = tf.while_loop(lambda step, _: step < self.steps, ascend, (tf.constant(0), start))
         return x + delta
 
     def config(self) -> dict:
