@@ -108,3 +108,54 @@ def test_pgd_keeps_an_unknown_batch_size_graph_working():
     on_graph = PGD(EPS, 3, 2, seed=4)(InferenceGraph(model), x, y)
     on_model = PGD(EPS, 3, 2, seed=4)(model, x, y)
     np.testing.assert_allclose(on_graph.numpy(), on_model.numpy(), atol=1e-6)
+
+
+def brute_force_pgd(model, x, y, eps, steps, restarts, seed):
+    """PGD-K-R as plain eager loops over restarts, steps and examples: per example the first
+    restart that breaks it, else the first restart's point. Also which restarts break which
+    examples ([restarts, batch] bool)."""
+    from fbat_tf import constraints
+
+    step_size = eps / 4
+    kept = [None] * len(x)
+    breaks = np.zeros((restarts, len(x)), bool)
+    for restart in range(restarts):
+        start_seed = tf.random.experimental.stateless_fold_in(seed, restart)
+        delta = constraints.random_init(x, eps, start_seed)
+        for _ in range(steps):
+            with tf.GradientTape() as tape:
+                tape.watch(delta)
+                logits = model(x + delta, training=False)
+                loss = tf.reduce_sum(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+                )
+            grad = tape.gradient(loss, delta)
+            delta = constraints.project(delta + step_size * tf.sign(grad), x, eps)
+        x_adv = (x + delta).numpy()
+        breaks[restart] = model(x + delta, training=False).numpy().argmax(1) != y.numpy()
+        for i in range(len(x)):
+            if restart == 0 or (breaks[restart, i] and not breaks[:restart, i].any()):
+                kept[i] = x_adv[i]
+    return np.stack(kept), breaks
+
+
+def test_pgd_keeps_per_example_the_first_restart_that_breaks_it():
+    # A small ε and few steps: restarts break different examples, some only after the first.
+    rng = np.random.default_rng(5)
+    model = keras.Sequential(
+        [keras.Input((12,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(3)]
+    )
+    model.set_weights([rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()])
+    x = tf.constant(rng.uniform(0, 1, (48, 12)).astype(np.float32))
+    y = tf.argmax(model(x), -1, output_type=tf.int32)
+    eps, steps, restarts = 4 / 255, 2, 6
+    expected, breaks = brute_force_pgd(model, x, y, eps, steps, restarts, tf.constant([7, 0]))
+    # The cases that tell first from last: examples broken by a later restart only, and
+    # examples broken by more than one restart.
+    assert (~breaks[0] & breaks[1:].any(0)).any()
+    assert (breaks.sum(0) >= 2).any()
+    assert (~breaks.any(0)).any()
+    x_adv = PGD(eps, steps, restarts, seed=7)(model, x, y).numpy()
+    np.testing.assert_allclose(x_adv, expected, atol=1e-6)
+    robust = np.mean(model(x_adv).numpy().argmax(1) == y.numpy())
+    assert robust == pytest.approx(1 - breaks.any(0).mean())

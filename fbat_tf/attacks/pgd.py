@@ -6,8 +6,10 @@
 The model runs with training=False. Per example the result is the first restart that
 misclassifies it, or else the last restart's point; an example counts as broken if any restart
 breaks it. Restarts and steps are `tf.while_loop`s, so the traced graph holds one gradient step
-whatever K and R are; the restarts stop once every example is broken (later ones could not change
-the result).
+whatever K and R are. A restart attacks only the examples no earlier restart has broken (their
+random starts are drawn for the whole batch all the same), and the restarts stop once every
+example is broken; under XLA (`jit_compile=True`), which needs static shapes, every restart
+attacks the whole batch.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class PGD:
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
         self.seed = int(seed)
         self._calls = 0
+        # XLA compiles static shapes only: there every restart attacks the whole batch.
+        self.survivors_only = not jit_compile
         self._run = tf.function(self._attack, jit_compile=jit_compile, reduce_retracing=True)
 
     def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -54,24 +58,38 @@ class PGD:
         # whatever K and R are, so tracing and compiling PGD-50-10 cost what PGD-5-1 does.
         per_example = [-1] + [1] * (len(x.shape) - 1)
 
-        def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(delta)
-                loss = tf.reduce_sum(cross_entropy(model(x + delta, training=False), y))
-            grad = tape.gradient(loss, delta)
-            delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
-            # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
-            return step + 1, tf.ensure_shape(delta, x.shape)
+        def attack_from(start: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(delta)
+                    loss = tf.reduce_sum(cross_entropy(model(x + delta, training=False), y))
+                grad = tape.gradient(loss, delta)
+                delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
+                # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
+                return step + 1, tf.ensure_shape(delta, start.shape)
 
-        def restart(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
-            start = constraints.random_init(
-                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
-            )
             _, delta = tf.while_loop(
                 lambda step, _: step < self.steps, ascend, (tf.constant(0), start)
             )
-            x_adv = x + delta
-            broken = correct(model(x_adv, training=False), y) < 0.5
+            return x + delta
+
+        def restart(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
+            # Drawn for the whole batch, so that an example's start does not depend on which
+            # others are attacked with it.
+            start = constraints.random_init(
+                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
+            )
+            if self.survivors_only:
+                # Only the examples no restart has broken yet (all of them on the first): the
+                # others' kept points cannot change, and a restart costs what survives.
+                rows = tf.where(robust)[:, 0]
+            else:
+                rows = tf.range(tf.shape(x, out_type=tf.int64)[0])
+            x_rows, y_rows = tf.gather(x, rows), tf.gather(y, rows)
+            x_adv = attack_from(tf.gather(start, rows), x_rows, y_rows)
+            broken = correct(model(x_adv, training=False), y_rows) < 0.5
+            x_adv = tf.tensor_scatter_nd_update(x, rows[:, None], x_adv)
+            broken = tf.tensor_scatter_nd_update(tf.zeros_like(robust), rows[:, None], broken)
             # Replace the kept point where this restart breaks a still-robust example, and
             # always on the first restart (so that every example gets an attacked point).
             take = tf.logical_or(tf.logical_and(robust, broken), tf.equal(index, 0))
