@@ -13,6 +13,7 @@ CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -29,19 +30,18 @@ FLAGS = absl_flags.FLAGS
 FLAGS_FILE = "flags.txt"
 
 
-def run_flags() -> dict[str, str]:
-    """This program's own flags as command-line words (flag-file lines); unset ones are ''."""
+def run_flags(values: absl_flags.FlagValues = FLAGS) -> dict[str, str]:
+    """This program's own flags as command-line words (flag-file lines); unset ones are ''.
+
+    `values`: parsed flags (default: this process's own; sweep.py passes each cell's)."""
     names = [f.name for f in FLAGS.get_flags_for_module(train_flags)]
     names += [f.name for f in FLAGS.get_flags_for_module(common)]
-    return {name: FLAGS[name].serialize() for name in sorted(set(names))}
+    return {name: values[name].serialize() for name in sorted(set(names))}
 
 
-def default_workdir() -> str:
-    eps = f"{train_flags.EPS.value:g}"
-    return os.path.join(
-        "runs",
-        f"{train_flags.METHOD.value}-{common.DATASET.value}-{train_flags.MODEL.value}-eps{eps}",
-    )
+def default_workdir(values: absl_flags.FlagValues = FLAGS) -> str:
+    eps = f"{values.eps:g}"
+    return os.path.join("runs", f"{values.method}-{values.dataset}-{values.model}-eps{eps}")
 
 
 def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
@@ -57,11 +57,11 @@ def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
 
 
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
-    """'new', 'resume' or 'complete'; exits with an error for a run with other flags."""
+    """'new', 'resume' or 'complete'; ValueError for a run with other flags."""
     flags_path = os.path.join(workdir, FLAGS_FILE)
     if not os.path.exists(flags_path):
         if os.path.isdir(workdir) and os.listdir(workdir):
-            sys.exit(f"error: --workdir={workdir} exists, is not empty and holds no {FLAGS_FILE}")
+            raise ValueError(f"--workdir={workdir} exists, is not empty and holds no {FLAGS_FILE}")
         return "new"
     saved = _saved_flags(flags_path, list(current))
     ignored = set(train_flags.NOT_RUN_DEFINING) | {"workdir"}
@@ -71,8 +71,8 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
         if name not in ignored and saved[name] != current[name]
     ]
     if differing:
-        sys.exit(
-            f"error: --workdir={workdir} holds a run with other flags ("
+        raise ValueError(
+            f"--workdir={workdir} holds a run with other flags ("
             + "; ".join(differing)
             + "). Use a new --workdir, or the same flags to resume."
         )
@@ -84,59 +84,35 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     return "resume"
 
 
-def config_from_flags(workdir: str):
+def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
+    """The run's TrainConfig: each field from the flag of its name, units converted."""
     from fbat_tf import device
     from fbat_tf.training import TrainConfig
 
-    method = train_flags.METHOD.value
+    lambda_inv = values.lambda_inv
     options = {
         "fastbat": {
-            "lambda_inv": None
-            if train_flags.LAMBDA_INV.value is None
-            else train_flags.LAMBDA_INV.value / 255,
-            "ig_coef": train_flags.IG_COEF.value,
-            "ig": train_flags.IG.value,
-            "linearization": train_flags.LINEARIZATION.value,
-            "cg_steps": train_flags.CG_STEPS.value,
+            "lambda_inv": None if lambda_inv is None else lambda_inv / 255,
+            "ig_coef": values.ig_coef,
+            "ig": values.ig,
+            "linearization": values.linearization,
+            "cg_steps": values.cg_steps,
         },
-        "fastat_ga": {"ga_coef": train_flags.GA_COEF.value},
-        "pgd": {"steps": train_flags.ATTACK_STEPS.value},
-        "free": {"replays": train_flags.FREE_REPLAYS.value},
-    }.get(method, {})
-    return TrainConfig(
+        "fastat_ga": {"ga_coef": values.ga_coef},
+        "pgd": {"steps": values.attack_steps},
+        "free": {"replays": values.free_replays},
+    }.get(values.method, {})
+    fields = {field.name for field in dataclasses.fields(TrainConfig)}
+    given = {name: values[name].value for name in fields if name in values}
+    given.update(
         workdir=workdir,
-        method=method,
-        dataset=common.DATASET.value,
-        model=train_flags.MODEL.value,
-        width=train_flags.WIDTH.value,
-        activation=train_flags.ACTIVATION.value,
-        eps=train_flags.EPS.value / 255,
+        eps=values.eps / 255,
         method_options=options,
-        epochs=train_flags.EPOCHS.value,
-        batch_size=common.BATCH_SIZE.value,
-        lr_max=train_flags.LR_MAX.value,
-        lr_schedule=train_flags.LR_SCHEDULE.value,
-        momentum=train_flags.MOMENTUM.value,
-        weight_decay=train_flags.WEIGHT_DECAY.value,
-        max_train_examples=train_flags.MAX_TRAIN_EXAMPLES.value,
-        steps_per_epoch=train_flags.STEPS_PER_EPOCH.value,
-        val_attack_steps=train_flags.VAL_ATTACK_STEPS.value,
-        val_restarts=train_flags.VAL_RESTARTS.value,
-        val_examples=train_flags.VAL_EXAMPLES.value,
-        eval_examples=train_flags.EVAL_EXAMPLES.value,
-        eval_pgd_steps=train_flags.EVAL_PGD_STEPS.value,
-        eval_pgd_restarts=train_flags.EVAL_PGD_RESTARTS.value,
-        eval_autoattack=train_flags.EVAL_AUTOATTACK.value,
-        strategy=train_flags.STRATEGY.value,
-        stop_on_overfitting=train_flags.STOP_ON_OVERFITTING.value,
-        precision=device.resolve_precision(common.PRECISION.value),
-        jit_compile=device.resolve_jit_compile(common.JIT_COMPILE.value),
-        seed=common.SEED.value,
-        data_dir=common.DATA_DIR.value,
-        download=common.DOWNLOAD.value,
-        tensorboard_every=train_flags.TENSORBOARD_EVERY.value,
-        verbose=int(train_flags.VERBOSE.value),
+        precision=device.resolve_precision(values.precision),
+        jit_compile=device.resolve_jit_compile(values.jit_compile),
+        verbose=int(values.verbose),
     )
+    return TrainConfig(**given)
 
 
 def main(argv: list[str]) -> None:
@@ -149,11 +125,11 @@ def main(argv: list[str]) -> None:
         config = config_from_flags(train_flags.WORKDIR.value or default_workdir())
         methods.create(config.method, eps=config.eps, **config.method_options)
         source = data.check_available(config.dataset, config.data_dir, config.download)
+        current = run_flags()
+        state = check_workdir(config.workdir, current)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 
-    current = run_flags()
-    state = check_workdir(config.workdir, current)
     if state == "complete":
         print(f"{config.workdir} holds a finished run with these flags; see its results.json.")
         export_once(config)

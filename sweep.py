@@ -1,0 +1,197 @@
+"""Run a sweep: a grid of train.py runs, each evaluated by evaluate.py, then a report.
+
+    python sweep.py --sweep=fashion_mnist                 # configs/sweeps/fashion_mnist.json
+    python sweep.py --sweep=fashion_mnist --dry_run       # the cells, their state and commands
+    python sweep.py --sweep=fashion_mnist --only='fastbat-*'
+    python sweep.py --sweep=fashion_mnist --report_only   # sweep.json, sweep.md, plots
+
+Every cell is an ordinary train.py run in `<sweep_dir>/<cell>` (so a killed sweep resumes each
+cell where it stopped), then evaluate.py runs PGD at every ε of the grid and AutoAttack at the
+cell's ε, writing eval-pgd.json and eval-autoattack.json into it. A cell that holds both is
+done and never run again; a run directory holding other flags is refused. The whole definition
+is checked (flag names, values, ε, the method options, the data, existing run directories)
+before the first run starts. One line per cell shows the time spent and an estimate of the time
+left; the report is rewritten after each cell. The definition format is in fbat_tf/sweeps.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads, as train.py
+
+from absl import app  # noqa: E402
+from absl import flags as absl_flags  # noqa: E402
+
+import train  # noqa: E402
+from fbat_tf import sweeps  # noqa: E402
+from flags import sweep as sweep_flags  # noqa: E402
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CONFIGS = os.path.join(ROOT, "configs", "sweeps")
+# Set by the sweep itself for every cell.
+RESERVED = ("workdir", "export", "export_dir", "verbose", "flagfile")
+
+
+def definition_path(name: str) -> str:
+    for path in (name, os.path.join(CONFIGS, name), os.path.join(CONFIGS, f"{name}.json")):
+        if os.path.isfile(path):
+            return path
+    known = sorted(f[:-5] for f in os.listdir(CONFIGS) if f.endswith(".json"))
+    raise sweeps.DefinitionError(
+        f"--sweep={name}: no such definition file, nor a name in configs/sweeps/ "
+        f"({', '.join(known)})"
+    )
+
+
+def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str) -> None:
+    """Raise DefinitionError naming the cell and what is wrong, before anything runs."""
+    from fbat_tf import data, methods
+
+    for cell in cells:
+        reserved = sorted(set(cell.flags) & set(RESERVED))
+        if reserved:
+            raise sweeps.DefinitionError(
+                f"cell {cell.name}: {', '.join(reserved)} cannot be set in a sweep (the sweep "
+                "sets each cell's run directory and output)"
+            )
+        cell_dir = os.path.join(sweep_dir, cell.name)
+        values = copy.deepcopy(absl_flags.FLAGS)
+        words = sweeps.flag_words(cell.flags)
+        try:
+            values(["train.py", *words, f"--workdir={cell_dir}"])
+        except absl_flags.Error as error:
+            raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
+        config = train.config_from_flags(cell_dir, values)
+        try:
+            methods.create(config.method, eps=config.eps, **config.method_options)
+            train.check_workdir(cell_dir, train.run_flags(values))
+        except ValueError as error:
+            raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
+    for dataset, data_dir, download in {
+        (c.flags.get("dataset", "cifar10"), c.flags.get("data_dir"), c.flags.get("download", True))
+        for c in cells
+    }:
+        try:
+            data.check_available(dataset, data_dir, download)
+        except (ValueError, FileNotFoundError) as error:
+            raise sweeps.DefinitionError(str(error)) from None
+
+
+def run_program(argv: list[str], log_path: str) -> None:
+    """Run `python <argv>` from the repository root, its output appended to a log file."""
+    with open(log_path, "a") as log:
+        log.write(f"\n$ python {' '.join(argv)}\n")
+        log.flush()
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        status = subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
+        ).returncode
+    if status != 0:
+        with open(log_path) as log:
+            tail = log.read()[-2000:]
+        raise RuntimeError(f"{argv[0]} failed (exit {status}); end of {log_path}:\n{tail}")
+
+
+def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
+    """Train (or resume) and evaluate one cell; seconds spent per part."""
+    cell_dir = os.path.join(sweep_dir, cell.name)
+    argv = sweeps.commands(definition, cell, sweep_dir)
+    # Logs beside the cells: train.py wants a new run directory empty.
+    log_dir = os.path.join(sweep_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    spent = {}
+    start = time.perf_counter()
+    if sweeps.cell_state(cell_dir) in ("new", "started"):
+        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"))
+    spent["train"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for part, output in (("pgd", sweeps.EVAL_PGD), ("autoattack", sweeps.EVAL_AUTOATTACK)):
+        if not os.path.exists(os.path.join(cell_dir, output)):
+            run_program(argv[part], os.path.join(log_dir, f"{cell.name}.evaluate.log"))
+    spent["evaluate"] = time.perf_counter() - start
+    return spent
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    given = [
+        name
+        for module in (train.train_flags, train.common)
+        for name in (f.name for f in absl_flags.FLAGS.get_flags_for_module(module))
+        if absl_flags.FLAGS[name].present
+    ]
+    if given:
+        sys.exit(
+            f"error: --{', --'.join(given)}: train.py flags go into the sweep definition's "
+            "'flags' or 'grid', not on sweep.py's command line"
+        )
+    try:
+        definition = sweeps.load_definition(definition_path(sweep_flags.SWEEP.value))
+        sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
+        cells = sweeps.expand(definition)
+        if sweep_flags.ONLY.value:
+            patterns = sweep_flags.ONLY.value
+            cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
+            if not cells:
+                raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
+        check(definition, cells, sweep_dir)
+    except sweeps.DefinitionError as error:
+        sys.exit(f"error: {error}")
+
+    if sweep_flags.REPORT_ONLY.value:
+        paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+        print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
+        return
+    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name)) for c in cells}
+    if sweep_flags.DRY_RUN.value:
+        for cell in cells:
+            print(f"{cell.name}: {states[cell.name]}")
+            for part, words in sweeps.commands(definition, cell, sweep_dir).items():
+                print(f"  {part}: python {' '.join(words)}")
+        return
+
+    to_run = [c for c in cells if states[c.name] != "done"]
+    print(
+        f"sweep {definition.name}: {len(cells)} cells, {len(cells) - len(to_run)} done, "
+        f"{len(to_run)} to run, in {sweep_dir}",
+        flush=True,
+    )
+    failed, spent_cells = [], []
+    begin = time.perf_counter()
+    for i, cell in enumerate(to_run, 1):
+        try:
+            spent = run_cell(definition, cell, sweep_dir)
+        except RuntimeError as error:
+            failed.append(cell.name)
+            print(f"[{i}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr, flush=True)
+            continue
+        spent_cells.append(sum(spent.values()))
+        left = (len(to_run) - i) * sum(spent_cells) / len(spent_cells)
+        print(
+            f"[{i}/{len(to_run)}] {cell.name}: trained in {duration(spent['train'])}, evaluated "
+            f"in {duration(spent['evaluate'])}; sweep {duration(time.perf_counter() - begin)} "
+            f"spent, about {duration(left)} left",
+            flush=True,
+        )
+        sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+    paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+    print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
+    if failed:
+        sys.exit(f"error: {len(failed)} cells failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,296 @@
+"""sweep.py: the grid it expands, the definitions it refuses before any run, resuming a killed
+sweep (also from a fresh clone that holds only the committed results), and the report (tables
+and plots) it builds from the cells' files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fbat_tf import sweeps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY_FLAGS = {
+    "dataset": "fashion_mnist",
+    "model": "small_cnn",
+    "width": 4,
+    "epochs": 2,
+    "max_train_examples": 256,
+    "batch_size": 64,
+    "val_examples": 64,
+    "val_attack_steps": 2,
+    "eval_examples": 64,
+    "eval_pgd_steps": 2,
+    "eval_pgd_restarts": 1,
+    "eval_autoattack": False,
+    "tensorboard_every": 0,
+}
+TINY_EVALUATION = {
+    "pgd_steps": 2,
+    "pgd_restarts": 2,
+    "pgd_examples": 32,
+    "autoattack_examples": 8,
+    "batch_size": 32,
+}
+
+
+def write_definition(directory, grid, flags=None, **extra) -> str:
+    path = os.path.join(directory, "tiny.json")
+    definition = {
+        "description": "a tiny sweep",
+        "flags": TINY_FLAGS if flags is None else flags,
+        "grid": grid,
+        "evaluation": TINY_EVALUATION,
+        **extra,
+    }
+    with open(path, "w") as f:
+        json.dump(definition, f)
+    return path
+
+
+def run_sweep(*args: str, env: dict | None = None, wait: bool = True):
+    command = [sys.executable, os.path.join(ROOT, "sweep.py"), *args]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    if not wait:
+        # A session of its own, so that a kill can take the sweep and its children at once.
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+# Grid expansion ---------------------------------------------------------------------------------
+
+
+def test_grid_is_the_union_of_products_with_cell_values_over_shared_ones(tmp_path):
+    path = write_definition(
+        tmp_path,
+        [
+            {"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0]},
+            {"method": ["fastbat"], "eps": [16], "seed": [0, 1]},  # repeats fastbat-eps16-seed0
+            {"method": ["fastbat"], "eps": [16], "ig_coef": [0, 0.3], "epochs": [3]},
+        ],
+    )
+    definition = sweeps.load_definition(path)
+    cells = sweeps.expand(definition)
+    assert [c.name for c in cells] == [
+        "fastat-eps8-seed0",
+        "fastat-eps16-seed0",
+        "fastbat-eps8-seed0",
+        "fastbat-eps16-seed0",
+        "fastbat-eps16-seed1",
+        "fastbat-eps16-epochs3-ig_coef0",
+        "fastbat-eps16-epochs3-ig_coef0.3",
+    ]
+    last = cells[-1]
+    assert last.flags["epochs"] == 3 and last.flags["ig_coef"] == 0.3
+    assert last.flags["width"] == TINY_FLAGS["width"]
+    assert last.variant() == "fastbat epochs=3 ig_coef=0.3"
+    assert cells[0].variant() == "fastat"
+    assert definition.eps_values() == [8, 16]
+    words = sweeps.commands(definition, last, "out")["train"]
+    assert "--noeval_autoattack" in words and "--ig_coef=0.3" in words
+    assert "--workdir=out/fastbat-eps16-epochs3-ig_coef0.3" in words
+    pgd = sweeps.commands(definition, cells[0], "out")["pgd"]
+    assert "--eps=8,16" in pgd and "--attacks=pgd" in pgd
+
+
+# Bad definitions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("grid", "flags", "named"),
+    [
+        ([{"method": ["fastbatt"], "eps": [8]}], None, "fastbatt"),
+        ([{"method": ["fastat"], "eps": [8], "learning_rate": [0.1]}], None, "learning_rate"),
+        ([{"method": ["fastat"], "eps": [8, 300]}], None, "eps"),
+        ([], None, "grid"),
+        ([{"method": ["fastat"], "eps": [8]}], {**TINY_FLAGS, "workdir": "x"}, "workdir"),
+        ([{"method": ["fastbat"], "eps": [8], "ig_coef": [-1]}], None, "ig_coef"),
+    ],
+    ids=["unknown-method", "unknown-flag", "eps-out-of-range", "empty-grid", "reserved", "value"],
+)
+def test_bad_definition_fails_before_any_run_naming_the_problem(tmp_path, grid, flags, named):
+    path = write_definition(tmp_path, grid, flags)
+    out = tmp_path / "out"
+    result = run_sweep(f"--sweep={path}", f"--sweep_dir={out}")
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error:") and named in message
+    assert not out.exists()
+
+
+# Resume -------------------------------------------------------------------------------------------
+
+COMMITTED = (sweeps.RESULTS, sweeps.FLAGS_FILE, sweeps.EVAL_PGD, sweeps.EVAL_AUTOATTACK)
+
+
+def _mtimes(directory) -> dict[str, float]:
+    return {
+        os.path.relpath(os.path.join(top, name), directory): os.path.getmtime(
+            os.path.join(top, name)
+        )
+        for top, _, names in os.walk(directory)
+        for name in names
+    }
+
+
+def test_killed_sweep_resumes_without_redoing_cells_also_from_committed_results(tmp_path):
+    path = write_definition(tmp_path, [{"method": ["fastat"], "eps": [8, 16], "seed": [0]}])
+    out = tmp_path / "out"
+    first, second = (out / "fastat-eps8-seed0"), (out / "fastat-eps16-seed0")
+
+    # Kill the sweep while the second cell trains, once the first one is done.
+    sweep = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", wait=False)
+    deadline = time.time() + 600
+    while not (second / sweeps.FLAGS_FILE).exists():
+        assert sweep.poll() is None
+        assert time.time() < deadline
+        time.sleep(0.5)
+    os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and the train.py it runs
+    sweep.wait()
+    assert sweeps.cell_state(str(first)) == "done"
+    assert sweeps.cell_state(str(second)) in ("started", "new", "trained")
+    done_before = _mtimes(first)
+
+    resumed = run_sweep(f"--sweep={path}", f"--sweep_dir={out}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "2 cells, 1 done, 1 to run" in resumed.stdout
+    assert "[1/1] fastat-eps16-seed0" in resumed.stdout
+    assert _mtimes(first) == done_before  # nothing of the finished cell was redone or rewritten
+    assert sweeps.cell_state(str(second)) == "done"
+
+    # A fresh clone holds only the committed files of each cell: nothing runs again.
+    clone = tmp_path / "clone"
+    for cell in (first, second):
+        (clone / cell.name).mkdir(parents=True)
+        for name in COMMITTED:
+            shutil.copy(cell / name, clone / cell.name / name)
+    again = run_sweep(f"--sweep={path}", f"--sweep_dir={clone}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 cells, 2 done, 0 to run" in again.stdout
+    assert not (clone / "logs").exists()  # no program was started
+    report = json.loads((clone / "sweep.json").read_text())
+    with open(first / sweeps.EVAL_AUTOATTACK) as f:
+        autoattack = json.load(f)
+    assert (
+        report["cells"][0]["autoattack"]["robust_accuracy"]
+        == autoattack["robust_accuracy"]["autoattack@8"]
+    )
+
+
+# Report -------------------------------------------------------------------------------------------
+
+
+def _fake_cell(sweep_dir, name, *, clean, pgd, aa, val_robust, overfit=(), epoch_time=2.0):
+    """A cell directory as train.py and evaluate.py leave it, with chosen numbers."""
+    cell = os.path.join(sweep_dir, name)
+    os.makedirs(cell)
+    history = [
+        {
+            "epoch": i + 1,
+            "val_robust_accuracy": robust,
+            "val_clean_accuracy": 0.9,
+            "val_overfitting": float(i + 1 in overfit),
+            "epoch_time": epoch_time,
+            "ig_norm_ratio": 1e-3,
+            "inactive_fraction": 0.2,
+        }
+        for i, robust in enumerate(val_robust)
+    ]
+    with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
+        json.dump({"status": "complete", "history": history, "epochs": len(history)}, f)
+    with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:
+        f.write("--method=x\n")
+    eps = name.split("-eps")[1].split("-")[0]
+    with open(os.path.join(cell, sweeps.EVAL_PGD), "w") as f:
+        json.dump(
+            {
+                "examples": 100,
+                "clean_accuracy": clean,
+                "pgd_steps": 50,
+                "pgd_restarts": 10,
+                "robust_accuracy": {f"pgd@{e}": v for e, v in pgd.items()},
+            },
+            f,
+        )
+    with open(os.path.join(cell, sweeps.EVAL_AUTOATTACK), "w") as f:
+        json.dump(
+            {
+                "examples": 50,
+                "clean_accuracy": clean,
+                "robust_accuracy": {f"autoattack@{eps}": aa},
+                "autoattack_per_attack": {f"autoattack@{eps}": {"apgd-ce": aa + 0.02}},
+                "time_s": {f"autoattack@{eps}": 12.0},
+            },
+            f,
+        )
+
+
+def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
+    path = write_definition(
+        tmp_path, [{"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0, 1]}]
+    )
+    definition = sweeps.load_definition(path)
+    out = str(tmp_path / "out")
+    # fastat collapses at ε = 16 (seed 0 only), fastbat does not; fastat-eps8-seed1 not run.
+    numbers = {
+        "fastat-eps8-seed0": dict(clean=0.80, pgd={8: 0.50, 16: 0.10}, aa=0.45, val=[0.4, 0.5]),
+        "fastat-eps16-seed0": dict(
+            clean=0.60, pgd={8: 0.05, 16: 0.01}, aa=0.00, val=[0.3, 0.0], overfit=(2,)
+        ),
+        "fastat-eps16-seed1": dict(clean=0.70, pgd={8: 0.45, 16: 0.30}, aa=0.20, val=[0.3, 0.3]),
+        "fastbat-eps8-seed0": dict(clean=0.78, pgd={8: 0.52, 16: 0.15}, aa=0.47, val=[0.45, 0.5]),
+        "fastbat-eps8-seed1": dict(clean=0.76, pgd={8: 0.54, 16: 0.17}, aa=0.49, val=[0.5, 0.45]),
+        "fastbat-eps16-seed0": dict(clean=0.68, pgd={8: 0.55, 16: 0.32}, aa=0.28, val=[0.3, 0.32]),
+        "fastbat-eps16-seed1": dict(clean=0.66, pgd={8: 0.57, 16: 0.34}, aa=0.30, val=[0.3, 0.34]),
+    }
+    for name, n in numbers.items():
+        _fake_cell(
+            out,
+            name,
+            clean=n["clean"],
+            pgd=n["pgd"],
+            aa=n["aa"],
+            val_robust=n["val"],
+            overfit=n.get("overfit", ()),
+        )
+    report = sweeps.collect(definition, out)
+    paths = sweeps.write_report(report, out)
+
+    cells = {c["name"]: c for c in report["cells"]}
+    assert cells["fastat-eps8-seed1"]["state"] == "new" and "pgd" not in cells["fastat-eps8-seed1"]
+    assert cells["fastat-eps16-seed0"]["train"]["overfitting_epochs"] == [2]
+    assert cells["fastbat-eps8-seed1"]["train"]["selected_epoch"] == 1
+    source = cells["fastbat-eps16-seed1"]["pgd"]["source"]
+    assert source == os.path.join(out, "fastbat-eps16-seed1", "eval-pgd.json")
+
+    table = open(paths["markdown"]).read()
+    main_table = table.split("\n## ")[0].splitlines()
+    rows = {tuple(line.split(" | ")[:2]): line for line in main_table if line.startswith("| fast")}
+    # Means ± sample std over seeds, in percent: AA of fastbat at 16 is 29.0 ± 1.4.
+    assert "| 29.0 ± 1.4 |" in rows[("| fastbat", "16")]
+    assert "| 67.0 ± 1.4 |" in rows[("| fastbat", "16")]  # clean
+    assert "| 1/2 |" in rows[("| fastat", "8")]  # one seed of two evaluated
+    assert "| 2; – |" in rows[("| fastat", "16")]  # CO flagged at epoch 2 of seed 0
+    assert "| 15.5 ± 20.5 |" in rows[("| fastat", "16")]  # PGD at 16: 1% and 30%
+    assert "## PGD-2-2 accuracy (%) across budgets" in table
+    for kind in sweeps.PLOTS:
+        with open(paths[kind], "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.getsize(paths[kind]) > 10_000
+    saved = json.load(open(paths["json"]))
+    assert saved["cells"][0]["commands"]["train"].startswith("python train.py ")
