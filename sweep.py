@@ -110,6 +110,12 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     if sweeps.cell_state(cell_dir) in ("new", "started"):
         run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"))
     spent["train"] = time.perf_counter() - start
+    if not os.path.exists(os.path.join(cell_dir, "checkpoints", "best.weights.h5")):
+        raise RuntimeError(
+            f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
+            f"the committed results), so it cannot be evaluated: delete {cell_dir}/results.json "
+            "to train it again"
+        )
     start = time.perf_counter()
     for part, output in (("pgd", sweeps.EVAL_PGD), ("autoattack", sweeps.EVAL_AUTOATTACK)):
         if not os.path.exists(os.path.join(cell_dir, output)):

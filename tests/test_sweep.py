@@ -294,3 +294,57 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
         assert os.path.getsize(paths[kind]) > 10_000
     saved = json.load(open(paths["json"]))
     assert saved["cells"][0]["commands"]["train"].startswith("python train.py ")
+
+
+# The paper kit --------------------------------------------------------------------------------
+
+
+def test_paper_kit_end_to_end_on_mocked_cifar10_with_paper_against_measured(tmp_path):
+    """configs/sweeps/paper_table2.json with a tiny model and two of its cells, on CIFAR-10
+    read through mocked TFDS in every program the sweep starts."""
+    with open(os.path.join(ROOT, "configs", "sweeps", "paper_table2.json")) as f:
+        kit = json.load(f)
+    assert kit["flags"]["dataset"] == "cifar10" and kit["flags"]["model"] == "preact_resnet18"
+    kit["flags"].update(
+        model="preact_resnet18",
+        width=4,
+        epochs=2,
+        batch_size=8,
+        val_examples=8,
+        val_attack_steps=2,
+        eval_examples=8,
+        eval_pgd_steps=2,
+        tensorboard_every=0,
+        download=False,
+    )
+    kit["grid"] = [{"method": ["fastat", "fastbat"], "eps": [8], "seed": [0]}]
+    kit["evaluation"] = {**TINY_EVALUATION, "pgd_examples": 16, "autoattack_examples": 4}
+    kit["paper"] = os.path.join(ROOT, "configs", "papers", "fast_bat_icml2022.json")
+    path = tmp_path / "paper_table2.json"
+    path.write_text(json.dumps(kit))
+    out = tmp_path / "out"
+    env = {
+        "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "tests", "mock_tfds"), ROOT]),
+        "FBAT_MOCK_EXAMPLES": "40",
+    }
+    result = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[2/2] fastbat-eps8-seed0" in result.stdout
+
+    report = json.loads((out / "sweep.json").read_text())
+    rows = {(r["method"], r["eps"], r["metric"]): r for r in report["paper_vs_measured"]}
+    with open(out / "fastbat-eps8-seed0" / sweeps.EVAL_AUTOATTACK) as f:
+        autoattack = json.load(f)["robust_accuracy"]["autoattack@8"]
+    row = rows["fastbat", 8, "autoattack"]
+    assert row["paper_mean"] == 45.19
+    assert row["measured_mean"] == pytest.approx(100 * autoattack)
+    assert row["difference"] == pytest.approx(100 * autoattack - 45.19)
+    assert row["measured_runs"] == [str(out / "fastbat-eps8-seed0")]
+    assert rows["fastat", 8, "clean"]["paper_mean"] == 82.39
+    # Published numbers without a measured cell (ε = 16 was not run) say so.
+    unmeasured = [r for r in report["paper_vs_measured"] if r["eps"] == 16]
+    assert unmeasured and all(r["measured_mean"] is None for r in unmeasured)
+    table = (out / "sweep.md").read_text()
+    assert "## Paper against measured" in table
+    line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | autoattack"))
+    assert f"| 45.19 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
