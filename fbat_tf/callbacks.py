@@ -5,7 +5,7 @@ overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
         EpochTiming(examples_per_epoch),
         RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path="best.weights.h5"),
         ResultsLog("results.json", payload),
-        keras.callbacks.TensorBoard("tensorboard"),     # after them: it sees what they logged
+        TensorBoard("tensorboard"),                     # after them: it sees what they logged
         ResumeCheckpoint(trainer, "checkpoints/last"),  # last: an epoch it holds is logged
     ]
 
@@ -120,6 +120,19 @@ class RobustValidation(keras.callbacks.Callback):
         else:
             logs["val_best"] = 0.0
         logs["val_best_robust_accuracy"] = self.best
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is.
+
+    With an integer `update_freq`, Keras records every summary under a gate that is open only on
+    steps that are multiples of it, its own epoch summaries included, so an epoch that ends off
+    that cadence writes no epoch point at all (tensorflow/tensorboard#4975).
+    """
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        with tf.summary.record_if(True):
+            super().on_epoch_end(epoch, logs)
 
 
 class EpochTiming(keras.callbacks.Callback):

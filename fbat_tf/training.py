@@ -29,6 +29,7 @@ from fbat_tf.callbacks import (
     ResultsLog,
     ResumeCheckpoint,
     RobustValidation,
+    TensorBoard,
     write_json_atomic,
 )
 from fbat_tf.trainer import AdversarialTrainer
@@ -200,7 +201,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
             best_robust_accuracy=best_so_far,
         ),
         ResultsLog(results_path, payload),
-        keras.callbacks.TensorBoard(
+        TensorBoard(
             tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,

@@ -1,0 +1,129 @@
+"""What a researcher sees in TensorBoard: a real `tensorboard` server, started on a train.py run
+directory, serves one point per epoch of every epoch curve (validation clean and robust
+accuracy, learning rate, loss, images per second, Fast-BAT's diagnostics), whatever the batch
+cadence `--tensorboard_every`, and the points are the run's own per-epoch numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+
+from tests.test_train_cli import TINY_RUN, run_train
+
+EPOCHS = 3
+TRAIN_CURVES = (
+    "epoch_loss",
+    "epoch_adv_accuracy",
+    "epoch_learning_rate",
+    "epoch_images_per_second",
+    "epoch_ig_norm_ratio",
+    "epoch_inactive_fraction",
+)
+VALIDATION_CURVES = ("epoch_clean_accuracy", "epoch_robust_accuracy")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+class TensorBoardServer:
+    """The `tensorboard` program serving a log directory on 127.0.0.1."""
+
+    def __init__(self, logdir: str):
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                f"--logdir={logdir}",
+                "--host=127.0.0.1",
+                f"--port={self.port}",
+                "--load_fast=false",
+                "--reload_interval=1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def scalars(self, run: str, tag: str) -> list[tuple[int, float]]:
+        query = urllib.parse.urlencode({"run": run, "tag": tag})
+        events = get_json(f"{self.base}/data/plugin/scalars/scalars?{query}")
+        return [(step, value) for _, step, value in events]
+
+    def tags(self) -> dict[str, list[str]]:
+        """Scalar tags per run, once the server has loaded them (waits up to a minute)."""
+        deadline = time.time() + 60
+        while True:
+            try:
+                tags = get_json(f"{self.base}/data/plugin/scalars/tags")
+                if {"train", "validation"} <= set(tags) and tags["validation"]:
+                    return {run: sorted(found) for run, found in tags.items()}
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            if time.time() > deadline or self.process.poll() is not None:
+                raise AssertionError("tensorboard did not serve the run's scalars")
+            time.sleep(1)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("every", [0, 3, 100])
+def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path, every):
+    workdir = tmp_path / "run"
+    args = [a for a in TINY_RUN if not a.startswith(("--epochs", "--tensorboard_every"))]
+    result = run_train(
+        *args,
+        "--method=fastbat",
+        f"--epochs={EPOCHS}",
+        f"--tensorboard_every={every}",
+        f"--workdir={workdir}",
+        "--noexport",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(workdir / "results.json") as f:
+        results = json.load(f)
+    steps = results["steps_per_epoch"]
+    if every:
+        # The case that used to lose the epoch curves: epochs that end off the batch cadence.
+        assert any((epoch * steps) % every for epoch in range(1, EPOCHS + 1))
+    history = results["history"]
+
+    server = TensorBoardServer(str(workdir / "tensorboard"))
+    try:
+        tags = server.tags()
+        for tag in TRAIN_CURVES:
+            assert tag in tags["train"], tags
+            assert [s for s, _ in server.scalars("train", tag)] == list(range(EPOCHS))
+        for tag in VALIDATION_CURVES:
+            assert tag in tags["validation"], tags
+            assert [s for s, _ in server.scalars("validation", tag)] == list(range(EPOCHS))
+        robust = [v for _, v in server.scalars("validation", "epoch_robust_accuracy")]
+        np.testing.assert_allclose(robust, [h["val_robust_accuracy"] for h in history], rtol=1e-6)
+        rate = [v for _, v in server.scalars("train", "epoch_learning_rate")]
+        np.testing.assert_allclose(rate, [h["learning_rate"] for h in history], rtol=1e-6)
+        if 0 < every <= EPOCHS * steps:  # the batch curves are there too
+            assert any(tag.startswith("batch_") for tag in tags["train"])
+    finally:
+        server.close()
+    assert os.listdir(workdir / "tensorboard" / "validation")
