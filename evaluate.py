@@ -25,9 +25,12 @@ import sys
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 from absl import app, logging  # noqa: E402
+from absl import flags as absl_flags  # noqa: E402
 
 from flags import common  # noqa: E402
 from flags import evaluate as eval_flags  # noqa: E402
+
+FLAGS = absl_flags.FLAGS
 
 
 def build_attacks(names, eps_values, seed, jit_compile, source=None):
@@ -97,8 +100,16 @@ def main(argv: list[str]) -> None:
             if eval_flags.SOURCE_MODEL_PATH.value:
                 source, _ = evaluation.load_model(eval_flags.SOURCE_MODEL_PATH.value)
         dataset = eval_flags.DATASET.value or known.get("dataset")
+        if FLAGS["dataset"].present:
+            # train.py's spelling of --eval_dataset.
+            if eval_flags.DATASET.value and eval_flags.DATASET.value != common.DATASET.value:
+                raise ValueError(
+                    f"--dataset={common.DATASET.value} and --eval_dataset="
+                    f"{eval_flags.DATASET.value} disagree; give one of them"
+                )
+            dataset = common.DATASET.value
         if dataset is None:
-            raise ValueError(f"--eval_dataset is needed: {model_path} does not say its dataset")
+            raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
         data_dir = common.DATA_DIR.value
         data.check_available(dataset, data_dir, common.DOWNLOAD.value)
         if eval_flags.EPS.value:
@@ -124,6 +135,10 @@ def main(argv: list[str]) -> None:
         max_examples=eval_flags.N_EXAMPLES.value or None,
         download=common.DOWNLOAD.value,
     )
+    try:
+        evaluation.check_logits(classifier, next(iter(split))[0][:64])
+    except ValueError as error:
+        sys.exit(f"error: {model_path}: {error}")
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
     attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, common.SEED.value, jit, source)
     results = evaluation.evaluate(classifier, split, attacks, progress=True, strategy=strategy)

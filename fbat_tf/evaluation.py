@@ -131,7 +131,12 @@ def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
 
 
 def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
-    """Raise if ‖x_adv − x‖∞ > ε + tol or x_adv leaves [0, 1]: such a batch must not count."""
+    """Raise if ‖x_adv − x‖∞ > ε + tol, x_adv leaves [0, 1] or is not finite: such a batch must
+    not count (NaN fails no comparison, so it is tested on its own)."""
+    finite = tf.math.is_finite(tf.cast(x_adv, tf.float32))
+    if not bool(tf.reduce_all(finite)):
+        bad = int(tf.size(finite)) - int(tf.reduce_sum(tf.cast(finite, tf.int32)))
+        raise AssertionError(f"adversarial batch outside C: {bad} values are NaN or infinite")
     distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
     low, high = float(tf.reduce_min(x_adv)), float(tf.reduce_max(x_adv))
     if distance > eps + tol or low < -tol or high > 1 + tol:
@@ -153,6 +158,21 @@ def pgd_attacks(
         f"pgd@{eps * 255:g}": (eps, PGD(eps, steps, restarts, seed=seed, jit_compile=jit_compile))
         for eps in eps_values
     }
+
+
+def check_logits(classifier: Callable, x: tf.Tensor) -> None:
+    """Raise ValueError for a classifier whose outputs look like probabilities: every row
+    non-negative and summing to 1. The attacks' losses (cross-entropy, DLR, FAB's boundaries)
+    take logits; on probabilities they compute something else, silently."""
+    outputs = tf.cast(classifier(x, training=False), tf.float32)
+    rows_sum_to_one = tf.reduce_all(tf.abs(tf.reduce_sum(outputs, -1) - 1.0) < 1e-3)
+    if bool(tf.reduce_all(outputs >= 0.0)) and bool(rows_sum_to_one):
+        raise ValueError(
+            "the model's outputs are probabilities (every row is non-negative and sums to 1, as "
+            "after a softmax), but the attacks need logits: evaluate the model without its final "
+            "softmax, e.g. keras.Model(model.inputs, model.layers[-1].input) when the softmax "
+            "is a layer of its own, or rebuild the last Dense layer with activation=None"
+        )
 
 
 def check_distributable(strategy: tf.distribute.Strategy) -> None:

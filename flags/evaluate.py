@@ -19,7 +19,10 @@ SOURCE_MODEL_PATH = flags.DEFINE_string(
     "source_model_path", None, "The model the transfer attack crafts its examples on."
 )
 DATASET = flags.DEFINE_string(
-    "eval_dataset", None, "Dataset name (default: the training run's; required otherwise)."
+    "eval_dataset",
+    None,
+    "Dataset name (default: the training run's; required otherwise). --dataset, train.py's "
+    "spelling, means the same.",
 )
 SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Split to evaluate on.")
 N_EXAMPLES = flags.DEFINE_integer(

@@ -159,3 +159,11 @@ def test_pgd_keeps_per_example_the_first_restart_that_breaks_it():
     np.testing.assert_allclose(x_adv, expected, atol=1e-6)
     robust = np.mean(model(x_adv).numpy().argmax(1) == y.numpy())
     assert robust == pytest.approx(1 - breaks.any(0).mean())
+
+
+def test_check_in_ball_rejects_nan_and_infinite_points():
+    x = tf.zeros((2, 3)) + 0.5
+    for bad in (np.nan, np.inf):
+        x_adv = tf.tensor_scatter_nd_update(x, [[1, 2]], [bad])
+        with pytest.raises(AssertionError, match="NaN or infinite"):
+            check_in_ball(x_adv, x, EPS)

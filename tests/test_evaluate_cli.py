@@ -1,0 +1,77 @@
+"""evaluate.py as a user types it: train.py's spelling --dataset names the data of a model that
+does not say it, and a model whose outputs are probabilities is refused before any attack,
+with what to do instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf.evaluation import check_logits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_model(activation: str | None) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(10, activation=activation),
+        ]
+    )
+
+
+def run_evaluate(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+ATTACK = ["--attacks=pgd", "--pgd_steps=2", "--pgd_restarts=1", "--n_examples=32", "--eps=8"]
+
+
+def test_dataset_flag_names_the_data_of_a_keras_file(tmp_path):
+    path = str(tmp_path / "model.keras")
+    small_model(None).save(path)
+    results = tmp_path / "eval.json"
+    result = run_evaluate(
+        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluated = json.loads(results.read_text())
+    assert evaluated["dataset"] == "fashion_mnist" and evaluated["examples"] == 32
+
+
+def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path):
+    path = str(tmp_path / "softmax.keras")
+    small_model("softmax").save(path)
+    results = tmp_path / "eval.json"
+    result = run_evaluate(
+        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    )
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert "probabilities" in message and "logits" in message and "softmax" in message
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "sigmoid"])
+def test_check_logits_accepts_outputs_that_are_not_a_distribution(activation):
+    x = tf.constant(np.random.default_rng(0).uniform(0, 1, (8, 28, 28, 1)).astype(np.float32))
+    check_logits(small_model(activation), x)
+
+
+def test_check_logits_refuses_softmax_outputs():
+    x = tf.constant(np.random.default_rng(0).uniform(0, 1, (8, 28, 28, 1)).astype(np.float32))
+    with pytest.raises(ValueError, match="probabilities"):
+        check_logits(small_model("softmax"), x)
