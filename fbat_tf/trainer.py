@@ -10,6 +10,11 @@ weight decay and the optimizer update run outside it. That split also works unde
 `tf.distribute.MirroredStrategy`, where XLA cannot compile the variable updates of the whole
 step (DESIGN.md §7).
 
+A method that differentiates input gradients again (Fast-BAT, GradAlign) gets a classifier
+whose `keras.layers.BatchNormalization` layers are switched, in place and with their weights, to
+`fbat_tf.models.layers.BatchNormalization`, whose second derivatives are exact (a warning names
+them); other subclasses of Keras' batch norm are refused.
+
 Every step draws its randomness from the stateless seed [seed, optimizer.iterations], so a step
 is reproducible from (weights, batch, seed) and a resumed run continues the same stream.
 """
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.methods import Method
+from fbat_tf.models.layers import use_exact_batch_norm
 
 
 class AdversarialTrainer(keras.Model):
@@ -37,6 +44,17 @@ class AdversarialTrainer(keras.Model):
         super().__init__(**kwargs)
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if method.second_order:
+            converted = use_exact_batch_norm(classifier)
+            if converted:
+                logging.warning(
+                    "%s differentiates input gradients again, which keras.layers."
+                    "BatchNormalization gets wrong in training mode: %d batch-norm layers of the "
+                    "model (%s) now use fbat_tf.models.layers.BatchNormalization (same weights).",
+                    method.name,
+                    len(converted),
+                    ", ".join(converted[:5]) + (", ..." if len(converted) > 5 else ""),
+                )
         self.classifier = classifier
         self.method = method
         self.weight_decay = float(weight_decay)

@@ -73,6 +73,8 @@ class Method:
     name: str = ""
     #: optimizer steps the trainer takes per batch (Free-AT replays a batch m times).
     replays: int = 1
+    #: whether the gradient differentiates an input gradient again (Fast-BAT, GradAlign).
+    second_order: bool = False
     #: keys of the logs dict that `gradients` returns (the trainer averages them per epoch).
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
 

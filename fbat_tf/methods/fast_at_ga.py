@@ -41,6 +41,7 @@ def cosine_per_example(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 class FastATGradAlign(Method):
     name = "fastat_ga"
+    second_order = True
     log_names = ("loss", "adv_accuracy", "ga_cosine", "ga_coef")
 
     def __init__(self, eps: float, ga_coef: float | None = None, alpha: float | None = None):

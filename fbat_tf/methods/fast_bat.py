@@ -39,6 +39,7 @@ def _broadcast_per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 
 class FastBAT(Method):
     name = "fastbat"
+    second_order = True
 
     def __init__(
         self,

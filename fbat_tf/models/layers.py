@@ -178,6 +178,36 @@ class BatchNormalization(keras.layers.BatchNormalization):
         return keras.ops.squeeze(mean, axis=axes), keras.ops.squeeze(variance, axis=axes)
 
 
+def use_exact_batch_norm(model: keras.Layer) -> list[str]:
+    """Give every `keras.layers.BatchNormalization` in `model` (nested layers included) the exact
+    second derivatives of `BatchNormalization` above, in place: the same layer objects, weights
+    and config, only the batch statistics' derivative changes. Returns the converted layers'
+    names. Raises ValueError for another subclass of Keras' batch norm, which it cannot vouch for.
+
+    Fast-BAT's implicit term and GradAlign differentiate an input gradient again with batch norm
+    in training mode; with Keras' own layer they come out wrong without an error.
+    """
+    # Keras has no public walk over a layer's nested layers (Model.layers stops at custom layers).
+    found = list(model._flatten_layers(include_self=True, recursive=True))
+    keras_own = [layer for layer in found if type(layer) is keras.layers.BatchNormalization]
+    unknown = [
+        f"{layer.name} ({type(layer).__name__})"
+        for layer in found
+        if isinstance(layer, keras.layers.BatchNormalization)
+        and not isinstance(layer, BatchNormalization)
+        and layer not in keras_own
+    ]
+    if unknown:
+        raise ValueError(
+            f"{', '.join(unknown)}: batch normalization of a class that second derivatives are "
+            "not checked for; build the model with fbat_tf.models.layers.BatchNormalization "
+            "(keras.layers.BatchNormalization's arguments, exact second derivatives) instead"
+        )
+    for layer in keras_own:
+        layer.__class__ = BatchNormalization
+    return [layer.name for layer in keras_own]
+
+
 def batch_norm(x: keras.KerasTensor, name: str) -> keras.KerasTensor:
     """Batch norm with PyTorch's defaults (γ = 1, β = 0, momentum 0.1 there, eps 1e-5)."""
     return BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)(x)

@@ -1,0 +1,117 @@
+"""Users' own Keras models: one built with keras.layers.BatchNormalization gets a wrong Fast-BAT
+implicit term (Keras' batch statistics have wrong second derivatives); the trainer switches its
+batch-norm layers, in place and with their weights, to fbat_tf's, after which the term equals
+central finite differences of the implicit objective (float64). Batch norm of an unknown
+subclass is refused. And the README's Python example runs as printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from fbat_tf import methods
+from fbat_tf.models.layers import BatchNormalization
+from fbat_tf.trainer import AdversarialTrainer
+from tests.test_fastbat_reference import (
+    _assert_grads_close,
+    _finite_difference,
+    _global_norm,
+    _implicit_objective,
+    _inputs,
+    _reference,
+    _seed,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EPS, LAMBDA_INV = 0.1, 1.0
+
+
+def functional_model_with_keras_batch_norm(batch_norm=keras.layers.BatchNormalization):
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((6, 6, 2), dtype="float64")
+    h = keras.layers.Conv2D(3, 3, padding="same", dtype="float64")(inputs)
+    h = batch_norm(dtype="float64", name="users_bn")(h)
+    h = keras.layers.Activation("softplus", dtype="float64")(h)
+    h = keras.layers.GlobalAveragePooling2D(dtype="float64")(h)
+    outputs = keras.layers.Dense(3, dtype="float64")(h)
+    model = keras.Model(inputs, outputs)
+    bn = model.get_layer("users_bn")
+    rng = np.random.default_rng(0)
+    bn.gamma.assign(rng.uniform(0.5, 1.5, 3))
+    bn.beta.assign(rng.normal(size=3))
+    return model
+
+
+def implicit_term(model, x, y):
+    """Fast-BAT's g2: the difference of two steps whose coefficients c differ by one."""
+
+    def step(ig_coef):
+        method = methods.create("fastbat", eps=EPS, lambda_inv=LAMBDA_INV, ig_coef=ig_coef)
+        grads, _ = method.gradients(model, x, y, _seed())
+        return [np.asarray(g) for g in grads]
+
+    return [b - a for a, b in zip(step(1.0), step(2.0), strict=True)]
+
+
+def finite_difference_term(model, x, y):
+    ref = _reference(
+        model, x, y, _seed(), eps=EPS, lambda_inv=LAMBDA_INV, linearization="pgd_nosign"
+    )
+    u = ref.mask * ref.upper_input_gradient
+    return _finite_difference(model, lambda: _implicit_objective(model, x, y, ref.z, u), 1e-5)
+
+
+def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term():
+    model = functional_model_with_keras_batch_norm()
+    x, y = _inputs((4, 6, 6, 2), "float64")
+    numeric = finite_difference_term(model, x, y)
+    wrong = implicit_term(model, x, y)
+    error = _global_norm([a - b for a, b in zip(wrong, numeric, strict=True)])
+    assert error > 1e-2 * _global_norm(numeric)  # what users got before, silently (3% here)
+
+    # A training-mode call moves the moving statistics: snapshot after it, compare before it.
+    logits = {True: model(x, training=True).numpy()}
+    weights = [w.copy() for w in model.get_weights()]
+    logits[False] = model(x, training=False).numpy()
+    trainer = AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=False)
+    layer = trainer.classifier.get_layer("users_bn")
+    assert trainer.classifier is model and isinstance(layer, BatchNormalization)
+    for before, after in zip(weights, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(before, after)
+    for mode in (False, True):
+        np.testing.assert_allclose(model(x, training=mode).numpy(), logits[mode], rtol=1e-12)
+
+    _assert_grads_close(implicit_term(model, x, y), numeric, rtol=1e-6)
+
+
+def test_first_order_methods_leave_the_model_alone():
+    model = functional_model_with_keras_batch_norm()
+    AdversarialTrainer(model, methods.create("fastat", eps=EPS), jit_compile=False)
+    assert type(model.get_layer("users_bn")) is keras.layers.BatchNormalization
+
+
+def test_batch_norm_of_an_unknown_subclass_is_refused_naming_the_fix():
+    class MyBatchNorm(keras.layers.BatchNormalization):
+        pass
+
+    model = functional_model_with_keras_batch_norm(MyBatchNorm)
+    with pytest.raises(ValueError, match="users_bn .MyBatchNorm.*fbat_tf.models.layers"):
+        AdversarialTrainer(model, methods.create("fastat_ga", eps=EPS), jit_compile=False)
+
+
+def test_readme_python_example_runs():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    section = readme.split("## Python API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "robust accuracy" in result.stdout
