@@ -209,6 +209,32 @@ def test_standard_version_runs_the_reference_order(standard_model):
     assert robust["square"].mean() <= 0.05
 
 
+def test_standard_version_runs_each_attack_on_what_the_previous_ones_left(standard_model):
+    # A budget small enough that every attack leaves survivors for the next one; each attack is
+    # watched: it must be called, in the reference order, on exactly the examples still robust.
+    model, x, y = standard_model
+    eps = 0.5 / 255
+    attack = AutoAttack(eps, "standard")
+    seen = []
+    for name, real in list(attack.attacks.items()):
+
+        def watched(model, x_sub, y_sub, name=name, real=real):
+            seen.append((name, np.array(x_sub)))
+            return real(model, x_sub, y_sub)
+
+        attack.attacks[name] = watched
+    x16, y16 = x[:16], y[:16]
+    x_adv, robust = attack.run(model, x16, y16)
+    check_in_ball(x_adv, x16, eps)
+    assert [name for name, _ in seen] == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    previous = "clean"
+    for name, attacked in seen:
+        np.testing.assert_array_equal(attacked, np.asarray(x16)[robust[previous]])
+        assert robust[previous].any()  # survivors reached this attack
+        previous = name
+    assert robust["square"].sum() <= robust["clean"].sum()
+
+
 # --- Transfer and gradient alignment -----------------------------------------------------------
 
 
