@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import methods, schedules
+from fbat_tf.methods.fast_at import FastAT
 from fbat_tf.trainer import AdversarialTrainer
 
 SHAPE = (8, 8, 1)
@@ -144,3 +145,80 @@ def test_steps_are_reproducible_from_the_seed():
         outcomes.append([w.numpy() for w in classifier.trainable_variables])
     for a, b in zip(*outcomes, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+class RecordingFastAT(FastAT):
+    """Fast-AT that keeps, in variables, the seed and loss scale of its latest step."""
+
+    def __init__(self, eps: float):
+        super().__init__(eps)
+        self.seen_seed = tf.Variable([0, 0], dtype=tf.int32, trainable=False)
+        self.seen_scale = tf.Variable(0.0, dtype=tf.float32, trainable=False)
+
+    def gradients(self, model, x, y, seed, loss_scale=None):
+        self.seen_seed.assign(seed)
+        self.seen_scale.assign(-1.0 if loss_scale is None else tf.cast(loss_scale, tf.float32))
+        return super().gradients(model, x, y, seed, loss_scale)
+
+
+class Seen(keras.callbacks.Callback):
+    def __init__(self, method):
+        super().__init__()
+        self.method = method
+        self.seeds, self.scales = [], []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seeds.append(tuple(self.method.seen_seed.numpy()))
+        self.scales.append(float(self.method.seen_scale.numpy()))
+
+
+def test_each_step_draws_from_its_own_seed_and_the_run_seed_matters():
+    method = RecordingFastAT(8 / 255)
+    trainer = AdversarialTrainer(tiny_classifier(), method, seed=3, jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.05))
+    seen = Seen(method)
+    trainer.fit(dataset(32, 8), epochs=2, verbose=0, callbacks=[seen])
+    assert seen.seeds == [(3, step) for step in range(8)]  # [run seed, optimizer step]
+
+    outcomes = []
+    for seed in (3, 4):
+        classifier = tiny_classifier()
+        trainer = AdversarialTrainer(classifier, methods.create("fastat", eps=8 / 255), seed=seed)
+        trainer.compile(optimizer=keras.optimizers.SGD(0.05))
+        trainer.fit(dataset(16, 8), epochs=1, verbose=0)
+        outcomes.append([w.numpy() for w in classifier.trainable_variables])
+    assert any(not np.allclose(a, b) for a, b in zip(*outcomes, strict=True))
+
+
+def test_the_method_receives_the_dynamic_loss_scale_under_mixed_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    method = RecordingFastAT(8 / 255)
+    trainer = AdversarialTrainer(tiny_classifier(), method, jit_compile=False)
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+    trainer.compile(optimizer=optimizer)
+    seen = Seen(method)
+    trainer.fit(dataset(16, 8), epochs=1, verbose=0, callbacks=[seen])
+    assert seen.scales[0] == float(optimizer.initial_scale) > 1.0
+
+
+def test_weight_decay_is_scaled_with_the_loss():
+    """With a weight decay that moves the weights, a loss-scaled step makes the same update."""
+    updates = []
+    for scaled in (False, True):
+        classifier = tiny_classifier()
+        start = [w.numpy().copy() for w in classifier.trainable_variables]
+        trainer = AdversarialTrainer(
+            classifier, methods.create("standard"), weight_decay=0.05, jit_compile=False
+        )
+        optimizer = keras.optimizers.SGD(0.1)
+        if scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=1024.0)
+        trainer.compile(optimizer=optimizer)
+        trainer.fit(dataset(16, 8), epochs=1, verbose=0)
+        updates.append(
+            [w.numpy() - s for w, s in zip(classifier.trainable_variables, start, strict=True)]
+        )
+    decay_share = 0.1 * 0.05 * max(float(np.abs(w).max()) for w in start)
+    assert decay_share > 1e-3  # the decay's part of an update is far above the tolerance
+    for plain, scaled in zip(*updates, strict=True):
+        np.testing.assert_allclose(scaled, plain, rtol=1e-3, atol=1e-6)
