@@ -3,6 +3,8 @@ guard, driven by attacks whose effect is known in closed form on a linear model.
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -74,7 +76,7 @@ def test_guard_fires_on_a_robust_accuracy_collapse_and_best_weights_are_kept(tmp
         np.testing.assert_array_equal(a, b)
 
 
-def test_guard_only_warns_without_stop_on_overfitting():
+def test_guard_only_warns_without_stop_on_overfitting(caplog):
     model = linear_model()
     rng = np.random.default_rng(2)
     x = rng.uniform(0, 1, (32, 10)).astype(np.float32)
@@ -88,5 +90,46 @@ def test_guard_only_warns_without_stop_on_overfitting():
     logs: dict = {}
     callback.on_epoch_end(0, logs)
     attack.strong = True
-    callback.on_epoch_end(1, logs)
+    with caplog.at_level(logging.WARNING):
+        callback.on_epoch_end(1, logs)
     assert logs["val_overfitting"] == 1.0 and not model.stop_training
+    assert "catastrophic overfitting suspected" in caplog.text
+
+
+class FixedBatchOnlyAttack:
+    """The exact worst case on the examples of one batch, no perturbation elsewhere."""
+
+    def __init__(self, batch_x):
+        self.batch_x = batch_x
+        self.strong = False
+
+    def __call__(self, model, x, y):
+        same = x.shape == self.batch_x.shape and np.array_equal(np.asarray(x), self.batch_x)
+        return corner_attack(model, x, y) if self.strong and same else x
+
+
+def test_guard_fires_when_only_the_fixed_batch_collapses(caplog):
+    # The whole-set drop stays under the 20-point threshold; the first (fixed) batch collapses
+    # while its clean accuracy holds: the fixed-batch clause alone must fire.
+    model = linear_model()
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (80, 10)).astype(np.float32)
+    y = model(x).numpy().argmax(1).astype(np.int32)
+    first = x[:16]
+    worst = model(corner_attack(model, first, y[:16])).numpy().argmax(1)
+    fixed_robust = float(np.mean(worst == y[:16]))
+    assert fixed_robust < 0.8 and (1 - fixed_robust) * 16 / 80 < 0.2
+    attack = FixedBatchOnlyAttack(first)
+    callback = RobustValidation(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(16), attack, EPS, model
+    )
+    callback.set_model(model)
+    logs: dict = {}
+    callback.on_epoch_end(0, logs)
+    assert logs["val_overfitting"] == 0.0
+    attack.strong = True
+    with caplog.at_level(logging.WARNING):
+        callback.on_epoch_end(1, logs)
+    assert logs["val_robust_accuracy"] > 1.0 - 0.2  # the whole-set clause alone would not fire
+    assert logs["val_overfitting"] == 1.0
+    assert "catastrophic overfitting suspected" in caplog.text
