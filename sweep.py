@@ -117,9 +117,14 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
             "to train it again"
         )
     start = time.perf_counter()
-    for part, output in (("pgd", sweeps.EVAL_PGD), ("autoattack", sweeps.EVAL_AUTOATTACK)):
-        if not os.path.exists(os.path.join(cell_dir, output)):
-            run_program(argv[part], os.path.join(log_dir, f"{cell.name}.evaluate.log"))
+    log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+    if not os.path.exists(os.path.join(cell_dir, sweeps.EVAL_PGD)):
+        run_program(argv["pgd"], log)
+    elif missing := sweeps.missing_pgd_eps(definition, cell_dir):
+        # Budgets added to the grid after this cell was evaluated.
+        run_program(sweeps.commands(definition, cell, sweep_dir, missing)["pgd"], log)
+    if not os.path.exists(os.path.join(cell_dir, sweeps.EVAL_AUTOATTACK)):
+        run_program(argv["autoattack"], log)
     spent["evaluate"] = time.perf_counter() - start
     return spent
 
@@ -161,11 +166,15 @@ def main(argv: list[str]) -> None:
         paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
         print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
         return
-    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name)) for c in cells}
+    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
     if sweep_flags.DRY_RUN.value:
         for cell in cells:
             print(f"{cell.name}: {states[cell.name]}")
-            for part, words in sweeps.commands(definition, cell, sweep_dir).items():
+            cell_dir = os.path.join(sweep_dir, cell.name)
+            missing = None
+            if os.path.exists(os.path.join(cell_dir, sweeps.EVAL_PGD)):
+                missing = sweeps.missing_pgd_eps(definition, cell_dir) or None
+            for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
                 print(f"  {part}: python {' '.join(words)}")
         return
 

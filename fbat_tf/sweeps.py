@@ -18,8 +18,9 @@ A definition is a JSON object:
 
 Values are train.py's flag values in its units (ε in 1/255); `true`/`false` set a boolean flag.
 A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`
-holding, besides what train.py writes, `eval-pgd.json` (PGD at every ε of the grid) and
-`eval-autoattack.json` (AutoAttack at the cell's ε), both written by evaluate.py.
+holding, besides what train.py writes, `eval-pgd.json` (PGD at every ε of the grid),
+`eval-autoattack.json` (AutoAttack at the cell's ε) and, for budgets added to the grid after
+the cell was evaluated, `eval-pgd-eps<ε>_<ε>.json`, all written by evaluate.py.
 This module reads and writes files only; sweep.py runs the programs.
 """
 
@@ -212,8 +213,46 @@ def flag_words(values: Mapping[str, Any]) -> list[str]:
     return words
 
 
-def commands(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, list[str]]:
-    """The programs a cell runs, as argument lists after `python`: train, then evaluate."""
+def pgd_file(eps_values: Sequence[float] | None) -> str:
+    """eval-pgd.json for the grid's budgets; eval-pgd-eps64_76.json for budgets added later."""
+    if eps_values is None:
+        return EVAL_PGD
+    return f"eval-pgd-eps{'_'.join(f'{eps:g}' for eps in eps_values)}.json"
+
+
+def pgd_results(cell_dir: str) -> dict[str, tuple[float, str]]:
+    """PGD robust accuracy by ε (as evaluate.py names it, "8") over every PGD file of the cell,
+    with the file each number came from."""
+    found: dict[str, tuple[float, str]] = {}
+    # eval-pgd.json first: where files overlap, the grid's own evaluation counts.
+    names = sorted(
+        (n for n in _listdir(cell_dir) if n.startswith("eval-pgd") and n.endswith(".json")),
+        key=lambda n: (n != EVAL_PGD, n),
+    )
+    for name in names:
+        path = os.path.join(cell_dir, name)
+        for key, value in _read(path)["robust_accuracy"].items():
+            found.setdefault(key.split("@")[1], (value, path))
+    return found
+
+
+def missing_pgd_eps(definition: Definition, cell_dir: str) -> list[float]:
+    """The grid's budgets the cell has no PGD number for yet (all of them before its first
+    evaluation; those added to the grid since, after it)."""
+    have = pgd_results(cell_dir)
+    return [eps for eps in definition.eps_values() if f"{eps:g}" not in have]
+
+
+def _listdir(path: str) -> list[str]:
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
+def commands(
+    definition: Definition, cell: Cell, sweep_dir: str, pgd_eps: Sequence[float] | None = None
+) -> dict[str, list[str]]:
+    """The programs a cell runs, as argument lists after `python`: train, then evaluate.
+    `pgd_eps`: evaluate PGD at these budgets only, into a file of their own (default: every
+    budget of the grid, into eval-pgd.json)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     evaluation = definition.evaluation
     evaluate = [
@@ -221,7 +260,7 @@ def commands(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, li
         f"--model_path={cell_dir}",
         f"--batch_size={evaluation['batch_size']}",
     ]
-    all_eps = ",".join(f"{eps:g}" for eps in definition.eps_values())
+    all_eps = ",".join(f"{eps:g}" for eps in pgd_eps or definition.eps_values())
     return {
         "train": [
             "train.py",
@@ -237,7 +276,7 @@ def commands(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, li
             f"--pgd_steps={evaluation['pgd_steps']}",
             f"--pgd_restarts={evaluation['pgd_restarts']}",
             f"--n_examples={evaluation['pgd_examples']}",
-            f"--results={os.path.join(cell_dir, EVAL_PGD)}",
+            f"--results={os.path.join(cell_dir, pgd_file(pgd_eps))}",
         ],
         "autoattack": [
             *evaluate,
@@ -259,12 +298,15 @@ def _read(path: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def cell_state(cell_dir: str) -> str:
-    """'done' (trained and evaluated), 'trained', 'started' or 'new'."""
+def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
+    """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition, a
+    cell lacking PGD at a budget of its grid is not done."""
     results = _read(os.path.join(cell_dir, RESULTS))
     if results is None or results.get("status") != "complete":
         return "started" if os.path.exists(os.path.join(cell_dir, FLAGS_FILE)) else "new"
     evaluated = all(os.path.exists(os.path.join(cell_dir, f)) for f in (EVAL_PGD, EVAL_AUTOATTACK))
+    if evaluated and definition is not None and missing_pgd_eps(definition, cell_dir):
+        evaluated = False
     return "done" if evaluated else "trained"
 
 
@@ -285,7 +327,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "options": cell.options,
         "eps": cell.eps,
         "seed": cell.seed,
-        "state": cell_state(cell_dir),
+        "state": cell_state(cell_dir, definition),
         "commands": {
             name: "python " + " ".join(argv)
             for name, argv in commands(definition, cell, sweep_dir).items()
@@ -315,15 +357,15 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         record["train"]["inactive_fraction"] = _mean(h.get("inactive_fraction") for h in history)
     pgd = _read(os.path.join(cell_dir, EVAL_PGD))
     if pgd is not None:
+        merged = pgd_results(cell_dir)
         record["pgd"] = {
             "source": os.path.join(cell_dir, EVAL_PGD),
             "examples": pgd["examples"],
             "clean_accuracy": pgd["clean_accuracy"],
             "steps": pgd.get("pgd_steps"),
             "restarts": pgd.get("pgd_restarts"),
-            "robust_accuracy": {
-                key.split("@")[1]: value for key, value in pgd["robust_accuracy"].items()
-            },
+            "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
+            "sources": {eps: path for eps, (_, path) in merged.items()},
         }
     autoattack = _read(os.path.join(cell_dir, EVAL_AUTOATTACK))
     if autoattack is not None:

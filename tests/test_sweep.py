@@ -348,3 +348,34 @@ def test_paper_kit_end_to_end_on_mocked_cifar10_with_paper_against_measured(tmp_
     assert "## Paper against measured" in table
     line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | autoattack"))
     assert f"| 45.19 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
+
+
+def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
+    out = str(tmp_path / "out")
+    for name, pgd in (
+        ("fastat-eps8-seed0", {8: 0.5, 16: 0.2}),
+        ("fastat-eps16-seed0", {8: 0.6, 16: 0.4}),
+    ):
+        _fake_cell(out, name, clean=0.8, pgd=pgd, aa=0.3, val_robust=[0.3, 0.4])
+    before = sweeps.load_definition(
+        write_definition(tmp_path, [{"method": ["fastat"], "eps": [8, 16], "seed": [0]}])
+    )
+    first = os.path.join(out, "fastat-eps8-seed0")
+    assert sweeps.cell_state(first, before) == "done"
+
+    grown = sweeps.load_definition(
+        write_definition(tmp_path, [{"method": ["fastat"], "eps": [8, 16, 24], "seed": [0]}])
+    )
+    assert sweeps.cell_state(first, grown) == "trained"
+    assert sweeps.missing_pgd_eps(grown, first) == [24]
+    cell = sweeps.expand(grown)[0]
+    pgd = sweeps.commands(grown, cell, out, [24])["pgd"]
+    extra = os.path.join(first, "eval-pgd-eps24.json")
+    assert "--eps=24" in pgd and f"--results={extra}" in pgd
+    with open(extra, "w") as f:
+        json.dump({"examples": 100, "clean_accuracy": 0.8, "robust_accuracy": {"pgd@24": 0.05}}, f)
+    assert sweeps.cell_state(first, grown) == "done"
+    record = sweeps.cell_record(grown, cell, out)
+    assert record["pgd"]["robust_accuracy"] == {"8": 0.5, "16": 0.2, "24": 0.05}
+    assert record["pgd"]["sources"]["24"] == extra
+    assert record["pgd"]["sources"]["8"] == os.path.join(first, sweeps.EVAL_PGD)
