@@ -6,6 +6,7 @@ subclass is refused. And the README's Python example runs as printed."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -67,7 +68,7 @@ def finite_difference_term(model, x, y):
     return _finite_difference(model, lambda: _implicit_objective(model, x, y, ref.z, u), 1e-5)
 
 
-def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term():
+def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(caplog):
     model = functional_model_with_keras_batch_norm()
     x, y = _inputs((4, 6, 6, 2), "float64")
     numeric = finite_difference_term(model, x, y)
@@ -79,7 +80,9 @@ def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term():
     logits = {True: model(x, training=True).numpy()}
     weights = [w.copy() for w in model.get_weights()]
     logits[False] = model(x, training=False).numpy()
-    trainer = AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=False)
+    with caplog.at_level(logging.WARNING):
+        trainer = AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=False)
+    assert "users_bn" in caplog.text and "fbat_tf.models.layers.BatchNormalization" in caplog.text
     layer = trainer.classifier.get_layer("users_bn")
     assert trainer.classifier is model and isinstance(layer, BatchNormalization)
     for before, after in zip(weights, model.get_weights(), strict=True):
