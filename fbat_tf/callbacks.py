@@ -138,20 +138,25 @@ class TensorBoard(keras.callbacks.TensorBoard):
 class EpochTiming(keras.callbacks.Callback):
     """Logs `epoch_time` (s), `images_per_second` and the learning rate at the epoch's end."""
 
-    def __init__(self, images_per_epoch: int):
+    def __init__(self, images_per_batch: int):
         super().__init__()
-        self.images_per_epoch = images_per_epoch
+        self.images_per_batch = images_per_batch
         self._start = 0.0
+        self._batches = 0
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._start = time.perf_counter()
+        self._batches = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._batches += 1
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None:
             return
         elapsed = time.perf_counter() - self._start
         logs["epoch_time"] = elapsed
-        logs["images_per_second"] = self.images_per_epoch / max(elapsed, 1e-9)
+        logs["images_per_second"] = self._batches * self.images_per_batch / max(elapsed, 1e-9)
         optimizer = self.model.optimizer
         logs["learning_rate"] = float(
             optimizer._get_current_learning_rate()
@@ -160,15 +165,39 @@ class EpochTiming(keras.callbacks.Callback):
         )
 
 
+class StopAfterBatches(keras.callbacks.Callback):
+    """Ends training after `batches` batches in all (counting `steps_per_epoch` for each epoch
+    before the first one run), inside an epoch if need be; that epoch still ends normally."""
+
+    def __init__(self, batches: int, steps_per_epoch: int):
+        super().__init__()
+        self.batches = batches
+        self.steps_per_epoch = steps_per_epoch
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._epoch * self.steps_per_epoch + batch + 1 >= self.batches:
+            self.model.stop_training = True
+
+
 class ResumeCheckpoint(keras.callbacks.Callback):
-    """Saves weights, optimizer state and the finished-epoch count every epoch (tf.train
-    checkpoints: a partly written one is never the latest), and restores them on resume."""
+    """Saves every piece of training state each epoch: weights and batch-norm statistics, the
+    optimizer, the trainer's seed counter, the method's own state (Free-AT's δ) and the
+    finished-epoch count (tf.train checkpoints: a partly written one is never the latest), and
+    restores them on resume."""
 
     def __init__(self, trainer: keras.Model, directory: str, keep: int = 2):
         super().__init__()
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="finished_epochs")
         self.checkpoint = tf.train.Checkpoint(
-            classifier=trainer.classifier, optimizer=trainer.optimizer, epoch=self.epoch
+            classifier=trainer.classifier,
+            optimizer=trainer.optimizer,
+            epoch=self.epoch,
+            seed_counter=trainer.seed_counter,
+            method=tf.train.Checkpoint(**trainer.method.variables()),
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
 

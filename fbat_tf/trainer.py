@@ -15,8 +15,11 @@ whose `keras.layers.BatchNormalization` layers are switched, in place and with t
 `fbat_tf.models.layers.BatchNormalization`, whose second derivatives are exact (a warning names
 them); other subclasses of Keras' batch norm are refused.
 
-Every step draws its randomness from the stateless seed [seed, optimizer.iterations], so a step
-is reproducible from (weights, batch, seed) and a resumed run continues the same stream.
+Every step draws its randomness from a stateless seed: [seed, counter] with the replica's index
+folded in (`step_seed`). The counter advances on every step, including one that a loss-scaled
+optimizer skips, and is checkpointed with the weights, so a step is reproducible from (weights,
+batch, seed, counter), a resumed run continues the same stream, and each replica of a
+distributed step draws its own noise.
 """
 
 from __future__ import annotations
@@ -60,6 +63,14 @@ class AdversarialTrainer(keras.Model):
         self.weight_decay = float(weight_decay)
         self.seed = int(seed)
         self.jit_compile_gradients = bool(jit_compile)
+        # One copy, written once per step (by the first replica under a distribution strategy).
+        self.seed_counter = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="seed_counter",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
         self._gradients = tf.function(
             self._method_gradients, jit_compile=self.jit_compile_gradients
         )
@@ -78,8 +89,11 @@ class AdversarialTrainer(keras.Model):
         return [*self.trackers.values(), self.eval_loss, self.eval_accuracy]
 
     def step_seed(self) -> tf.Tensor:
-        iteration = tf.cast(self.optimizer.iterations % (2**31 - 1), tf.int32)
-        return tf.stack([tf.constant(self.seed, tf.int32), iteration])
+        """This step's seed on this replica: fold_in([seed, counter], replica index), int32."""
+        base = tf.stack([tf.constant(self.seed, tf.int64), tf.identity(self.seed_counter)])
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(base, tf.cast(replica, tf.int64))
+        return tf.cast(seed, tf.int32)
 
     def train_step(self, data):
         x, y = data[0], data[1]
@@ -90,6 +104,7 @@ class AdversarialTrainer(keras.Model):
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             loss_scale = self.optimizer.scale_loss(tf.constant(1.0 / replicas, tf.float32))
             grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
+            self.seed_counter.assign_add(1)
             if self.weight_decay:
                 # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.
                 grads = [

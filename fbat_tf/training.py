@@ -4,9 +4,11 @@
                          model="small_cnn", eps=8 / 255, epochs=5)
     results = train(config)          # also writes results.json, checkpoints/, tensorboard/
 
-A workdir that holds a checkpoint is resumed from its last finished epoch; the run ends with the
-same number of optimizer steps as an uninterrupted one (the schedule is a function of the
-optimizer's iteration count, which the checkpoint restores).
+A workdir that holds a checkpoint is resumed from its last finished epoch, exactly: the
+checkpoint holds every piece of training state (weights, batch-norm statistics, optimizer, seed
+counter, Free-AT's δ), and the training data is a stream whose order is a function of the seed
+and the batch's position alone, read on from where the epoch ended. A resumed run ends with the
+weights of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fbat_tf.callbacks import (
     ResultsLog,
     ResumeCheckpoint,
     RobustValidation,
+    StopAfterBatches,
     TensorBoard,
     write_json_atomic,
 )
@@ -83,6 +86,19 @@ def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
     return sum(1 for _ in dataset)
 
 
+def _build_classifier(config: TrainConfig, info: data.DatasetInfo) -> keras.Model:
+    """The run's classifier, in the global precision policy of the moment."""
+    return models.build(
+        config.model,
+        num_classes=info.num_classes,
+        input_shape=info.image_shape,
+        mean=info.mean,
+        std=info.std,
+        activation=config.activation,
+        width=config.width,
+    )
+
+
 def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimizer:
     schedule = schedules.create(config.lr_schedule, config.lr_max, total_steps)
     optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=config.momentum)
@@ -117,14 +133,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
         config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
     )
     steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
-    train_ds = data.load(
-        config.dataset,
-        "train",
-        seed=config.seed,
-        max_examples=config.max_train_examples,
-        repeat=True,
-        **load,
-    )
     val_ds = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
@@ -135,20 +143,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
             f"{config.method} carries δ from batch to batch on one device; "
             f"run it with strategy 'default', not {config.strategy!r}"
         )
-    # Free-AT replays each batch m times: divide epochs by m so total gradient steps match.
-    epochs = math.ceil(config.epochs / method.replays)
-    total_steps = epochs * steps_per_epoch * method.replays
+    # Free-AT replays each batch m times: it reads ceil(E·S/m) batches, so that its number of
+    # gradient steps matches the E·S of the other methods (rounded up to whole batches).
+    batches = math.ceil(config.epochs * steps_per_epoch / method.replays)
+    epochs = math.ceil(batches / steps_per_epoch)
+    total_steps = batches * method.replays
 
     with strategy.scope():
-        classifier = models.build(
-            config.model,
-            num_classes=info.num_classes,
-            input_shape=info.image_shape,
-            mean=info.mean,
-            std=info.std,
-            activation=config.activation,
-            width=config.width,
-        )
+        classifier = _build_classifier(config, info)
         method.build((config.batch_size, *info.image_shape))
         trainer = AdversarialTrainer(
             classifier,
@@ -165,6 +167,15 @@ def train(config: TrainConfig) -> dict[str, Any]:
     initial_epoch = resume.restore()
     payload = _load_results(results_path, config)
     history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
+    train_ds = data.load(
+        config.dataset,
+        "train",
+        seed=config.seed,
+        max_examples=config.max_train_examples,
+        repeat=True,
+        start_batch=initial_epoch * steps_per_epoch,
+        **load,
+    )
     payload["history"] = history
     payload.update(
         method=method.config(),
@@ -190,7 +201,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     # the resumable checkpoint comes last, so an epoch it holds is in results.json and
     # TensorBoard too.
     callbacks = [
-        EpochTiming(steps_per_epoch * config.batch_size * method.replays),
+        EpochTiming(config.batch_size * method.replays),
         RobustValidation(
             val_ds,
             validation_attack,
@@ -209,6 +220,8 @@ def train(config: TrainConfig) -> dict[str, Any]:
         keras.callbacks.TerminateOnNaN(),
         resume,
     ]
+    if batches < epochs * steps_per_epoch:
+        callbacks.insert(0, StopAfterBatches(batches, steps_per_epoch))
     if initial_epoch < epochs:
         trainer.fit(
             train_ds,
@@ -223,7 +236,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if os.path.exists(best_path):
         classifier.load_weights(best_path)
     payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
-    payload["final"] = evaluate_test(classifier, config)
+    # The test numbers are those of the float32 model, as evaluate.py and the export compute.
+    keras.mixed_precision.set_global_policy("float32")
+    float32_classifier = _build_classifier(config, info)
+    float32_classifier.set_weights(classifier.get_weights())
+    payload["final"] = evaluate_test(float32_classifier, config)
     payload["status"] = "complete"
     write_json_atomic(results_path, payload)
     with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():

@@ -554,11 +554,29 @@ def test_pipeline_augmentation_and_shuffle_follow_the_seed(tmp_path):
     assert x.shape == augmented.shape == plain.shape == (36, 32, 32, 3)
     changed = np.any(augmented != plain, axis=(1, 2, 3))
     assert changed.sum() > 30  # unchanged only for offset (4, 4) without flip: p = 1/162
-    # Successive epochs differ, and do so identically on a fresh pipeline.
+    # Successive iterations over a dataset differ, and do so identically on a fresh pipeline.
+    once = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3)
+    assert not np.array_equal(collect(once)[0], collect(once)[0])
+    fresh = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3)
+    np.testing.assert_array_equal(collect(fresh)[0], x)
+    # The repeated stream: its passes differ, a fresh stream is the same, and a stream started
+    # at batch 8 (inside the second pass) is the same stream from there on.
     ds = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3, repeat=True)
     two_epochs = [b[0] for b in ds.take(12).as_numpy_iterator()]
-    np.testing.assert_array_equal(np.concatenate(two_epochs[:6]), x)
-    assert not np.array_equal(np.concatenate(two_epochs[6:]), x)
+    assert not np.array_equal(np.concatenate(two_epochs[6:]), np.concatenate(two_epochs[:6]))
     ds = data.load("cifar10", "train", data_dir=str(tmp_path), batch_size=6, seed=3, repeat=True)
     again = [b[0] for b in ds.take(12).as_numpy_iterator()]
+    later = data.load(
+        "cifar10",
+        "train",
+        data_dir=str(tmp_path),
+        batch_size=6,
+        seed=3,
+        repeat=True,
+        start_batch=8,
+    )
+    np.testing.assert_array_equal(
+        np.concatenate([b[0] for b in later.take(4).as_numpy_iterator()]),
+        np.concatenate(two_epochs[8:]),
+    )
     np.testing.assert_array_equal(np.concatenate(again), np.concatenate(two_epochs))

@@ -96,3 +96,83 @@ def test_only_worker_zero_writes(monkeypatch, task, chief):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": task}))
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     assert is_chief(types.SimpleNamespace(cluster_resolver=resolver)) is chief
+
+
+REPLICA_NOISE_SCRIPT = """
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from fbat_tf import methods
+from fbat_tf.distribute import create_strategy
+from fbat_tf.trainer import AdversarialTrainer
+
+
+def model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((6, 6, 2)),
+        keras.layers.Conv2D(4, 3),
+        keras.layers.Activation("softplus"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3),
+    ])
+
+
+rng = np.random.default_rng(0)
+x = rng.uniform(0, 1, (8, 6, 6, 2)).astype(np.float32)
+y = rng.integers(0, 3, 8).astype(np.int32)
+strategy = create_strategy("mirrored")
+with strategy.scope():
+    mirrored = model()
+    trainer = AdversarialTrainer(
+        mirrored, methods.create("fastat", eps=16 / 255), weight_decay=0.0, seed=5,
+        jit_compile=False,
+    )
+    trainer.compile(optimizer=keras.optimizers.SGD(0.5))
+seeds = [s.numpy() for s in strategy.experimental_local_results(strategy.run(trainer.step_seed))]
+trainer.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)
+
+# One device: each half of the batch with its replica's seed, the gradients averaged.
+single = model()
+method = methods.create("fastat", eps=16 / 255)
+halves = [
+    method.gradients(single, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4], tf.constant(seeds[i]))[0]
+    for i in range(2)
+]
+expected = [w.numpy() - 0.5 * (a.numpy() + b.numpy()) / 2 for w, a, b in zip(
+    single.trainable_variables, *halves)]
+error = max(
+    float(np.max(np.abs(e - w.numpy())) / np.max(np.abs(e)))
+    for e, w in zip(expected, mirrored.trainable_variables)
+)
+# The same seed for both halves gives another step.
+same = [
+    method.gradients(single, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4], tf.constant(seeds[0]))[0]
+    for i in range(2)
+]
+other = max(
+    float(np.max(np.abs(a.numpy() + b.numpy() - c.numpy() - d.numpy())))
+    for a, b, c, d in zip(*halves, *same)
+)
+print("RESULT", seeds[0].tolist() != seeds[1].tolist(), error, other)
+"""
+
+
+def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", REPLICA_NOISE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    _, differ, error, other = lines[-1].split()
+    assert differ == "True"
+    assert float(error) < 1e-5
+    assert float(other) > 1e-4  # the noise matters to the step

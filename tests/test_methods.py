@@ -268,3 +268,63 @@ def test_pgd_at_graph_does_not_grow_with_steps():
         perturb = tf.function(lambda x, y, s, m=method: m.perturb(model, x, y, s))
         sizes.append(graph_size(perturb.get_concrete_function(x, y, seed)))
     assert sizes[0] == sizes[1]
+
+
+def test_attack_gradients_do_not_overflow_float16_at_the_weight_pass_scale():
+    """A loss scale of 2^14 keeps this model's weight pass finite in float16 (checked), the
+    largest such power of two a dynamic loss scale settles at. The attack losses are sums over
+    the batch of 128, so scaled by s they overflowed; scaled by s/B they stay finite and match
+    float32 (the same weights, no loss scale)."""
+    from fbat_tf.attacks.losses import cross_entropy
+    from fbat_tf.methods.base import input_gradient
+
+    rng = np.random.default_rng(0)
+    weights = [
+        rng.normal(0, 0.3, (64, 32)).astype(np.float32),
+        np.zeros(32, np.float32),
+        rng.normal(0, 3.0, (32, 10)).astype(np.float32),
+        np.zeros(10, np.float32),
+    ]
+
+    def build() -> keras.Model:
+        model = keras.Sequential(
+            [
+                keras.Input((8, 8, 1)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(32),
+                keras.layers.ReLU(),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.set_weights(weights)
+        return model
+
+    x = tf.constant(rng.uniform(0, 1, (128, 8, 8, 1)), tf.float32)
+    y = tf.constant(rng.integers(0, 10, 128), tf.int32)
+    delta = tf.zeros_like(x)
+    scale = tf.constant(2.0**14)
+    fastbat = methods.create("fastbat", eps=EPS)
+    seed = tf.constant([0, 1], tf.int32)
+    reference_model = build()
+    reference = input_gradient(reference_model, x, delta, y).numpy()
+    reference_adv = fastbat.perturb(reference_model, x, y, seed).numpy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = build()
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.reduce_mean(cross_entropy(logits, y))
+            weight_grads = tape.gradient(
+                loss * tf.cast(scale, loss.dtype), model.trainable_variables
+            )
+        grad = input_gradient(model, x, delta, y, scale).numpy()
+        adv = fastbat.perturb(model, x, y, seed, scale).numpy()
+        grads, _ = fastbat.gradients(model, x, y, seed, scale)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert all(np.isfinite(g.numpy()).all() for g in weight_grads)
+    assert np.isfinite(grad).all()
+    np.testing.assert_allclose(grad, reference, atol=0.01 * np.abs(reference).max())
+    # δ* = P_C(z + λ⁻¹ g_z) from float16 gradients: equal up to float16 rounding of g_z.
+    assert np.mean(np.abs(adv - reference_adv) < 1e-3) > 0.99
+    assert all(np.isfinite(g.numpy()).all() for g in grads)

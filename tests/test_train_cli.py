@@ -121,8 +121,53 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert report["robust_accuracy"]["pgd@8"] <= report["robust_accuracy"]["pgd@4"] + 1e-9
     assert report["robust_accuracy"]["pgd@4"] <= report["clean_accuracy"]
     assert "| PGD-2-1 | 8 |" in evaluated.stdout
+    # train.py's test numbers are evaluate.py's: the same float32 model, points and attack.
+    assert report["clean_accuracy"] == final["test_clean_accuracy"]
+    assert report["robust_accuracy"]["pgd@8"] == final["test_pgd_robust_accuracy"]
     again = run_train(*evaluation, program="evaluate.py")
     assert again.returncode != 0 and "exists" in again.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
+    from fbat_tf import data, evaluation, training
+
+    seen = {}
+    evaluate_test = training.evaluate_test
+
+    def spy(classifier, config):
+        seen["classifier"] = classifier
+        return evaluate_test(classifier, config)
+
+    monkeypatch.setattr(training, "evaluate_test", spy)
+    workdir = str(tmp_path / "run")
+    config = TrainConfig(
+        workdir=workdir,
+        method="fastat",
+        dataset="fashion_mnist",
+        model="small_cnn",
+        width=4,
+        epochs=1,
+        batch_size=64,
+        max_train_examples=128,
+        val_examples=64,
+        val_attack_steps=1,
+        eval_examples=64,
+        eval_pgd_steps=1,
+        eval_pgd_restarts=1,
+        eval_autoattack=False,
+        precision="mixed_bfloat16",
+        jit_compile=False,
+        download=False,
+        tensorboard_every=0,
+        verbose=0,
+    )
+    train(config)
+    tested = seen["classifier"]
+    assert tested.compute_dtype == "float32"
+    loaded, _ = evaluation.load_classifier(workdir)  # what evaluate.py attacks
+    x, _ = next(iter(data.load("fashion_mnist", "test", batch_size=64, download=False)))
+    np.testing.assert_array_equal(tested(x).numpy(), loaded(x).numpy())
 
 
 def _scalars(directory: str) -> dict[str, list[float]]:

@@ -178,7 +178,17 @@ def test_each_step_draws_from_its_own_seed_and_the_run_seed_matters():
     trainer.compile(optimizer=keras.optimizers.SGD(0.05))
     seen = Seen(method)
     trainer.fit(dataset(32, 8), epochs=2, verbose=0, callbacks=[seen])
-    assert seen.seeds == [(3, step) for step in range(8)]  # [run seed, optimizer step]
+    # fold_in([run seed, step counter], replica 0), as TensorFlow's stateless_fold_in defines it.
+    expected = [
+        tuple(
+            tf.cast(
+                tf.random.experimental.stateless_fold_in(tf.constant([3, k], tf.int64), 0), tf.int32
+            ).numpy()
+        )
+        for k in range(8)
+    ]
+    assert seen.seeds == expected
+    assert len(set(seen.seeds)) == 8
 
     outcomes = []
     for seed in (3, 4):
@@ -188,6 +198,23 @@ def test_each_step_draws_from_its_own_seed_and_the_run_seed_matters():
         trainer.fit(dataset(16, 8), epochs=1, verbose=0)
         outcomes.append([w.numpy() for w in classifier.trainable_variables])
     assert any(not np.allclose(a, b) for a, b in zip(*outcomes, strict=True))
+
+
+def test_a_skipped_step_does_not_repeat_its_randomness():
+    # A loss scale of 2^20 overflows float16 gradients: LossScaleOptimizer skips those steps
+    # (its iteration count stands still) and halves the scale until the gradients are finite.
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    method = RecordingFastAT(8 / 255)
+    trainer = AdversarialTrainer(tiny_classifier(), method, seed=3, jit_compile=False)
+    optimizer = keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.05), initial_scale=2.0**20
+    )
+    trainer.compile(optimizer=optimizer)
+    seen = Seen(method)
+    trainer.fit(dataset(64, 8), epochs=1, verbose=0, callbacks=[seen])
+    assert int(optimizer.iterations.numpy()) < 8  # some steps were skipped
+    assert len(set(seen.seeds)) == 8
+    assert int(trainer.seed_counter.numpy()) == 8
 
 
 def test_the_method_receives_the_dynamic_loss_scale_under_mixed_float16():

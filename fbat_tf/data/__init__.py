@@ -177,6 +177,7 @@ def load(
     max_examples: int | None = None,
     drop_remainder: bool | None = None,
     repeat: bool = False,
+    start_batch: int = 0,
     download: bool = True,
 ) -> tf.data.Dataset:
     """Batches of (float32 NHWC images in [0, 1], int32 labels) of one split, prefetched.
@@ -185,9 +186,11 @@ def load(
     False otherwise. `max_examples` keeps the first N examples of the split (after the 90/10
     cut, before shuffling). `seed` fixes the shuffle order and the augmentation; successive
     passes over the returned dataset differ from each other, identically on every run.
-    `repeat=True` repeats whole epochs (each of `len(split) // batch_size` batches when
-    dropping the remainder). Datasets without augmentation (SVHN, MNIST, Fashion-MNIST)
-    ignore `augment`.
+    `repeat=True` gives the endless stream of passes 0, 1, 2, ... (each of
+    `len(split) // batch_size` batches when dropping the remainder), pass p shuffled and
+    augmented from (seed, p) alone; `start_batch=n` starts that stream at its n-th batch, which
+    is how a resumed run reads on exactly where it stopped. Datasets without augmentation
+    (SVHN, MNIST, Fashion-MNIST) ignore `augment`.
     """
     entry = _entry(name)
     if split not in SPLITS:
@@ -196,6 +199,8 @@ def load(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples must be a positive integer or None, got {max_examples!r}")
+    if not isinstance(start_batch, int) or start_batch < 0:
+        raise ValueError(f"start_batch must be a non-negative integer, got {start_batch!r}")
     training = split in ("train", "train_full")
     shuffle = training if shuffle is None else shuffle
     augment = training if augment is None else augment
@@ -210,6 +215,7 @@ def load(
         seed=seed,
         drop_remainder=drop_remainder,
         repeat=repeat,
+        start_batch=start_batch,
     )
     if not entry.in_memory:
         return _load_streamed(entry, source, split, max_examples, augment=augment, **options)
@@ -431,10 +437,12 @@ def _load_streamed(
     seed: int,
     drop_remainder: bool,
     repeat: bool,
+    start_batch: int,
 ) -> tf.data.Dataset:
     tfds_source = _tfds_source()
     tfds_split = entry.tfds_test_split if split == "test" else "train"
     count = tfds_source.num_examples(source.builder, tfds_split)
+    batches_per_pass = None
     if count is None:
         # Mocked TFDS knows no split sizes (and ignores slices); the fake data stands in.
         split_spec = {"train": "train[:90%]", "validation": "train[90%:]"}.get(split, tfds_split)
@@ -442,6 +450,9 @@ def _load_streamed(
         start, stop = split_range(count, split, max_examples)
         _check_batchable(entry.info.name, split, stop - start, batch_size, drop_remainder)
         split_spec = f"{tfds_split}[{start}:{stop}]"
+        batches_per_pass = (stop - start) // batch_size
+        if not drop_remainder:
+            batches_per_pass = -(-(stop - start) // batch_size)
     examples = tfds_source.read_encoded(
         source.builder, split_spec, shuffle_files=shuffle, seed=seed
     )
@@ -457,4 +468,6 @@ def _load_streamed(
         seed=seed,
         drop_remainder=drop_remainder,
         repeat=repeat,
+        start_batch=start_batch,
+        batches_per_pass=batches_per_pass,
     )

@@ -6,8 +6,11 @@ A method turns one batch into the gradient of its training objective:
 
 `seed` is an int32 tensor of shape [2]; all randomness of the step comes from it. Under a
 loss-scaled optimizer the trainer passes `loss_scale=s`: the returned weight gradients are then
-those of s·loss (the optimizer unscales them), while input gradients are divided by s again
-before they move δ, so the attack is the same as without scaling.
+those of s·loss (the optimizer unscales them), while input gradients are divided by their scale
+again before they move δ, so the attack is the same as without scaling. The optimizer tunes s
+on the weight pass, whose loss is a batch mean; the attack losses are per-example sums, B times
+larger, so they are scaled by s/B (`per_example_scale`) to keep their float16 cotangents as far
+from overflow as the weight pass's.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ def unscaled(grad: tf.Tensor, loss_scale: tf.Tensor | None) -> tf.Tensor:
     return grad / tf.cast(loss_scale, grad.dtype)
 
 
+def per_example_scale(loss_scale: tf.Tensor | None, x: tf.Tensor) -> tf.Tensor | None:
+    """The loss scale for a sum over the batch of x: s/B for the weight pass's s."""
+    if loss_scale is None:
+        return None
+    return tf.cast(loss_scale, tf.float32) / tf.cast(tf.shape(x)[0], tf.float32)
+
+
 def input_gradient(
     model: keras.Model,
     x: tf.Tensor,
@@ -48,6 +58,7 @@ def input_gradient(
 
     The tape watches δ only, so no weight gradient is recorded or computed.
     """
+    loss_scale = per_example_scale(loss_scale, x)
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(delta)
         loss = tf.reduce_sum(cross_entropy(model(x + delta, training=True), y))
@@ -85,6 +96,10 @@ class Method:
 
     def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
         """Create per-run state (only Free-AT has any); called once before training."""
+
+    def variables(self) -> dict[str, tf.Variable]:
+        """The state `build` created, by name, for checkpoints."""
+        return {}
 
     def perturb(
         self,

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.methods.base import Method, fgsm_step, input_gradient, scaled
+from fbat_tf.methods.base import Method, fgsm_step, input_gradient, per_example_scale, scaled
 
 
 def default_ga_coef(eps: float) -> float:
@@ -65,7 +65,7 @@ class FastATGradAlign(Method):
                 inner.watch(eta)
                 noisy_loss = tf.reduce_sum(cross_entropy(model(x + eta, training=True), y))
                 # The cosine ignores the scale; scaling only keeps 16-bit gradients from underflow.
-                noisy_loss = scaled(noisy_loss, loss_scale)
+                noisy_loss = scaled(noisy_loss, per_example_scale(loss_scale, x))
             grad_noisy = inner.gradient(noisy_loss, eta)
             alignment = tf.reduce_mean(cosine_per_example(grad_clean, grad_noisy))
             logits = model(x_adv, training=True)

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.methods.base import Method, input_gradient, scaled, unscaled
+from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
 
 LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
 IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware")
@@ -109,14 +109,15 @@ class FastBAT(Method):
         weights = model.trainable_variables
         batch = tf.cast(tf.shape(x)[0], tf.float32)
         z = tf.stop_gradient(self.linearization_point(model, x, y, seed, loss_scale))
+        sum_scale = per_example_scale(loss_scale, x)
 
         # Step 2: the lower-level gradient g_z(θ), kept on a tape over θ for step 5.
         with tf.GradientTape() as weight_tape:
             with tf.GradientTape(watch_accessed_variables=False) as input_tape:
                 input_tape.watch(z)
                 lower_loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
-                lower_loss = scaled(lower_loss, loss_scale)
-            lower_grad = unscaled(input_tape.gradient(lower_loss, z), loss_scale)
+                lower_loss = scaled(lower_loss, sum_scale)
+            lower_grad = unscaled(input_tape.gradient(lower_loss, z), sum_scale)
         delta_star = tf.stop_gradient(
             constraints.project(z + self.lambda_inv * lower_grad, x, self.eps)
         )
@@ -180,6 +181,7 @@ class FastBAT(Method):
         an example that stops before its first step keeps H ⊙ v.
         """
         lam = 1.0 / self.lambda_inv
+        loss_scale = per_example_scale(loss_scale, x)
 
         def hessian_vector(p):
             with tf.GradientTape(watch_accessed_variables=False) as outer:

@@ -4,8 +4,9 @@ the weight gradient and the ascent direction of δ, which carries over replays a
     method = methods.create("free", eps=8 / 255, replays=8)
     method.build(batch_shape)          # δ state; the trainer calls this and steps m times a batch
 
-The trainer divides the number of epochs by m, so that the number of gradient steps matches the
-other methods.
+train.py makes the number of gradient steps match the other methods': E epochs of S batches
+become ceil(E·S/m) batches, each replayed m times (the last pass over the data stops early).
+δ is checkpointed with the weights, so a resumed run carries it on.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class FreeAT(Method):
             self.delta = tf.Variable(
                 tf.zeros(batch_shape, dtype), trainable=False, name="free_at_delta"
             )
+
+    def variables(self) -> dict[str, tf.Variable]:
+        return {} if self.delta is None else {"delta": self.delta}
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
         return x + self._current_delta(x)
