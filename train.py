@@ -118,7 +118,7 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from fbat_tf import data, methods
+    from fbat_tf import data, distribute, methods
 
     # Checks that need more than one flag, before anything is created.
     try:
@@ -130,13 +130,17 @@ def main(argv: list[str]) -> None:
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 
+    # Under multi_worker every worker runs this command; only the chief writes into the workdir.
+    chief = distribute.is_chief_process(config.strategy)
     if state == "complete":
         print(f"{config.workdir} holds a finished run with these flags; see its results.json.")
-        export_once(config)
+        if chief:
+            export_once(config)
         return
     print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
-    os.makedirs(config.workdir, exist_ok=True)
-    if state == "new":
+    if chief:
+        os.makedirs(config.workdir, exist_ok=True)
+    if state == "new" and chief:
         with open(os.path.join(config.workdir, FLAGS_FILE), "w") as f:
             f.writelines(f"{line}\n" for line in current.values() if line)
 
@@ -155,7 +159,8 @@ def main(argv: list[str]) -> None:
         f"{final['test_pgd_robust_accuracy']:.4f}{autoattack}; results in "
         f"{os.path.join(config.workdir, 'results.json')}"
     )
-    export_once(config)
+    if chief:
+        export_once(config)
 
 
 def export_once(config) -> None:

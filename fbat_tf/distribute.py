@@ -42,7 +42,17 @@ def create_strategy(name: str) -> tf.distribute.Strategy:
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True except on the non-chief workers of a multi-worker strategy (worker 0 is chief)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
+    return _is_chief(getattr(strategy, "cluster_resolver", None))
+
+
+def is_chief_process(strategy_name: str) -> bool:
+    """`is_chief` before the strategy exists: from TF_CONFIG, for strategy "multi_worker"."""
+    if strategy_name != "multi_worker":
+        return True
+    return _is_chief(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+
+
+def _is_chief(resolver) -> bool:
     if resolver is None or not resolver.cluster_spec().as_dict():
         return True
     return resolver.task_type in ("chief", None) or (

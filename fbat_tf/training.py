@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -118,9 +119,18 @@ def train(config: TrainConfig) -> dict[str, Any]:
     """Train, select the best validation-robust checkpoint, evaluate it on the test split."""
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
     strategy = distribute.create_strategy(config.strategy)
-    if not distribute.is_chief(strategy):
-        # Every worker runs the callbacks; only the chief writes into the shared workdir.
-        config = dataclasses.replace(config, workdir=tempfile.mkdtemp(prefix="fbat_worker_"))
+    if distribute.is_chief(strategy):
+        return _train(config, strategy)
+    # Every worker runs the callbacks; only the chief writes into the shared workdir. The others
+    # write into a scratch directory, removed at the end.
+    scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+    try:
+        return _train(dataclasses.replace(config, workdir=scratch), strategy)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train(config: TrainConfig, strategy: tf.distribute.Strategy) -> dict[str, Any]:
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
     os.makedirs(os.path.join(config.workdir, "checkpoints"), exist_ok=True)

@@ -70,6 +70,119 @@ def test_step_size_halves_under_either_condition():
     assert halve.numpy().tolist() == [True, True, False, False]
 
 
+def _reference_apgd_ce(weights, x, y, start, eps, n_iter, rho=0.75):
+    """A NumPy transcription of the reference's L∞ APGD-CE single run (autopgd_base.py,
+    attack_single_run) on the network x ↦ tanh(xW1 + b1)W2 + b2; returns the step size of every
+    example at every iteration and the kept adversarial point (the latest misclassified
+    iterate). One deviation, as documented in apgd.py: the first oscillation window compares
+    its first loss with the start's."""
+    w1, b1, w2, b2 = weights
+
+    def loss_and_grad(point):
+        h = np.tanh(point @ w1 + b1)
+        logits = h @ w2 + b2
+        logits = logits - logits.max(1, keepdims=True)
+        p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+        loss = -np.log(p[np.arange(len(y)), y])
+        wrong = p.argmax(1) != y
+        p[np.arange(len(y)), y] -= 1.0
+        return loss, ((p @ w2.T) * (1 - h**2)) @ w1.T, wrong
+
+    def clip(point):
+        return np.clip(np.minimum(np.maximum(point, x - eps), x + eps), 0.0, 1.0)
+
+    n_iter_2 = max(int(0.22 * n_iter), 1)
+    n_iter_min = max(int(0.06 * n_iter), 1)
+    size_decr = max(int(0.03 * n_iter), 1)
+    x_adv = start.copy()
+    loss, grad, _ = loss_and_grad(x_adv)
+    x_best, loss_best, grad_best = x_adv.copy(), loss.copy(), grad.copy()
+    x_best_adv = x_adv.copy()
+    step_size = 2.0 * eps * np.ones(len(y))
+    x_adv_old = x_adv.copy()
+    loss_steps = np.zeros((n_iter + 1, len(y)))
+    loss_steps[-1] = loss  # the deviation: index −1 holds the start's loss
+    k, counter3 = n_iter_2, 0
+    loss_best_last_check = loss_best.copy()
+    reduced_last_check = np.ones(len(y))
+    sizes = []
+    for i in range(n_iter):
+        sizes.append(step_size.copy())
+        grad2 = x_adv - x_adv_old
+        x_adv_old = x_adv.copy()
+        a = 0.75 if i > 0 else 1.0
+        x_adv_1 = clip(x_adv + step_size[:, None] * np.sign(grad))
+        x_adv_1 = clip(x_adv + (x_adv_1 - x_adv) * a + grad2 * (1 - a))
+        x_adv = x_adv_1
+        loss, grad, wrong = loss_and_grad(x_adv)
+        x_best_adv[wrong] = x_adv[wrong]
+        loss_steps[i] = loss
+        better = loss > loss_best
+        x_best[better], grad_best[better], loss_best[better] = (
+            x_adv[better],
+            grad[better],
+            loss[better],
+        )
+        counter3 += 1
+        if counter3 == k:
+            t = np.zeros(len(y))
+            for c in range(k):
+                t += loss_steps[i - c] > loss_steps[i - c - 1]
+            oscillation = (t <= k * rho).astype(float)
+            no_improvement = (1.0 - reduced_last_check) * (loss_best_last_check >= loss_best)
+            oscillation = np.maximum(oscillation, no_improvement)
+            reduced_last_check = oscillation.copy()
+            loss_best_last_check = loss_best.copy()
+            halve = oscillation > 0
+            step_size[halve] /= 2.0
+            x_adv[halve] = x_best[halve]
+            grad[halve] = grad_best[halve]
+            counter3 = 0
+            k = max(k - size_decr, n_iter_min)
+    return np.array(sizes), x_best_adv
+
+
+def test_apgd_step_sizes_follow_a_numpy_transcription_of_the_reference_loop():
+    """Per example and iteration, the step size (halvings, their timing, the restart from the
+    best point), and the kept adversarial points, against the transcription, on a float64
+    network where the momentum and the box both matter; examples halve a different number of
+    times."""
+    d, hidden, n, classes, eps, steps = 12, 8, 16, 4, 0.3, 60
+    rng = np.random.default_rng(4)
+    weights = [
+        rng.normal(size=(d, hidden)),
+        rng.normal(size=hidden),
+        rng.normal(size=(hidden, classes)),
+        rng.normal(size=classes),
+    ]
+    x = rng.uniform(0, 1, (n, d))
+    x[:, :3] = 0.0
+    y = rng.integers(0, classes, n)
+    model = keras.Sequential(
+        [
+            keras.Input((d,), dtype="float64"),
+            keras.layers.Dense(hidden, activation="tanh", dtype="float64"),
+            keras.layers.Dense(classes, dtype="float64"),
+        ]
+    )
+    model.set_weights(weights)
+    attack = APGD(eps, loss="ce", steps=steps)
+    seed = tf.constant([1, 2], tf.int32)
+    x_t, y_t = tf.constant(x), tf.constant(y, tf.int32)
+    fooled, kept, sizes = attack._run(model, x_t, y_t, y_t, seed)
+    u = tf.random.stateless_uniform(x.shape, seed=seed, minval=-1.0, maxval=1.0, dtype=tf.float64)
+    u = u.numpy()
+    start = np.clip(x + eps * u / (np.abs(u).max(1, keepdims=True) + 1e-12), 0.0, 1.0)
+    start = np.clip(start, x - eps, x + eps)
+    expected, expected_kept = _reference_apgd_ce(weights, x, y, start, eps, steps)
+    np.testing.assert_allclose(sizes.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(kept.numpy(), expected_kept, atol=1e-12)
+    assert 0 < fooled.numpy().sum() < n
+    halvings = np.log2(expected[0] / expected[-1])
+    assert halvings.min() >= 1 and len(set(np.round(halvings))) > 1, halvings
+    assert expected[0, 0] == 2 * eps
+
+
 def test_targets_are_the_classes_ranked_second_third_and_on():
     logits = tf.constant([[5.0, 1.0, 4.0, 3.0, 2.0]])
     targets = [int(target_class(logits, k)[0]) for k in range(4)]

@@ -176,3 +176,44 @@ def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
     assert differ == "True"
     assert float(error) < 1e-5
     assert float(other) > 1e-4  # the noise matters to the step
+
+
+def test_a_non_chief_worker_trains_without_writing_into_the_workdir(tmp_path, monkeypatch):
+    """train() on a worker that is not the chief (the chief test patched to say so) runs the
+    whole run, callbacks included, and leaves the workdir and the temporary directory as they
+    were."""
+    import glob
+    import tempfile
+
+    from fbat_tf import distribute
+    from fbat_tf.training import TrainConfig, train
+
+    monkeypatch.setattr(distribute, "is_chief", lambda strategy: False)
+    workdir = tmp_path / "run"
+    scratch = os.path.join(tempfile.gettempdir(), "fbat_worker_*")
+    before = set(glob.glob(scratch))
+    results = train(
+        TrainConfig(
+            workdir=str(workdir),
+            method="fastat",
+            dataset="fashion_mnist",
+            model="small_cnn",
+            width=4,
+            epochs=1,
+            batch_size=64,
+            max_train_examples=128,
+            val_examples=64,
+            val_attack_steps=1,
+            eval_examples=64,
+            eval_pgd_steps=1,
+            eval_pgd_restarts=1,
+            eval_autoattack=False,
+            jit_compile=False,
+            download=False,
+            tensorboard_every=0,
+            verbose=0,
+        )
+    )
+    assert results["status"] == "complete" and results["optimizer_steps"] == 2
+    assert not workdir.exists()
+    assert set(glob.glob(scratch)) == before

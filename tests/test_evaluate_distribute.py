@@ -104,16 +104,25 @@ print("RESULT " + json.dumps(results))
 """
 
 
-def _child(code: str, *args: str) -> subprocess.CompletedProcess:
+def _start(code: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-c", PRELUDE + code, *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
         env=env,
-        timeout=300,
     )
+
+
+def _finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _child(code: str, *args: str) -> subprocess.CompletedProcess:
+    return _finish(_start(code, *args))
 
 
 def _counts(result: dict) -> dict:
@@ -208,12 +217,18 @@ def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path)
         "--pgd_steps=3",
         "--pgd_restarts=1",
     ]
+    strategies = ("default", "mirrored")
+    children = {  # side by side
+        strategy: _start(
+            EVALUATE_CLI, *common, f"--strategy={strategy}", f"--results={tmp_path / strategy}.json"
+        )
+        for strategy in strategies
+    }
     reports = {}
-    for strategy in ("default", "mirrored"):
-        path = tmp_path / f"{strategy}.json"
-        child = _child(EVALUATE_CLI, *common, f"--strategy={strategy}", f"--results={path}")
+    for strategy in strategies:
+        child = _finish(children[strategy])
         assert child.returncode == 0, child.stderr[-3000:]
-        reports[strategy] = json.loads(path.read_text())
+        reports[strategy] = json.loads((tmp_path / f"{strategy}.json").read_text())
     assert (reports["default"]["strategy"], reports["default"]["replicas"]) == ("default", 1)
     assert (reports["mirrored"]["strategy"], reports["mirrored"]["replicas"]) == ("mirrored", 2)
     assert _counts(reports["mirrored"]) == _counts(reports["default"])

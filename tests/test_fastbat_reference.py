@@ -127,10 +127,13 @@ class Reference:
     adv_accuracy: float
 
 
-def _reference(model, x, y, seed, *, eps, lambda_inv, linearization) -> Reference:
-    draw = tf.random.stateless_uniform(
-        tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
-    )
+def _reference(model, x, y, seed, *, eps, lambda_inv, linearization, draw=None) -> Reference:
+    """The five steps, eagerly; `draw` replaces the uniform noise the seed gives eagerly (XLA
+    draws other numbers from the same stateless seed)."""
+    if draw is None:
+        draw = tf.random.stateless_uniform(
+            tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
+        )
     delta0 = _project(draw, x, eps)
     # Step 1: linearization point z.
     if linearization == "pgd_nosign":
@@ -255,6 +258,40 @@ def test_hessian_free_matches_reference(case, dtype, linearization):
     inactive = float(tf.reduce_mean(ref.mask))
     assert float(logs["inactive_fraction"]) == pytest.approx(inactive, abs=1e-6)
     np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=10 * rtol)
+
+
+@pytest.mark.parametrize("case", ["dense", "conv"])
+def test_xla_step_matches_reference_and_keeps_the_implicit_term(case):
+    """The step as the trainer runs it, under tf.function(jit_compile=True), on the reference
+    configurations (where the implicit term is a sizeable part of the gradient): the whole
+    gradient, and the implicit term alone (the difference to ig_coef = 0, over ig_coef), match
+    the eager reference computed from XLA's own noise."""
+    model, x, y, cfg = _setup(case, "float32")
+    eps, lambda_inv, ig_coef = cfg["eps"], cfg["lambda_inv"], cfg["ig_coef"]
+    seed = _seed()
+
+    def compiled_gradients(coef):
+        method = methods.create("fastbat", eps=eps, lambda_inv=lambda_inv, ig_coef=coef)
+        step = tf.function(lambda: method.gradients(model, x, y, seed), jit_compile=True)
+        return step()[0]
+
+    draw = tf.function(
+        lambda: tf.random.stateless_uniform(
+            tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
+        ),
+        jit_compile=True,
+    )()
+    ref = _reference(
+        model, x, y, seed, eps=eps, lambda_inv=lambda_inv, linearization="pgd_nosign", draw=draw
+    )
+    ratio = ig_coef * _global_norm(ref.implicit_term) / _global_norm(ref.upper_gradient)
+    assert ratio > 0.02, ratio
+    grads = compiled_gradients(ig_coef)
+    first_order = compiled_gradients(0.0)
+    _assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), 1e-4)
+    _assert_grads_close(first_order, ref.upper_gradient, 1e-4)
+    implicit = [(g - f) / ig_coef for g, f in zip(grads, first_order, strict=True)]
+    _assert_grads_close(implicit, ref.implicit_term, 1e-3)
 
 
 def test_conv_case_is_sensitive_to_training_mode():

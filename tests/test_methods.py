@@ -169,6 +169,65 @@ def test_fastat_is_one_fgsm_step_from_the_random_start():
     np.testing.assert_allclose(x_adv.numpy(), expected.numpy(), atol=1e-7)
 
 
+def _brute_input_gradient(model, x, y, delta, mean=False):
+    """∇δ of the summed (or mean) cross-entropy at x + δ, batch norm in train mode."""
+    with tf.GradientTape() as tape:
+        tape.watch(delta)
+        ce = tf.keras.losses.sparse_categorical_crossentropy(
+            y, model(x + delta, training=True), from_logits=True
+        )
+        loss = tf.reduce_mean(ce) if mean else tf.reduce_sum(ce)
+    return tape.gradient(loss, delta), float(tf.reduce_sum(ce))
+
+
+def _clip_to_C(delta, x):
+    return tf.clip_by_value(tf.clip_by_value(delta, -EPS, EPS), -x, 1 - x)
+
+
+def test_pgd_at_is_k_signed_ascent_steps_from_the_random_start():
+    """PGD-3 against a brute-force loop; each step raises the loss."""
+    model, (x, y) = tiny_model(), batch()
+    method = make("pgd", {"steps": 3})
+    x_adv = method.perturb(model, x, y, SEED)
+    delta = constraints.project(
+        tf.random.stateless_uniform(tf.shape(x), SEED, minval=-EPS, maxval=EPS), x, EPS
+    )
+    losses = []
+    for _ in range(3):
+        grad, loss = _brute_input_gradient(model, x, y, delta)
+        losses.append(loss)
+        delta = _clip_to_C(delta + method.alpha * tf.sign(grad), x)
+    losses.append(_brute_input_gradient(model, x, y, delta)[1])
+    np.testing.assert_allclose(x_adv.numpy(), (x + delta).numpy(), atol=1e-6)
+    assert losses == sorted(losses) and losses[-1] > losses[0], losses
+
+
+def test_free_at_steps_delta_up_its_own_gradient_across_replays():
+    """Free-AT's δ over three replays against a brute-force loop: δ ← P_C(δ + ε·sign(∇δ L)) with
+    the gradient of the batch-mean loss at x + δ, carried from replay to replay; the weight
+    gradient is that of the same pass. The loss at the new δ exceeds the loss at the old one."""
+    model, (x, y) = tiny_model(), batch()
+    method = make("free", {"replays": 3})
+    delta = tf.zeros_like(x)
+    for _ in range(3):
+        grads, _ = method.gradients(model, x, y, SEED)
+        with tf.GradientTape() as tape:
+            tape.watch(delta)
+            loss = tf.reduce_mean(
+                tf.keras.losses.sparse_categorical_crossentropy(
+                    y, model(x + delta, training=True), from_logits=True
+                )
+            )
+        weight_grads, grad = tape.gradient(loss, [model.trainable_variables, delta])
+        assert _global_relative_error(grads, weight_grads) < 1e-5
+        new_delta = _clip_to_C(delta + EPS * tf.sign(grad), x)
+        np.testing.assert_allclose(method.delta.numpy(), new_delta.numpy(), atol=1e-6)
+        before = _brute_input_gradient(model, x, y, delta)[1]
+        after = _brute_input_gradient(model, x, y, new_delta)[1]
+        assert after > before
+        delta = new_delta
+
+
 def test_pgd_step_size_defaults():
     assert make("pgd", {"steps": 2}).alpha == pytest.approx(EPS / 2)
     assert make("pgd", {"steps": 10}).alpha == pytest.approx(2 / 255)

@@ -16,9 +16,8 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
-import pytest
 
-from tests.test_train_cli import TINY_RUN, run_train
+from tests.test_train_cli import ROOT, TINY_RUN
 
 EPOCHS = 3
 TRAIN_CURVES = (
@@ -30,6 +29,7 @@ TRAIN_CURVES = (
     "epoch_inactive_fraction",
 )
 VALIDATION_CURVES = ("epoch_clean_accuracy", "epoch_robust_accuracy")
+RUNS = ("train", "validation")
 
 
 def free_port() -> int:
@@ -69,13 +69,14 @@ class TensorBoardServer:
         events = get_json(f"{self.base}/data/plugin/scalars/scalars?{query}")
         return [(step, value) for _, step, value in events]
 
-    def tags(self) -> dict[str, list[str]]:
-        """Scalar tags per run, once the server has loaded them (waits up to a minute)."""
+    def tags(self, runs: list[str]) -> dict[str, list[str]]:
+        """Scalar tags per run, once the server has loaded every one of `runs` (waits up to a
+        minute)."""
         deadline = time.time() + 60
         while True:
             try:
                 tags = get_json(f"{self.base}/data/plugin/scalars/tags")
-                if {"train", "validation"} <= set(tags) and tags["validation"]:
+                if set(runs) <= set(tags) and all(tags[run] for run in runs):
                     return {run: sorted(found) for run, found in tags.items()}
             except (urllib.error.URLError, ConnectionError):
                 pass
@@ -88,42 +89,64 @@ class TensorBoardServer:
         self.process.wait(timeout=30)
 
 
-@pytest.mark.parametrize("every", [0, 3, 100])
-def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path, every):
-    workdir = tmp_path / "run"
+def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
+    """Three runs, at batch cadences 0 (epochs only), 3 and 100, trained side by side and
+    served by one server (as runs every0/tensorboard/train, every3/tensorboard/validation, ...)."""
     args = [a for a in TINY_RUN if not a.startswith(("--epochs", "--tensorboard_every"))]
-    result = run_train(
-        *args,
-        "--method=fastbat",
-        f"--epochs={EPOCHS}",
-        f"--tensorboard_every={every}",
-        f"--workdir={workdir}",
-        "--noexport",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(workdir / "results.json") as f:
-        results = json.load(f)
-    steps = results["steps_per_epoch"]
-    if every:
-        # The case that used to lose the epoch curves: epochs that end off the batch cadence.
-        assert any((epoch * steps) % every for epoch in range(1, EPOCHS + 1))
-    history = results["history"]
+    cadences = (0, 3, 100)
+    runs = {
+        every: subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "train.py"),
+                *args,
+                "--method=fastbat",
+                f"--epochs={EPOCHS}",
+                f"--tensorboard_every={every}",
+                f"--workdir={tmp_path / f'every{every}'}",
+                "--noexport",
+            ],
+            cwd=ROOT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for every in cadences
+    }
+    for process in runs.values():
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
 
-    server = TensorBoardServer(str(workdir / "tensorboard"))
+    server = TensorBoardServer(str(tmp_path))
     try:
-        tags = server.tags()
-        for tag in TRAIN_CURVES:
-            assert tag in tags["train"], tags
-            assert [s for s, _ in server.scalars("train", tag)] == list(range(EPOCHS))
-        for tag in VALIDATION_CURVES:
-            assert tag in tags["validation"], tags
-            assert [s for s, _ in server.scalars("validation", tag)] == list(range(EPOCHS))
-        robust = [v for _, v in server.scalars("validation", "epoch_robust_accuracy")]
-        np.testing.assert_allclose(robust, [h["val_robust_accuracy"] for h in history], rtol=1e-6)
-        rate = [v for _, v in server.scalars("train", "epoch_learning_rate")]
-        np.testing.assert_allclose(rate, [h["learning_rate"] for h in history], rtol=1e-6)
-        if 0 < every <= EPOCHS * steps:  # the batch curves are there too
-            assert any(tag.startswith("batch_") for tag in tags["train"])
+        tags = server.tags(
+            [f"every{every}/tensorboard/{run}" for every in cadences for run in RUNS]
+        )
+        for every in cadences:
+            workdir = tmp_path / f"every{every}"
+            with open(workdir / "results.json") as f:
+                results = json.load(f)
+            steps = results["steps_per_epoch"]
+            if every:
+                # The case that used to lose the epoch curves: epochs off the batch cadence.
+                assert any((epoch * steps) % every for epoch in range(1, EPOCHS + 1))
+            history = results["history"]
+            train = f"every{every}/tensorboard/train"
+            validation = f"every{every}/tensorboard/validation"
+            for tag in TRAIN_CURVES:
+                assert tag in tags[train], tags
+                assert [s for s, _ in server.scalars(train, tag)] == list(range(EPOCHS))
+            for tag in VALIDATION_CURVES:
+                assert tag in tags[validation], tags
+                assert [s for s, _ in server.scalars(validation, tag)] == list(range(EPOCHS))
+            robust = [v for _, v in server.scalars(validation, "epoch_robust_accuracy")]
+            np.testing.assert_allclose(
+                robust, [h["val_robust_accuracy"] for h in history], rtol=1e-6
+            )
+            rate = [v for _, v in server.scalars(train, "epoch_learning_rate")]
+            np.testing.assert_allclose(rate, [h["learning_rate"] for h in history], rtol=1e-6)
+            batch_curves = any(tag.startswith("batch_") for tag in tags[train])
+            assert batch_curves == (0 < every <= EPOCHS * steps)
     finally:
         server.close()
-    assert os.listdir(workdir / "tensorboard" / "validation")

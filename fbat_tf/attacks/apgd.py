@@ -166,7 +166,7 @@ class APGD:
                 run_seed = tf.random.experimental.stateless_fold_in(
                     seed, restart + self.restarts * (k or 0)
                 )
-                fooled, x_best_adv = self._run(model, x_sub, y_sub, target, run_seed)
+                fooled, x_best_adv, _ = self._run(model, x_sub, y_sub, target, run_seed)
                 fooled = fooled.numpy()
                 x_adv[to_attack[fooled]] = x_best_adv.numpy()[fooled]
                 robust[to_attack[fooled]] = False
@@ -205,8 +205,9 @@ class APGD:
         return loss, logits, grad / float(self.eot_iter)
 
     def _single_run(self, model: keras.Model, x: tf.Tensor, y, target, seed):
-        """One restart on one target: (fooled [batch] bool, the latest misclassified iterate)."""
-        eps = tf.cast(self.eps, x.dtype)
+        """One restart on one target: (fooled [batch] bool, the latest misclassified iterate,
+        the step size each example took at each iteration [steps, batch])."""
+        eps = tf.constant(self.eps, x.dtype)
 
         def to_ball(point: tf.Tensor) -> tf.Tensor:
             return x + constraints.project(point - x, x, eps)
@@ -227,11 +228,13 @@ class APGD:
         increases = tf.zeros_like(loss, tf.int32)
         reduced_last_check = tf.ones_like(fooled)
         loss_best_last_check = loss_best
+        step_sizes = tf.TensorArray(step_size.dtype, size=self.steps, element_shape=loss.shape)
 
         for i in tf.range(self.steps):
+            step_sizes = step_sizes.write(i, step_size)
             # The paper's Algorithm 1: a projected sign step to z, then the momentum average
             # x + α(z − x) + (1 − α)(x − x_previous); the first step has no momentum.
-            momentum = tf.where(i > 0, _MOMENTUM, 1.0)
+            momentum = tf.cast(tf.where(i > 0, _MOMENTUM, 1.0), x.dtype)
             z = to_ball(x_adv + _per_example(step_size, x) * tf.sign(grad))
             x_next = to_ball(
                 x_adv + momentum * (z - x_adv) + (1.0 - momentum) * (x_adv - x_previous)
@@ -275,4 +278,4 @@ class APGD:
             loss_best_last_check = tf.where(at_checkpoint, loss_best, loss_best_last_check)
             increases = tf.where(at_checkpoint, tf.zeros_like(increases), increases)
 
-        return fooled, x_best_adv
+        return fooled, x_best_adv, step_sizes.stack()

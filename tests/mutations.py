@@ -1,0 +1,358 @@
+"""Mutation check: does the test suite fail when what a test names breaks?
+
+    python tests/mutations.py                 # every mutation, one after another
+    python tests/mutations.py --only=T1,O3    # some of them
+    python tests/mutations.py --list
+
+Each mutation is one textual change to one file. It is applied to a scratch copy of the tracked
+tree (git ls-files, without results/), and the tests that should catch it run there
+(`pytest -x`). A mutation is caught when those tests fail (pytest exit code 1); it survives
+when they pass. Any other outcome (the change no longer applies, a collection error) is an error
+of this script. One row per mutation; the exit code is non-zero unless every mutation is caught.
+Not part of `.ci/run`: a full pass runs the selected tests once per mutation (about half an
+hour on two CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    key: str
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+XLA_CONTEXT = (
+    '__import__("tensorflow.python.ops.control_flow_util", fromlist=["_"])'
+    ".GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())"
+)
+
+MUTATIONS = [
+    # The table of issue "Tests that fail when what they name breaks".
+    Mutation(
+        "T1",
+        "Fast-BAT drops its implicit term whenever the step is compiled with XLA",
+        "fbat_tf/methods/fast_bat.py",
+        "grads.append(upper + self.ig_coef * implicit)",
+        f"grads.append(upper + (0.0 if {XLA_CONTEXT} else self.ig_coef) * implicit)",
+        ("tests/test_fastbat_reference.py", "tests/test_methods.py"),
+    ),
+    Mutation(
+        "T2",
+        "weight decay without the loss scale",
+        "fbat_tf/trainer.py",
+        "tf.cast(self.weight_decay * loss_scale, g.dtype)",
+        "tf.cast(self.weight_decay, g.dtype)",
+        ("tests/test_trainer.py",),
+    ),
+    Mutation(
+        "T3",
+        "loss_scale=None passed to the method (under mixed_float16)",
+        "fbat_tf/trainer.py",
+        "grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)",
+        "grads, logs = self._gradients(x, y, self.step_seed(), None)",
+        ("tests/test_trainer.py",),
+    ),
+    Mutation(
+        "T4",
+        "a step seed that ignores the iteration",
+        "fbat_tf/trainer.py",
+        "tf.stack([tf.constant(self.seed, tf.int64), tf.identity(self.seed_counter)])",
+        "tf.stack([tf.constant(self.seed, tf.int64), tf.constant(0, tf.int64)])",
+        ("tests/test_trainer.py",),
+    ),
+    Mutation(
+        "T5a",
+        "PGD-AT's steps go down the loss",
+        "fbat_tf/methods/pgd_at.py",
+        "fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale)",
+        "fgsm_step(model, x, delta, y, self.eps, -self.alpha, loss_scale)",
+        ("tests/test_methods.py",),
+    ),
+    Mutation(
+        "T5b",
+        "Free-AT's δ update goes down the loss",
+        "fbat_tf/methods/free_at.py",
+        "delta + self.alpha * tf.sign(delta_grad)",
+        "delta - self.alpha * tf.sign(delta_grad)",
+        ("tests/test_methods.py",),
+    ),
+    Mutation(
+        "T6",
+        "PGD keeps the last restart instead of the first that breaks an example",
+        "fbat_tf/attacks/pgd.py",
+        "take = tf.logical_or(tf.logical_and(robust, broken), tf.equal(index, 0))",
+        "take = tf.ones_like(robust)",
+        ("tests/test_attacks.py",),
+    ),
+    Mutation(
+        "T7a",
+        "APGD without step-size halving",
+        "fbat_tf/attacks/apgd.py",
+        "step_size = tf.where(halve, step_size / 2.0, step_size)",
+        "step_size = tf.where(halve, step_size, step_size)",
+        ("tests/test_apgd.py", "tests/test_autoattack.py"),
+    ),
+    Mutation(
+        "T7b",
+        "APGD without momentum",
+        "fbat_tf/attacks/apgd.py",
+        "tf.where(i > 0, _MOMENTUM, 1.0)",
+        "tf.where(i > 0, 1.0, 1.0)",
+        ("tests/test_apgd.py", "tests/test_autoattack.py"),
+    ),
+    Mutation(
+        "T8",
+        "AutoAttack standard runs APGD-CE only (FAB-T and Square never called)",
+        "fbat_tf/attacks/autoattack.py",
+        "            if still_robust.size:\n",
+        '            if still_robust.size and name == "apgd-ce":\n',
+        ("tests/test_autoattack.py",),
+    ),
+    Mutation(
+        "T9a",
+        "the overfitting guard without its fixed-batch clause",
+        "fbat_tf/callbacks.py",
+        "overfitting = robust < self.best - self.drop or (",
+        "overfitting = robust < self.best - self.drop or False and (",
+        ("tests/test_callbacks.py",),
+    ),
+    Mutation(
+        "T9b",
+        'the guard "warns" without a warning',
+        "fbat_tf/callbacks.py",
+        "            logging.warning(\n"
+        '                "epoch %d: catastrophic overfitting suspected',
+        '            logging.info(\n                "epoch %d: catastrophic overfitting suspected',
+        ("tests/test_callbacks.py",),
+    ),
+    Mutation(
+        "T10",
+        "a non-chief worker writes into the workdir",
+        "fbat_tf/training.py",
+        "    if distribute.is_chief(strategy):\n        return _train(config, strategy)",
+        "    if True:\n        return _train(config, strategy)",
+        ("tests/test_distribute.py",),
+    ),
+    Mutation(
+        "T11",
+        "epoch-level TensorBoard scalars lost off the batch cadence",
+        "fbat_tf/callbacks.py",
+        "        with tf.summary.record_if(True):\n            super().on_epoch_end(epoch, logs)",
+        "        if True:\n            super().on_epoch_end(epoch, logs)",
+        ("tests/test_tensorboard.py",),
+    ),
+    Mutation(
+        "T12",
+        "a resumed run reads the data from the first epoch again",
+        "fbat_tf/training.py",
+        "start_batch=initial_epoch * steps_per_epoch,",
+        "start_batch=0,",
+        ("tests/test_resume.py",),
+    ),
+    # Our own: where a bug would cost a user most.
+    Mutation(
+        "O1",
+        "the projection forgets the [0, 1] box",
+        "fbat_tf/constraints.py",
+        "    return tf.clip_by_value(delta, -x, 1.0 - x)",
+        "    return delta",
+        ("tests/test_methods.py", "tests/test_fastbat_reference.py"),
+    ),
+    Mutation(
+        "O2",
+        "the inactive mask also counts coordinates on the lower bound",
+        "fbat_tf/constraints.py",
+        "inside = tf.logical_and(delta > lower, delta < upper)",
+        "inside = tf.logical_and(delta >= lower - 2 * tau, delta < upper)",
+        ("tests/test_methods.py", "tests/test_fastbat_reference.py"),
+    ),
+    Mutation(
+        "O3",
+        "FGSM steps down the loss (a sign error in Fast-AT and GradAlign)",
+        "fbat_tf/methods/base.py",
+        "constraints.project(delta + step_size * tf.sign(grad), x, eps)",
+        "constraints.project(delta - step_size * tf.sign(grad), x, eps)",
+        ("tests/test_methods.py",),
+    ),
+    Mutation(
+        "O4",
+        "Fast-BAT's lower level steps down its gradient",
+        "fbat_tf/methods/fast_bat.py",
+        "constraints.project(z + self.lambda_inv * lower_grad, x, self.eps)",
+        "constraints.project(z - self.lambda_inv * lower_grad, x, self.eps)",
+        ("tests/test_fastbat_reference.py",),
+    ),
+    Mutation(
+        "O5",
+        "the noise ignores its seed",
+        "fbat_tf/constraints.py",
+        "tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype",
+        "tf.shape(x), seed=tf.constant([0, 0]), minval=-eps, maxval=eps, dtype=x.dtype",
+        ("tests/test_fastbat_reference.py", "tests/test_trainer.py"),
+    ),
+    Mutation(
+        "O6",
+        "each replica draws the same noise",
+        "fbat_tf/trainer.py",
+        "stateless_fold_in(base, tf.cast(replica, tf.int64))",
+        "stateless_fold_in(base, tf.cast(0, tf.int64))",
+        ("tests/test_distribute.py",),
+    ),
+    Mutation(
+        "O7",
+        "the export's uint8 signature forgets to divide by 255",
+        "export/savedmodel.py",
+        "return predictions(tf.cast(images, tf.float32) / 255.0)",
+        "return predictions(tf.cast(images, tf.float32))",
+        ("tests/test_export.py",),
+    ),
+    Mutation(
+        "O8",
+        "the checkpoint leaves out the seed counter",
+        "fbat_tf/callbacks.py",
+        "            seed_counter=trainer.seed_counter,\n",
+        "",
+        ("tests/test_resume.py",),
+    ),
+    Mutation(
+        "O9",
+        "the checkpoint leaves out Free-AT's δ",
+        "fbat_tf/methods/free_at.py",
+        'return {} if self.delta is None else {"delta": self.delta}',
+        "return {}",
+        ("tests/test_resume.py",),
+    ),
+    Mutation(
+        "O10",
+        "the data stream started at a batch ignores the batches within the pass",
+        "fbat_tf/data/pipeline.py",
+        "    ds = ds.skip(start_batch % per_pass)\n    if not repeat:",
+        "    if not repeat:",
+        ("tests/test_data.py",),
+    ),
+    Mutation(
+        "O11",
+        "attack losses scaled by the full loss scale (float16 overflow)",
+        "fbat_tf/methods/base.py",
+        "return tf.cast(loss_scale, tf.float32) / tf.cast(tf.shape(x)[0], tf.float32)",
+        "return tf.cast(loss_scale, tf.float32)",
+        ("tests/test_methods.py",),
+    ),
+    Mutation(
+        "O12",
+        "train.py's final evaluation runs the mixed-precision model",
+        "fbat_tf/training.py",
+        'payload["final"] = evaluate_test(float32_classifier, config)',
+        'payload["final"] = evaluate_test(classifier, config)',
+        (
+            "tests/test_train_cli.py::test_final_evaluation_runs_the_float32_model_evaluate_py_loads",
+        ),
+    ),
+    Mutation(
+        "O13",
+        "PGD evaluation steps leave the ε-ball",
+        "fbat_tf/attacks/pgd.py",
+        "delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)",
+        "delta = delta + self.step_size * tf.sign(grad)",
+        ("tests/test_attacks.py",),
+    ),
+    Mutation(
+        "O14",
+        "Free-AT takes E/m passes of whole epochs (more gradient steps than promised)",
+        "fbat_tf/training.py",
+        "batches = math.ceil(config.epochs * steps_per_epoch / method.replays)",
+        "batches = math.ceil(config.epochs / method.replays) * steps_per_epoch",
+        ("tests/test_resume.py",),
+    ),
+]
+
+
+def scratch_copy(directory: str) -> str:
+    """The tracked files of the tree (results/ left out) under `directory`."""
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    tree = os.path.join(directory, "tree")
+    for name in files:
+        if not name or name.startswith("results/") or not os.path.exists(os.path.join(ROOT, name)):
+            continue
+        target = os.path.join(tree, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, name), target)
+    return tree
+
+
+def run(mutation: Mutation) -> tuple[str, float]:
+    """Apply the mutation in a scratch copy and run its tests: 'caught', 'survived' or an
+    error description; and the seconds it took."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fbat_mutation_") as directory:
+        tree = scratch_copy(directory)
+        path = os.path.join(tree, mutation.path)
+        with open(path) as f:
+            text = f.read()
+        if text.count(mutation.old) != 1:
+            return f"error: the change applies {text.count(mutation.old)} times", 0.0
+        with open(path, "w") as f:
+            f.write(text.replace(mutation.old, mutation.new))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=tree)
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    seconds = time.perf_counter() - start
+    if result.returncode == 1:
+        return "caught", seconds
+    if result.returncode == 0:
+        return "survived", seconds
+    return f"error: pytest exit code {result.returncode}: {result.stdout[-500:]}", seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated keys, e.g. T1,O3")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args()
+    keys = {m.key for m in MUTATIONS}
+    only = [k for k in args.only.split(",") if k]
+    unknown = sorted(set(only) - keys)
+    if unknown:
+        parser.error(f"unknown mutation keys {unknown}; known: {sorted(keys)}")
+    chosen = [m for m in MUTATIONS if not only or m.key in only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.key:4} {m.path:32} {m.what}")
+        return 0
+    print("| mutation | change | tests | outcome | seconds |")
+    print("|---|---|---|---|---|")
+    failures = 0
+    for m in chosen:
+        outcome, seconds = run(m)
+        failures += outcome != "caught"
+        tests = ", ".join(t.removeprefix("tests/") for t in m.tests)
+        print(f"| {m.key} | {m.what} | {tests} | {outcome} | {seconds:.0f} |", flush=True)
+    print(f"\n{len(chosen) - failures} of {len(chosen)} mutations caught")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
