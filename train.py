@@ -97,6 +97,7 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
             "ig": values.ig,
             "linearization": values.linearization,
             "cg_steps": values.cg_steps,
+            "implicit_autodiff": device.resolve_implicit_autodiff(values.implicit_autodiff),
         },
         "fastat_ga": {"ga_coef": values.ga_coef},
         "pgd": {"steps": values.attack_steps},

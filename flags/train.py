@@ -58,6 +58,13 @@ IG = flags.DEFINE_enum(
 CG_STEPS = flags.DEFINE_integer(
     "cg_steps", 3, "Conjugate-gradient steps of --ig=hessian_aware.", lower_bound=1
 )
+IMPLICIT_AUTODIFF = flags.DEFINE_enum(
+    "implicit_autodiff",
+    "auto",
+    ["auto", "backward_over_backward", "forward_over_backward"],
+    "How Fast-BAT differentiates its implicit term (both exact). auto: forward_over_backward on "
+    "GPU/TPU, backward_over_backward on CPU.",
+)
 LINEARIZATION = flags.DEFINE_enum(
     "linearization", "pgd_nosign", list(LINEARIZATIONS), "Fast-BAT linearization point z."
 )

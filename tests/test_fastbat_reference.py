@@ -227,10 +227,14 @@ def _setup(case: str, dtype: str):
 # --------------------------------------------------------------------------- tests
 
 
+AUTODIFF = ["backward_over_backward", "forward_over_backward"]
+
+
+@pytest.mark.parametrize("autodiff", AUTODIFF)
 @pytest.mark.parametrize("linearization", LINEARIZATIONS)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("case", ["dense", "conv"])
-def test_hessian_free_matches_reference(case, dtype, linearization):
+def test_hessian_free_matches_reference(case, dtype, linearization, autodiff):
     model, x, y, cfg = _setup(case, dtype)
     eps, lambda_inv, ig_coef = cfg["eps"], cfg["lambda_inv"], cfg["ig_coef"]
     method = methods.create(
@@ -240,6 +244,7 @@ def test_hessian_free_matches_reference(case, dtype, linearization):
         ig_coef=ig_coef,
         ig="hessian_free",
         linearization=linearization,
+        implicit_autodiff=autodiff,
     )
     grads, logs = method.gradients(model, x, y, _seed())
 
@@ -260,8 +265,9 @@ def test_hessian_free_matches_reference(case, dtype, linearization):
     np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=10 * rtol)
 
 
+@pytest.mark.parametrize("autodiff", AUTODIFF)
 @pytest.mark.parametrize("case", ["dense", "conv"])
-def test_xla_step_matches_reference_and_keeps_the_implicit_term(case):
+def test_xla_step_matches_reference_and_keeps_the_implicit_term(case, autodiff):
     """The step as the trainer runs it, under tf.function(jit_compile=True), on the reference
     configurations (where the implicit term is a sizeable part of the gradient): the whole
     gradient, and the implicit term alone (the difference to ig_coef = 0, over ig_coef), match
@@ -271,7 +277,9 @@ def test_xla_step_matches_reference_and_keeps_the_implicit_term(case):
     seed = _seed()
 
     def compiled_gradients(coef):
-        method = methods.create("fastbat", eps=eps, lambda_inv=lambda_inv, ig_coef=coef)
+        method = methods.create(
+            "fastbat", eps=eps, lambda_inv=lambda_inv, ig_coef=coef, implicit_autodiff=autodiff
+        )
         step = tf.function(lambda: method.gradients(model, x, y, seed), jit_compile=True)
         return step()[0]
 
@@ -292,6 +300,21 @@ def test_xla_step_matches_reference_and_keeps_the_implicit_term(case):
     _assert_grads_close(first_order, ref.upper_gradient, 1e-4)
     implicit = [(g - f) / ig_coef for g, f in zip(grads, first_order, strict=True)]
     _assert_grads_close(implicit, ref.implicit_term, 1e-3)
+
+
+def test_auto_autodiff_is_forward_mode_on_accelerators_only():
+    from fbat_tf.device import resolve_implicit_autodiff
+
+    assert resolve_implicit_autodiff("auto", ["CPU"]) == "backward_over_backward"
+    assert resolve_implicit_autodiff("auto", ["CPU", "GPU", "GPU"]) == "forward_over_backward"
+    assert resolve_implicit_autodiff("auto", ["CPU", "TPU"]) == "forward_over_backward"
+    assert resolve_implicit_autodiff("backward_over_backward", ["GPU"]) == "backward_over_backward"
+    with pytest.raises(ValueError, match="backwards"):
+        resolve_implicit_autodiff("backwards")
+    # This machine has no accelerator: the method resolves "auto" to the CPU mode, and says so.
+    method = methods.create("fastbat", eps=0.1)
+    assert method.implicit_autodiff == "backward_over_backward"
+    assert method.config()["implicit_autodiff"] == "backward_over_backward"
 
 
 def test_conv_case_is_sensitive_to_training_mode():
@@ -403,7 +426,8 @@ def _hessian_aware_direction(model, x, y, ref: Reference, lambda_inv):
     return tf.constant(u, dtype=z.dtype), smallest_eig
 
 
-def test_hessian_aware_matches_explicit_solve():
+@pytest.mark.parametrize("autodiff", AUTODIFF)
+def test_hessian_aware_matches_explicit_solve(autodiff):
     dim = 6
     model = _dense_model("float64", input_dim=dim, hidden=5)
     # Larger first-layer weights so the input Hessian is not negligible next to λI.
@@ -419,6 +443,7 @@ def test_hessian_aware_matches_explicit_solve():
         ig="hessian_aware",
         linearization="pgd_nosign",
         cg_steps=dim,
+        implicit_autodiff=autodiff,
     )
     grads, logs = method.gradients(model, x, y, _seed())
 

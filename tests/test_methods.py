@@ -29,6 +29,7 @@ VARIANTS = [
     ("free", {"replays": 2}),
     ("fastbat", {}),
     ("fastbat", {"ig": "hessian_aware", "cg_steps": 2}),
+    ("fastbat", {"implicit_autodiff": "forward_over_backward"}),
     *[("fastbat", {"linearization": name}) for name in LINEARIZATIONS if name != "pgd_nosign"],
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
@@ -123,7 +124,7 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize(("name", "options"), VARIANTS[:6], ids=IDS[:6])
+@pytest.mark.parametrize(("name", "options"), VARIANTS[:6] + VARIANTS[7:8], ids=IDS[:6] + IDS[7:8])
 def test_each_policy_runs_under_xla(policy, name, options):
     keras.mixed_precision.set_global_policy(policy)
     try:

@@ -102,6 +102,10 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     exported = glob.glob(str(workdir / "export" / "fashion_mnist-small_cnn-fastbat" / "*"))
     assert [os.path.basename(p) for p in exported] == ["1"]
     assert os.path.exists(os.path.join(exported[0], "saved_model.pb"))
+    # "auto" is recorded as what it resolved to on this CPU, in results.json and the model card.
+    assert results["method"]["implicit_autodiff"] == "backward_over_backward"
+    with open(os.path.join(exported[0], "assets.extra", "model_card.json")) as f:
+        assert json.load(f)["method"]["implicit_autodiff"] == "backward_over_backward"
 
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     again = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)

@@ -8,6 +8,13 @@ implicit gradient, eq. (10)):
 
 `ig="hessian_aware"` replaces λI by the lower-level Hessian λI + ∇²δδ ℓ_atk on the inactive
 coordinates (conjugate gradient with Hessian-vector products, stopped on non-positive curvature).
+
+`implicit_autodiff` picks how step 5's mixed second derivative (and hessian_aware's
+Hessian-vector products) are computed; both are exact. "backward_over_backward" differentiates
+step 2's recorded backward pass again (nested tapes); "forward_over_backward" takes the
+forward-mode derivative along u of a weight gradient at z (a ForwardAccumulator), which records
+nothing over θ at step 2. "auto" (default) picks forward-over-backward where a GPU or TPU is
+visible and backward-over-backward on CPUs, where each is the faster one.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, device
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
 
@@ -50,8 +57,10 @@ class FastBAT(Method):
         linearization: str = "pgd_nosign",
         cg_steps: int = 3,
         tau: float | None = None,
+        implicit_autodiff: str = "auto",
     ):
         super().__init__(eps)
+        self.implicit_autodiff = device.resolve_implicit_autodiff(implicit_autodiff)
         if ig not in IMPLICIT_GRADIENTS:
             raise ValueError(f"ig must be one of {IMPLICIT_GRADIENTS}, got {ig!r}")
         if linearization not in LINEARIZATIONS:
@@ -84,6 +93,7 @@ class FastBAT(Method):
             "ig": self.ig,
             "linearization": self.linearization,
             "cg_steps": self.cg_steps,
+            "implicit_autodiff": self.implicit_autodiff,
         }
 
     def linearization_point(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
@@ -111,8 +121,10 @@ class FastBAT(Method):
         z = tf.stop_gradient(self.linearization_point(model, x, y, seed, loss_scale))
         sum_scale = per_example_scale(loss_scale, x)
 
-        # Step 2: the lower-level gradient g_z(θ), kept on a tape over θ for step 5.
-        with tf.GradientTape() as weight_tape:
+        # Step 2: the lower-level gradient g_z(θ); backward-over-backward keeps it on a tape
+        # over θ for step 5, forward-over-backward records nothing over θ.
+        forward = self.implicit_autodiff == "forward_over_backward"
+        with tf.GradientTape(watch_accessed_variables=not forward) as weight_tape:
             with tf.GradientTape(watch_accessed_variables=False) as input_tape:
                 input_tape.watch(z)
                 lower_loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
@@ -143,12 +155,22 @@ class FastBAT(Method):
         direction = tf.stop_gradient(direction)
 
         # Step 5: g2 = ∇θ (1/B) Σ_i ⟨g_z,i(θ), H_i ⊙ v_i⟩, a mixed second derivative ∇²θδ.
-        with weight_tape:
-            implicit_objective = tf.reduce_sum(lower_grad * direction) / tf.cast(
-                batch, lower_grad.dtype
-            )
-            implicit_objective = scaled(implicit_objective, loss_scale)
-        implicit_grads = weight_tape.gradient(implicit_objective, weights)
+        if forward:
+            # By the symmetry of mixed partials, the derivative along u = H ⊙ v (forward mode,
+            # at z) of the weight gradient of (1/B) Σ_i CE_i(θ, x + z).
+            with tf.autodiff.ForwardAccumulator(z, direction) as accumulator:
+                with tf.GradientTape() as tape:
+                    lower_mean = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                    lower_mean = scaled(lower_mean / tf.cast(batch, lower_mean.dtype), loss_scale)
+                weight_grads = tape.gradient(lower_mean, weights)
+            implicit_grads = [None if g is None else accumulator.jvp(g) for g in weight_grads]
+        else:
+            with weight_tape:
+                implicit_objective = tf.reduce_sum(lower_grad * direction) / tf.cast(
+                    batch, lower_grad.dtype
+                )
+                implicit_objective = scaled(implicit_objective, loss_scale)
+            implicit_grads = weight_tape.gradient(implicit_objective, weights)
 
         # Step 6: g1 + c·g2.
         grads = []
@@ -184,6 +206,14 @@ class FastBAT(Method):
         loss_scale = per_example_scale(loss_scale, x)
 
         def hessian_vector(p):
+            if self.implicit_autodiff == "forward_over_backward":
+                with tf.autodiff.ForwardAccumulator(z, p) as accumulator:
+                    with tf.GradientTape(watch_accessed_variables=False) as tape:
+                        tape.watch(z)
+                        loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                        loss = scaled(loss, loss_scale)
+                    grad = tape.gradient(loss, z)
+                return unscaled(accumulator.jvp(grad), loss_scale)
             with tf.GradientTape(watch_accessed_variables=False) as outer:
                 outer.watch(z)
                 with tf.GradientTape(watch_accessed_variables=False) as inner:
