@@ -201,11 +201,18 @@ class ResumeCheckpoint(keras.callbacks.Callback):
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=keep)
 
-    def restore(self) -> int:
-        """Restore the latest checkpoint, if any; returns the number of finished epochs."""
-        if self.manager.latest_checkpoint is None:
+    def restore(self, directory: str | None = None) -> int:
+        """Restore the latest checkpoint, if any, of this callback's directory or of
+        `directory` (a multi-worker run's non-chief workers read the chief's); returns the
+        number of finished epochs."""
+        latest = (
+            self.manager.latest_checkpoint
+            if directory is None
+            else tf.train.latest_checkpoint(directory)
+        )
+        if latest is None:
             return 0
-        self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
         return int(self.epoch.numpy())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:

@@ -95,6 +95,22 @@ class AdversarialTrainer(keras.Model):
         seed = tf.random.experimental.stateless_fold_in(base, tf.cast(replica, tf.int64))
         return tf.cast(seed, tf.int32)
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        if _multi_worker(self.distribute_strategy):
+            # Keras 3 reduces a first distributed batch with strategy.reduce to build the model
+            # symbolically, which MultiWorkerMirroredStrategy cannot do eagerly; the classifier
+            # is built already, and the optimizer is built here.
+            self.optimizer.build(self.classifier.trainable_variables)
+            return
+        super()._maybe_symbolic_build(iterator, data_batch)
+
+    def _logs(self, logs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        # Keras 3 reduces each replica's logs under MultiWorkerMirroredStrategy with
+        # reduce("MEAN", axis=0), which needs a dimension to reduce: give it one of size 1.
+        if _multi_worker(tf.distribute.get_strategy()):
+            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
     def train_step(self, data):
         x, y = data[0], data[1]
         weights = self.classifier.trainable_variables
@@ -114,11 +130,17 @@ class AdversarialTrainer(keras.Model):
             self.optimizer.apply(grads, weights)
             for name, tracker in self.trackers.items():
                 tracker.update_state(logs[name])
-        return {name: tracker.result() for name, tracker in self.trackers.items()}
+        return self._logs({name: tracker.result() for name, tracker in self.trackers.items()})
 
     def test_step(self, data):
         x, y = data[0], data[1]
         logits = self.classifier(x, training=False)
         self.eval_loss.update_state(cross_entropy(logits, y))
         self.eval_accuracy.update_state(correct(logits, y))
-        return {"loss": self.eval_loss.result(), "accuracy": self.eval_accuracy.result()}
+        return self._logs(
+            {"loss": self.eval_loss.result(), "accuracy": self.eval_accuracy.result()}
+        )
+
+
+def _multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)

@@ -122,15 +122,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
     if distribute.is_chief(strategy):
         return _train(config, strategy)
     # Every worker runs the callbacks; only the chief writes into the shared workdir. The others
-    # write into a scratch directory, removed at the end.
+    # resume from the chief's checkpoint and write into a scratch directory, removed at the end.
     scratch = tempfile.mkdtemp(prefix="fbat_worker_")
     try:
-        return _train(dataclasses.replace(config, workdir=scratch), strategy)
+        return _train(dataclasses.replace(config, workdir=scratch), strategy, config.workdir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _train(config: TrainConfig, strategy: tf.distribute.Strategy) -> dict[str, Any]:
+def _train(
+    config: TrainConfig, strategy: tf.distribute.Strategy, resume_from: str | None = None
+) -> dict[str, Any]:
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
     os.makedirs(os.path.join(config.workdir, "checkpoints"), exist_ok=True)
@@ -174,7 +176,9 @@ def _train(config: TrainConfig, strategy: tf.distribute.Strategy) -> dict[str, A
         optimizer.build(classifier.trainable_variables)
 
     resume = ResumeCheckpoint(trainer, os.path.join(config.workdir, "checkpoints", "last"))
-    initial_epoch = resume.restore()
+    initial_epoch = resume.restore(
+        None if resume_from is None else os.path.join(resume_from, "checkpoints", "last")
+    )
     payload = _load_results(results_path, config)
     history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
     train_ds = data.load(

@@ -179,41 +179,163 @@ def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
 
 
 def test_a_non_chief_worker_trains_without_writing_into_the_workdir(tmp_path, monkeypatch):
-    """train() on a worker that is not the chief (the chief test patched to say so) runs the
-    whole run, callbacks included, and leaves the workdir and the temporary directory as they
-    were."""
+    """train() on a worker that is not the chief (the chief test patched to say so) resumes
+    from the chief's checkpoint in the workdir, runs the rest of the run, callbacks included,
+    and leaves the workdir and the temporary directory as they were."""
     import glob
     import tempfile
 
     from fbat_tf import distribute
-    from fbat_tf.training import TrainConfig, train
+    from fbat_tf.training import train
+    from tests.tiny import fashion_mnist_config
+
+    workdir = tmp_path / "run"
+    chief = train(fashion_mnist_config(str(workdir), max_train_examples=128, epochs=1))
+    assert chief["optimizer_steps"] == 2
+
+    def mtimes():
+        return {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+
+    written = mtimes()
 
     monkeypatch.setattr(distribute, "is_chief", lambda strategy: False)
-    workdir = tmp_path / "run"
     scratch = os.path.join(tempfile.gettempdir(), "fbat_worker_*")
     before = set(glob.glob(scratch))
-    results = train(
-        TrainConfig(
-            workdir=str(workdir),
-            method="fastat",
-            dataset="fashion_mnist",
-            model="small_cnn",
-            width=4,
-            epochs=1,
-            batch_size=64,
-            max_train_examples=128,
-            val_examples=64,
-            val_attack_steps=1,
-            eval_examples=64,
-            eval_pgd_steps=1,
-            eval_pgd_restarts=1,
-            eval_autoattack=False,
-            jit_compile=False,
-            download=False,
-            tensorboard_every=0,
-            verbose=0,
-        )
-    )
-    assert results["status"] == "complete" and results["optimizer_steps"] == 2
-    assert not workdir.exists()
+    results = train(fashion_mnist_config(str(workdir), max_train_examples=128, epochs=2))
+    assert results["status"] == "complete" and results["optimizer_steps"] == 4
+    assert [h["epoch"] for h in results["history"]] == [2]  # epoch 1 came from the chief
+    assert mtimes() == written
     assert set(glob.glob(scratch)) == before
+
+
+MULTI_WORKER_SCRIPT = """
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+import keras
+from fbat_tf import methods
+from fbat_tf.distribute import create_strategy, is_chief
+from fbat_tf.trainer import AdversarialTrainer
+
+
+def model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((6, 6, 2)),
+        keras.layers.Conv2D(4, 3),
+        keras.layers.Activation("softplus"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3),
+    ])
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (16, 6, 6, 2)).astype(np.float32)
+    return x, rng.integers(0, 3, 16).astype(np.int32)
+
+
+def method():
+    return methods.create("fastat", eps=16 / 255)
+
+
+x, y = data()
+if sys.argv[1] == "worker":
+    strategy = create_strategy("multi_worker")
+    with strategy.scope():
+        trained = model()
+        trainer = AdversarialTrainer(trained, method(), weight_decay=0.0, seed=5, jit_compile=False)
+        trainer.compile(optimizer=keras.optimizers.SGD(0.5))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).with_options(options)
+    history = trainer.fit(dataset, epochs=1, verbose=0)
+    print("RESULT", json.dumps({
+        "chief": is_chief(strategy),
+        "replicas": strategy.num_replicas_in_sync,
+        "loss": history.history["loss"],
+        "weights": [w.numpy().tolist() for w in trained.trainable_variables],
+    }))
+else:
+    # One process: two SGD steps on the global batches of 8, each the mean of its halves'
+    # gradients, half i drawing with fold_in([5, step], i) as replica i does.
+    single = model()
+    for step in range(2):
+        halves = []
+        for i in range(2):
+            rows = slice(8 * step + 4 * i, 8 * step + 4 * i + 4)
+            seed = tf.random.experimental.stateless_fold_in(
+                tf.constant([5, step], tf.int64), tf.constant(i, tf.int64)
+            )
+            halves.append(method().gradients(single, x[rows], y[rows], tf.cast(seed, tf.int32))[0])
+        for w, a, b in zip(single.trainable_variables, *halves):
+            w.assign(w - 0.5 * (a + b) / 2)
+    weights = [w.numpy().tolist() for w in single.trainable_variables]
+    print("RESULT", json.dumps({"weights": weights}))
+"""
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_two_worker_processes_take_the_steps_of_one_process():
+    """MultiWorkerMirroredStrategy across two processes on 127.0.0.1 (TF_CONFIG), two steps of
+    Fast-AT with real noise: both workers end with the weights one process computes from the
+    same global batches, each half with its replica's seed; worker 0 alone is the chief."""
+    import json
+
+    import numpy as np
+
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    children = []
+    for index in range(2):
+        env = dict(
+            os.environ,
+            TF_CPP_MIN_LOG_LEVEL="3",
+            PYTHONPATH=ROOT,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-c", MULTI_WORKER_SCRIPT, "worker"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
+    reference = subprocess.run(
+        [sys.executable, "-c", MULTI_WORKER_SCRIPT, "single"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT),
+        timeout=300,
+    )
+    results = []
+    for child in children:
+        stdout, stderr = child.communicate(timeout=300)
+        lines = [line for line in stdout.splitlines() if line.startswith("RESULT")]
+        assert child.returncode == 0 and lines, stderr[-3000:]
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
+    lines = [line for line in reference.stdout.splitlines() if line.startswith("RESULT")]
+    assert reference.returncode == 0 and lines, reference.stderr[-3000:]
+    expected = json.loads(lines[-1][len("RESULT ") :])["weights"]
+
+    assert [r["chief"] for r in results] == [True, False]
+    assert all(r["replicas"] == 2 for r in results)
+    for result in results:
+        for got, want in zip(result["weights"], expected, strict=True):
+            want = np.asarray(want)
+            assert np.max(np.abs(np.asarray(got) - want)) / np.max(np.abs(want)) < 1e-5

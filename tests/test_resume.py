@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from fbat_tf import callbacks
 from fbat_tf.training import TrainConfig, train
-
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+from tests.tiny import FASHION_MNIST, fashion_mnist_config
 
 
 class _Killed(Exception):
@@ -21,27 +20,7 @@ class _Killed(Exception):
 
 
 def _config(workdir: str, method: str, epochs: int, **options) -> TrainConfig:
-    return TrainConfig(
-        workdir=workdir,
-        method=method,
-        method_options=options,
-        dataset="fashion_mnist",
-        model="small_cnn",
-        width=4,
-        epochs=epochs,
-        batch_size=64,
-        max_train_examples=256,
-        val_examples=64,
-        val_attack_steps=1,
-        eval_examples=64,
-        eval_pgd_steps=1,
-        eval_pgd_restarts=1,
-        eval_autoattack=False,
-        jit_compile=False,  # exactness does not depend on it, and compiling costs time here
-        download=False,
-        tensorboard_every=0,
-        verbose=0,
-    )
+    return fashion_mnist_config(workdir, method=method, epochs=epochs, method_options=options)
 
 
 def _checkpoint_values(workdir: str) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from fbat_tf.training import TrainConfig, train
+from tests.tiny import fashion_mnist_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -149,27 +150,7 @@ def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, mon
 
     monkeypatch.setattr(training, "evaluate_test", spy)
     workdir = str(tmp_path / "run")
-    config = TrainConfig(
-        workdir=workdir,
-        method="fastat",
-        dataset="fashion_mnist",
-        model="small_cnn",
-        width=4,
-        epochs=1,
-        batch_size=64,
-        max_train_examples=128,
-        val_examples=64,
-        val_attack_steps=1,
-        eval_examples=64,
-        eval_pgd_steps=1,
-        eval_pgd_restarts=1,
-        eval_autoattack=False,
-        precision="mixed_bfloat16",
-        jit_compile=False,
-        download=False,
-        tensorboard_every=0,
-        verbose=0,
-    )
+    config = fashion_mnist_config(workdir, max_train_examples=128, precision="mixed_bfloat16")
     train(config)
     tested = seen["classifier"]
     assert tested.compute_dtype == "float32"
