@@ -50,7 +50,9 @@ MUTATIONS = [
         "fbat_tf/methods/fast_bat.py",
         "grads.append(upper + self.ig_coef * implicit)",
         f"grads.append(upper + (0.0 if {XLA_CONTEXT} else self.ig_coef) * implicit)",
-        ("tests/test_fastbat_reference.py", "tests/test_methods.py"),
+        (
+            "tests/test_fastbat_reference.py::test_xla_step_matches_reference_and_keeps_the_implicit_term",
+        ),
     ),
     Mutation(
         "T2",
@@ -58,7 +60,10 @@ MUTATIONS = [
         "fbat_tf/trainer.py",
         "tf.cast(self.weight_decay * loss_scale, g.dtype)",
         "tf.cast(self.weight_decay, g.dtype)",
-        ("tests/test_trainer.py",),
+        (
+            "tests/test_trainer.py::test_weight_decay_is_scaled_with_the_loss",
+            "tests/test_trainer.py::test_loss_scaled_step_equals_the_unscaled_step",
+        ),
     ),
     Mutation(
         "T3",
@@ -66,7 +71,9 @@ MUTATIONS = [
         "fbat_tf/trainer.py",
         "grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)",
         "grads, logs = self._gradients(x, y, self.step_seed(), None)",
-        ("tests/test_trainer.py",),
+        (
+            "tests/test_trainer.py::test_the_method_receives_the_dynamic_loss_scale_under_mixed_float16",
+        ),
     ),
     Mutation(
         "T4",
@@ -74,7 +81,7 @@ MUTATIONS = [
         "fbat_tf/trainer.py",
         "tf.stack([tf.constant(self.seed, tf.int64), tf.identity(self.seed_counter)])",
         "tf.stack([tf.constant(self.seed, tf.int64), tf.constant(0, tf.int64)])",
-        ("tests/test_trainer.py",),
+        ("tests/test_trainer.py::test_each_step_draws_from_its_own_seed_and_the_run_seed_matters",),
     ),
     Mutation(
         "T5a",
@@ -82,7 +89,7 @@ MUTATIONS = [
         "fbat_tf/methods/pgd_at.py",
         "fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale)",
         "fgsm_step(model, x, delta, y, self.eps, -self.alpha, loss_scale)",
-        ("tests/test_methods.py",),
+        ("tests/test_methods.py::test_pgd_at_is_k_signed_ascent_steps_from_the_random_start",),
     ),
     Mutation(
         "T5b",
@@ -90,7 +97,7 @@ MUTATIONS = [
         "fbat_tf/methods/free_at.py",
         "delta + self.alpha * tf.sign(delta_grad)",
         "delta - self.alpha * tf.sign(delta_grad)",
-        ("tests/test_methods.py",),
+        ("tests/test_methods.py::test_free_at_steps_delta_up_its_own_gradient_across_replays",),
     ),
     Mutation(
         "T6",
@@ -98,7 +105,7 @@ MUTATIONS = [
         "fbat_tf/attacks/pgd.py",
         "take = tf.logical_or(tf.logical_and(robust, broken), tf.equal(index, 0))",
         "take = tf.ones_like(robust)",
-        ("tests/test_attacks.py",),
+        ("tests/test_attacks.py::test_pgd_keeps_per_example_the_first_restart_that_breaks_it",),
     ),
     Mutation(
         "T7a",
@@ -106,7 +113,9 @@ MUTATIONS = [
         "fbat_tf/attacks/apgd.py",
         "step_size = tf.where(halve, step_size / 2.0, step_size)",
         "step_size = tf.where(halve, step_size, step_size)",
-        ("tests/test_apgd.py", "tests/test_autoattack.py"),
+        (
+            "tests/test_apgd.py::test_apgd_step_sizes_follow_a_numpy_transcription_of_the_reference_loop",
+        ),
     ),
     Mutation(
         "T7b",
@@ -114,7 +123,9 @@ MUTATIONS = [
         "fbat_tf/attacks/apgd.py",
         "tf.where(i > 0, _MOMENTUM, 1.0)",
         "tf.where(i > 0, 1.0, 1.0)",
-        ("tests/test_apgd.py", "tests/test_autoattack.py"),
+        (
+            "tests/test_apgd.py::test_apgd_step_sizes_follow_a_numpy_transcription_of_the_reference_loop",
+        ),
     ),
     Mutation(
         "T8",
@@ -122,7 +133,9 @@ MUTATIONS = [
         "fbat_tf/attacks/autoattack.py",
         "            if still_robust.size:\n",
         '            if still_robust.size and name == "apgd-ce":\n',
-        ("tests/test_autoattack.py",),
+        (
+            "tests/test_autoattack.py::test_standard_version_runs_each_attack_on_what_the_previous_ones_left",
+        ),
     ),
     Mutation(
         "T9a",
@@ -147,7 +160,9 @@ MUTATIONS = [
         "fbat_tf/training.py",
         "    if distribute.is_chief(strategy):\n        return _train(config, strategy)",
         "    if True:\n        return _train(config, strategy)",
-        ("tests/test_distribute.py",),
+        (
+            "tests/test_distribute.py::test_a_non_chief_worker_trains_without_writing_into_the_workdir",
+        ),
     ),
     Mutation(
         "T11",
@@ -172,7 +187,7 @@ MUTATIONS = [
         "fbat_tf/constraints.py",
         "    return tf.clip_by_value(delta, -x, 1.0 - x)",
         "    return delta",
-        ("tests/test_methods.py", "tests/test_fastbat_reference.py"),
+        ("tests/test_methods.py::test_adversarial_examples_lie_in_C",),
     ),
     Mutation(
         "O2",
@@ -180,7 +195,7 @@ MUTATIONS = [
         "fbat_tf/constraints.py",
         "inside = tf.logical_and(delta > lower, delta < upper)",
         "inside = tf.logical_and(delta >= lower - 2 * tau, delta < upper)",
-        ("tests/test_methods.py", "tests/test_fastbat_reference.py"),
+        ("tests/test_methods.py::test_inactive_mask_against_a_brute_force_loop",),
     ),
     Mutation(
         "O3",
@@ -188,7 +203,7 @@ MUTATIONS = [
         "fbat_tf/methods/base.py",
         "constraints.project(delta + step_size * tf.sign(grad), x, eps)",
         "constraints.project(delta - step_size * tf.sign(grad), x, eps)",
-        ("tests/test_methods.py",),
+        ("tests/test_methods.py::test_fastat_is_one_fgsm_step_from_the_random_start",),
     ),
     Mutation(
         "O4",
@@ -196,7 +211,7 @@ MUTATIONS = [
         "fbat_tf/methods/fast_bat.py",
         "constraints.project(z + self.lambda_inv * lower_grad, x, self.eps)",
         "constraints.project(z - self.lambda_inv * lower_grad, x, self.eps)",
-        ("tests/test_fastbat_reference.py",),
+        ("tests/test_fastbat_reference.py::test_hessian_free_matches_reference",),
     ),
     Mutation(
         "O5",
@@ -204,7 +219,7 @@ MUTATIONS = [
         "fbat_tf/constraints.py",
         "tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype",
         "tf.shape(x), seed=tf.constant([0, 0]), minval=-eps, maxval=eps, dtype=x.dtype",
-        ("tests/test_fastbat_reference.py", "tests/test_trainer.py"),
+        ("tests/test_fastbat_reference.py::test_seed_determines_the_step",),
     ),
     Mutation(
         "O6",
@@ -212,7 +227,9 @@ MUTATIONS = [
         "fbat_tf/trainer.py",
         "stateless_fold_in(base, tf.cast(replica, tf.int64))",
         "stateless_fold_in(base, tf.cast(0, tf.int64))",
-        ("tests/test_distribute.py",),
+        (
+            "tests/test_distribute.py::test_each_replica_draws_its_own_noise_and_the_step_matches_one_device",
+        ),
     ),
     Mutation(
         "O7",
@@ -220,7 +237,7 @@ MUTATIONS = [
         "export/savedmodel.py",
         "return predictions(tf.cast(images, tf.float32) / 255.0)",
         "return predictions(tf.cast(images, tf.float32))",
-        ("tests/test_export.py",),
+        ("tests/test_export.py::test_uint8_signature_agrees_with_float",),
     ),
     Mutation(
         "O8",
@@ -228,7 +245,9 @@ MUTATIONS = [
         "fbat_tf/callbacks.py",
         "            seed_counter=trainer.seed_counter,\n",
         "",
-        ("tests/test_resume.py",),
+        (
+            "tests/test_resume.py::test_a_resumed_run_ends_where_an_uninterrupted_one_does[fastat-3-options0-12]",
+        ),
     ),
     Mutation(
         "O9",
@@ -236,7 +255,9 @@ MUTATIONS = [
         "fbat_tf/methods/free_at.py",
         'return {} if self.delta is None else {"delta": self.delta}',
         "return {}",
-        ("tests/test_resume.py",),
+        (
+            "tests/test_resume.py::test_a_resumed_run_ends_where_an_uninterrupted_one_does[free-4-options1-18]",
+        ),
     ),
     Mutation(
         "O10",
@@ -244,7 +265,7 @@ MUTATIONS = [
         "fbat_tf/data/pipeline.py",
         "    ds = ds.skip(start_batch % per_pass)\n    if not repeat:",
         "    if not repeat:",
-        ("tests/test_data.py",),
+        ("tests/test_data.py::test_pipeline_augmentation_and_shuffle_follow_the_seed",),
     ),
     Mutation(
         "O11",
@@ -252,7 +273,9 @@ MUTATIONS = [
         "fbat_tf/methods/base.py",
         "return tf.cast(loss_scale, tf.float32) / tf.cast(tf.shape(x)[0], tf.float32)",
         "return tf.cast(loss_scale, tf.float32)",
-        ("tests/test_methods.py",),
+        (
+            "tests/test_methods.py::test_attack_gradients_do_not_overflow_float16_at_the_weight_pass_scale",
+        ),
     ),
     Mutation(
         "O12",
@@ -278,7 +301,9 @@ MUTATIONS = [
         "fbat_tf/training.py",
         "batches = math.ceil(config.epochs * steps_per_epoch / method.replays)",
         "batches = math.ceil(config.epochs / method.replays) * steps_per_epoch",
-        ("tests/test_resume.py",),
+        (
+            "tests/test_resume.py::test_a_resumed_run_ends_where_an_uninterrupted_one_does[free-4-options1-18]",
+        ),
     ),
 ]
 
