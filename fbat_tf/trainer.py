@@ -20,9 +20,15 @@ folded in (`step_seed`). The counter advances on every step, including one that 
 optimizer skips, and is checkpointed with the weights, so a step is reproducible from (weights,
 batch, seed, counter), a resumed run continues the same stream, and each replica of a
 distributed step draws its own noise.
+
+A batch whose loss is not finite (non-finite logits or δ) is skipped on every replica: no
+optimizer step, and the batch-norm statistics and method state it wrote are restored; the count
+is logged as `nonfinite_batches`.
 """
 
 from __future__ import annotations
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -69,6 +75,14 @@ class AdversarialTrainer(keras.Model):
             dtype=tf.int64,
             trainable=False,
             name="seed_counter",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
+        # Batches skipped because their logits or δ were not finite (logged per epoch).
+        self.nonfinite_batches = tf.Variable(
+            0,
+            dtype=tf.int64,
+            trainable=False,
+            name="nonfinite_batches",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
         self._gradients = tf.function(
@@ -119,18 +133,58 @@ class AdversarialTrainer(keras.Model):
             # the replica count, because gradients are summed over replicas.
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             loss_scale = self.optimizer.scale_loss(tf.constant(1.0 / replicas, tf.float32))
+            # The state a forward pass or the method writes (batch-norm statistics, Free-AT's
+            # δ), kept to be put back if the batch turns out non-finite.
+            state = self.classifier.non_trainable_variables + list(self.method.variables().values())
+            saved = [tf.identity(v) for v in state]
             grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
             self.seed_counter.assign_add(1)
+            # Non-finite logits or δ make the (float32, unscaled) loss non-finite; on any
+            # replica, the step is skipped on all of them.
+            bad = _on_any_replica(tf.logical_not(tf.math.is_finite(logs["loss"])))
             if self.weight_decay:
                 # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.
                 grads = [
                     g + tf.cast(self.weight_decay * loss_scale, g.dtype) * tf.cast(w, g.dtype)
                     for g, w in zip(grads, weights, strict=True)
                 ]
-            self.optimizer.apply(grads, weights)
+            self._apply_unless(bad, grads, weights)
+
+            tf.cond(bad, functools.partial(_assign, state, saved), lambda: tf.constant(False))
+            self.nonfinite_batches.assign_add(tf.cast(bad, tf.int64))
+            keep = 1.0 - tf.cast(bad, tf.float32)
             for name, tracker in self.trackers.items():
-                tracker.update_state(logs[name])
-        return self._logs({name: tracker.result() for name, tracker in self.trackers.items()})
+                value = tf.cast(logs[name], tf.float32)
+                tracker.update_state(tf.where(bad, 0.0, value), sample_weight=keep)
+        logs = {name: tracker.result() for name, tracker in self.trackers.items()}
+        logs["nonfinite_batches"] = tf.cast(self.nonfinite_batches, tf.float32)
+        return self._logs(logs)
+
+    def _apply_unless(self, skip: tf.Tensor, grads, weights) -> None:
+        """The optimizer step, or nothing where `skip` (the same on every replica).
+
+        A conditional step under a distribution strategy that needs `merge_call` runs its
+        condition in the cross-replica context, as Keras' LossScaleOptimizer does."""
+
+        def apply(grads, weights):
+            self.optimizer.apply(grads, weights)
+            return tf.constant(True)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(skip, lambda: tf.constant(False), lambda: apply(grads, weights))
+            return
+
+        def in_cross_replica(distribution, skip, grads, weights):
+            def apply_everywhere():
+                distribution.extended.call_for_each_replica(apply, args=(grads, weights))
+                return tf.constant(True)
+
+            skip = distribution.experimental_local_results(skip)[0]
+            tf.cond(skip, lambda: tf.constant(False), apply_everywhere)
+
+        tf.distribute.get_replica_context().merge_call(
+            in_cross_replica, args=(skip, grads, weights)
+        )
 
     def test_step(self, data):
         x, y = data[0], data[1]
@@ -140,6 +194,20 @@ class AdversarialTrainer(keras.Model):
         return self._logs(
             {"loss": self.eval_loss.result(), "accuracy": self.eval_accuracy.result()}
         )
+
+
+def _assign(variables, values) -> tf.Tensor:
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)
+    return tf.constant(True)
+
+
+def _on_any_replica(flag: tf.Tensor) -> tf.Tensor:
+    """True on every replica if `flag` is true on any of them."""
+    context = tf.distribute.get_replica_context()
+    if context.num_replicas_in_sync == 1:
+        return flag
+    return context.all_reduce("SUM", tf.cast(flag, tf.float32)) > 0.5
 
 
 def _multi_worker(strategy: tf.distribute.Strategy) -> bool:

@@ -27,6 +27,7 @@ TRAIN_CURVES = (
     "epoch_images_per_second",
     "epoch_ig_norm_ratio",
     "epoch_inactive_fraction",
+    "epoch_nonfinite_batches",
 )
 VALIDATION_CURVES = ("epoch_clean_accuracy", "epoch_robust_accuracy")
 RUNS = ("train", "validation")

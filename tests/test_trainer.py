@@ -249,3 +249,35 @@ def test_weight_decay_is_scaled_with_the_loss():
     assert decay_share > 1e-3  # the decay's part of an update is far above the tolerance
     for plain, scaled in zip(*updates, strict=True):
         np.testing.assert_allclose(scaled, plain, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fastat", "free"])
+def test_a_batch_with_non_finite_pixels_is_skipped_counted_and_leaves_no_trace(name):
+    """A batch with one NaN pixel: no optimizer step, no momentum, batch-norm statistics and
+    Free-AT's δ as they were, the count logged; the next good batch trains as usual."""
+    classifier = tiny_classifier()
+    method = methods.create(name, eps=8 / 255, **({"replays": 2} if name == "free" else {}))
+    method.build((8, *SHAPE))
+    trainer = AdversarialTrainer(classifier, method, jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9))
+    x, y = next(iter(dataset(8, 8)))
+    trainer.fit(tf.data.Dataset.from_tensors((x, y)), verbose=0)
+
+    def state():
+        variables = classifier.variables + trainer.optimizer.variables
+        variables += list(method.variables().values())
+        return [v.numpy().copy() for v in variables]
+
+    before = state()
+    bad = x.numpy().copy()
+    bad[3, 1, 2, 0] = np.nan
+    history = trainer.fit(tf.data.Dataset.from_tensors((bad, y)), verbose=0)
+    for a, b in zip(before, state(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert int(trainer.nonfinite_batches.numpy()) == method.replays
+    assert history.history["nonfinite_batches"] == [float(method.replays)]
+
+    trainer.fit(tf.data.Dataset.from_tensors((x, y)), verbose=0)
+    after = state()
+    assert all(np.isfinite(a).all() for a in after)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
