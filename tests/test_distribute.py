@@ -16,6 +16,28 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+def _with_model(script: str) -> str:
+    """The child's source with MODEL defined right after its imports (the first blank line
+    after `from fbat_tf.trainer import AdversarialTrainer`)."""
+    anchor = "from fbat_tf.trainer import AdversarialTrainer\n"
+    assert anchor in script
+    return script.replace(anchor, anchor + MODEL, 1)
+
+
+# The little batch-norm-free model every child below trains (after `import keras`).
+MODEL = """
+def model():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((6, 6, 2)),
+        keras.layers.Conv2D(4, 3),
+        keras.layers.Activation("softplus"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3),
+    ])
+"""
+
 SCRIPT = """
 import sys
 import numpy as np
@@ -34,22 +56,16 @@ constraints.uniform_noise = lambda x, eps, seed: eps * tf.sin(1000.0 * x + 1.0)
 def run(strategy_name, name):
     strategy = create_strategy(strategy_name)
     with strategy.scope():
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([
-            keras.Input((6, 6, 2)),
-            keras.layers.Conv2D(4, 3),
-            keras.layers.Activation("softplus"),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(3),
-        ])
-        trainer = AdversarialTrainer(model, methods.create(name, eps=8 / 255), jit_compile=True)
+        classifier = model()
+        method = methods.create(name, eps=8 / 255)
+        trainer = AdversarialTrainer(classifier, method, jit_compile=True)
         trainer.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (8, 6, 6, 2)).astype(np.float32)
     y = rng.integers(0, 3, 8).astype(np.int32)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(2)
     trainer.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
-    return [w.numpy() for w in model.trainable_variables], strategy.num_replicas_in_sync
+    return [w.numpy() for w in classifier.trainable_variables], strategy.num_replicas_in_sync
 
 
 name = sys.argv[1]
@@ -67,7 +83,7 @@ print("RESULT", one, two, error, moved)
 def test_mirrored_step_equals_single_device_step(method):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, method],
+        [sys.executable, "-c", _with_model(SCRIPT), method],
         capture_output=True,
         text=True,
         env=env,
@@ -109,16 +125,6 @@ from fbat_tf import methods
 from fbat_tf.distribute import create_strategy
 from fbat_tf.trainer import AdversarialTrainer
 
-
-def model():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((6, 6, 2)),
-        keras.layers.Conv2D(4, 3),
-        keras.layers.Activation("softplus"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(3),
-    ])
 
 
 rng = np.random.default_rng(0)
@@ -164,7 +170,7 @@ print("RESULT", seeds[0].tolist() != seeds[1].tolist(), error, other)
 def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-c", REPLICA_NOISE_SCRIPT],
+        [sys.executable, "-c", _with_model(REPLICA_NOISE_SCRIPT)],
         capture_output=True,
         text=True,
         env=env,
@@ -219,16 +225,6 @@ from fbat_tf import methods
 from fbat_tf.distribute import create_strategy, is_chief
 from fbat_tf.trainer import AdversarialTrainer
 
-
-def model():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((6, 6, 2)),
-        keras.layers.Conv2D(4, 3),
-        keras.layers.Activation("softplus"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(3),
-    ])
 
 
 def data():
@@ -309,7 +305,7 @@ def test_two_worker_processes_take_the_steps_of_one_process():
         )
         children.append(
             subprocess.Popen(
-                [sys.executable, "-c", MULTI_WORKER_SCRIPT, "worker"],
+                [sys.executable, "-c", _with_model(MULTI_WORKER_SCRIPT), "worker"],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -317,7 +313,7 @@ def test_two_worker_processes_take_the_steps_of_one_process():
             )
         )
     reference = subprocess.run(
-        [sys.executable, "-c", MULTI_WORKER_SCRIPT, "single"],
+        [sys.executable, "-c", _with_model(MULTI_WORKER_SCRIPT), "single"],
         capture_output=True,
         text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT),
