@@ -390,6 +390,31 @@ def test_mocked_tfds_imagenet(mocked_tfds, tmp_path):
         assert y[i] == example["label"]
 
 
+def test_encoded_stream_loads_and_keeps_its_order_under_any_global_seed(mocked_tfds, tmp_path):
+    """ImageNet's training stream (encoded examples through a shuffle buffer) after
+    keras.utils.set_random_seed(0), which every training run with the default --seed calls: it
+    loads, and its order over two passes is the one under another global seed."""
+    import keras
+
+    def labels(global_seed: int) -> list[int]:
+        keras.utils.set_random_seed(global_seed)
+        train = data.load(
+            "imagenet",
+            "train",
+            data_dir=str(tmp_path),
+            batch_size=4,
+            max_examples=8,
+            repeat=True,
+            augment=False,
+            download=False,
+        )
+        return [int(label) for _, y in train.take(4) for label in y]
+
+    at_zero = labels(0)
+    assert sorted(at_zero[:8]) == sorted(at_zero[8:]) and at_zero[:8] != at_zero[8:]
+    assert labels(7) == at_zero
+
+
 # ----------------------------------------------------------- TFDS (prepared, downloaded)
 
 

@@ -25,6 +25,9 @@ import tensorflow as tf
 
 from fbat_tf.data.augment import AugmentFn
 
+# The graph-level seed of the shuffle in `from_encoded` (any fixed nonzero value).
+GRAPH_SEED = 1
+
 
 def _shuffle_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
     return tf.stack([tf.constant(2 * seed, tf.int64), epoch])
@@ -127,6 +130,11 @@ def from_encoded(
             shuffle_seed = tf.random.stateless_uniform(
                 [], _shuffle_seed(seed, epoch), minval=None, maxval=None, dtype=tf.int64
             )
+            # tf.data pairs a shuffle's seed with the graph's, and where that is 0 (after
+            # keras.utils.set_random_seed(0), as training runs call it) it compares the tensor
+            # seed with 0 in Python and fails. This function's graph gets a fixed seed of its
+            # own: the order depends on (seed, pass) alone, whatever the global seed.
+            tf.compat.v1.get_default_graph().seed = GRAPH_SEED
             ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
         if augment:
             ds = tf.data.Dataset.zip((ds, tf.data.Dataset.range(2**62))).map(
