@@ -4,7 +4,7 @@
     x_adv = attack(model, x, y)
 
 The model runs with training=False. Per example the result is the first restart that
-misclassifies it, or else the last restart's point; an example counts as broken if any restart
+misclassifies it, or else the first restart's point; an example counts as broken if any restart
 breaks it. Restarts and steps are `tf.while_loop`s, so the traced graph holds one gradient step
 whatever K and R are. A restart attacks only the examples no earlier restart has broken (their
 random starts are drawn for the whole batch all the same), and the restarts stop once every
