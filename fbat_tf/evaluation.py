@@ -87,7 +87,9 @@ class InferenceGraph:
         )
 
         spec = tf.TensorSpec([None, *model.input_shape[1:]], tf.float32)
-        inference = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
+        inference = tf.function(
+            lambda x: model(x, training=False), autograph=False
+        ).get_concrete_function(spec)
         self.function = convert_variables_to_constants_v2(inference)
         self.compute_dtype = model.compute_dtype
 

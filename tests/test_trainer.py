@@ -281,3 +281,30 @@ def test_a_batch_with_non_finite_pixels_is_skipped_counted_and_leaves_no_trace(n
     after = state()
     assert all(np.isfinite(a).all() for a in after)
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize("method", ["fastat", "fastbat"])
+def test_fit_traces_the_step_and_the_gradient_once(method, monkeypatch):
+    """Two epochs of fit trace train_step and the method's gradient once each: the optimizer is
+    built before the first trace, which would otherwise create its variables and be traced
+    again."""
+    traced = {"train_step": 0, "gradients": 0}
+    step, gradients = AdversarialTrainer.train_step, AdversarialTrainer._method_gradients
+
+    def count(name, function):
+        def counted(*args, **kwargs):
+            traced[name] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(AdversarialTrainer, "train_step", count("train_step", step))
+    monkeypatch.setattr(AdversarialTrainer, "_method_gradients", count("gradients", gradients))
+    trainer = AdversarialTrainer(
+        tiny_classifier(), methods.create(method, eps=8 / 255), jit_compile=False
+    )
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9))
+    history = trainer.fit(dataset(), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert int(trainer.optimizer.iterations) == 8
+    assert traced == {"train_step": 1, "gradients": 1}

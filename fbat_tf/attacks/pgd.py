@@ -43,7 +43,10 @@ class PGD:
         self._calls = 0
         # XLA compiles static shapes only: there every restart attacks the whole batch.
         self.survivors_only = not jit_compile
-        self._run = tf.function(self._attack, jit_compile=jit_compile, reduce_retracing=True)
+        # The loops are tf.while_loops written out: no AutoGraph rewriting to pay at tracing.
+        self._run = tf.function(
+            self._attack, jit_compile=jit_compile, reduce_retracing=True, autograph=False
+        )
 
     def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)
