@@ -237,18 +237,27 @@ def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path)
     assert 0 < counts["robust"]["pgd@8"] < counts["clean"]
 
 
-@pytest.mark.parametrize(
-    ("flag", "says"), [("--strategy=tpu", "--strategy=tpu"), ("--strategy=gpus", "--strategy")]
-)
-def test_evaluate_py_refuses_a_strategy_it_cannot_run_before_any_work(tmp_path, flag, says):
-    child = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "evaluate.py"), f"--model_path={tmp_path}", flag],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        timeout=120,
-    )
-    assert child.returncode != 0
-    assert says in child.stderr
-    assert not list(tmp_path.iterdir())
+def test_evaluate_py_refuses_a_strategy_it_cannot_run_before_any_work(tmp_path):
+    """Each refused --strategy (run side by side) fails naming the flag and writes nothing."""
+    cases = {"tpu": "--strategy=tpu", "gpus": "--strategy"}
+    children = {}
+    for name in cases:
+        (tmp_path / name).mkdir()
+        children[name] = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "evaluate.py"),
+                f"--model_path={tmp_path / name}",
+                f"--strategy={name}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        )
+    for name, says in cases.items():
+        _, stderr = children[name].communicate(timeout=120)
+        assert children[name].returncode != 0, name
+        assert says in stderr, name
+        assert not list((tmp_path / name).iterdir()), name

@@ -40,16 +40,25 @@ TINY_RUN = [
 ]
 
 
-def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProcess:
+def start_train(*args: str, program: str = "train.py") -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, os.path.join(ROOT, program), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
         env=env,
-        timeout=600,
     )
+
+
+def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProcess:
+    return finish(start_train(*args, program=program))
 
 
 def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
@@ -108,15 +117,16 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     with open(os.path.join(exported[0], "assets.extra", "model_card.json")) as f:
         assert json.load(f)["method"]["implicit_autodiff"] == "backward_over_backward"
 
+    # The same command again and one with other flags, side by side: neither writes anything.
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
-    again = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
+    again = start_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
+    other = start_train("--method=fastbat", "--eps=4", f"--workdir={workdir}", *TINY_RUN)
+    again, other = finish(again), finish(other)
     assert again.returncode == 0 and "finished run" in again.stdout
-    after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
-    assert before == after
-
-    other = run_train("--method=fastbat", "--eps=4", f"--workdir={workdir}", *TINY_RUN)
     assert other.returncode != 0
     assert "--eps=8.0 -> --eps=4.0" in other.stderr
+    after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    assert before == after
 
     evaluation = [f"--model_path={workdir}", "--n_examples=64", "--eps=4,8", "--pgd_steps=2"]
     evaluation += ["--attacks=pgd,apgd-ce", "--pgd_restarts=1"]
@@ -190,7 +200,7 @@ def _cifar_config(workdir: str, eval_autoattack: bool = False) -> TrainConfig:
         eval_pgd_steps=2,
         eval_pgd_restarts=1,
         eval_autoattack=eval_autoattack,
-        jit_compile=True,
+        jit_compile=False,
         download=False,
         tensorboard_every=2,
         verbose=0,
