@@ -33,6 +33,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from children import write_json  # noqa: E402
+from fmnist_mlp import mlp  # noqa: E402
 
 _BEFORE = flags.DEFINE_string(
     "before", "9728a09~1", "Git revision whose fbat_tf/attacks/pgd.py is the 'before' row."
@@ -67,32 +68,6 @@ def load_pgd(revision: str | None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.PGD
-
-
-def mlp(eps: float, epochs: int):
-    import keras
-
-    from fbat_tf import data, methods
-    from fbat_tf.trainer import AdversarialTrainer
-
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [
-            keras.Input((28, 28, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(128, activation="relu"),
-            keras.layers.Dense(10),
-        ]
-    )
-    if epochs:
-        train = data.load("fashion_mnist", "train", batch_size=128, max_examples=10_000, seed=0)
-        trainer = AdversarialTrainer(
-            model, methods.create("pgd", eps=eps, steps=3), weight_decay=0.0, jit_compile=False
-        )
-        trainer.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), jit_compile=False)
-        trainer.fit(train, epochs=epochs, verbose=0)
-    return model
 
 
 def time_calls(attack, model, x, y, calls: int) -> tuple[float, float, float]:

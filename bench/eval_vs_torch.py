@@ -1,0 +1,428 @@
+"""fbat-tf's evaluation against PyTorch on the same model, weights and points: PGD-50-10 and
+AutoAttack (standard), side by side in one run.
+
+    python bench/eval_vs_torch.py --json=bench/results/eval_vs_torch.json
+    python bench/eval_vs_torch.py --n_examples=20 --train_epochs=0 --pgd_steps=5 \
+        --pgd_restarts=2                                                   # a smoke run
+
+The model is fmnist_mlp.py's: the 784-256-128-10 ReLU MLP after `--train_epochs` epochs of
+PGD-3 AT at ε = `--eps`/255 on the first 10,000 Fashion-MNIST training images, attacked on the
+first `--n_examples` test images at the same ε. Needs the `bench` extra (torch, pyautoattack).
+
+fbat-tf: the model is saved as a .keras file and evaluate.py runs on it in a child process,
+exactly as a user would type it (its default batch size, 128); the table takes each attack's
+time from evaluate.py's JSON (first-call tracing included), and the child's wall time (start-up
+and loading too) is reported beside it. PyTorch: the Keras weights are copied into an equal
+torch.nn MLP (the logits are checked to agree), then, in this process, on the same batches of
+128: a plain PyTorch PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (step ε/4, uniform
+start in C, signed steps on the summed cross-entropy, per example the first restart that breaks
+it, later restarts only on the examples still robust), and pyautoattack's AutoAttack, the
+PyTorch reference, version "standard", L∞. The two sides run one after the other, never at the
+same time; the 1-minute load average before and after each is recorded, since other processes
+skew CPU timings. Writes JSON and prints a Markdown table with the issue's targets: PGD-50-10 in
+at most 3× the PyTorch loop's time, AutoAttack in at most 1.0× the reference's.
+
+PyTorch runs `--torch_threads` threads (default: every core). By default its OpenMP threads
+spin while they wait for each other; with other processes keeping the cores busy that makes
+each small step of this MLP many times slower. So this script sets OMP_WAIT_POLICY=PASSIVE for
+PyTorch unless `--omp_wait_policy` says otherwise (TensorFlow does not use OpenMP; evaluate.py
+gets the environment as it was). On an idle machine, compare with `--omp_wait_policy=active`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from children import write_json  # noqa: E402
+from fmnist_mlp import mlp  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# evaluate.py's default --batch_size (flags/common.py): the command below does not set it.
+EVALUATE_BATCH_SIZE = 128
+# The issue's targets: fbat-tf's time over PyTorch's.
+TARGETS = {"pgd": 3.0, "autoattack": 1.0}
+AUTOATTACK_PARTS = ("apgd-ce", "apgd-t", "fab-t", "square")
+
+_N = flags.DEFINE_integer("n_examples", 500, "Test images attacked.", lower_bound=1)
+_EPS = flags.DEFINE_float("eps", 24.0, "ε in 1/255 units, of the training and the attacks.")
+_EPOCHS = flags.DEFINE_integer("train_epochs", 4, "PGD-3 AT epochs of the MLP.", lower_bound=0)
+_STEPS = flags.DEFINE_integer("pgd_steps", 50, "PGD steps K, both sides.", lower_bound=1)
+_RESTARTS = flags.DEFINE_integer("pgd_restarts", 10, "PGD restarts R, both sides.", lower_bound=1)
+_THREADS = flags.DEFINE_integer(
+    "torch_threads", 0, "torch.set_num_threads (0: os.cpu_count()).", lower_bound=0
+)
+_OMP_WAIT = flags.DEFINE_enum(
+    "omp_wait_policy",
+    "passive",
+    ["passive", "active", "environment"],
+    "OMP_WAIT_POLICY of PyTorch's OpenMP threads in this process (environment: leave it as "
+    "the environment has it). Waiting threads that spin make PyTorch 10x slower on a loaded "
+    "machine; see the module docstring.",
+)
+_JSON = flags.DEFINE_string("json", None, "Write the results here.")
+
+
+def run_evaluate(
+    model_path: str, results_path: str, env: dict[str, str]
+) -> tuple[list[str], float, dict]:
+    """evaluate.py on the .keras file in a child process: (command, wall time, its JSON)."""
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "evaluate.py"),
+        f"--model_path={model_path}",
+        "--dataset=fashion_mnist",
+        "--attacks=pgd,autoattack",
+        f"--pgd_steps={_STEPS.value}",
+        f"--pgd_restarts={_RESTARTS.value}",
+        f"--n_examples={_N.value}",
+        f"--eps={_EPS.value:g}",
+        f"--results={results_path}",
+    ]
+    env = dict(env, TF_CPP_MIN_LOG_LEVEL="2")
+    start = time.perf_counter()
+    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if child.returncode != 0:
+        sys.exit(f"error: evaluate.py failed:\n{child.stderr[-3000:]}")
+    with open(results_path) as f:
+        return command, wall, json.load(f)
+
+
+def torch_mlp(model):
+    """A torch.nn copy of the Keras MLP: Flatten, then Dense layers as Linear (ReLU between)."""
+    import keras
+    import torch
+
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    modules = [torch.nn.Flatten()]
+    for index, layer in enumerate(dense):
+        activation = layer.get_config()["activation"]
+        expected = "linear" if index == len(dense) - 1 else "relu"
+        if activation != expected:
+            raise ValueError(f"{layer.name}: activation {activation!r}, expected {expected!r}")
+        kernel, bias = layer.get_weights()  # kernel [in, out]; torch's weight is [out, in]
+        linear = torch.nn.Linear(*kernel.shape)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(kernel.T.copy()))
+            linear.bias.copy_(torch.from_numpy(bias))
+        modules.append(linear)
+        if expected == "relu":
+            modules.append(torch.nn.ReLU())
+    copy = torch.nn.Sequential(*modules).eval()
+    for parameter in copy.parameters():
+        parameter.requires_grad_(False)  # the attacks differentiate the input only
+    return copy
+
+
+def project(delta, x, eps: float):
+    """P_C in torch: clip δ to [-ε, ε], then to [-x, 1 - x] (fbat_tf/constraints.py)."""
+    import torch
+
+    return torch.clamp(torch.clamp(delta, -eps, eps), min=-x, max=1.0 - x)
+
+
+def torch_pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
+    """PGD-K-R on one batch, as fbat_tf/attacks/pgd.py does it without XLA.
+
+    Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch, K signed steps on the summed
+    cross-entropy, each projected. The first restart attacks every example; each later one only
+    the examples no restart has broken yet, and none runs once all are broken. Per example the
+    result is the first restart's point that misclassifies it, or else the first restart's point.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    step_size = eps / 4
+    best = x.clone()
+    robust = torch.ones(len(x), dtype=torch.bool)
+    for restart in range(restarts):
+        if restart and not robust.any():
+            break
+        start = project(torch.empty_like(x).uniform_(-eps, eps, generator=generator), x, eps)
+        rows = robust.nonzero()[:, 0]
+        x_rows, y_rows, delta = x[rows], y[rows], start[rows]
+        for _ in range(steps):
+            delta.requires_grad_(True)
+            loss = F.cross_entropy(model(x_rows + delta), y_rows, reduction="sum")
+            (grad,) = torch.autograd.grad(loss, delta)
+            delta = project(delta.detach() + step_size * grad.sign(), x_rows, eps)
+        x_adv = x_rows + delta
+        with torch.no_grad():
+            broken = model(x_adv).argmax(1) != y_rows
+        take = broken if restart else torch.ones_like(broken)
+        best[rows[take]] = x_adv[take]
+        robust[rows[broken]] = False
+    return best
+
+
+def check_in_ball(x_adv, x, eps: float, name: str) -> None:
+    """As evaluate.py does before counting: ‖x_adv − x‖∞ ≤ ε + 1e-6, x_adv in [0, 1], finite."""
+    import torch
+
+    distance = float((x_adv - x).abs().max())
+    low, high = float(x_adv.min()), float(x_adv.max())
+    finite = bool(torch.isfinite(x_adv).all())
+    if not finite or distance > eps + 1e-6 or low < -1e-6 or high > 1 + 1e-6:
+        raise AssertionError(f"{name}: points outside C (‖δ‖∞ = {distance:.3g}, ε = {eps:.3g})")
+
+
+def accuracy(model, x, y) -> float:
+    import torch
+
+    with torch.no_grad():
+        return int((model(x).argmax(1) == y).sum()) / len(y)
+
+
+def time_parts(adversary, model) -> tuple[dict[str, float], dict[str, int]]:
+    """Wrap the reference's four attacks' `perturb`: (seconds per attack, examples it broke),
+    filled in as AutoAttack runs; the counting is outside the timed call."""
+    import torch
+
+    seconds = dict.fromkeys(AUTOATTACK_PARTS, 0.0)
+    broken = dict.fromkeys(AUTOATTACK_PARTS, 0)
+    attacks = (adversary.apgd, adversary.apgd_targeted, adversary.fab, adversary.square)
+    for name, attack in zip(AUTOATTACK_PARTS, attacks, strict=True):
+
+        def timed(x, y, *args, _perturb=attack.perturb, _name=name, **kwargs):
+            start = time.perf_counter()
+            x_adv = _perturb(x, y, *args, **kwargs)
+            seconds[_name] += time.perf_counter() - start
+            with torch.no_grad():
+                broken[_name] += int((model(x_adv).argmax(1) != y).sum())
+            return x_adv
+
+        attack.perturb = timed
+    return seconds, broken
+
+
+def to_torch(x_nhwc, y_int):
+    """The images NCHW and the labels int64, as torch tensors."""
+    import torch
+
+    # Keras flattens NHWC 28×28×1, torch NCHW 1×28×28: with one channel the order is the same.
+    x = torch.from_numpy(x_nhwc.transpose(0, 3, 1, 2).copy())
+    return x, torch.from_numpy(y_int.astype("int64"))
+
+
+def compare_logits(model, net, x_nhwc, y_int) -> dict:
+    """The Keras MLP's logits against its torch copy's on the attacked images."""
+    import torch
+
+    x, _ = to_torch(x_nhwc, y_int)
+    with torch.no_grad():
+        torch_logits = net(x).numpy()
+    keras_logits = model(x_nhwc, training=False).numpy()
+    diff = float(abs(torch_logits - keras_logits).max())
+    # Only a near-tie of two logits could flip a prediction with logits this close.
+    disagree = int((torch_logits.argmax(1) != keras_logits.argmax(1)).sum())
+    print(f"max |logits_torch - logits_keras| = {diff:.2e}, {disagree} predictions differ")
+    assert diff < 1e-4, f"the torch copy does not compute the Keras MLP: logits differ by {diff}"
+    return {"logits_max_abs_diff": diff, "predictions_differing": disagree}
+
+
+def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
+    """PGD-K-R and AutoAttack standard in PyTorch on the Keras model's copy."""
+    import torch
+    from pyautoattack import AutoAttack
+
+    x, y = to_torch(x_nhwc, y_int)
+    batches = range(0, len(x), EVALUATE_BATCH_SIZE)
+    generator = torch.Generator().manual_seed(0)
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    x_pgd = torch.cat(
+        [
+            torch_pgd(
+                net,
+                x[i : i + EVALUATE_BATCH_SIZE],
+                y[i : i + EVALUATE_BATCH_SIZE],
+                eps,
+                _STEPS.value,
+                _RESTARTS.value,
+                generator,
+            )
+            for i in batches
+        ]
+    )
+    pgd_seconds = time.perf_counter() - start
+    pgd_load = {"before": load_before, "after": os.getloadavg()[0]}
+    check_in_ball(x_pgd, x, eps, "PyTorch PGD")
+    print(f"PyTorch PGD: {pgd_seconds:.1f} s", flush=True)
+
+    adversary = AutoAttack(net, eps=eps, norm="Linf", version="standard", seed=0, device="cpu")
+    seconds, broken = time_parts(adversary, net)
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    x_aa, _ = adversary.run_standard_evaluation(x, y, batch_size=EVALUATE_BATCH_SIZE)
+    aa_seconds = time.perf_counter() - start
+    aa_load = {"before": load_before, "after": os.getloadavg()[0]}
+    check_in_ball(x_aa, x, eps, "pyautoattack")
+    print(f"pyautoattack: {aa_seconds:.1f} s", flush=True)
+
+    clean = accuracy(net, x, y)
+    after, robust = {"clean": clean}, round(clean * len(x))
+    for name in AUTOATTACK_PARTS:
+        robust -= broken[name]
+        after[name] = robust / len(x)
+    return {
+        "clean_accuracy": clean,
+        "pgd_time_s": pgd_seconds,
+        "pgd_robust_accuracy": accuracy(net, x_pgd, y),
+        "pgd_load_average_1min": pgd_load,
+        "autoattack_time_s": aa_seconds,
+        "autoattack_robust_accuracy": accuracy(net, x_aa, y),
+        "autoattack_seconds": seconds,
+        "autoattack_per_attack": after,
+        "autoattack_load_average_1min": aa_load,
+        "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
+    }
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # The child gets the environment as the user has it; the policy is read when PyTorch's
+    # OpenMP runtime loads, so it is set before torch is imported.
+    user_env = dict(os.environ)
+    if _OMP_WAIT.value != "environment":
+        os.environ["OMP_WAIT_POLICY"] = _OMP_WAIT.value.upper()
+    load = os.getloadavg()[0]
+    if load > os.cpu_count():
+        print(f"warning: 1-min load average {load:.1f} on {os.cpu_count()} cores skews timings")
+    import keras
+    import numpy as np
+    import pyautoattack
+    import tensorflow as tf
+    import torch
+
+    from fbat_tf import data
+
+    eps = _EPS.value / 255
+    model = mlp(eps, _EPOCHS.value)
+    x, y = next(
+        iter(data.load("fashion_mnist", "test", batch_size=_N.value, max_examples=_N.value))
+    )
+    x, y = x.numpy(), y.numpy()
+    torch.set_num_threads(_THREADS.value or os.cpu_count())
+    net = torch_mlp(model)
+    logits = compare_logits(model, net, x, y)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        model_path = os.path.join(scratch, "mlp.keras")
+        model.save(model_path)
+        load_before = os.getloadavg()[0]
+        command, wall, evaluated = run_evaluate(
+            model_path, os.path.join(scratch, "eval.json"), user_env
+        )
+        load_after = os.getloadavg()[0]
+    if evaluated["examples"] != _N.value:
+        sys.exit(f"error: evaluate.py attacked {evaluated['examples']} examples, not {_N.value}")
+    pgd_key, aa_key = f"pgd@{_EPS.value:g}", f"autoattack@{_EPS.value:g}"
+    print(f"fbat-tf (evaluate.py): {wall:.1f} s wall", flush=True)
+    fbat = {
+        "wall_time_s": wall,
+        "clean_accuracy": evaluated["clean_accuracy"],
+        "pgd_time_s": evaluated["time_s"][pgd_key],
+        "pgd_robust_accuracy": evaluated["robust_accuracy"][pgd_key],
+        "autoattack_time_s": evaluated["time_s"][aa_key],
+        "autoattack_robust_accuracy": evaluated["robust_accuracy"][aa_key],
+        "autoattack_seconds": evaluated["autoattack_seconds"][aa_key],
+        "autoattack_per_attack": evaluated["autoattack_per_attack"][aa_key],
+        "load_average_1min": {"before": load_before, "after": load_after},
+        "device": evaluated["device"],
+    }
+    torch_side = dict(logits, **run_torch(net, x, y, eps))
+
+    ratios = {
+        attack: fbat[f"{attack}_time_s"] / torch_side[f"{attack}_time_s"] for attack in TARGETS
+    }
+    report = {
+        "model": "MLP 784-256-128-10 ReLU",
+        "train": f"PGD-3 AT, {_EPOCHS.value} epochs, first 10,000 Fashion-MNIST training images",
+        "examples": _N.value,
+        "eps_255": _EPS.value,
+        "pgd_steps": _STEPS.value,
+        "pgd_restarts": _RESTARTS.value,
+        "batch_size": EVALUATE_BATCH_SIZE,
+        "keras_clean_accuracy": float(np.mean(np.argmax(model(x).numpy(), -1) == y)),
+        "fbat_tf": fbat,
+        "torch": torch_side,
+        "ratio_fbat_tf_over_torch": ratios,
+        "targets": TARGETS,
+        "targets_met": {attack: ratios[attack] <= TARGETS[attack] for attack in TARGETS},
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "niceness": os.nice(0),
+        "versions": {
+            "python": platform.python_version(),
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "torch": torch.__version__,
+            "pyautoattack": pyautoattack.__version__,
+        },
+        "evaluate_command": "python evaluate.py --model_path=<tmp>/mlp.keras "
+        + " ".join(command[3:-1])
+        + " --results=<tmp>/eval.json",
+        "command": "python bench/eval_vs_torch.py " + " ".join(sys.argv[1:]),
+    }
+    print(markdown_table(report))
+    write_json(_JSON.value, report)
+
+
+def markdown_table(report: dict) -> str:
+    fbat, torch_side = report["fbat_tf"], report["torch"]
+    pgd = f"PGD-{report['pgd_steps']}-{report['pgd_restarts']}"
+    load = fbat["load_average_1min"]
+    versions = report["versions"]
+    lines = [
+        f"{report['model']} ({report['train']}; clean {100 * fbat['clean_accuracy']:.1f}%), "
+        f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
+        f"batches of {report['batch_size']}, {report['cpu_count']} CPU cores, "
+        f"TF {versions['tensorflow']}, Keras {versions['keras']}, torch {versions['torch']}, "
+        f"pyautoattack {versions['pyautoattack']}. `{report['evaluate_command']}`: "
+        f"{fbat['wall_time_s']:.1f} s wall (1-min load average {load['before']:.1f} → "
+        f"{load['after']:.1f}); logits of the torch copy within "
+        f"{torch_side['logits_max_abs_diff']:.1e} of Keras'.",
+        "",
+        "| attack | fbat-tf time (s) | PyTorch time (s) | fbat-tf / PyTorch | target | met "
+        "| fbat-tf robust acc. | PyTorch robust acc. |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for attack, name in (("pgd", pgd), ("autoattack", "AutoAttack standard")):
+        target = report["targets"][attack]
+        lines.append(
+            f"| {name} | {fbat[f'{attack}_time_s']:.1f} | {torch_side[f'{attack}_time_s']:.1f} | "
+            f"{report['ratio_fbat_tf_over_torch'][attack]:.2f} | ≤ {target:g}× | "
+            f"{'yes' if report['targets_met'][attack] else '**no**'} | "
+            f"{100 * fbat[f'{attack}_robust_accuracy']:.1f}% | "
+            f"{100 * torch_side[f'{attack}_robust_accuracy']:.1f}% |"
+        )
+    lines += [
+        "",
+        "| AutoAttack part | fbat-tf time (s) | PyTorch time (s) | fbat-tf robust acc. after "
+        "| PyTorch robust acc. after |",
+        "|---|---|---|---|---|",
+    ]
+    for part in AUTOATTACK_PARTS:
+        lines.append(
+            f"| {part} | {fbat['autoattack_seconds'].get(part, 0.0):.1f} | "
+            f"{torch_side['autoattack_seconds'][part]:.1f} | "
+            f"{100 * fbat['autoattack_per_attack'][part]:.1f}% | "
+            f"{100 * torch_side['autoattack_per_attack'][part]:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    app.run(main)
