@@ -83,7 +83,7 @@ class Square:
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
         self._calls = 0
-        self._run = tf.function(self._search, reduce_retracing=True)
+        self._run = tf.function(self._search, reduce_retracing=True, autograph=False)
 
     def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         return self._attack(model, x, y, record=False)[0]
@@ -176,8 +176,11 @@ class Square:
         rows = tf.range(height)
         cols = tf.range(width)
         n_queries = tf.shape(sides)[0]
-        query = tf.constant(0)
-        while query < n_queries and tf.reduce_any(margin_min > 0.0):
+
+        def searching(query, x_best, margin_min, loss_min, frames):
+            return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
+
+        def search(query, x_best, margin_min, loss_min, frames):
             # Only examples still classified correctly are queried again.
             active = tf.where(margin_min > 0.0)
             x_curr = tf.gather_nd(x, active)
@@ -222,4 +225,10 @@ class Square:
             query += 1
             if record:
                 frames = frames.write(query, x_best)
+            return query, x_best, margin_min, loss_min, frames
+
+        # A graph loop written out: tracing needs no AutoGraph rewriting.
+        _, x_best, _, _, frames = tf.while_loop(
+            searching, search, (tf.constant(0), x_best, margin_min, loss_min, frames)
+        )
         return x_best, frames.stack() if record else None
