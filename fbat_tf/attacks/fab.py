@@ -26,6 +26,8 @@ import tensorflow as tf
 from fbat_tf.attacks.losses import as_loss_dtype
 
 
+# Straight-line code and a written-out tf.while_loop: traced without AutoGraph's rewriting.
+@tf.autograph.experimental.do_not_convert
 def project_linf_hyperplane_box(
     points: tf.Tensor,
     w: tf.Tensor,
