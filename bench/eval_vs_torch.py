@@ -10,7 +10,7 @@ PGD-3 AT at ε = `--eps`/255 on the first 10,000 Fashion-MNIST training images, 
 first `--n_examples` test images at the same ε. Needs the `bench` extra (torch, pyautoattack).
 
 fbat-tf: the model is saved as a .keras file and evaluate.py runs on it in a child process,
-exactly as a user would type it (its default batch size, 128); the table takes each attack's
+exactly as a user would type it (batches of 128, its default); the table takes each attack's
 time from evaluate.py's JSON (first-call tracing included), and the child's wall time (start-up
 and loading too) is reported beside it. PyTorch: the Keras weights are copied into an equal
 torch.nn MLP (the logits are checked to agree), then, in this process, on the same batches of
@@ -47,7 +47,7 @@ from children import write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# evaluate.py's default --batch_size (flags/common.py): the command below does not set it.
+# Both sides' batch size, passed to evaluate.py as --batch_size (also its default).
 EVALUATE_BATCH_SIZE = 128
 # The issue's targets: fbat-tf's time over PyTorch's.
 TARGETS = {"pgd": 3.0, "autoattack": 1.0}
@@ -66,7 +66,7 @@ _OMP_WAIT = flags.DEFINE_enum(
     "passive",
     ["passive", "active", "environment"],
     "OMP_WAIT_POLICY of PyTorch's OpenMP threads in this process (environment: leave it as "
-    "the environment has it). Waiting threads that spin make PyTorch 10x slower on a loaded "
+    "the environment has it). Waiting threads that spin slow PyTorch down on a loaded "
     "machine; see the module docstring.",
 )
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
@@ -85,6 +85,7 @@ def run_evaluate(
         f"--pgd_steps={_STEPS.value}",
         f"--pgd_restarts={_RESTARTS.value}",
         f"--n_examples={_N.value}",
+        f"--batch_size={EVALUATE_BATCH_SIZE}",
         f"--eps={_EPS.value:g}",
         f"--results={results_path}",
     ]

@@ -130,9 +130,9 @@ class AdversarialTrainer(keras.Model):
             return {name: tf.reshape(value, [1]) for name, value in logs.items()}
         return logs
 
-    # The step and the method's gradient are traced without AutoGraph, whose rewriting of their
-    # source was a third of a training run's tracing time: their control flow is Python over
-    # static values, or tf.cond and tf.while_loop written out.
+    # The step and the method's gradient are traced without AutoGraph: their control flow is
+    # Python over static values, or tf.cond and tf.while_loop written out, so its rewriting of
+    # their source at every first trace would buy nothing.
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
         x, y = data[0], data[1]
