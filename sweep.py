@@ -29,7 +29,7 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 import train  # noqa: E402
-from fbat_tf import sweeps, training  # noqa: E402
+from fbat_tf import sweeps  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -50,9 +50,13 @@ def definition_path(name: str) -> str:
 
 
 def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str) -> None:
-    """Raise DefinitionError naming the cell and what is wrong, before anything runs."""
-    from fbat_tf import data, methods
+    """Raise DefinitionError naming the cell and what is wrong, before anything runs.
 
+    The flags and run directories of every cell are checked first, before TensorFlow loads, so
+    that a mistake there is reported at once. Then come the method options of the cells still to
+    train and the data of the cells still to evaluate: a sweep whose cells are all done never
+    loads TensorFlow."""
+    to_train, to_evaluate = [], []
     for cell in cells:
         reserved = sorted(set(cell.flags) & set(RESERVED))
         if reserved:
@@ -67,15 +71,28 @@ def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: st
             values(["train.py", *words, f"--workdir={cell_dir}"])
         except absl_flags.Error as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
+        try:
+            state = train.check_workdir(cell_dir, train.run_flags(values))
+        except ValueError as error:
+            raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
+        if state != "complete":  # a finished run has shown that its options are valid
+            to_train.append((cell, cell_dir, values))
+        if sweeps.cell_state(cell_dir, definition) != "done":
+            to_evaluate.append(cell)
+    if not to_evaluate:
+        return
+
+    from fbat_tf import data, methods
+
+    for cell, cell_dir, values in to_train:
         config = train.config_from_flags(cell_dir, values)
         try:
             methods.create(config.method, eps=config.eps, **config.method_options)
-            train.check_workdir(cell_dir, train.run_flags(values))
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
     for dataset, data_dir, download in {
         (c.flags.get("dataset", "cifar10"), c.flags.get("data_dir"), c.flags.get("download", True))
-        for c in cells
+        for c in to_evaluate
     }:
         try:
             data.check_available(dataset, data_dir, download)
@@ -105,6 +122,8 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
+    from fbat_tf import training
+
     spent = {}
     start = time.perf_counter()
     if sweeps.cell_state(cell_dir) in ("new", "started"):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+from fbat_tf.catalog import STRATEGIES
 
 
 def create_strategy(name: str) -> tf.distribute.Strategy:

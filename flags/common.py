@@ -9,9 +9,9 @@ import os
 
 from absl import flags
 
-from fbat_tf import data, distribute
+from fbat_tf import catalog
 
-DATASET = flags.DEFINE_enum("dataset", "cifar10", data.names(), "Dataset name.")
+DATASET = flags.DEFINE_enum("dataset", "cifar10", list(catalog.DATASETS), "Dataset name.")
 DATA_DIR = flags.DEFINE_string(
     "data_dir",
     None,
@@ -36,7 +36,7 @@ JIT_COMPILE = flags.DEFINE_enum(
 STRATEGY = flags.DEFINE_enum(
     "strategy",
     "default",
-    list(distribute.STRATEGIES),
+    list(catalog.STRATEGIES),
     "tf.distribute strategy; --batch_size is the global batch, split over the replicas "
     "(see BUILD.md).",
 )

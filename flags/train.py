@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from absl import flags
 
-from fbat_tf import methods, models
-from fbat_tf.methods.fast_bat import IMPLICIT_GRADIENTS, LINEARIZATIONS
+from fbat_tf import catalog
 from flags import common
 from flags.common import eps_flag
 
 # What to train.
-METHOD = flags.DEFINE_enum("method", "fastbat", methods.names(), "Training method.")
-MODEL = flags.DEFINE_enum("model", "preact_resnet18", models.names(), "Architecture.")
+METHOD = flags.DEFINE_enum("method", "fastbat", list(catalog.METHODS), "Training method.")
+MODEL = flags.DEFINE_enum("model", "preact_resnet18", list(catalog.MODELS), "Architecture.")
 WIDTH = flags.DEFINE_integer(
     "width", None, "Base channel count (default: the architecture's standard).", lower_bound=1
 )
 ACTIVATION = flags.DEFINE_enum(
-    "activation", "relu", ["relu", "softplus", "swish"], "Nonlinearity of the model."
+    "activation", "relu", list(catalog.ACTIVATIONS), "Nonlinearity of the model."
 )
 EPS = eps_flag("eps", 8.0, "Training perturbation budget ε.")
 
@@ -53,7 +52,7 @@ IG_COEF = flags.DEFINE_float(
     "ig_coef", 0.1, "Fast-BAT implicit-gradient coefficient c = α2/(λ·α1).", lower_bound=0.0
 )
 IG = flags.DEFINE_enum(
-    "ig", "hessian_free", list(IMPLICIT_GRADIENTS), "Fast-BAT implicit gradient."
+    "ig", "hessian_free", list(catalog.IMPLICIT_GRADIENTS), "Fast-BAT implicit gradient."
 )
 CG_STEPS = flags.DEFINE_integer(
     "cg_steps", 3, "Conjugate-gradient steps of --ig=hessian_aware.", lower_bound=1
@@ -66,7 +65,7 @@ IMPLICIT_AUTODIFF = flags.DEFINE_enum(
     "GPU/TPU, backward_over_backward on CPU.",
 )
 LINEARIZATION = flags.DEFINE_enum(
-    "linearization", "pgd_nosign", list(LINEARIZATIONS), "Fast-BAT linearization point z."
+    "linearization", "pgd_nosign", list(catalog.LINEARIZATIONS), "Fast-BAT linearization point z."
 )
 GA_COEF = flags.DEFINE_float(
     "ga_coef",

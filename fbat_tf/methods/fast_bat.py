@@ -24,10 +24,8 @@ import tensorflow as tf
 
 from fbat_tf import constraints, device
 from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
-
-LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
-IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware")
 
 
 def default_lambda_inv(eps: float) -> float:

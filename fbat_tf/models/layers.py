@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import keras
 import numpy as np
 
-ACTIVATIONS = ("relu", "softplus", "swish")
+from fbat_tf.catalog import ACTIVATIONS
 
 # A zero-argument factory of initializers. Each layer needs its own instance: an unseeded Keras
 # initializer fixes its seed when constructed, so one shared instance would give every layer

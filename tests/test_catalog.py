@@ -1,0 +1,39 @@
+"""The catalog names what the registries build, and the entry points parse their flags without
+loading TensorFlow, so that a bad command fails at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fbat_tf import catalog, data, distribute, methods, models
+from fbat_tf.methods import fast_bat
+from fbat_tf.models import layers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_each_registry_builds_exactly_the_catalogued_names():
+    assert tuple(data.names()) == catalog.DATASETS
+    assert tuple(models.names()) == catalog.MODELS
+    assert tuple(methods.names()) == catalog.METHODS
+    assert distribute.STRATEGIES == catalog.STRATEGIES
+    assert layers.ACTIVATIONS == catalog.ACTIVATIONS
+    assert fast_bat.IMPLICIT_GRADIENTS == catalog.IMPLICIT_GRADIENTS
+    assert fast_bat.LINEARIZATIONS == catalog.LINEARIZATIONS
+
+
+@pytest.mark.parametrize("entry_point", ["train", "sweep", "evaluate", "export.cli"])
+def test_entry_points_define_their_flags_without_tensorflow(entry_point):
+    code = (
+        f"import sys; import {entry_point}; "
+        "loaded = sorted(m for m in ('tensorflow', 'keras', 'tensorflow_datasets') "
+        "if m in sys.modules); print(loaded); sys.exit(1 if loaded else 0)"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stdout + child.stderr[-2000:]
