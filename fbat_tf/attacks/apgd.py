@@ -19,6 +19,8 @@ computed in float32. The 100 iterations are one `tf.while_loop` inside a `tf.fun
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -90,6 +92,24 @@ def _per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(values, [-1] + [1] * (len(like.shape) - 1))
 
 
+class _Iterate(NamedTuple):
+    """The per-example state APGD's loop carries from one iteration to the next."""
+
+    x_adv: tf.Tensor
+    x_previous: tf.Tensor
+    grad: tf.Tensor
+    x_best_adv: tf.Tensor
+    fooled: tf.Tensor
+    increases: tf.Tensor
+    loss_previous: tf.Tensor
+    x_best: tf.Tensor
+    grad_best: tf.Tensor
+    loss_best: tf.Tensor
+    step_size: tf.Tensor
+    reduced_last_check: tf.Tensor
+    loss_best_last_check: tf.Tensor
+
+
 class APGD:
     def __init__(
         self,
@@ -133,7 +153,10 @@ class APGD:
             is_checkpoint[at - 1], window[at - 1] = True, length
         self._is_checkpoint = tf.constant(is_checkpoint)
         self._window = tf.constant(window)
-        self._run = tf.function(self._single_run, jit_compile=jit_compile, reduce_retracing=True)
+        # Written-out loops, traced without AutoGraph: it would only add rewriting time.
+        self._run = tf.function(
+            self._single_run, jit_compile=jit_compile, reduce_retracing=True, autograph=False
+        )
 
     @property
     def targeted(self) -> bool:
@@ -199,9 +222,15 @@ class APGD:
         loss, logits, grad = one_draw()
         if self.eot_iter > 1:
             # A graph loop, so that EOT-20 adds one copy of the model to the graph, not 20.
-            for _ in tf.range(self.eot_iter - 1):
+            def draw_more(j, loss, logits, grad):
                 loss, logits, more = one_draw()
-                grad += more
+                return j + 1, loss, logits, grad + more
+
+            _, loss, logits, grad = tf.while_loop(
+                lambda j, *_: j < self.eot_iter - 1,
+                draw_more,
+                (tf.constant(0), loss, logits, grad),
+            )
         return loss, logits, grad / float(self.eot_iter)
 
     def _single_run(self, model: keras.Model, x: tf.Tensor, y, target, seed):
@@ -220,17 +249,40 @@ class APGD:
 
         loss, logits, grad = self._loss_and_gradient(model, x_adv, y, target)
         fooled = correct(logits, y) < 0.5
-        x_best_adv = x_adv
-        x_best, loss_best, grad_best = x_adv, loss, grad
         step_size = tf.fill(tf.shape(loss), _INITIAL_STEP * eps)
-        x_previous = x_adv
-        loss_previous = loss
-        increases = tf.zeros_like(loss, tf.int32)
-        reduced_last_check = tf.ones_like(fooled)
-        loss_best_last_check = loss_best
+        start = _Iterate(
+            x_adv=x_adv,
+            x_previous=x_adv,
+            grad=grad,
+            x_best_adv=x_adv,
+            fooled=fooled,
+            increases=tf.zeros_like(loss, tf.int32),
+            loss_previous=loss,
+            x_best=x_adv,
+            grad_best=grad,
+            loss_best=loss,
+            step_size=step_size,
+            reduced_last_check=tf.ones_like(fooled),
+            loss_best_last_check=loss,
+        )
         step_sizes = tf.TensorArray(step_size.dtype, size=self.steps, element_shape=loss.shape)
 
-        for i in tf.range(self.steps):
+        def iteration(i, step_sizes, state):
+            (
+                x_adv,
+                x_previous,
+                grad,
+                x_best_adv,
+                fooled,
+                increases,
+                loss_previous,
+                x_best,
+                grad_best,
+                loss_best,
+                step_size,
+                reduced_last_check,
+                loss_best_last_check,
+            ) = state
             step_sizes = step_sizes.write(i, step_size)
             # The paper's Algorithm 1: a projected sign step to z, then the momentum average
             # x + α(z − x) + (1 − α)(x − x_previous); the first step has no momentum.
@@ -277,5 +329,27 @@ class APGD:
             reduced_last_check = tf.where(at_checkpoint, halve, reduced_last_check)
             loss_best_last_check = tf.where(at_checkpoint, loss_best, loss_best_last_check)
             increases = tf.where(at_checkpoint, tf.zeros_like(increases), increases)
+            return (
+                i + 1,
+                step_sizes,
+                _Iterate(
+                    x_adv,
+                    x_previous,
+                    grad,
+                    x_best_adv,
+                    fooled,
+                    increases,
+                    loss_previous,
+                    x_best,
+                    grad_best,
+                    loss_best,
+                    step_size,
+                    reduced_last_check,
+                    loss_best_last_check,
+                ),
+            )
 
-        return fooled, x_best_adv, step_sizes.stack()
+        _, step_sizes, state = tf.while_loop(
+            lambda i, *_: i < self.steps, iteration, (tf.constant(0), step_sizes, start)
+        )
+        return state.fooled, state.x_best_adv, step_sizes.stack()

@@ -138,7 +138,8 @@ class FAB:
         self.beta = float(beta)
         self.seed = int(seed)
         self._calls = 0
-        self._run = tf.function(self._single_run, reduce_retracing=True)
+        # A written-out loop, traced without AutoGraph: it would only add rewriting time.
+        self._run = tf.function(self._single_run, reduce_retracing=True, autograph=False)
 
     def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)
@@ -214,7 +215,7 @@ class FAB:
         best = x0
         best_norm = tf.fill([n], tf.constant(np.inf, x0.dtype))
 
-        for _ in tf.range(self.steps):
+        def step(i, x1, best, best_norm):
             # get_diff_logits_grads_batch_targeted: the linearized boundary f_t − f_y = 0 at x1.
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(x1)
@@ -256,6 +257,11 @@ class FAB:
             best_norm = tf.where(improved, norm, best_norm)
             # Backward step towards the original point once adversarial (β).
             x1 = tf.where(per_example(is_adv), x0 + self.beta * (x1 - x0), x1)
+            return i + 1, x1, best, best_norm
+
+        _, _, best, best_norm = tf.while_loop(
+            lambda i, *_: i < self.steps, step, (tf.constant(0), x1, best, best_norm)
+        )
 
         # FABAttack.perturb counts only points within ε that the model misclassifies.
         predicted = tf.argmax(model(best, training=False), -1, output_type=tf.int32)
