@@ -169,53 +169,6 @@ def _mtimes(directory) -> dict[str, float]:
     }
 
 
-def test_killed_sweep_resumes_without_redoing_cells_also_from_committed_results(tmp_path):
-    path = write_definition(tmp_path, [{"method": ["fastat"], "eps": [8], "seed": [0]}])
-    out = tmp_path / "out"
-    cell = out / "fastat-eps8-seed0"
-
-    # Kill the sweep while its cell trains.
-    sweep = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", wait=False)
-    deadline = time.time() + 600
-    while not (cell / sweeps.FLAGS_FILE).exists():
-        assert sweep.poll() is None
-        assert time.time() < deadline
-        time.sleep(0.5)
-    os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and the train.py it runs
-    sweep.wait()
-    assert sweeps.cell_state(str(cell)) in ("started", "trained")
-
-    resumed = run_sweep(f"--sweep={path}", f"--sweep_dir={out}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "1 cells, 0 done, 1 to run" in resumed.stdout
-    assert "[1/1] fastat-eps8-seed0" in resumed.stdout
-    assert sweeps.cell_state(str(cell)) == "done"
-    done = _mtimes(cell)
-
-    # Run again: the finished cell is neither redone nor rewritten.
-    again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "1 cells, 1 done, 0 to run" in again.stdout
-    assert _mtimes(cell) == done
-
-    # A fresh clone holds only the committed files of each cell: nothing runs again.
-    clone = tmp_path / "clone"
-    (clone / cell.name).mkdir(parents=True)
-    for name in COMMITTED:
-        shutil.copy(cell / name, clone / cell.name / name)
-    again = run_sweep(f"--sweep={path}", f"--sweep_dir={clone}")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "1 cells, 1 done, 0 to run" in again.stdout
-    assert not (clone / "logs").exists()  # no program was started
-    report = json.loads((clone / "sweep.json").read_text())
-    with open(cell / sweeps.EVAL_AUTOATTACK) as f:
-        autoattack = json.load(f)
-    assert (
-        report["cells"][0]["autoattack"]["robust_accuracy"]
-        == autoattack["robust_accuracy"]["autoattack@8"]
-    )
-
-
 # Report -------------------------------------------------------------------------------------------
 
 
@@ -323,14 +276,17 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
 # The paper kit --------------------------------------------------------------------------------
 
 
-def test_paper_kit_end_to_end_on_mocked_cifar10_with_paper_against_measured(tmp_path):
-    """configs/sweeps/paper_table2.json with a tiny model and one of its cells, on CIFAR-10
-    read through mocked TFDS in every program the sweep starts."""
+def test_paper_kit_killed_resumed_and_reported_from_committed_results(tmp_path):
+    """configs/sweeps/paper_table2.json with one of its cells and a small CNN in place of its
+    PreActResNet-18, on CIFAR-10 read through mocked TFDS in every program the sweep starts
+    (test_train_cli trains PreActResNet-18 with Fast-BAT on mocked CIFAR-10). The sweep is
+    killed while its cell trains, resumed, run again, and reported from a clone that holds only
+    the committed files: paper against measured."""
     with open(os.path.join(ROOT, "configs", "sweeps", "paper_table2.json")) as f:
         kit = json.load(f)
     assert kit["flags"]["dataset"] == "cifar10" and kit["flags"]["model"] == "preact_resnet18"
     kit["flags"].update(
-        model="preact_resnet18",
+        model="small_cnn",
         width=4,
         epochs=2,
         batch_size=8,
@@ -347,29 +303,62 @@ def test_paper_kit_end_to_end_on_mocked_cifar10_with_paper_against_measured(tmp_
     path = tmp_path / "paper_table2.json"
     path.write_text(json.dumps(kit))
     out = tmp_path / "out"
+    cell = out / "fastbat-eps8-seed0"
     env = {
         "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "tests", "mock_tfds"), ROOT]),
         "FBAT_MOCK_EXAMPLES": "40",
     }
-    result = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "[1/1] fastbat-eps8-seed0" in result.stdout
 
-    report = json.loads((out / "sweep.json").read_text())
-    rows = {(r["method"], r["eps"], r["metric"]): r for r in report["paper_vs_measured"]}
-    with open(out / "fastbat-eps8-seed0" / sweeps.EVAL_AUTOATTACK) as f:
+    # Kill the sweep while its cell trains.
+    sweep = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env, wait=False)
+    deadline = time.time() + 600
+    while not (cell / sweeps.FLAGS_FILE).exists():
+        assert sweep.poll() is None
+        assert time.time() < deadline
+        time.sleep(0.5)
+    os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and the train.py it runs
+    sweep.wait()
+    assert sweeps.cell_state(str(cell)) in ("started", "trained")
+
+    resumed = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "1 cells, 0 done, 1 to run" in resumed.stdout
+    assert "[1/1] fastbat-eps8-seed0" in resumed.stdout
+    assert sweeps.cell_state(str(cell)) == "done"
+    done = _mtimes(cell)
+
+    # Run again: the finished cell is neither redone nor rewritten.
+    again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "1 cells, 1 done, 0 to run" in again.stdout
+    assert _mtimes(cell) == done
+
+    # A fresh clone holds only the committed files of each cell: nothing runs again.
+    clone = tmp_path / "clone"
+    (clone / cell.name).mkdir(parents=True)
+    for name in COMMITTED:
+        shutil.copy(cell / name, clone / cell.name / name)
+    again = run_sweep(f"--sweep={path}", f"--sweep_dir={clone}", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "1 cells, 1 done, 0 to run" in again.stdout
+    assert not (clone / "logs").exists()  # no program was started
+
+    report = json.loads((clone / "sweep.json").read_text())
+    with open(cell / sweeps.EVAL_AUTOATTACK) as f:
         autoattack = json.load(f)["robust_accuracy"]["autoattack@8"]
+    assert report["cells"][0]["autoattack"]["robust_accuracy"] == autoattack
+    rows = {(r["method"], r["eps"], r["metric"]): r for r in report["paper_vs_measured"]}
     row = rows["fastbat", 8, "autoattack"]
     assert row["paper_mean"] == 45.19
     assert row["measured_mean"] == pytest.approx(100 * autoattack)
     assert row["difference"] == pytest.approx(100 * autoattack - 45.19)
-    assert row["measured_runs"] == [str(out / "fastbat-eps8-seed0")]
+    assert row["measured_runs"] == [str(clone / "fastbat-eps8-seed0")]
     assert rows["fastat", 8, "clean"]["paper_mean"] == 82.39
     assert rows["fastat", 8, "clean"]["measured_mean"] is None  # not in this grid
     # Published numbers without a measured cell (ε = 16 was not run) say so.
     unmeasured = [r for r in report["paper_vs_measured"] if r["eps"] == 16]
     assert unmeasured and all(r["measured_mean"] is None for r in unmeasured)
-    table = (out / "sweep.md").read_text()
+    table = (clone / "sweep.md").read_text()
     assert "## Paper against measured" in table
     line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | autoattack"))
     assert f"| 45.19 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
