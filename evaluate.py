@@ -72,6 +72,15 @@ def label(name: str) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
+    results_path = eval_flags.RESULTS.value or os.path.join(
+        model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or ".",
+        f"eval-{eval_flags.SPLIT.value}.json",
+    )
+    multi_worker = common.STRATEGY.value == "multi_worker"
+    if os.path.exists(results_path) and not multi_worker:  # told before TensorFlow loads
+        sys.exit(f"error: {results_path} exists; pass another --results")
+
     import tempfile
 
     import keras
@@ -82,11 +91,6 @@ def main(argv: list[str]) -> None:
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
     strategy = distribute.create_strategy(common.STRATEGY.value)
-    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
-    results_path = eval_flags.RESULTS.value or os.path.join(
-        model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or ".",
-        f"eval-{eval_flags.SPLIT.value}.json",
-    )
     if not distribute.is_chief(strategy):
         # Every worker computes the same results; only the chief writes them where asked.
         results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")

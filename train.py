@@ -119,25 +119,31 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from fbat_tf import data, distribute, methods
+    # The run directory first: a finished run, or one with other flags, is told at once,
+    # before TensorFlow loads.
+    workdir = train_flags.WORKDIR.value or default_workdir()
+    current = run_flags()
+    try:
+        state = check_workdir(workdir, current)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    if state == "complete":
+        print(f"{workdir} holds a finished run with these flags; see its results.json.")
+        if _chief():
+            export_once(workdir)
+        return
+
+    from fbat_tf import data, methods
 
     # Checks that need more than one flag, before anything is created.
     try:
-        config = config_from_flags(train_flags.WORKDIR.value or default_workdir())
+        config = config_from_flags(workdir)
         methods.create(config.method, eps=config.eps, **config.method_options)
         source = data.check_available(config.dataset, config.data_dir, config.download)
-        current = run_flags()
-        state = check_workdir(config.workdir, current)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 
-    # Under multi_worker every worker runs this command; only the chief writes into the workdir.
-    chief = distribute.is_chief_process(config.strategy)
-    if state == "complete":
-        print(f"{config.workdir} holds a finished run with these flags; see its results.json.")
-        if chief:
-            export_once(config)
-        return
+    chief = _chief()
     print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
     if chief:
         os.makedirs(config.workdir, exist_ok=True)
@@ -161,20 +167,34 @@ def main(argv: list[str]) -> None:
         f"{os.path.join(config.workdir, 'results.json')}"
     )
     if chief:
-        export_once(config)
+        export_once(config.workdir)
 
 
-def export_once(config) -> None:
+def _chief() -> bool:
+    """Under multi_worker every worker runs this command; only the chief writes into the
+    workdir."""
+    if common.STRATEGY.value != "multi_worker":
+        return True
+    from fbat_tf import distribute
+
+    return distribute.is_chief_process(common.STRATEGY.value)
+
+
+def export_once(workdir: str) -> None:
     """Export the run's best model, unless asked not to or a version of it already exists."""
     if not train_flags.EXPORT.value:
         return
-    from export import savedmodel, versions
+    from export import versions
 
-    export_dir = train_flags.EXPORT_DIR.value or os.path.join(config.workdir, "export")
-    name = versions.run_name(config.dataset, config.model, config.method)
+    export_dir = train_flags.EXPORT_DIR.value or os.path.join(workdir, "export")
+    name = versions.run_name(
+        common.DATASET.value, train_flags.MODEL.value, train_flags.METHOD.value
+    )
     if versions.existing_versions(os.path.join(export_dir, name)):
         return
-    path = savedmodel.export_run(config.workdir, export_dir=export_dir, name=name)
+    from export import savedmodel
+
+    path = savedmodel.export_run(workdir, export_dir=export_dir, name=name)
     print(f"SavedModel for TF-Serving: {path}")
 
 

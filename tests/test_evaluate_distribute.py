@@ -96,10 +96,10 @@ def run(strategy_name, batch_size, fold):
 
 
 results = {}
-for batch_size in (4, 3):
-    results[f"default/{batch_size}"] = run("default", batch_size, fold=False)
-    results[f"mirrored/{batch_size}"] = run("mirrored", batch_size, fold=False)
-results["mirrored-folded/3"] = run("mirrored", 3, fold=True)
+for key in sys.argv[1:]:  # e.g. mirrored-folded/3
+    strategy, batch_size = key.split("/")
+    name = strategy.removesuffix("-folded")
+    results[key] = run(name, int(batch_size), fold=strategy.endswith("-folded"))
 print("RESULT " + json.dumps(results))
 """
 
@@ -144,10 +144,14 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     """PGD and a short AutoAttack (APGD-CE, APGD-T) on 10 examples: batches of 4 split 2 + 2
     (the last 1 + 1), batches of 3 split 2 + 1 (the last 1 + an empty shard); the attacked
     model's weights as variables mirrored on both devices, and folded into constants."""
-    child = _child(LIBRARY)
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, child.stderr[-3000:]
-    results = json.loads(lines[-1][len("RESULT ") :])
+    shares = (("default/4", "default/3", "mirrored/4"), ("mirrored/3", "mirrored-folded/3"))
+    children = [_start(LIBRARY, *keys) for keys in shares]  # side by side
+    results = {}
+    for process in children:
+        child = _finish(process)
+        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+        assert child.returncode == 0 and lines, child.stderr[-3000:]
+        results.update(json.loads(lines[-1][len("RESULT ") :]))
 
     single = _counts(results["default/4"])
     # The comparison means something: the attacks break some examples, not all.
