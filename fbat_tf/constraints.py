@@ -7,6 +7,7 @@ with `inactive_mask`.
     delta = random_init(x, eps, seed)            # P_C(U[-ε, ε]^d)
     delta = project(delta + step * grad, x, eps)
     mask = inactive_mask(delta, x, eps)          # 1 where neither bound is active
+    check_in_ball(x_adv, x, eps)                 # raise unless x_adv lies in x + C
 """
 
 from __future__ import annotations
@@ -51,3 +52,19 @@ def inactive_mask(
     upper = tf.minimum(eps, 1.0 - x) - tau
     inside = tf.logical_and(delta > lower, delta < upper)
     return tf.cast(inside, delta.dtype)
+
+
+def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
+    """Raise if ‖x_adv − x‖∞ > ε + tol, x_adv leaves [0, 1] or is not finite: such a batch must
+    not count (NaN fails no comparison, so it is tested on its own)."""
+    finite = tf.math.is_finite(tf.cast(x_adv, tf.float32))
+    if not bool(tf.reduce_all(finite)):
+        bad = int(tf.size(finite)) - int(tf.reduce_sum(tf.cast(finite, tf.int32)))
+        raise AssertionError(f"adversarial batch outside C: {bad} values are NaN or infinite")
+    distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
+    low, high = float(tf.reduce_min(x_adv)), float(tf.reduce_max(x_adv))
+    if distance > eps + tol or low < -tol or high > 1 + tol:
+        raise AssertionError(
+            f"adversarial batch outside C: ‖δ‖∞ = {distance:.3g} (ε = {eps:.3g}), "
+            f"range [{low:.3g}, {high:.3g}]"
+        )

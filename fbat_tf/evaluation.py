@@ -28,6 +28,7 @@ from fbat_tf import data, models
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
+from fbat_tf.constraints import check_in_ball
 
 
 def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, dict[str, Any]]:
@@ -130,22 +131,6 @@ def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
         f"{path} is neither a training run directory (results.json), a SavedModel directory "
         "(saved_model.pb) nor a .keras file"
     )
-
-
-def check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, tol: float = 1e-6) -> None:
-    """Raise if ‖x_adv − x‖∞ > ε + tol, x_adv leaves [0, 1] or is not finite: such a batch must
-    not count (NaN fails no comparison, so it is tested on its own)."""
-    finite = tf.math.is_finite(tf.cast(x_adv, tf.float32))
-    if not bool(tf.reduce_all(finite)):
-        bad = int(tf.size(finite)) - int(tf.reduce_sum(tf.cast(finite, tf.int32)))
-        raise AssertionError(f"adversarial batch outside C: {bad} values are NaN or infinite")
-    distance = float(tf.reduce_max(tf.abs(tf.cast(x_adv, tf.float32) - tf.cast(x, tf.float32))))
-    low, high = float(tf.reduce_min(x_adv)), float(tf.reduce_max(x_adv))
-    if distance > eps + tol or low < -tol or high > 1 + tol:
-        raise AssertionError(
-            f"adversarial batch outside C: ‖δ‖∞ = {distance:.3g} (ε = {eps:.3g}), "
-            f"range [{low:.3g}, {high:.3g}]"
-        )
 
 
 def pgd_attacks(

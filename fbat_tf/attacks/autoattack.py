@@ -39,6 +39,7 @@ import tensorflow as tf
 
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.losses import correct
+from fbat_tf.constraints import check_in_ball
 
 Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -70,9 +71,6 @@ def rand_attacks(eps: float, seed: int = 0) -> dict[str, Attack]:
 
 
 def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> None:
-    # Imported here: evaluation.py may import this module.
-    from fbat_tf.evaluation import check_in_ball
-
     try:
         check_in_ball(x_adv, x, eps)
     except AssertionError as error:

@@ -1,4 +1,4 @@
-"""Per-example classification losses shared by training methods and attacks.
+"""Per-example classification losses and measures shared by training methods and attacks.
 
 Every loss takes logits [batch, classes] and integer labels [batch] and returns one value per
 example, computed in at least float32 whatever the model's compute dtype (16-bit logits are
@@ -7,6 +7,7 @@ cast first, DESIGN.md §2):
     ce = cross_entropy(model(x, training=False), y)        # [batch]
     margin = dlr(logits, y)                                 # Croce & Hein (2020), APGD-DLR
     targeted = dlr_targeted(logits, y, targets)             # their targeted variant
+    aligned = cosine_per_example(grad_a, grad_b)            # GradAlign's per-example cosine
 """
 
 from __future__ import annotations
@@ -68,3 +69,12 @@ def dlr_targeted(logits: tf.Tensor, labels: tf.Tensor, targets: tf.Tensor) -> tf
     target_logit = tf.gather(logits, tf.cast(targets, tf.int32), axis=1, batch_dims=1)
     top = tf.math.top_k(logits, k=4).values
     return -(true_logit - target_logit) / (top[:, 0] - 0.5 * (top[:, 2] + top[:, 3]) + 1e-12)
+
+
+def cosine_per_example(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """cos(a_i, b_i) of the flattened per-example rows; 0 where either row is 0."""
+    a = tf.reshape(a, [tf.shape(a)[0], -1])
+    b = tf.reshape(b, [tf.shape(b)[0], -1])
+    dot = tf.reduce_sum(a * b, axis=1)
+    norms = tf.norm(a, axis=1) * tf.norm(b, axis=1)
+    return tf.math.divide_no_nan(dot, norms)

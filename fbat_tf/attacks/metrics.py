@@ -15,8 +15,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.losses import cross_entropy
-from fbat_tf.methods.fast_at_ga import cosine_per_example
+from fbat_tf.attacks.losses import cosine_per_example, cross_entropy
 
 
 def _input_gradient(model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.attacks.losses import correct, cosine_per_example, cross_entropy
 from fbat_tf.methods.base import Method, fgsm_step, input_gradient, per_example_scale, scaled
 
 
@@ -28,15 +28,6 @@ def default_ga_coef(eps: float) -> float:
     if eps >= high:
         return 2.0
     return 0.2 * math.pow(10.0, (eps - low) / (high - low))
-
-
-def cosine_per_example(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """cos(a_i, b_i) of the flattened per-example rows; 0 where either row is 0."""
-    a = tf.reshape(a, [tf.shape(a)[0], -1])
-    b = tf.reshape(b, [tf.shape(b)[0], -1])
-    dot = tf.reduce_sum(a * b, axis=1)
-    norms = tf.norm(a, axis=1) * tf.norm(b, axis=1)
-    return tf.math.divide_no_nan(dot, norms)
 
 
 class FastATGradAlign(Method):

@@ -1,0 +1,139 @@
+"""The library's imports go down the layers of DESIGN.md §1 and never in a loop, read from the
+source with `ast` (every import, also those inside functions)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "fbat_tf")
+
+# Bottom up. A module may import modules of lower layers, and modules of its own package (its
+# siblings in attacks/, data/, methods/ or models/); the longest matching prefix gives a
+# module's layer.
+LAYERS = (
+    ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints", "fbat_tf.device"),
+    ("fbat_tf.distribute", "fbat_tf.schedules", "fbat_tf.attacks.losses"),
+    ("fbat_tf.models", "fbat_tf.data"),
+    ("fbat_tf.attacks",),
+    ("fbat_tf.methods",),
+    ("fbat_tf.trainer", "fbat_tf.evaluation"),
+    ("fbat_tf.callbacks",),
+    ("fbat_tf.training", "fbat_tf.run", "fbat_tf.sweeps"),
+)
+
+
+def module_names() -> dict[str, str]:
+    """Dotted module name -> source path, for every module of the package."""
+    found = {}
+    for top, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(top, name)
+                dotted = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+                found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: str, modules: set[str]) -> set[str]:
+    """The package's modules that the file at `path` imports (`from a import b` names a.b when
+    that is a module, else a)."""
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                names.add(child if child in modules else node.module)
+    return {name for name in names if name in modules}
+
+
+def layer(module: str) -> int:
+    best = None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), index)
+    assert best is not None, f"{module} has no layer in LAYERS"
+    return best[1]
+
+
+def package(module: str, modules: dict[str, str]) -> str:
+    """The package a module belongs to: itself for a package or a module of fbat_tf's top level
+    (each is its own unit there), else its parent (attacks, data, methods, models)."""
+    parent = module.rpartition(".")[0]
+    if modules[module].endswith("__init__.py") or parent == "fbat_tf":
+        return module
+    return parent
+
+
+def graph() -> dict[str, set[str]]:
+    modules = module_names()
+    return {name: imports(path, set(modules)) - {name} for name, path in modules.items()}
+
+
+def upward_imports(edges: dict[str, set[str]], packages: dict[str, str]) -> list[str]:
+    """Imports of a module's own layer or above, outside its package."""
+    return [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in sorted(edges.items())
+        for target in sorted(targets)
+        if layer(target) >= layer(module)
+        and packages[module] != packages[target]
+        and packages[target] != module  # a package's __init__ re-exports its modules
+    ]
+
+
+def loops(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Import loops, each as the modules along it (depth-first search)."""
+    state: dict[str, str] = {}
+    found = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            if state.get(target) == "open":
+                found.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    return found
+
+
+def test_every_import_goes_down_a_layer_or_stays_in_its_package():
+    modules = module_names()
+    packages = {name: package(name, modules) for name in modules}
+    wrong = upward_imports(graph(), packages)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_loop():
+    found = loops(graph())
+    assert not found, "\n".join(" -> ".join(loop) for loop in found)
+
+
+def test_the_checks_report_a_loop_and_an_upward_import():
+    """On a made-up graph with the two faults the package once had: evaluation and AutoAttack
+    importing each other, and attacks.metrics importing from a training method."""
+    edges = {
+        "fbat_tf.evaluation": {"fbat_tf.attacks.autoattack"},
+        "fbat_tf.attacks.autoattack": {"fbat_tf.evaluation"},
+        "fbat_tf.attacks.metrics": {"fbat_tf.methods.fast_at_ga"},
+        "fbat_tf.methods.fast_at_ga": {"fbat_tf.attacks.losses"},
+        "fbat_tf.attacks.losses": set(),
+    }
+    packages = {name: name.rpartition(".")[0] for name in edges}
+    assert loops(edges) == [
+        ["fbat_tf.attacks.autoattack", "fbat_tf.evaluation", "fbat_tf.attacks.autoattack"]
+    ]
+    assert upward_imports(edges, packages) == [
+        "fbat_tf.attacks.autoattack (layer 3) imports fbat_tf.evaluation (layer 5)",
+        "fbat_tf.attacks.metrics (layer 3) imports fbat_tf.methods.fast_at_ga (layer 4)",
+    ]
