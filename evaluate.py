@@ -27,6 +27,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
+from fbat_tf.run import Run  # noqa: E402
 from flags import common  # noqa: E402
 from flags import evaluate as eval_flags  # noqa: E402
 
@@ -73,10 +74,9 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     model_path = eval_flags.MODEL_PATH.value.rstrip("/")
-    results_path = eval_flags.RESULTS.value or os.path.join(
-        model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or ".",
-        f"eval-{eval_flags.SPLIT.value}.json",
-    )
+    # Beside the model: in the run (or SavedModel) directory, or the .keras file's directory.
+    home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
+    results_path = eval_flags.RESULTS.value or Run(home).eval_path(eval_flags.SPLIT.value)
     multi_worker = common.STRATEGY.value == "multi_worker"
     if os.path.exists(results_path) and not multi_worker:  # told before TensorFlow loads
         sys.exit(f"error: {results_path} exists; pass another --results")

@@ -30,6 +30,7 @@ from absl import flags as absl_flags  # noqa: E402
 
 import train  # noqa: E402
 from fbat_tf import sweeps  # noqa: E402
+from fbat_tf.run import Run  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -122,14 +123,12 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    from fbat_tf import training
-
     spent = {}
     start = time.perf_counter()
     if sweeps.cell_state(cell_dir) in ("new", "started"):
         run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"))
     spent["train"] = time.perf_counter() - start
-    if not os.path.exists(os.path.join(cell_dir, "checkpoints", training.BEST_WEIGHTS)):
+    if not Run(cell_dir).has_best_weights():
         raise RuntimeError(
             f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
             f"the committed results), so it cannot be evaluated: delete {cell_dir}/results.json "

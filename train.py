@@ -14,7 +14,6 @@ CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; s
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 
@@ -23,11 +22,11 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads
 from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
+from fbat_tf.run import Run  # noqa: E402
 from flags import common  # noqa: E402
 from flags import train as train_flags  # noqa: E402
 
 FLAGS = absl_flags.FLAGS
-FLAGS_FILE = "flags.txt"
 
 
 def run_flags(values: absl_flags.FlagValues = FLAGS) -> dict[str, str]:
@@ -58,12 +57,15 @@ def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
 
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
     """'new', 'resume' or 'complete'; ValueError for a run with other flags."""
-    flags_path = os.path.join(workdir, FLAGS_FILE)
-    if not os.path.exists(flags_path):
+    run = Run(workdir)
+    if not os.path.exists(run.flags_path):
         if os.path.isdir(workdir) and os.listdir(workdir):
-            raise ValueError(f"--workdir={workdir} exists, is not empty and holds no {FLAGS_FILE}")
+            raise ValueError(
+                f"--workdir={workdir} exists, is not empty and holds no "
+                f"{os.path.basename(run.flags_path)}"
+            )
         return "new"
-    saved = _saved_flags(flags_path, list(current))
+    saved = _saved_flags(run.flags_path, list(current))
     ignored = set(train_flags.NOT_RUN_DEFINING) | {"workdir"}
     differing = [
         f"{saved[name] or f'--{name} unset'} -> {current[name] or f'--{name} unset'}"
@@ -76,12 +78,7 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
             + "; ".join(differing)
             + "). Use a new --workdir, or the same flags to resume."
         )
-    results = os.path.join(workdir, "results.json")
-    if os.path.exists(results):
-        with open(results) as f:
-            if json.load(f).get("status") == "complete":
-                return "complete"
-    return "resume"
+    return "complete" if run.is_complete() else "resume"
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
@@ -128,7 +125,7 @@ def main(argv: list[str]) -> None:
     except ValueError as error:
         sys.exit(f"error: {error}")
     if state == "complete":
-        print(f"{workdir} holds a finished run with these flags; see its results.json.")
+        print(f"{workdir} holds a finished run with these flags; see {Run(workdir).results_path}.")
         if _chief():
             export_once(workdir)
         return
@@ -148,7 +145,7 @@ def main(argv: list[str]) -> None:
     if chief:
         os.makedirs(config.workdir, exist_ok=True)
     if state == "new" and chief:
-        with open(os.path.join(config.workdir, FLAGS_FILE), "w") as f:
+        with open(Run(config.workdir).flags_path, "w") as f:
             f.writelines(f"{line}\n" for line in current.values() if line)
 
     from fbat_tf.training import train
@@ -164,7 +161,7 @@ def main(argv: list[str]) -> None:
         f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
         f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} "
         f"{final['test_pgd_robust_accuracy']:.4f}{autoattack}; results in "
-        f"{os.path.join(config.workdir, 'results.json')}"
+        f"{Run(config.workdir).results_path}"
     )
     if chief:
         export_once(config.workdir)
@@ -186,7 +183,7 @@ def export_once(workdir: str) -> None:
         return
     from export import versions
 
-    export_dir = train_flags.EXPORT_DIR.value or os.path.join(workdir, "export")
+    export_dir = train_flags.EXPORT_DIR.value or Run(workdir).export_dir
     name = versions.run_name(
         common.DATASET.value, train_flags.MODEL.value, train_flags.METHOD.value
     )

@@ -18,6 +18,7 @@ import sys
 from absl import app, flags
 
 from export import versions
+from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Training run directory: exports its checkpoints/best.weights.h5."
@@ -47,14 +48,12 @@ flags.register_multi_flags_validator(
 )
 flags.register_validator(
     "workdir",
-    lambda value: value is None or os.path.isfile(os.path.join(value, "results.json")),
+    lambda value: value is None or Run(value).is_run(),
     message="not a training run directory (it holds no results.json)",
 )
 flags.register_validator(
     "workdir",
-    lambda value: (
-        value is None or os.path.isfile(os.path.join(value, "checkpoints", "best.weights.h5"))
-    ),
+    lambda value: value is None or Run(value).has_best_weights(),
     message="the run holds no checkpoints/best.weights.h5 yet (no validated epoch)",
 )
 flags.register_validator(
@@ -74,8 +73,7 @@ def _default_name() -> str:
     if _NAME.value is not None:
         return _NAME.value
     if _WORKDIR.value is not None:
-        with open(os.path.join(_WORKDIR.value, "results.json")) as f:
-            config = json.load(f)["config"]
+        config = Run(_WORKDIR.value).config()
         return versions.run_name(config["dataset"], config["model"], config["method"])
     return os.path.basename(_MODEL_PATH.value)[: -len(".keras")]
 
@@ -90,7 +88,7 @@ def main(argv: list[str]) -> None:
     export_dir = _EXPORT_DIR.value
     if export_dir is None:
         source = _WORKDIR.value or os.path.dirname(os.path.abspath(_MODEL_PATH.value))
-        export_dir = os.path.join(source, "export")
+        export_dir = Run(source).export_dir
     try:
         versions.free_version_dir(export_dir, name, _VERSION.value)
     except FileExistsError as error:

@@ -49,6 +49,7 @@ import keras
 import tensorflow as tf
 
 from export import versions
+from fbat_tf.run import Run
 
 MODEL_CARD = os.path.join("assets.extra", "model_card.json")
 FLOAT_SIGNATURE = "serving_default"
@@ -203,7 +204,7 @@ def export_run(
     card = model_card(workdir)
     if name is None:
         name = versions.run_name(card["dataset"], card["model"]["name"], card["method"]["name"])
-    export_dir = export_dir if export_dir is not None else os.path.join(workdir, "export")
+    export_dir = export_dir if export_dir is not None else Run(workdir).export_dir
     versions.free_version_dir(export_dir, name, version)
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
@@ -231,7 +232,7 @@ def export_keras_file(
     if not model_path.endswith(".keras") or not os.path.isfile(model_path):
         raise FileNotFoundError(f"no .keras model file at {model_path}")
     name = name if name is not None else os.path.basename(model_path)[: -len(".keras")]
-    export_dir = export_dir or os.path.join(os.path.dirname(os.path.abspath(model_path)), "export")
+    export_dir = export_dir or Run(os.path.dirname(os.path.abspath(model_path))).export_dir
     versions.free_version_dir(export_dir, name, version)
     classifier = keras.saving.load_model(model_path, compile=False)
     card = {
@@ -249,11 +250,8 @@ def model_card(workdir: str) -> dict[str, Any]:
     has finished, RA-AA until the run records `final["test_aa_robust_accuracy"]`, the training
     time if an epoch lacks its time.
     """
-    path = os.path.join(workdir, "results.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{workdir} holds no results.json: not a training run directory")
-    with open(path) as f:
-        results = json.load(f)
+    run = Run(workdir)
+    results = run.results()
     config = results["config"]
     history = results.get("history", [])
     final = results.get("final") or {}
@@ -287,7 +285,7 @@ def model_card(workdir: str) -> dict[str, Any]:
     return {
         "source": {
             "workdir": os.path.abspath(workdir),
-            "weights": os.path.join("checkpoints", "best.weights.h5"),
+            "weights": run.best_weights_in_run,
             "run_status": results.get("status"),
         },
         "dataset": config["dataset"],

@@ -1,12 +1,13 @@
 """Callbacks of a training run: robust validation with best-model selection, a catastrophic-
 overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
 
+    run = Run(workdir)
     callbacks = [
         EpochTiming(examples_per_epoch),
-        RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path="best.weights.h5"),
-        ResultsLog("results.json", payload),
-        TensorBoard("tensorboard"),                     # after them: it sees what they logged
-        ResumeCheckpoint(trainer, "checkpoints/last"),  # last: an epoch it holds is logged
+        RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path=run.best_weights),
+        ResultsLog(run.results_path, payload),
+        TensorBoard(run.tensorboard_dir),                 # after them: it sees what they logged
+        ResumeCheckpoint(trainer, run.last_checkpoint_dir),  # last: an epoch it holds is logged
     ]
 
 The validation callbacks write into the epoch's `logs` dict under `val_*` keys, so the

@@ -24,38 +24,18 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import data, models
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.constraints import check_in_ball
+from fbat_tf.run import Run
 
 
 def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, dict[str, Any]]:
-    """Rebuild a training run's classifier from its results.json and load its weights.
-
-    `weights`: "best" (best validation robust accuracy) or a path to a .weights.h5 file.
-    """
-    results_path = os.path.join(workdir, "results.json")
-    if not os.path.exists(results_path):
-        raise FileNotFoundError(f"{workdir} holds no results.json: not a training run directory")
-    with open(results_path) as f:
-        config = json.load(f)["config"]
-    info = data.info(config["dataset"])
-    classifier = models.build(
-        config["model"],
-        num_classes=info.num_classes,
-        input_shape=info.image_shape,
-        mean=info.mean,
-        std=info.std,
-        activation=config["activation"],
-        width=config["width"],
-    )
-    path = os.path.join(workdir, "checkpoints", "best.weights.h5") if weights == "best" else weights
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no weights at {path}")
-    classifier.load_weights(path)
-    return classifier, config
+    """A training run's classifier with its weights ("best", the selected checkpoint, or a
+    .weights.h5 path), and the run's saved config."""
+    run = Run(workdir)
+    return run.build_classifier(weights), run.config()
 
 
 Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
@@ -112,7 +92,7 @@ class TransferAttack:
 def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
     """A classifier from a training run directory, a .keras file or a SavedModel directory,
     with what is known of it ({"dataset", "eps"} from the run or the model card, else {})."""
-    if os.path.exists(os.path.join(path, "results.json")):
+    if Run(path).is_run():
         classifier, config = load_classifier(path)
         return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
     if os.path.exists(os.path.join(path, "saved_model.pb")):

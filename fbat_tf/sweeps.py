@@ -35,10 +35,12 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-EVAL_PGD = "eval-pgd.json"
-EVAL_AUTOATTACK = "eval-autoattack.json"
-RESULTS = "results.json"
-FLAGS_FILE = "flags.txt"
+from fbat_tf import run
+
+EVAL_PGD = run.eval_file("pgd")
+EVAL_AUTOATTACK = run.eval_file("autoattack")
+RESULTS = run.RESULTS
+FLAGS_FILE = run.FLAGS
 
 EVALUATION_DEFAULTS = {
     "pgd_steps": 50,
@@ -217,7 +219,7 @@ def pgd_file(eps_values: Sequence[float] | None) -> str:
     """eval-pgd.json for the grid's budgets; eval-pgd-eps64_76.json for budgets added later."""
     if eps_values is None:
         return EVAL_PGD
-    return f"eval-pgd-eps{'_'.join(f'{eps:g}' for eps in eps_values)}.json"
+    return run.eval_file(f"pgd-eps{'_'.join(f'{eps:g}' for eps in eps_values)}")
 
 
 def pgd_results(cell_dir: str) -> dict[str, tuple[float, str]]:
@@ -225,10 +227,7 @@ def pgd_results(cell_dir: str) -> dict[str, tuple[float, str]]:
     with the file each number came from."""
     found: dict[str, tuple[float, str]] = {}
     # eval-pgd.json first: where files overlap, the grid's own evaluation counts.
-    names = sorted(
-        (n for n in _listdir(cell_dir) if n.startswith("eval-pgd") and n.endswith(".json")),
-        key=lambda n: (n != EVAL_PGD, n),
-    )
+    names = sorted(run.Run(cell_dir).eval_files("pgd"), key=lambda n: (n != EVAL_PGD, n))
     for name in names:
         path = os.path.join(cell_dir, name)
         for key, value in _read(path)["robust_accuracy"].items():
@@ -241,10 +240,6 @@ def missing_pgd_eps(definition: Definition, cell_dir: str) -> list[float]:
     evaluation; those added to the grid since, after it)."""
     have = pgd_results(cell_dir)
     return [eps for eps in definition.eps_values() if f"{eps:g}" not in have]
-
-
-def _listdir(path: str) -> list[str]:
-    return os.listdir(path) if os.path.isdir(path) else []
 
 
 def commands(
@@ -301,9 +296,9 @@ def _read(path: str) -> dict[str, Any] | None:
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition, a
     cell lacking PGD at a budget of its grid is not done."""
-    results = _read(os.path.join(cell_dir, RESULTS))
-    if results is None or results.get("status") != "complete":
-        return "started" if os.path.exists(os.path.join(cell_dir, FLAGS_FILE)) else "new"
+    cell = run.Run(cell_dir)
+    if not cell.is_complete():
+        return "started" if os.path.exists(cell.flags_path) else "new"
     evaluated = all(os.path.exists(os.path.join(cell_dir, f)) for f in (EVAL_PGD, EVAL_AUTOATTACK))
     if evaluated and definition is not None and missing_pgd_eps(definition, cell_dir):
         evaluated = False

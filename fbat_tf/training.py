@@ -36,10 +36,8 @@ from fbat_tf.callbacks import (
     TensorBoard,
     write_json_atomic,
 )
+from fbat_tf.run import Run
 from fbat_tf.trainer import AdversarialTrainer
-
-RESULTS = "results.json"
-BEST_WEIGHTS = "best.weights.h5"
 
 
 @dataclasses.dataclass
@@ -135,9 +133,10 @@ def _train(
 ) -> dict[str, Any]:
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
-    os.makedirs(os.path.join(config.workdir, "checkpoints"), exist_ok=True)
-    results_path = os.path.join(config.workdir, RESULTS)
-    best_path = os.path.join(config.workdir, "checkpoints", BEST_WEIGHTS)
+    run = Run(config.workdir)
+    os.makedirs(run.checkpoints_dir, exist_ok=True)
+    results_path = run.results_path
+    best_path = run.best_weights
 
     info = data.info(config.dataset)
     load = dict(data_dir=config.data_dir, batch_size=config.batch_size, download=config.download)
@@ -175,9 +174,9 @@ def _train(
         trainer.compile(optimizer=optimizer, jit_compile=False)
         optimizer.build(classifier.trainable_variables)
 
-    resume = ResumeCheckpoint(trainer, os.path.join(config.workdir, "checkpoints", "last"))
+    resume = ResumeCheckpoint(trainer, run.last_checkpoint_dir)
     initial_epoch = resume.restore(
-        None if resume_from is None else os.path.join(resume_from, "checkpoints", "last")
+        None if resume_from is None else Run(resume_from).last_checkpoint_dir
     )
     payload = _load_results(results_path, config)
     history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
@@ -210,7 +209,7 @@ def _train(
         seed=config.seed,
         jit_compile=config.jit_compile,
     )
-    tensorboard_dir = os.path.join(config.workdir, "tensorboard")
+    tensorboard_dir = run.tensorboard_dir
     # Order matters: validation writes into the epoch's logs before they are recorded, and
     # the resumable checkpoint comes last, so an epoch it holds is in results.json and
     # TensorBoard too.

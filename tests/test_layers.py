@@ -16,11 +16,12 @@ LAYERS = (
     ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints", "fbat_tf.device"),
     ("fbat_tf.distribute", "fbat_tf.schedules", "fbat_tf.attacks.losses"),
     ("fbat_tf.models", "fbat_tf.data"),
+    ("fbat_tf.run",),  # a run directory: its files and the classifier it holds
     ("fbat_tf.attacks",),
     ("fbat_tf.methods",),
     ("fbat_tf.trainer", "fbat_tf.evaluation"),
     ("fbat_tf.callbacks",),
-    ("fbat_tf.training", "fbat_tf.run", "fbat_tf.sweeps"),
+    ("fbat_tf.training", "fbat_tf.sweeps"),
 )
 
 
@@ -134,6 +135,36 @@ def test_the_checks_report_a_loop_and_an_upward_import():
         ["fbat_tf.attacks.autoattack", "fbat_tf.evaluation", "fbat_tf.attacks.autoattack"]
     ]
     assert upward_imports(edges, packages) == [
-        "fbat_tf.attacks.autoattack (layer 3) imports fbat_tf.evaluation (layer 5)",
-        "fbat_tf.attacks.metrics (layer 3) imports fbat_tf.methods.fast_at_ga (layer 4)",
+        "fbat_tf.attacks.autoattack (layer 4) imports fbat_tf.evaluation (layer 6)",
+        "fbat_tf.attacks.metrics (layer 4) imports fbat_tf.methods.fast_at_ga (layer 5)",
     ]
+
+
+RUN_FILES = ("results.json", "flags.txt", "best.weights.h5", "checkpoints", "tensorboard", "eval-")
+
+
+def run_file_literals(path: str) -> list[str]:
+    """String literals of a file that name a run directory's file: a word (no spaces, so not
+    prose such as a flag's help) containing one of RUN_FILES."""
+    found = []
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if " " not in text and any(name in text for name in RUN_FILES):
+                found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {text!r}")
+    return found
+
+
+def test_only_the_run_module_names_the_run_directory_files():
+    sources = [
+        p for p in module_names().values() if not p.endswith(os.path.join("fbat_tf", "run.py"))
+    ]
+    sources += [os.path.join(ROOT, name) for name in ("train.py", "evaluate.py", "sweep.py")]
+    sources += [
+        os.path.join(ROOT, "export", name)
+        for name in os.listdir(os.path.join(ROOT, "export"))
+        if name.endswith(".py")
+    ]
+    named = [literal for path in sorted(sources) for literal in run_file_literals(path)]
+    assert not named, "\n".join(named)
+    assert run_file_literals(os.path.join(PACKAGE, "run.py"))  # the check sees the names

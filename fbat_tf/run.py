@@ -1,0 +1,143 @@
+"""A training run directory, and the one place that knows its layout.
+
+    run = Run("runs/demo")
+    run.is_run(), run.is_complete()        # results.json present / its status "complete"
+    run.config()                           # the saved TrainConfig fields, from results.json
+    classifier = run.build_classifier()    # the architecture, with the selected weights
+
+The layout (DESIGN.md §5):
+
+    flags.txt                      train.py's command line, one flag-file line per flag
+    results.json                   status, config, per-epoch history, final test numbers
+    checkpoints/best.weights.h5    the model selected by validation robust accuracy
+    checkpoints/last/              the checkpoint a killed run resumes from
+    tensorboard/train/, tensorboard/validation/
+    eval-<name>.json, eval-<name>.png    evaluate.py's results (one name per evaluation)
+    export/<model name>/<version>/ the SavedModel for TF-Serving
+
+This module imports TensorFlow only inside `build_classifier`, so that the command line can
+check a run directory before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+RESULTS = "results.json"
+FLAGS = "flags.txt"
+CHECKPOINTS = "checkpoints"
+BEST_WEIGHTS = "best.weights.h5"
+EXPORT = "export"
+
+
+def eval_file(name: str) -> str:
+    """The file name of evaluate.py's results named `name`: eval-<name>.json."""
+    return f"eval-{name}.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    workdir: str
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.workdir, *parts)
+
+    @property
+    def results_path(self) -> str:
+        return self.path(RESULTS)
+
+    @property
+    def flags_path(self) -> str:
+        return self.path(FLAGS)
+
+    @property
+    def checkpoints_dir(self) -> str:
+        return self.path(CHECKPOINTS)
+
+    @property
+    def best_weights(self) -> str:
+        return self.path(CHECKPOINTS, BEST_WEIGHTS)
+
+    @property
+    def best_weights_in_run(self) -> str:
+        """The selected weights' path relative to the run directory (for a model card)."""
+        return os.path.join(CHECKPOINTS, BEST_WEIGHTS)
+
+    @property
+    def last_checkpoint_dir(self) -> str:
+        return self.path(CHECKPOINTS, "last")
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return self.path("tensorboard")
+
+    @property
+    def export_dir(self) -> str:
+        return self.path(EXPORT)
+
+    def eval_path(self, name: str) -> str:
+        """Where evaluate.py's results named `name` go: eval-<name>.json."""
+        return self.path(eval_file(name))
+
+    def eval_files(self, prefix: str) -> list[str]:
+        """File names of the evaluation results whose name starts with `prefix`, sorted."""
+        start = eval_file(prefix).removesuffix(".json")
+        names = os.listdir(self.workdir) if os.path.isdir(self.workdir) else []
+        return sorted(n for n in names if n.startswith(start) and n.endswith(".json"))
+
+    def is_run(self) -> bool:
+        """A training run directory: it holds results.json."""
+        return os.path.isfile(self.results_path)
+
+    def has_best_weights(self) -> bool:
+        return os.path.isfile(self.best_weights)
+
+    def read_results(self) -> dict[str, Any] | None:
+        """results.json, or None when absent or not (yet) readable JSON."""
+        try:
+            with open(self.results_path) as f:
+                return json.load(f)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def is_complete(self) -> bool:
+        results = self.read_results()
+        return results is not None and results.get("status") == "complete"
+
+    def results(self) -> dict[str, Any]:
+        """results.json, or FileNotFoundError naming the directory."""
+        if not self.is_run():
+            raise FileNotFoundError(
+                f"{self.workdir} holds no {RESULTS}: not a training run directory"
+            )
+        with open(self.results_path) as f:
+            return json.load(f)
+
+    def config(self) -> dict[str, Any]:
+        """The run's TrainConfig fields as saved in results.json."""
+        return self.results()["config"]
+
+    def build_classifier(self, weights: str = "best"):
+        """The run's architecture with its weights: "best" (the selected checkpoint) or the path
+        of a .weights.h5 file."""
+        from fbat_tf import data, models
+
+        config = self.config()
+        info = data.info(config["dataset"])
+        classifier = models.build(
+            config["model"],
+            num_classes=info.num_classes,
+            input_shape=info.image_shape,
+            mean=info.mean,
+            std=info.std,
+            activation=config["activation"],
+            width=config["width"],
+        )
+        path = self.best_weights if weights == "best" else weights
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no weights at {path}")
+        classifier.load_weights(path)
+        return classifier
