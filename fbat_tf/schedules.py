@@ -6,6 +6,8 @@ optimizer = keras.optimizers.SGD(learning_rate=lr, momentum=0.9)
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -40,37 +42,20 @@ class Cyclic(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-@keras.saving.register_keras_serializable(package="fbat_tf")
-class Piecewise(keras.optimizers.schedules.LearningRateSchedule):
-    """lr_max, multiplied by `decay` at each of the given fractions of the total steps
-    (default: ×0.1 at 50% and at 75%, the usual multi-step schedule of PGD-AT)."""
-
-    def __init__(
-        self,
-        lr_max: float,
-        total_steps: int,
-        boundaries: tuple[float, ...] = (0.5, 0.75),
-        decay: float = 0.1,
-    ):
-        if total_steps < 1 or lr_max < 0:
-            raise ValueError(f"need total_steps >= 1 and lr_max >= 0, got {total_steps!r}")
-        self.lr_max = float(lr_max)
-        self.total_steps = int(total_steps)
-        self.boundaries = tuple(float(b) for b in boundaries)
-        self.decay = float(decay)
-
-    def __call__(self, step):
-        t = tf.cast(step, tf.float32) / float(self.total_steps)
-        passed = tf.add_n([tf.cast(t >= b, tf.float32) for b in self.boundaries] + [0.0])
-        return self.lr_max * tf.pow(self.decay, passed)
-
-    def get_config(self):
-        return {
-            "lr_max": self.lr_max,
-            "total_steps": self.total_steps,
-            "boundaries": list(self.boundaries),
-            "decay": self.decay,
-        }
+def piecewise(
+    lr_max: float,
+    total_steps: int,
+    boundaries: tuple[float, ...] = (0.5, 0.75),
+    decay: float = 0.1,
+) -> keras.optimizers.schedules.PiecewiseConstantDecay:
+    """lr_max, multiplied by `decay` from each of the given fractions of the total steps on
+    (default: ×0.1 at 50% and at 75%, the usual multi-step schedule of PGD-AT), as Keras'
+    PiecewiseConstantDecay (whose value at a boundary step is still the earlier one)."""
+    if total_steps < 1 or lr_max < 0:
+        raise ValueError(f"need total_steps >= 1 and lr_max >= 0, got {total_steps!r}")
+    steps = [math.ceil(b * total_steps) - 1 for b in boundaries]
+    values = [float(lr_max) * float(decay) ** i for i in range(len(steps) + 1)]
+    return keras.optimizers.schedules.PiecewiseConstantDecay(steps, values)
 
 
 def create(
@@ -79,5 +64,5 @@ def create(
     if name == "cyclic":
         return Cyclic(lr_max, total_steps)
     if name == "piecewise":
-        return Piecewise(lr_max, total_steps)
+        return piecewise(lr_max, total_steps)
     raise ValueError(f"unknown lr schedule {name!r}; choose 'cyclic' or 'piecewise'")

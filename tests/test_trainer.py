@@ -46,7 +46,7 @@ def test_cyclic_schedule_matches_interpolation():
 
 
 def test_piecewise_schedule():
-    schedule = schedules.Piecewise(lr_max=0.1, total_steps=100)
+    schedule = schedules.piecewise(lr_max=0.1, total_steps=100)
     got = [float(schedule(s)) for s in (0, 49, 50, 74, 75, 99)]
     np.testing.assert_allclose(got, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001], rtol=1e-6)
 
