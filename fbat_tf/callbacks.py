@@ -158,12 +158,9 @@ class EpochTiming(keras.callbacks.Callback):
         elapsed = time.perf_counter() - self._start
         logs["epoch_time"] = elapsed
         logs["images_per_second"] = self._batches * self.images_per_batch / max(elapsed, 1e-9)
-        optimizer = self.model.optimizer
-        logs["learning_rate"] = float(
-            optimizer._get_current_learning_rate()
-            if hasattr(optimizer, "_get_current_learning_rate")
-            else optimizer.learning_rate
-        )
+        # The public property: the schedule's value at the step count, also through the
+        # LossScaleOptimizer of mixed_float16 (whose own private getter gives 0).
+        logs["learning_rate"] = float(self.model.optimizer.learning_rate)
 
 
 class StopAfterBatches(keras.callbacks.Callback):

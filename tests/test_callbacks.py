@@ -9,7 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf.callbacks import RobustValidation
+from fbat_tf import schedules
+from fbat_tf.callbacks import EpochTiming, RobustValidation
 
 EPS = 0.3
 
@@ -133,3 +134,19 @@ def test_guard_fires_when_only_the_fixed_batch_collapses(caplog):
     assert logs["val_robust_accuracy"] > 1.0 - 0.2  # the whole-set clause alone would not fire
     assert logs["val_overfitting"] == 1.0
     assert "catastrophic overfitting suspected" in caplog.text
+
+
+def test_epoch_timing_logs_the_schedule_s_rate_also_behind_loss_scaling():
+    """The logged learning rate is the schedule's at the optimizer's step count, with a plain
+    optimizer and with the LossScaleOptimizer that mixed_float16 puts around it."""
+    schedule = schedules.Cyclic(lr_max=0.2, total_steps=100)
+    x = np.ones((25, 2), np.float32)
+    for wrap in (False, True):
+        optimizer = keras.optimizers.SGD(schedule)
+        if wrap:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer=optimizer, loss="mse")
+        history = model.fit(x, x[:, :1], batch_size=1, callbacks=[EpochTiming(1)], verbose=0)
+        assert int(optimizer.iterations) == 25
+        np.testing.assert_allclose(history.history["learning_rate"], [0.1], rtol=1e-6)
