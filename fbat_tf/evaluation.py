@@ -63,6 +63,9 @@ class InferenceGraph:
     """
 
     def __init__(self, model: keras.Model):
+        # A private TensorFlow module: TF 2 has no public way to fold variables into a graph's
+        # constants. The public route, attacking the Keras model, is what --nofold_weights
+        # runs; folding is kept for the speed-up measured in bench/README.md.
         from tensorflow.python.framework.convert_to_constants import (
             convert_variables_to_constants_v2,
         )
