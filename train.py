@@ -81,25 +81,27 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     return "complete" if run.is_complete() else "resume"
 
 
+# Method options spelt otherwise on the command line than in the method's constructor.
+OPTION_FLAGS = {"pgd": {"steps": "attack_steps"}, "free": {"replays": "free_replays"}}
+
+
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
-    """The run's TrainConfig: each field from the flag of its name, units converted."""
-    from fbat_tf import device
+    """The run's TrainConfig: each field from the flag of its name, and each option of the
+    method (a parameter of its constructor) from the flag of its name; only the unit
+    conversions are written out. A new method option is its parameter plus its flag."""
+    from fbat_tf import device, methods
     from fbat_tf.training import TrainConfig
 
-    lambda_inv = values.lambda_inv
+    convert = {
+        "lambda_inv": lambda value: None if value is None else value / 255,
+        "implicit_autodiff": device.resolve_implicit_autodiff,
+    }
+    spelt = OPTION_FLAGS.get(values.method, {})
     options = {
-        "fastbat": {
-            "lambda_inv": None if lambda_inv is None else lambda_inv / 255,
-            "ig_coef": values.ig_coef,
-            "ig": values.ig,
-            "linearization": values.linearization,
-            "cg_steps": values.cg_steps,
-            "implicit_autodiff": device.resolve_implicit_autodiff(values.implicit_autodiff),
-        },
-        "fastat_ga": {"ga_coef": values.ga_coef},
-        "pgd": {"steps": values.attack_steps},
-        "free": {"replays": values.free_replays},
-    }.get(values.method, {})
+        option: convert.get(option, lambda value: value)(values[spelt.get(option, option)].value)
+        for option in methods.option_names(values.method)
+        if spelt.get(option, option) in values
+    }
     fields = {field.name for field in dataclasses.fields(TrainConfig)}
     given = {name: values[name].value for name in fields if name in values}
     given.update(

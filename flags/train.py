@@ -64,6 +64,12 @@ IMPLICIT_AUTODIFF = flags.DEFINE_enum(
     "How Fast-BAT differentiates its implicit term (both exact). auto: forward_over_backward on "
     "GPU/TPU, backward_over_backward on CPU.",
 )
+TAU = flags.DEFINE_float(
+    "tau",
+    None,
+    "Fast-BAT margin of the inactive-constraint mask in pixel units (default: 1e-7 in float32).",
+    lower_bound=0.0,
+)
 LINEARIZATION = flags.DEFINE_enum(
     "linearization", "pgd_nosign", list(catalog.LINEARIZATIONS), "Fast-BAT linearization point z."
 )

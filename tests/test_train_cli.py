@@ -231,3 +231,26 @@ def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
             scalars["epoch_robust_accuracy"], [h["val_robust_accuracy"] for h in history]
         )
         assert os.listdir(tmp_path / "complete" / "checkpoints" / "last")
+
+
+def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
+    """In-process: a method's constructor parameters take the flags of their names (two are
+    spelt otherwise), with --lambda_inv converted from 1/255 units."""
+    import copy
+
+    from absl import flags
+
+    import train
+
+    def options(*words):
+        values = copy.deepcopy(flags.FLAGS)
+        values(["train.py", *words])
+        return train.config_from_flags(str(tmp_path), values).method_options
+
+    fastbat = options("--method=fastbat", "--tau=1e-6", "--lambda_inv=2500", "--cg_steps=5")
+    assert fastbat["tau"] == 1e-6 and fastbat["cg_steps"] == 5
+    assert fastbat["lambda_inv"] == pytest.approx(2500 / 255)
+    assert options("--method=pgd", "--attack_steps=3") == {"steps": 3}
+    assert options("--method=free", "--free_replays=4") == {"replays": 4}
+    assert options("--method=fastat_ga", "--ga_coef=1") == {"ga_coef": 1.0}
+    assert options("--method=fastat") == {}

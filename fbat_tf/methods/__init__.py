@@ -35,13 +35,19 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
-def create(name: str, eps: float = 8.0 / 255, **options: Any) -> Method:
-    """The method `name` with budget ε (pixel units) and its options (None = default)."""
+def option_names(name: str) -> list[str]:
+    """The options of method `name`: its constructor's parameters besides ε, in order."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown method {name!r}; choose one of {names()}")
+    parameters = inspect.signature(_REGISTRY[name].__init__).parameters
+    return [p for p in parameters if p not in ("self", "eps")]
+
+
+def create(name: str, eps: float = 8.0 / 255, **options: Any) -> Method:
+    """The method `name` with budget ε (pixel units) and its options (None = default)."""
+    accepted = option_names(name)
     cls = _REGISTRY[name]
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "eps"}
-    unknown = sorted(set(options) - accepted)
+    unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(
             f"method {name!r} takes no option(s) {unknown}; it takes {sorted(accepted)}"
@@ -50,4 +56,4 @@ def create(name: str, eps: float = 8.0 / 255, **options: Any) -> Method:
     return cls(eps=eps, **options)
 
 
-__all__ = ["Method", "create", "names"]
+__all__ = ["Method", "create", "names", "option_names"]
