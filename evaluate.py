@@ -36,30 +36,24 @@ FLAGS = absl_flags.FLAGS
 
 def build_attacks(names, eps_values, seed, jit_compile, source=None):
     """{"<attack>@<ε/255>": (ε, attack)} in the order asked."""
-    from fbat_tf import evaluation
-    from fbat_tf.attacks.apgd import APGD
-    from fbat_tf.attacks.autoattack import AutoAttack, standard_attacks
-    from fbat_tf.attacks.pgd import PGD
+    from fbat_tf import attacks, evaluation
 
-    attacks = {}
+    pgd = {"steps": eval_flags.PGD_STEPS.value, "restarts": eval_flags.PGD_RESTARTS.value}
+    options = {
+        "pgd": {**pgd, "jit_compile": jit_compile},
+        "apgd-ce": {"jit_compile": jit_compile},
+        "autoattack": {"version": eval_flags.AA_VERSION.value},
+    }
+    built = {}
     for eps in eps_values:
-        standard = None
         for name in names:
-            if name == "pgd":
-                steps, restarts = eval_flags.PGD_STEPS.value, eval_flags.PGD_RESTARTS.value
-                attack = PGD(eps, steps, restarts, seed=seed, jit_compile=jit_compile)
-            elif name == "autoattack":
-                attack = AutoAttack(eps, version=eval_flags.AA_VERSION.value, seed=seed)
-            elif name == "transfer":
-                steps, restarts = eval_flags.PGD_STEPS.value, eval_flags.PGD_RESTARTS.value
-                attack = evaluation.TransferAttack(source, PGD(eps, steps, restarts, seed=seed))
-            elif name == "apgd-ce":
-                attack = APGD(eps, loss="ce", seed=seed, jit_compile=jit_compile)
+            if name == "transfer":
+                crafted = attacks.create("pgd", eps, seed=seed, **pgd)
+                attack = evaluation.TransferAttack(source, crafted)
             else:
-                standard = standard or standard_attacks(eps, seed)
-                attack = standard[name]
-            attacks[f"{name}@{eps * 255:g}"] = (eps, attack)
-    return attacks
+                attack = attacks.create(name, eps, seed=seed, **options.get(name, {}))
+            built[f"{name}@{eps * 255:g}"] = (eps, attack)
+    return built
 
 
 def label(name: str) -> str:

@@ -2,7 +2,8 @@
 
 The entry points define their flags from these tuples, so that a bad flag or a bad sweep
 definition is refused in a fraction of a second, before TensorFlow loads. Each registry that
-builds the named things (`data`, `models`, `methods`, `distribute`, `methods.fast_bat`) holds
+builds the named things (`data`, `models`, `methods`, `attacks`, `distribute`,
+`methods.fast_bat`) holds
 exactly these names in this order; tests/test_catalog.py checks that they agree.
 """
 
@@ -22,6 +23,7 @@ MODELS = (
 )
 ACTIVATIONS = ("relu", "softplus", "swish")
 METHODS = ("standard", "fastat", "fastat_ga", "pgd", "free", "fastbat")
+ATTACKS = ("pgd", "autoattack", "apgd-ce", "apgd-t", "fab-t", "square")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fast-BAT's choices (DESIGN.md §3).

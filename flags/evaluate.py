@@ -6,7 +6,10 @@ import os
 
 from absl import flags
 
-ATTACK_NAMES = ("pgd", "autoattack", "apgd-ce", "apgd-t", "fab-t", "square", "transfer")
+from fbat_tf import catalog
+
+# The library's attacks, and a transfer attack: PGD on --source_model_path.
+ATTACK_NAMES = (*catalog.ATTACKS, "transfer")
 
 MODEL_PATH = flags.DEFINE_string(
     "model_path",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fbat_tf import catalog, data, distribute, methods, models
+from fbat_tf import attacks, catalog, data, distribute, methods, models
 from fbat_tf.methods import fast_bat
 from fbat_tf.models import layers
 
@@ -24,6 +24,17 @@ def test_each_registry_builds_exactly_the_catalogued_names():
     assert layers.ACTIVATIONS == catalog.ACTIVATIONS
     assert fast_bat.IMPLICIT_GRADIENTS == catalog.IMPLICIT_GRADIENTS
     assert fast_bat.LINEARIZATIONS == catalog.LINEARIZATIONS
+
+
+def test_every_catalogued_attack_is_created_by_name():
+    for name in catalog.ATTACKS:
+        attack = attacks.create(name, 8 / 255, seed=3)
+        assert callable(attack) and attack.eps == 8 / 255, name
+    assert attacks.create("pgd", 8 / 255, steps=7, restarts=2).steps == 7
+    with pytest.raises(ValueError, match="pgdd"):
+        attacks.create("pgdd", 8 / 255)
+    with pytest.raises(ValueError, match="standard"):
+        attacks.create("square", 8 / 255, n_queries=10)
 
 
 @pytest.mark.parametrize("entry_point", ["train", "sweep", "evaluate", "export.cli"])
