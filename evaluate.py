@@ -88,7 +88,7 @@ def main(argv: list[str]) -> None:
     if not distribute.is_chief(strategy):
         # Every worker computes the same results; only the chief writes them where asked.
         results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")
-    if os.path.exists(results_path):
+    elif multi_worker and os.path.exists(results_path):  # the chief, now that it is known
         sys.exit(f"error: {results_path} exists; pass another --results")
     try:
         # Under the strategy's scope each replica gets its own copy of the weights.

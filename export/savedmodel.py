@@ -285,7 +285,7 @@ def model_card(workdir: str) -> dict[str, Any]:
     return {
         "source": {
             "workdir": os.path.abspath(workdir),
-            "weights": run.best_weights_in_run,
+            "weights": os.path.relpath(run.best_weights, workdir),
             "run_status": results.get("status"),
         },
         "dataset": config["dataset"],

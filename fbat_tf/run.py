@@ -62,11 +62,6 @@ class Run:
         return self.path(CHECKPOINTS, BEST_WEIGHTS)
 
     @property
-    def best_weights_in_run(self) -> str:
-        """The selected weights' path relative to the run directory (for a model card)."""
-        return os.path.join(CHECKPOINTS, BEST_WEIGHTS)
-
-    @property
     def last_checkpoint_dir(self) -> str:
         return self.path(CHECKPOINTS, "last")
 
