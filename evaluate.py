@@ -34,7 +34,7 @@ from flags import evaluate as eval_flags  # noqa: E402
 FLAGS = absl_flags.FLAGS
 
 
-def build_attacks(names, eps_values, seed, jit_compile, source=None):
+def build_attacks(names, eps_values, jit_compile, source=None):
     """{"<attack>@<ε/255>": (ε, attack)} in the order asked."""
     from fbat_tf import attacks, evaluation
 
@@ -48,10 +48,10 @@ def build_attacks(names, eps_values, seed, jit_compile, source=None):
     for eps in eps_values:
         for name in names:
             if name == "transfer":
-                crafted = attacks.create("pgd", eps, seed=seed, **pgd)
+                crafted = attacks.create("pgd", eps, **pgd)
                 attack = evaluation.TransferAttack(source, crafted)
             else:
-                attack = attacks.create(name, eps, seed=seed, **options.get(name, {}))
+                attack = attacks.create(name, eps, **options.get(name, {}))
             built[f"{name}@{eps * 255:g}"] = (eps, attack)
     return built
 
@@ -80,7 +80,6 @@ def main(argv: list[str]) -> None:
     import keras
 
     from fbat_tf import data, device, distribute, evaluation
-    from fbat_tf.attacks.autoattack import AutoAttack
     from fbat_tf.callbacks import write_json_atomic
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
@@ -138,16 +137,13 @@ def main(argv: list[str]) -> None:
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
-    attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, common.SEED.value, jit, source)
-    results = evaluation.evaluate(classifier, split, attacks, progress=True, strategy=strategy)
-    # Summed over every replica and worker (an AutoAttack's own totals are this worker's only).
+    attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
+    results = evaluation.evaluate(
+        classifier, split, attacks, progress=True, strategy=strategy, seed=common.SEED.value
+    )
+    # Summed over every replica and worker.
     breakdown = results.pop("per_attack")
-    # This worker's wall time per part (the workers run side by side).
-    seconds = {
-        name: dict(attack.seconds)
-        for name, (_, attack) in attacks.items()
-        if isinstance(attack, AutoAttack)
-    }
+    seconds = results.pop("per_attack_seconds")
     results.update(
         model_path=model_path,
         dataset=dataset,

@@ -16,6 +16,7 @@ graph optimization and (with --jit) XLA compilation. The earlier revision's pgd.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import platform
 import statistics
@@ -70,17 +71,25 @@ def load_pgd(revision: str | None):
     return module.PGD
 
 
+def adversarial(attack, model, x, y):
+    """x_adv under either interface: `attack(model, x, y, seed) -> (x_adv, breakdown)`, or
+    `attack(model, x, y) -> x_adv` at revisions before attacks took their seed per call."""
+    if "seed" in inspect.signature(attack.__call__).parameters:
+        return attack(model, x, y, 0)[0]
+    return attack(model, x, y)
+
+
 def time_calls(attack, model, x, y, calls: int) -> tuple[float, float, float]:
     """(first call, median later call, robust accuracy) in seconds."""
     import numpy as np
 
     start = time.perf_counter()
-    x_adv = attack(model, x, y)
+    x_adv = adversarial(attack, model, x, y)
     first = time.perf_counter() - start
     later = []
     for _ in range(calls):
         start = time.perf_counter()
-        x_adv = attack(model, x, y)
+        x_adv = adversarial(attack, model, x, y)
         later.append(time.perf_counter() - start)
     robust = float(np.mean(np.argmax(model(x_adv).numpy(), -1) == y.numpy()))
     return first, statistics.median(later), robust
@@ -107,7 +116,7 @@ def main(argv: list[str]) -> None:
     for jit in (value.lower() == "true" for value in _JIT.value):
         for version, pgd in versions.items():
             for steps, restarts in SETTINGS:
-                attack = pgd(eps, steps, restarts, seed=0, jit_compile=jit)
+                attack = pgd(eps, steps, restarts, jit_compile=jit)
                 first, later, robust = time_calls(attack, model, x, y, _CALLS.value)
                 rows.append(
                     {

@@ -54,7 +54,9 @@ class RobustValidation(keras.callbacks.Callback):
     or when the robust accuracy on a fixed validation batch (the first) falls more than `drop`
     below its own best while its clean accuracy does not: the signature of catastrophic
     overfitting (Wong et al., 2020). It warns, logs `val_overfitting` = 1, and stops training
-    when `stop_on_overfitting` is set.
+    when `stop_on_overfitting` is set. Every epoch attacks with the same seeds (`seed`, as
+    `evaluate` derives them per batch), so epochs differ by their weights alone, and a resumed
+    run validates as the uninterrupted one.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class RobustValidation(keras.callbacks.Callback):
         drop: float = 0.2,
         stop_on_overfitting: bool = False,
         best_robust_accuracy: float = -1.0,
+        seed: int = 0,
     ):
         super().__init__()
         self.dataset = dataset
@@ -79,17 +82,19 @@ class RobustValidation(keras.callbacks.Callback):
         self.best = best_robust_accuracy
         self.fixed_batch = next(iter(dataset))
         self.fixed_best = -1.0
+        self.seed = seed
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
         attack = {"pgd": (self.eps, self.attack)}
-        result = evaluate(self.classifier, self.dataset, attack)
+        result = evaluate(self.classifier, self.dataset, attack, seed=self.seed)
         robust = result["robust_accuracy"]["pgd"]
         logs["val_loss"] = result["loss"]
         logs["val_clean_accuracy"] = result["clean_accuracy"]
         logs["val_robust_accuracy"] = robust
 
-        fixed = evaluate(self.classifier, tf.data.Dataset.from_tensors(self.fixed_batch), attack)
+        fixed_batch = tf.data.Dataset.from_tensors(self.fixed_batch)
+        fixed = evaluate(self.classifier, fixed_batch, attack, seed=self.seed)
         fixed_robust = fixed["robust_accuracy"]["pgd"]
         overfitting = robust < self.best - self.drop or (
             fixed_robust < self.fixed_best - self.drop

@@ -8,6 +8,7 @@ with `inactive_mask`.
     delta = project(delta + step * grad, x, eps)
     mask = inactive_mask(delta, x, eps)          # 1 where neither bound is active
     check_in_ball(x_adv, x, eps)                 # raise unless x_adv lies in x + C
+    seed = as_seed(3)                            # [3, 0]: a stateless seed from an int
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ def project(delta: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor) -> tf.Tensor
     """P_C: clip δ to [-ε, ε], then to [-x, 1 - x] so that x + δ stays in [0, 1]."""
     delta = tf.clip_by_value(delta, -eps, eps)
     return tf.clip_by_value(delta, -x, 1.0 - x)
+
+
+def as_seed(seed: int | tf.Tensor) -> tf.Tensor:
+    """A stateless seed (int32 tensor of shape [2]): an int s becomes [s, 0], a seed tensor is
+    kept."""
+    if isinstance(seed, int):
+        return tf.constant([seed, 0], tf.int32)
+    return tf.convert_to_tensor(seed, tf.int32)
 
 
 def random_init(x: tf.Tensor, eps: float | tf.Tensor, seed: tf.Tensor) -> tf.Tensor:

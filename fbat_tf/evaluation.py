@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf.attacks.autoattack import AutoAttack
+from fbat_tf.attacks.base import Attack, Breakdown
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.constraints import check_in_ball
@@ -36,9 +35,6 @@ def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, d
     .weights.h5 path), and the run's saved config."""
     run = Run(workdir)
     return run.build_classifier(weights), run.config()
-
-
-Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 class SavedModelClassifier:
@@ -81,15 +77,16 @@ class InferenceGraph:
         return self.function(tf.cast(x, tf.float32))[0]
 
 
-class TransferAttack:
+class TransferAttack(Attack):
     """Adversarial examples crafted on a source model, whatever model they are then fed to."""
 
     def __init__(self, source: Callable, attack: Attack):
         self.source = source
         self.attack = attack
+        self.eps = attack.eps
 
-    def __call__(self, model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return self.attack(self.source, x, y)
+    def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
+        return self.attack(self.source, x, y, seed)
 
 
 def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
@@ -120,12 +117,11 @@ def pgd_attacks(
     eps_values: Sequence[float],
     steps: int = 50,
     restarts: int = 10,
-    seed: int = 0,
     jit_compile: bool = False,
 ) -> dict[str, tuple[float, Attack]]:
     """PGD-K-R at each ε (pixel units), named "pgd@<ε in 1/255>"."""
     return {
-        f"pgd@{eps * 255:g}": (eps, PGD(eps, steps, restarts, seed=seed, jit_compile=jit_compile))
+        f"pgd@{eps * 255:g}": (eps, PGD(eps, steps, restarts, jit_compile=jit_compile))
         for eps in eps_values
     }
 
@@ -149,7 +145,7 @@ def check_distributable(strategy: tf.distribute.Strategy) -> None:
     """Raise ValueError for a strategy whose replicas cannot run the attacks.
 
     The attacks mix graphs with Python and NumPy bookkeeping between them (subsets of the
-    examples still robust, per-call seeds, AutoAttack's totals), so a replica runs them eagerly,
+    examples still robust, AutoAttack's masks), so a replica runs them eagerly,
     which a TPU replica cannot: there, evaluate on the host with the default strategy.
     """
     if isinstance(strategy, (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)):
@@ -165,28 +161,30 @@ def evaluate(
     attacks: Mapping[str, tuple[float, Attack]],
     progress: bool = False,
     strategy: tf.distribute.Strategy | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Clean loss and accuracy, and robust accuracy and time of each named (ε, attack).
 
     Every adversarial batch is checked to lie in C before it counts. `progress` shows a bar
-    over the batches with the running accuracies. For an AutoAttack, "per_attack" gives the
-    accuracy after each of its attacks.
+    over the batches with the running accuracies. For an attack with parts (AutoAttack),
+    "per_attack" gives the accuracy after each part and "per_attack_seconds" the time each took.
+
+    Global batch b is attacked with the seed [seed, b·R + r] on replica r of R, so the numbers
+    are a function of the arguments alone (the same at every call, e.g. every epoch's
+    validation), and on one device batch b gets [seed, b].
 
     `strategy` (default: the current one) splits each global batch of `dataset` over its
     replicas: each replica runs the clean pass and every attack on its shard, and the counts are
     summed over replicas (and workers), so that an attack that is deterministic per example gives
-    the counts of one device. The replicas of a worker take turns on the attack objects, whose
-    calls keep Python state (seed counters, AutoAttack's totals and timers); "time_s" is wall
-    time, whatever the number of replicas. Load the classifier under `strategy.scope()`, so that
-    each replica reads its own copy of the weights.
+    the counts of one device. "time_s" is wall time, whatever the number of replicas;
+    "per_attack_seconds" sums the replicas' (and workers') times. Load the classifier under
+    `strategy.scope()`, so that each replica reads its own copy of the weights.
     """
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
     batches = int(dataset.cardinality())
     bar = keras.utils.Progbar(batches if batches > 0 else None) if progress else None
-    # One replica at a time in an attack: TensorFlow runs eager replica functions one after
-    # another today, and this keeps the attacks' state correct should it ever run them at once.
-    attack_turn = threading.Lock()
+    replicas = strategy.num_replicas_in_sync
 
     def clean_counts(x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = classifier(x, training=False)
@@ -196,15 +194,16 @@ def evaluate(
             "examples": tf.cast(tf.shape(x)[0], tf.float32),
         }
 
-    def robust_counts(eps: float, attack: Attack, x: tf.Tensor, y: tf.Tensor) -> dict:
-        with attack_turn:
-            if isinstance(attack, AutoAttack):
-                x_adv, masks = attack.run(classifier, x, y)
-            else:
-                x_adv, masks = attack(classifier, x, y), {}
+    def robust_counts(eps: float, attack: Attack, batch: int, x: tf.Tensor, y: tf.Tensor):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        index = batch * replicas + tf.cast(replica, tf.int32)
+        x_adv, breakdown = attack(classifier, x, y, tf.stack([tf.constant(seed), index]))
         check_in_ball(x_adv, x, eps)
-        counts = {part: tf.constant(mask.sum(), tf.float32) for part, mask in masks.items()}
-        counts["robust"] = tf.reduce_sum(correct(classifier(x_adv, training=False), y))
+        counts = {"robust": tf.reduce_sum(correct(classifier(x_adv, training=False), y))}
+        for part, mask in breakdown.get("robust", {}).items():
+            counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
+        for part, spent in breakdown.get("seconds", {}).items():
+            counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
         return counts
 
     def summed(fn: Callable, *args) -> dict[str, float]:
@@ -217,24 +216,26 @@ def evaluate(
     clean = loss = total = 0.0
     robust = dict.fromkeys(attacks, 0.0)
     seconds = dict.fromkeys(attacks, 0.0)
-    per_attack: dict[str, dict[str, float]] = {}
+    parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    for x, y in strategy.experimental_distribute_dataset(dataset.with_options(options)):
+    batched = strategy.experimental_distribute_dataset(dataset.with_options(options))
+    for batch, (x, y) in enumerate(batched):
         counts = summed(clean_counts, x, y)
         clean += counts["correct"]
         loss += counts["loss"]
         total += counts["examples"]
         for name, (eps, attack) in attacks.items():
             start = time.perf_counter()
-            counts = summed(functools.partial(robust_counts, eps, attack), x, y)
+            counts = summed(functools.partial(robust_counts, eps, attack, batch), x, y)
             seconds[name] += time.perf_counter() - start
             robust[name] += counts.pop("robust")
-            for part, count in counts.items():
-                parts = per_attack.setdefault(name, {})
-                parts[part] = parts.get(part, 0.0) + count
+            for key, value in counts.items():
+                kind, part = key.split("/", 1)
+                per_part = parts[kind].setdefault(name, {})
+                per_part[part] = per_part.get(part, 0.0) + value
         if bar is not None:
             running = [("clean", clean / total)]
             running += [(name, value / total) for name, value in robust.items()]
@@ -247,11 +248,12 @@ def evaluate(
         "loss": loss / total,
         "robust_accuracy": {name: value / total for name, value in robust.items()},
         "per_attack": {
-            name: {part: count / total for part, count in parts.items()}
-            for name, parts in per_attack.items()
+            name: {part: count / total for part, count in counts.items()}
+            for name, counts in parts["robust"].items()
         },
+        "per_attack_seconds": parts["seconds"],
         "time_s": seconds,
-        "replicas": strategy.num_replicas_in_sync,
+        "replicas": replicas,
     }
 
 

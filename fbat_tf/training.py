@@ -206,7 +206,6 @@ def _train(
         config.eps,
         steps=config.val_attack_steps,
         restarts=config.val_restarts,
-        seed=config.seed,
         jit_compile=config.jit_compile,
     )
     tensorboard_dir = run.tensorboard_dir
@@ -223,6 +222,7 @@ def _train(
             best_path=best_path,
             stop_on_overfitting=config.stop_on_overfitting,
             best_robust_accuracy=best_so_far,
+            seed=config.seed,
         ),
         ResultsLog(results_path, payload),
         TensorBoard(
@@ -278,16 +278,17 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         config.eps,
         steps=config.eval_pgd_steps,
         restarts=config.eval_pgd_restarts,
-        seed=config.seed,
         jit_compile=config.jit_compile,
     )
     attacks = {"pgd": (config.eps, pgd)}
     if config.eval_autoattack:
-        attacks["autoattack"] = (config.eps, AutoAttack(config.eps, seed=config.seed))
+        attacks["autoattack"] = (config.eps, AutoAttack(config.eps))
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
     inference = evaluation.InferenceGraph(classifier)
-    result = evaluation.evaluate(inference, test_ds, attacks, progress=config.verbose > 0)
+    result = evaluation.evaluate(
+        inference, test_ds, attacks, progress=config.verbose > 0, seed=config.seed
+    )
     final = {
         "test_examples": result["examples"],
         "test_clean_accuracy": result["clean_accuracy"],
@@ -302,6 +303,6 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
             test_aa_robust_accuracy=result["robust_accuracy"]["autoattack"],
             aa_version=autoattack.version,
             aa_time_s=result["time_s"]["autoattack"],
-            test_aa_per_attack=autoattack.robust_accuracy(),
+            test_aa_per_attack=result["per_attack"]["autoattack"],
         )
     return final

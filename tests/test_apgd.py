@@ -213,7 +213,7 @@ def test_apgd_ce_finds_the_analytic_worst_case_of_a_linear_model():
     rows = np.arange(n)
     expected = float(np.mean(worst_logits[rows, y] > worst_logits[rows, 1 - y]))
     assert 0.2 < expected < 0.8
-    x_adv = APGD(eps, loss="ce", steps=20)(model, x, y)
+    x_adv, _ = APGD(eps, loss="ce", steps=20)(model, x, y, seed=0)
     check_in_ball(x_adv, x, eps)
     robust = correct(model(x_adv), y).numpy()
     assert robust.mean() == pytest.approx(expected)
@@ -262,7 +262,7 @@ def test_every_apgd_point_lies_in_C(trained_net, loss):
     x, y = x[:32].copy(), y[:32]
     x[:, :4] = 0.0  # some pixels on the box's faces
     x[:, -4:] = 1.0
-    x_adv = APGD(EPS, loss=loss, steps=10, n_target_classes=3)(model, x, y).numpy()
+    x_adv = APGD(EPS, loss=loss, steps=10, n_target_classes=3)(model, x, y, 0)[0].numpy()
     assert np.abs(x_adv - x).max() <= EPS + 1e-6
     assert x_adv.min() >= 0.0 and x_adv.max() <= 1.0
 
@@ -270,8 +270,8 @@ def test_every_apgd_point_lies_in_C(trained_net, loss):
 def test_apgd_is_at_least_as_strong_as_pgd_with_the_same_budget(trained_net):
     model, x, y = trained_net
     eps, steps = 3 / 255, 10
-    ra_pgd = np.mean(correct(model(PGD(eps, steps=steps, restarts=1)(model, x, y)), y).numpy())
-    ra_apgd = np.mean(correct(model(APGD(eps, "ce", steps=steps)(model, x, y)), y).numpy())
+    ra_pgd = np.mean(correct(model(PGD(eps, steps=steps, restarts=1)(model, x, y, 0)[0]), y))
+    ra_apgd = np.mean(correct(model(APGD(eps, "ce", steps=steps)(model, x, y, 0)[0]), y))
     assert 0.1 < ra_pgd < 0.9  # the comparison means something
     assert ra_apgd <= ra_pgd
 
@@ -279,7 +279,7 @@ def test_apgd_is_at_least_as_strong_as_pgd_with_the_same_budget(trained_net):
 def test_apgd_targeted_rejects_more_targets_than_classes(trained_net):
     model, x, y = trained_net
     with pytest.raises(ValueError, match="needs at least 11 classes, the model has 10"):
-        APGD(EPS, loss="dlr_targeted", n_target_classes=10)(model, x[:2], y[:2])
+        APGD(EPS, loss="dlr_targeted", n_target_classes=10)(model, x[:2], y[:2], 0)
 
 
 def test_bad_arguments_fail_early():

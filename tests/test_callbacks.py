@@ -37,8 +37,8 @@ class SwitchableAttack:
     def __init__(self):
         self.strong = False
 
-    def __call__(self, model, x, y):
-        return corner_attack(model, x, y) if self.strong else x
+    def __call__(self, model, x, y, seed):
+        return (corner_attack(model, x, y) if self.strong else x), {}
 
 
 def test_guard_fires_on_a_robust_accuracy_collapse_and_best_weights_are_kept(tmp_path):
@@ -104,9 +104,9 @@ class FixedBatchOnlyAttack:
         self.batch_x = batch_x
         self.strong = False
 
-    def __call__(self, model, x, y):
+    def __call__(self, model, x, y, seed):
         same = x.shape == self.batch_x.shape and np.array_equal(np.asarray(x), self.batch_x)
-        return corner_attack(model, x, y) if self.strong and same else x
+        return (corner_attack(model, x, y) if self.strong and same else x), {}
 
 
 def test_guard_fires_when_only_the_fixed_batch_collapses(caplog):

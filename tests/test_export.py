@@ -805,5 +805,5 @@ def test_attacks_see_the_same_function_in_the_export_and_the_folded_graph(
         np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(gradient, expected_gradient, rtol=1e-4, atol=1e-6)
         labels = tf.constant(np.arange(len(images)) % 10, tf.int32)
-        x_adv = APGD(8 / 255, "ce", steps=3, seed=0)(candidate, tf.constant(images), labels)
+        x_adv, _ = APGD(8 / 255, "ce", steps=3)(candidate, tf.constant(images), labels, seed=0)
         evaluation.check_in_ball(x_adv, tf.constant(images), 8 / 255)

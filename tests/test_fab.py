@@ -174,7 +174,7 @@ def test_fab_breaks_exactly_the_examples_within_eps_of_a_linear_boundary():
     near, far = distance < eps, distance > eps
     assert near.sum() >= 10 and far.sum() >= 10
 
-    x_adv = FAB(eps, n_target_classes=3, steps=100)(model, tf.constant(x), tf.constant(y))
+    x_adv, _ = FAB(eps, n_target_classes=3, steps=100)(model, tf.constant(x), tf.constant(y), 0)
     check_in_ball(x_adv, x, eps)
     x_adv = x_adv.numpy()
     broken = model(x_adv).numpy().argmax(1) != y
@@ -188,7 +188,8 @@ def test_fab_norms_approach_the_distance_to_the_first_target_from_above():
     # is its minimum-norm search towards that boundary.
     first_target = np.argsort(-model(x).numpy(), axis=1, kind="stable")[:, 1]
     to_first = boundary_distances(model, x, y)[np.arange(len(x)), first_target]
-    x_adv = FAB(1.0, n_target_classes=3, steps=100)(model, tf.constant(x), tf.constant(y)).numpy()
+    x_adv = FAB(1.0, n_target_classes=3, steps=100)(model, tf.constant(x), tf.constant(y), 0)[0]
+    x_adv = x_adv.numpy()
     assert np.all(model(x_adv).numpy().argmax(1) != y)
     norm = np.abs(x_adv - x).reshape(len(x), -1).max(1)
     # No adversarial is closer than the exact minimum; FAB ends within a few percent of the
@@ -203,7 +204,7 @@ def test_fab_restarts_and_misclassified_inputs():
     y = y.copy()
     y[:4] = (y[:4] + 1) % 4  # clean-misclassified: returned as they are
     eps = float(np.max(distance)) * 2
-    x_adv = FAB(eps, n_target_classes=3, steps=20, restarts=2, seed=5)(model, x, y).numpy()
+    x_adv = FAB(eps, n_target_classes=3, steps=20, restarts=2)(model, x, y, seed=5)[0].numpy()
     check_in_ball(x_adv, x, eps)
     np.testing.assert_array_equal(x_adv[:4], x[:4])
     assert np.all(model(x_adv[4:]).numpy().argmax(1) != y[4:])
@@ -212,7 +213,7 @@ def test_fab_restarts_and_misclassified_inputs():
 def test_fab_checks_its_arguments():
     model, x, y, _ = linear_problem(n=4)
     with pytest.raises(ValueError, match="n_target_classes=9"):
-        FAB(0.1)(model, x, y)  # 4 classes leave 3 targets
+        FAB(0.1)(model, x, y, 0)  # 4 classes leave 3 targets
     with pytest.raises(ValueError, match="eps"):
         FAB(-1.0)
     with pytest.raises(ValueError, match="alpha_max"):

@@ -105,8 +105,8 @@ def test_square_search_invariants_recomputed_from_the_kept_points():
     y[0] = (y[0] + 1) % 3  # clean-misclassified: never attacked, returned as is
     queries = 60
     eps = 0.1  # large enough that some, not all, of this untrained model's examples break
-    attack = Square(eps, n_queries=queries, p_init=0.8, seed=1)
-    x_adv, history = attack.attack_with_history(model, x, y)
+    attack = Square(eps, n_queries=queries, p_init=0.8)
+    x_adv, history = attack.attack_with_history(model, x, y, seed=1)
     check_in_ball(x_adv, x, eps)
     assert 2 <= len(history) <= queries + 1
     np.testing.assert_array_equal(history[:, 0], np.broadcast_to(x[0], history[:, 0].shape))
@@ -177,7 +177,7 @@ def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
 
     counter.examples.assign(0)
     queries = 200
-    _, history = Square(0.1, n_queries=queries, seed=4).attack_with_history(model, x, y)
+    _, history = Square(0.1, n_queries=queries).attack_with_history(model, x, y, seed=4)
     margin = np.stack([margins(inner, frame, y) for frame in history])
     assert np.any(margin[-1] <= 0) and np.any(margin[-1] > 0)
     # Queries per example: one per search step while its margin is still positive.
@@ -218,7 +218,7 @@ def test_square_lowers_the_robust_accuracy_of_a_standard_trained_model():
     clean = float(np.mean(model(x_test).numpy().argmax(1) == y_test))
     assert clean >= 0.9
 
-    x_adv = Square(EPS, n_queries=300, seed=0)(model, x_test, y_test)
+    x_adv, _ = Square(EPS, n_queries=300)(model, x_test, y_test, seed=0)
     check_in_ball(x_adv, x_test, EPS)
     robust = float(np.mean(model(x_adv).numpy().argmax(1) == y_test))
     assert robust <= clean - 0.5, (clean, robust)
@@ -230,4 +230,4 @@ def test_square_checks_its_arguments():
     with pytest.raises(ValueError, match="p_init"):
         Square(EPS, p_init=0.0)
     with pytest.raises(ValueError, match="NHWC"):
-        Square(EPS)(small_cnn(), np.zeros((2, 6), np.float32), np.zeros(2, np.int32))
+        Square(EPS)(small_cnn(), np.zeros((2, 6), np.float32), np.zeros(2, np.int32), 0)

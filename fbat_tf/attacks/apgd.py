@@ -2,7 +2,7 @@
 
     attack = APGD(eps=8 / 255, loss="ce")                        # APGD-CE, 100 iterations
     attack = APGD(eps=8 / 255, loss="dlr_targeted")              # APGD-T, 9 target classes
-    x_adv = attack(model, x, y)
+    x_adv, _ = attack(model, x, y, seed=0)
 
 The L∞ version of the public reference (fra31/auto-attack, autoattack/autopgd_base.py):
 start at x + ε·u/‖u‖∞ with u ~ U[-1, 1]^d, first step 2ε, momentum α = 0.75 from the second
@@ -26,7 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.losses import correct, cross_entropy, dlr, dlr_targeted
+from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.losses import correct, cross_entropy, dlr, dlr_targeted, input_gradient
 
 LOSSES = ("ce", "dlr", "dlr_targeted")
 
@@ -110,7 +111,7 @@ class _Iterate(NamedTuple):
     loss_best_last_check: tf.Tensor
 
 
-class APGD:
+class APGD(Attack):
     def __init__(
         self,
         eps: float,
@@ -120,7 +121,6 @@ class APGD:
         n_target_classes: int = 9,
         rho: float = 0.75,
         eot_iter: int = 1,
-        seed: int = 0,
         jit_compile: bool = False,
     ):
         if not eps >= 0:
@@ -143,8 +143,6 @@ class APGD:
         self.n_target_classes = int(n_target_classes)
         self.rho = float(rho)
         self.eot_iter = int(eot_iter)
-        self.seed = int(seed)
-        self._calls = 0
         schedule = _checkpoint_windows(self.steps)
         # Indexed by the 0-based iteration i: is iteration i + 1 a checkpoint, and its window.
         is_checkpoint = np.zeros(max(self.steps, 1), bool)
@@ -162,12 +160,9 @@ class APGD:
     def targeted(self) -> bool:
         return self.loss == "dlr_targeted"
 
-    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
-        # A new seed per call, so that batches of one evaluation draw different starts.
-        seed = tf.constant([self.seed, self._calls], tf.int32)
-        self._calls += 1
         clean_logits = model(x, training=False)
         num_classes = int(clean_logits.shape[-1])
         if self.targeted and self.n_target_classes > num_classes - 1:
@@ -205,18 +200,14 @@ class APGD:
     def _loss_and_gradient(self, model: keras.Model, x_adv: tf.Tensor, y, target):
         """Per-example loss and logits of the last draw, and the input gradient averaged over
         `eot_iter` forward passes (expectation over transformation for randomized models)."""
-        scale = _FLOAT16_LOSS_SCALE if model.compute_dtype == "float16" else 1.0
+        scale = _FLOAT16_LOSS_SCALE if model.compute_dtype == "float16" else None
+
+        def loss_and_logits(x_adv):
+            logits = model(x_adv, training=False)
+            return self._objective(logits, y, target), logits
 
         def one_draw():
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(x_adv)
-                logits = model(x_adv, training=False)
-                loss = self._objective(logits, y, target)
-                total = tf.reduce_sum(loss) * scale
-            grad = tf.cast(tape.gradient(total, x_adv), x_adv.dtype) / scale
-            # A frozen or loaded graph, traced for any batch, gives its input gradient an
-            # unknown batch size: keep x's, or a loop traced on one example changes shape.
-            grad.set_shape(x_adv.shape)
+            (loss, logits), grad = input_gradient(loss_and_logits, x_adv, scale)
             return loss, logits, grad
 
         loss, logits, grad = one_draw()

@@ -1,10 +1,9 @@
 """AutoAttack (Croce & Hein, 2020): a fixed ensemble of attacks, each run on what is still robust.
 
     attack = AutoAttack(eps=8 / 255)                  # "standard": APGD-CE, APGD-T, FAB-T, Square
-    x_adv = attack(model, x, y)                       # the usual attack(model, x, y) interface
-    x_adv, robust = attack.run(model, x, y)           # robust["apgd-ce"]: bool [batch] after it
-    attack.robust_accuracy()                          # per attack, over every call so far
-    attack.seconds                                    # per attack, over every call so far
+    x_adv, breakdown = attack(model, x, y, seed=0)    # the interface of every attack
+    breakdown["robust"]["apgd-ce"]                    # bool [batch]: still robust after APGD-CE
+    breakdown["seconds"]["apgd-ce"]                   # the time it took
 
     custom = AutoAttack(8 / 255, version="custom", attacks={"apgd-ce": APGD(8 / 255)})
     transfer_robust_accuracy(source, target, PGD(8 / 255), dataset)
@@ -15,6 +14,7 @@ Versions, as the public reference (fra31/auto-attack, autoattack/autoattack.py, 
 queries, p_init 0.8), in that order; "rand" (for randomized defenses) is APGD-CE and APGD-DLR
 with 1 restart and 20 EOT draws each; "custom" takes any `{name: attack}` in order.
 
+Every attack of the ensemble gets the call's seed, as the reference seeds each of them alike.
 Each attack sees only the examples still robust (a clean-misclassified example is non-robust
 from the start), always starting from the clean input; the final point of an example is the
 one from the first attack that broke it, or the clean input. Robust accuracy is the per-example
@@ -31,42 +31,40 @@ set at once where memory allows). bench/autoattack_time.py times it through eval
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from fbat_tf import constraints
 from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.base import Attack, Breakdown
 from fbat_tf.attacks.losses import correct
 from fbat_tf.constraints import check_in_ball
-
-Attack = Callable[[keras.Model, tf.Tensor, tf.Tensor], tf.Tensor]
 
 VERSIONS = ("standard", "rand", "custom")
 
 
-def standard_attacks(eps: float, seed: int = 0) -> dict[str, Attack]:
+def standard_attacks(eps: float) -> dict[str, Attack]:
     """The reference's "standard" L∞ ensemble, in its order."""
     # Imported here so that APGD-only ("rand", "custom") runs need no FAB or Square module.
     from fbat_tf.attacks.fab import FAB
     from fbat_tf.attacks.square import Square
 
     return {
-        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, seed=seed),
-        "apgd-t": APGD(
-            eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9, seed=seed
-        ),
-        "fab-t": FAB(eps, n_target_classes=9, steps=100, seed=seed),
-        "square": Square(eps, n_queries=5000, p_init=0.8, seed=seed),
+        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1),
+        "apgd-t": APGD(eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9),
+        "fab-t": FAB(eps, n_target_classes=9, steps=100),
+        "square": Square(eps, n_queries=5000, p_init=0.8),
     }
 
 
-def rand_attacks(eps: float, seed: int = 0) -> dict[str, Attack]:
+def rand_attacks(eps: float) -> dict[str, Attack]:
     """The reference's "rand" ensemble: APGD-CE and APGD-DLR with EOT over 20 draws."""
     return {
-        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, eot_iter=20, seed=seed),
-        "apgd-dlr": APGD(eps, loss="dlr", steps=100, restarts=1, eot_iter=20, seed=seed),
+        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, eot_iter=20),
+        "apgd-dlr": APGD(eps, loss="dlr", steps=100, restarts=1, eot_iter=20),
     }
 
 
@@ -77,13 +75,12 @@ def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> Non
         raise AssertionError(f"attack {name!r} returned points outside C: {error}") from None
 
 
-class AutoAttack:
+class AutoAttack(Attack):
     def __init__(
         self,
         eps: float,
         version: str = "standard",
         attacks: Mapping[str, Attack] | None = None,
-        seed: int = 0,
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -98,53 +95,36 @@ class AutoAttack:
         self.eps = float(eps)
         self.version = version
         if version == "standard":
-            self.attacks = standard_attacks(self.eps, seed)
+            self.attacks = standard_attacks(self.eps)
         elif version == "rand":
-            self.attacks = rand_attacks(self.eps, seed)
+            self.attacks = rand_attacks(self.eps)
         else:
             self.attacks = dict(attacks)
-        self.reset_stats()
 
-    def reset_stats(self) -> None:
-        """Zero the running totals behind `robust_accuracy()` and `seconds`."""
-        self.examples = 0
-        self.robust_counts = dict.fromkeys(["clean", *self.attacks], 0)
-        self.seconds = dict.fromkeys(self.attacks, 0.0)
-
-    def robust_accuracy(self) -> dict[str, float]:
-        """Accuracy on clean inputs ("clean") and after each attack, over every call so far."""
-        if self.examples == 0:
-            raise ValueError("AutoAttack has not been run on any example yet")
-        return {name: count / self.examples for name, count in self.robust_counts.items()}
-
-    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return self.run(model, x, y)[0]
-
-    def run(
-        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
-    ) -> tuple[tf.Tensor, dict[str, np.ndarray]]:
-        """(x_adv, robust): robust["clean"] and robust[name] after each attack, bool [batch]."""
+    def __call__(
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
+    ) -> tuple[tf.Tensor, Breakdown]:
+        """(x_adv, {"robust": {"clean" and each attack: bool [batch]}, "seconds": {attack: s}})."""
+        seed = constraints.as_seed(seed)
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
         robust = correct(model(x, training=False), y).numpy() > 0.5
         masks = {"clean": robust.copy()}
+        seconds = {}
         x_adv = x.numpy().copy()
         for name, attack in self.attacks.items():
             start = time.perf_counter()
             still_robust = np.flatnonzero(robust)
             if still_robust.size:
                 x_sub, y_sub = tf.gather(x, still_robust), tf.gather(y, still_robust)
-                candidate = attack(model, x_sub, y_sub)
+                candidate, _ = attack(model, x_sub, y_sub, seed)
                 _check_in_ball(candidate, x_sub, self.eps, name)
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
                 x_adv[still_robust[broken]] = np.asarray(candidate)[broken]
                 robust[still_robust[broken]] = False
-            self.seconds[name] += time.perf_counter() - start
+            seconds[name] = time.perf_counter() - start
             masks[name] = robust.copy()
-        self.examples += len(robust)
-        for name, mask in masks.items():
-            self.robust_counts[name] += int(mask.sum())
-        return tf.convert_to_tensor(x_adv), masks
+        return tf.convert_to_tensor(x_adv), {"robust": masks, "seconds": seconds}
 
 
 def transfer_robust_accuracy(
@@ -153,14 +133,16 @@ def transfer_robust_accuracy(
     attack: Attack,
     dataset: tf.data.Dataset,
     eps: float | None = None,
+    seed: int = 0,
 ) -> float:
     """Accuracy of `target_model` on adversarial examples crafted against `source_model`.
 
     With `eps`, every crafted batch is checked to lie in C before it counts (DESIGN.md §4).
+    Batch b is attacked with the seed [seed, b].
     """
     hits = total = 0
-    for x, y in dataset:
-        x_adv = attack(source_model, x, y)
+    for batch, (x, y) in enumerate(dataset):
+        x_adv, _ = attack(source_model, x, y, tf.constant([seed, batch], tf.int32))
         if eps is not None:
             _check_in_ball(x_adv, x, eps, "transfer")
         hits += int(tf.reduce_sum(correct(target_model(x_adv, training=False), y)))

@@ -2,7 +2,7 @@
 "standard" runs it (9 target classes, 100 iterations, 1 restart).
 
     attack = FAB(eps=8 / 255)                    # n_target_classes=9, steps=100, restarts=1
-    x_adv = attack(model, x, y)                  # x_adv ∈ C; x itself where FAB found nothing
+    x_adv, _ = attack(model, x, y, seed=0)       # x_adv ∈ C; x itself where FAB found nothing
 
 FAB is a minimum-norm attack: per target it walks towards the linearized decision boundary
 between the label y and the target t and keeps, per example, the adversarial point of smallest
@@ -23,7 +23,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf.attacks.losses import as_loss_dtype
+from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.losses import as_loss_dtype, input_gradient
 
 
 # Straight-line code and a written-out tf.while_loop: traced without AutoGraph's rewriting.
@@ -94,7 +95,7 @@ def project_linf_hyperplane_box(
     return -tf.sign(w) * tf.minimum(lam[:, None], room)
 
 
-class FAB:
+class FAB(Attack):
     """Targeted FAB for L∞ (AutoAttack's FAB-T); see the module docstring.
 
     eps: the ε of the threat model; only adversarials with ‖x_adv − x‖∞ ≤ ε count, and it sets
@@ -115,7 +116,6 @@ class FAB:
         alpha_max: float = 0.1,
         eta: float = 1.05,
         beta: float = 0.9,
-        seed: int = 0,
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -136,12 +136,10 @@ class FAB:
         self.alpha_max = float(alpha_max)
         self.eta = float(eta)
         self.beta = float(beta)
-        self.seed = int(seed)
-        self._calls = 0
         # A written-out loop, traced without AutoGraph: it would only add rewriting time.
         self._run = tf.function(self._single_run, reduce_retracing=True, autograph=False)
 
-    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
         logits = as_loss_dtype(model(x, training=False))
@@ -154,8 +152,6 @@ class FAB:
         # The reference's target_class = 2, ..., n+1 picks `sort(logits)[:, -target_class]`.
         ranked = tf.argsort(logits, axis=-1, direction="DESCENDING", stable=True)
         robust = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), y)
-        call_seed = tf.constant([self.seed, self._calls], tf.int32)
-        self._calls += 1
         x_adv = x
         for k in range(self.n_target_classes):
             for restart in range(self.restarts):
@@ -163,15 +159,15 @@ class FAB:
                 index = tf.where(robust)[:, 0]
                 if int(tf.size(index)) == 0:
                     return x_adv
-                seed = tf.random.experimental.stateless_fold_in(call_seed, k)
-                seed = tf.random.experimental.stateless_fold_in(seed, restart)
+                run_seed = tf.random.experimental.stateless_fold_in(seed, k)
+                run_seed = tf.random.experimental.stateless_fold_in(run_seed, restart)
                 x_sub = tf.gather(x, index)
                 adv, broken = self._run(
                     model,
                     x_sub,
                     tf.gather(y, index),
                     tf.gather(ranked[:, k + 1], index),
-                    seed,
+                    run_seed,
                     restart > 0,
                 )
                 broken_index = tf.boolean_mask(index, broken)[:, None]
@@ -217,16 +213,14 @@ class FAB:
 
         def step(i, x1, best, best_norm):
             # get_diff_logits_grads_batch_targeted: the linearized boundary f_t − f_y = 0 at x1.
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(x1)
+            def difference_of(x1):
                 logits = as_loss_dtype(model(x1, training=False))
-                difference = tf.gather(logits, target, batch_dims=1) - tf.gather(
-                    logits, y, batch_dims=1
-                )
-                # The sum's gradient is each example's own (inference mode: no cross-example
-                # terms), so one backward pass gives the reference's per-example Jacobian rows.
-                total = tf.reduce_sum(difference)
-            w = tf.reshape(tf.cast(tape.gradient(total, x1), x0.dtype), [n, -1])
+                return tf.gather(logits, target, batch_dims=1) - tf.gather(logits, y, batch_dims=1)
+
+            # The sum's gradient is each example's own (inference mode: no cross-example
+            # terms), so one backward pass gives the reference's per-example Jacobian rows.
+            difference, w = input_gradient(difference_of, x1)
+            w = tf.reshape(tf.cast(w, x0.dtype), [n, -1])
             difference = tf.cast(difference, x0.dtype)
             flat_x1 = tf.reshape(x1, [n, -1])
             b = tf.reduce_sum(w * flat_x1, -1) - difference  # hyperplane {z : w·z = b}

@@ -8,9 +8,16 @@ cast first, DESIGN.md §2):
     margin = dlr(logits, y)                                 # Croce & Hein (2020), APGD-DLR
     targeted = dlr_targeted(logits, y, targets)             # their targeted variant
     aligned = cosine_per_example(grad_a, grad_b)            # GradAlign's per-example cosine
+
+The one input-gradient helper of the project, for attacks and the methods' inner attacks:
+
+    loss, grad = input_gradient(lambda x: cross_entropy(model(x, training=False), y), x)
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -78,3 +85,30 @@ def cosine_per_example(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     dot = tf.reduce_sum(a * b, axis=1)
     norms = tf.norm(a, axis=1) * tf.norm(b, axis=1)
     return tf.math.divide_no_nan(dot, norms)
+
+
+def input_gradient(
+    fn: Callable[[tf.Tensor], Any], x: tf.Tensor, loss_scale: tf.Tensor | float | None = None
+) -> tuple[Any, tf.Tensor]:
+    """(fn(x), ∇x Σ_i fn(x)_i): the gradient of the sum of per-example values, so that each
+    example's gradient is its own (DESIGN.md §2).
+
+    `fn` returns the per-example values [batch], or a tuple whose first item they are (the rest
+    comes back untouched, e.g. the logits). The tape watches x only, so no weight gradient is
+    recorded. With `loss_scale` s the sum is multiplied by s before it is differentiated and the
+    gradient divided by s again: the same gradient, with 16-bit cotangents kept clear of
+    underflow. The gradient has x's dtype and static shape (a frozen graph may lose its batch
+    size).
+    """
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(x)
+        outputs = fn(x)
+        values = outputs[0] if isinstance(outputs, tuple) else outputs
+        total = tf.reduce_sum(values)
+        if loss_scale is not None:
+            total = total * tf.cast(loss_scale, total.dtype)
+    grad = tf.cast(tape.gradient(total, x), x.dtype)
+    if loss_scale is not None:
+        grad = grad / tf.cast(loss_scale, grad.dtype)
+    grad.set_shape(x.shape)
+    return outputs, grad

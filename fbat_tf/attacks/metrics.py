@@ -15,15 +15,12 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.losses import cosine_per_example, cross_entropy
+from fbat_tf.attacks.losses import cosine_per_example, cross_entropy, input_gradient
 
 
 def _input_gradient(model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-    """∇x Σ_i CE_i(x): the sum gives each example its own gradient (DESIGN.md §2)."""
-    with tf.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(cross_entropy(model(x, training=False), y))
-    return tape.gradient(loss, x)
+    """∇x Σ_i CE_i(x), in inference mode."""
+    return input_gradient(lambda x: cross_entropy(model(x, training=False), y), x)[1]
 
 
 def gradient_alignment(
@@ -43,9 +40,7 @@ def gradient_alignment(
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     x = tf.convert_to_tensor(x)
     y = tf.cast(tf.convert_to_tensor(y), tf.int32)
-    if isinstance(seed, int):
-        seed = tf.constant([seed, 0], tf.int32)
-    eta = constraints.random_init(x, eps, seed)
+    eta = constraints.random_init(x, eps, constraints.as_seed(seed))
     grad_clean = _input_gradient(model, x, y)
     grad_noisy = _input_gradient(model, x + eta, y)
     return tf.reduce_mean(cosine_per_example(grad_clean, grad_noisy))

@@ -1,7 +1,7 @@
 """PGD-K-R (Madry et al., 2018): R random restarts of K signed steps on the summed CE.
 
     attack = PGD(eps=8 / 255, steps=50, restarts=10)     # step size ε/4
-    x_adv = attack(model, x, y)
+    x_adv, _ = attack(model, x, y, seed=0)
 
 The model runs with training=False. Per example the result is the first restart that
 misclassifies it, or else the first restart's point; an example counts as broken if any restart
@@ -18,17 +18,17 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
 
-class PGD:
+class PGD(Attack):
     def __init__(
         self,
         eps: float,
         steps: int = 50,
         restarts: int = 10,
         step_size: float | None = None,
-        seed: int = 0,
         jit_compile: bool = False,
     ):
         if not eps >= 0:
@@ -39,8 +39,6 @@ class PGD:
         self.steps = int(steps)
         self.restarts = int(restarts)
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
-        self.seed = int(seed)
-        self._calls = 0
         # XLA compiles static shapes only: there every restart attacks the whole batch.
         self.survivors_only = not jit_compile
         # The loops are tf.while_loops written out: no AutoGraph rewriting to pay at tracing.
@@ -48,13 +46,8 @@ class PGD:
             self._attack, jit_compile=jit_compile, reduce_retracing=True, autograph=False
         )
 
-    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        x = tf.convert_to_tensor(x)
-        y = tf.convert_to_tensor(y)
-        # A new seed per call, so that batches of one evaluation draw different starts.
-        seed = tf.constant([self.seed, self._calls], tf.int32)
-        self._calls += 1
-        return self._run(model, x, y, seed)
+    def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        return self._run(model, tf.convert_to_tensor(x), tf.convert_to_tensor(y), seed)
 
     def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
         # Graph loops over restarts and steps: the traced graph holds one gradient step
@@ -63,10 +56,9 @@ class PGD:
 
         def attack_from(start: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
             def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                with tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(delta)
-                    loss = tf.reduce_sum(cross_entropy(model(x + delta, training=False), y))
-                grad = tape.gradient(loss, delta)
+                _, grad = input_gradient(
+                    lambda delta: cross_entropy(model(x + delta, training=False), y), delta
+                )
                 delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
                 # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
                 return step + 1, tf.ensure_shape(delta, start.shape)

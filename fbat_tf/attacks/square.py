@@ -1,7 +1,7 @@
 """Square Attack (Andriushchenko et al., 2020), L∞ and untargeted, as AutoAttack "standard" runs it.
 
     attack = Square(eps=8 / 255)                 # n_queries=5000, p_init=0.8, margin loss
-    x_adv = attack(model, x, y)                  # x_adv ∈ C; x itself where Square found nothing
+    x_adv, _ = attack(model, x, y, seed=0)       # x_adv ∈ C; x itself where Square found nothing
 
 A black-box, score-based random search: it only reads the model's logits (model(x,
 training=False)), never a gradient. From a start of vertical stripes of ±ε it proposes, once per
@@ -24,6 +24,9 @@ import math
 import keras
 import numpy as np
 import tensorflow as tf
+
+from fbat_tf import constraints
+from fbat_tf.attacks.base import Attack
 
 # The reference's `p_selection` breakpoints, in queries of a 10,000-query budget: past the k-th
 # one, p = p_init / 2^k.
@@ -50,7 +53,7 @@ def square_side(p: float, height: int, width: int) -> int:
     return min(max(int(round(math.sqrt(p * height * width))), 1), height, width)
 
 
-class Square:
+class Square(Attack):
     """Square Attack L∞ (untargeted); see the module docstring.
 
     eps: the L∞ radius. n_queries: queries per example after the initial one (AutoAttack: 5000).
@@ -64,7 +67,6 @@ class Square:
         eps: float,
         n_queries: int = 5000,
         p_init: float = 0.8,
-        seed: int = 0,
         loss: str = "margin",
         rescale_schedule: bool = False,
     ):
@@ -79,17 +81,15 @@ class Square:
         self.eps = float(eps)
         self.n_queries = int(n_queries)
         self.p_init = float(p_init)
-        self.seed = int(seed)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
-        self._calls = 0
         self._run = tf.function(self._search, reduce_retracing=True, autograph=False)
 
-    def __call__(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return self._attack(model, x, y, record=False)[0]
+    def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        return self._attack(model, x, y, seed, record=False)[0]
 
     def attack_with_history(
-        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
     ) -> tuple[tf.Tensor, np.ndarray]:
         """x_adv and the kept point per example after the start and after each query.
 
@@ -97,9 +97,11 @@ class Square:
         start; clean-misclassified examples stay at x). For tests and diagnostics: it holds
         (queries + 1) copies of the batch.
         """
-        return self._attack(model, x, y, record=True)
+        return self._attack(model, x, y, constraints.as_seed(seed), record=True)
 
-    def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, record: bool):
+    def _attack(
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor, record: bool
+    ):
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
         if len(x.shape) != 4:
@@ -111,8 +113,6 @@ class Square:
             )
             for it in range(self.n_queries)
         ]
-        seed = tf.constant([self.seed, self._calls], tf.int32)
-        self._calls += 1
         # SquareAttack.perturb attacks the clean-correct examples only.
         predicted = tf.argmax(model(x, training=False), -1, output_type=tf.int32)
         index = tf.where(tf.equal(predicted, y))[:, 0]

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
+from fbat_tf.attacks import losses
 from fbat_tf.attacks.losses import correct, cross_entropy
 
 Gradients = list[tf.Tensor]
@@ -59,11 +60,10 @@ def input_gradient(
     The tape watches δ only, so no weight gradient is recorded or computed.
     """
     loss_scale = per_example_scale(loss_scale, x)
-    with tf.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(delta)
-        loss = tf.reduce_sum(cross_entropy(model(x + delta, training=True), y))
-        loss = scaled(loss, loss_scale)
-    return unscaled(tape.gradient(loss, delta), loss_scale)
+    _, grad = losses.input_gradient(
+        lambda delta: cross_entropy(model(x + delta, training=True), y), delta, loss_scale
+    )
+    return grad
 
 
 def train_on(
