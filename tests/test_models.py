@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import models
+from fbat_tf.models import layers
 from fbat_tf.models.layers import BatchNormalization
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -32,6 +33,19 @@ TINY = {
     "wide_resnet": ((32, 32, 3), 4, "relu", {"depth": 10, "widen_factor": 2}),
     "resnet50": ((64, 64, 3), 4, "swish", {}),
     "small_cnn": ((28, 28, 1), 8, "softplus", {}),
+}
+
+# The base width each name gets with width=None (the module docstring's numbers).
+DEFAULT_WIDTHS = {
+    "preact_resnet18": 64,
+    "preact_resnet34": 64,
+    "preact_resnet50": 64,
+    "wide_resnet16_8": 16,
+    "wide_resnet28_10": 16,
+    "wide_resnet34_10": 16,
+    "wide_resnet": 16,
+    "resnet50": 64,
+    "small_cnn": 32,
 }
 
 ACTIVATION_FORMULAS = {
@@ -74,6 +88,24 @@ def test_names_cover_the_registry():
     }
     assert set(models.names()) == expected
     assert set(TINY) == expected
+    assert set(DEFAULT_WIDTHS) == expected
+
+
+class FirstConvolution(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULT_WIDTHS))
+def test_default_width_is_the_documented_one(name, monkeypatch):
+    # The first convolution of every model has the base width; stopping there spares building
+    # the full-width model.
+    def first_convolution(x, filters, *args, **kwargs):
+        raise FirstConvolution(filters)
+
+    monkeypatch.setattr(layers, "conv", first_convolution)
+    with pytest.raises(FirstConvolution) as stop:
+        models.build(name, 10, (32, 32, 3), 0.5, 0.25, width=None)
+    assert stop.value.args == (DEFAULT_WIDTHS[name],)
 
 
 @pytest.mark.parametrize("name", sorted(TINY))

@@ -18,10 +18,16 @@ Every model is a functional `keras.Model` named after its registry name that
 - returns float32 logits [batch, num_classes] under any mixed-precision policy;
 - runs inside `tf.function(jit_compile=True)` and under nested gradient tapes.
 
-`width` is the base channel count (None: 64 for PreActResNet and ResNet-50, 16 for WideResNet,
-times the widen factor per group, 32 for small_cnn). Extra keyword arguments go to the
-constructor: `depth`, `widen_factor` (only with "wide_resnet") and `dropout_rate` for the
-WideResNets. Adding a model is one module plus one line in `_REGISTRY`.
+`width` is the base channel count (None: the architecture's default in `_REGISTRY`, 64 for
+PreActResNet and ResNet-50, 16 for WideResNet, times the widen factor per group, 32 for
+small_cnn). Extra keyword arguments go to the architecture: `depth`, `widen_factor` (only with
+"wide_resnet") and `dropout_rate` for the WideResNets.
+
+`build` does what every model shares: it checks the activation, num_classes and width, makes
+the normalizing input (`layers.normalized_input`) and wraps the logits in a `keras.Model` named
+`name`. An architecture is a function `(x, num_classes, activation, width, **options) -> logits`
+of the normalized input tensor x, with the already checked arguments. Adding a model is one
+such module plus one line in `_REGISTRY`.
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ from typing import Any
 
 import keras
 
-from fbat_tf.models.layers import ACTIVATIONS, check_activation
+from fbat_tf.models.layers import (
+    ACTIVATIONS,
+    check_activation,
+    check_num_classes,
+    check_width,
+    normalized_input,
+)
 from fbat_tf.models.preact_resnet import preact_resnet
 from fbat_tf.models.resnet import resnet50
 from fbat_tf.models.small_cnn import small_cnn
@@ -39,18 +51,18 @@ from fbat_tf.models.wide_resnet import wide_resnet
 
 __all__ = ["ACTIVATIONS", "build", "names"]
 
-# name -> (constructor, the arguments the name fixes)
-_REGISTRY: dict[str, tuple[Callable[..., keras.Model], dict[str, Any]]] = {
-    "preact_resnet18": (preact_resnet, {"depth": 18}),
-    "preact_resnet34": (preact_resnet, {"depth": 34}),
-    "preact_resnet50": (preact_resnet, {"depth": 50}),
-    "wide_resnet16_8": (wide_resnet, {"depth": 16, "widen_factor": 8}),
-    "wide_resnet28_10": (wide_resnet, {"depth": 28, "widen_factor": 10}),
-    "wide_resnet34_10": (wide_resnet, {"depth": 34, "widen_factor": 10}),
+# name -> (architecture, its default width, the arguments the name fixes)
+_REGISTRY: dict[str, tuple[Callable[..., keras.KerasTensor], int, dict[str, Any]]] = {
+    "preact_resnet18": (preact_resnet, 64, {"depth": 18}),
+    "preact_resnet34": (preact_resnet, 64, {"depth": 34}),
+    "preact_resnet50": (preact_resnet, 64, {"depth": 50}),
+    "wide_resnet16_8": (wide_resnet, 16, {"depth": 16, "widen_factor": 8}),
+    "wide_resnet28_10": (wide_resnet, 16, {"depth": 28, "widen_factor": 10}),
+    "wide_resnet34_10": (wide_resnet, 16, {"depth": 34, "widen_factor": 10}),
     # Any WRN-depth-k through depth=/widen_factor= (default WRN-28-10).
-    "wide_resnet": (wide_resnet, {}),
-    "resnet50": (resnet50, {}),
-    "small_cnn": (small_cnn, {}),
+    "wide_resnet": (wide_resnet, 16, {}),
+    "resnet50": (resnet50, 64, {}),
+    "small_cnn": (small_cnn, 32, {}),
 }
 
 
@@ -72,13 +84,14 @@ def build(
     """Builds the model registered as `name` (see the module docstring).
 
     mean, std: a scalar or one value per input channel, in pixel units ([0, 1] scale).
-    Raises ValueError for an unknown name or activation, a bad depth, or a keyword argument
-    that the name already fixes (e.g. depth= with "wide_resnet28_10").
+    Raises ValueError for an unknown name or activation, a bad num_classes, width, mean, std or
+    depth, or a keyword argument that the name already fixes (e.g. depth= with
+    "wide_resnet28_10").
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown model {name!r}; valid models: {names()}")
     check_activation(activation)
-    constructor, fixed = _REGISTRY[name]
+    architecture, default_width, fixed = _REGISTRY[name]
     clashes = sorted(set(fixed) & set(kwargs))
     if clashes:
         raise ValueError(
@@ -86,14 +99,8 @@ def build(
             f"got {', '.join(f'{k}={kwargs[k]!r}' for k in clashes)} "
             "(use 'wide_resnet' to choose depth and widen_factor)"
         )
-    return constructor(
-        num_classes=num_classes,
-        input_shape=tuple(input_shape),
-        mean=mean,
-        std=std,
-        activation=activation,
-        width=width,
-        name=name,
-        **fixed,
-        **kwargs,
-    )
+    num_classes = check_num_classes(num_classes)
+    width = check_width(width, default=default_width)
+    inputs, normalized = normalized_input(input_shape, mean, std)
+    logits = architecture(normalized, num_classes, activation, width, **fixed, **kwargs)
+    return keras.Model(inputs, logits, name=name)

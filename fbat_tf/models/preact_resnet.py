@@ -1,10 +1,12 @@
 """Pre-activation ResNets (He et al. 2016) as in the Fast-AT / Fast-BAT reference CIFAR code.
 
-    model = preact_resnet(18, num_classes=10, input_shape=(32, 32, 3),
-                          mean=(0.4914, 0.4822, 0.4465), std=(0.2471, 0.2435, 0.2616))
+    model = fbat_tf.models.build("preact_resnet18", num_classes=10, input_shape=(32, 32, 3),
+                                 mean=(0.4914, 0.4822, 0.4465), std=(0.2471, 0.2435, 0.2616))
     logits = model(x)          # x: raw pixels in [0, 1], NHWC
 
-Usually built through the registry: `fbat_tf.models.build("preact_resnet18", ...)`.
+`preact_resnet(x, num_classes, activation, width, depth)` returns the logits of the normalized
+input tensor x; `build` checks the common arguments (width None: 64), makes the normalizing
+input and wraps the model.
 
 Architecture: normalization, 3x3 stem conv (stride 1, no bias), four stages of widths
 w, 2w, 4w, 8w (times 4 for the bottleneck) with strides 1, 2, 2, 2, final BN + activation,
@@ -54,27 +56,16 @@ def _preact_bottleneck(
 
 
 def preact_resnet(
-    depth: int,
-    num_classes: int,
-    input_shape: tuple[int, int, int],
-    mean,
-    std,
-    activation: str = "relu",
-    width: int | None = None,
-    name: str | None = None,
-) -> keras.Model:
-    """PreActResNet-{18, 34, 50}; `width` is the stem/first-stage channel count (default 64)."""
+    x: keras.KerasTensor, num_classes: int, activation: str, width: int, depth: int
+) -> keras.KerasTensor:
+    """PreActResNet-{18, 34, 50} logits of x; `width` is the stem/first-stage channel count."""
     if depth not in _STAGES:
         raise ValueError(f"PreActResNet depth must be one of {sorted(_STAGES)}, got {depth!r}")
-    layers.check_activation(activation)
-    num_classes = layers.check_num_classes(num_classes)
-    width = layers.check_width(width, default=64)
     block_kind, blocks_per_stage = _STAGES[depth]
     # The reference keeps PyTorch's default init everywhere (no custom init loop).
     init = layers.torch_default_init
 
-    inputs, h = layers.normalized_input(input_shape, mean, std)
-    h = layers.conv(h, width, 3, 1, "stem_conv", init)
+    h = layers.conv(x, width, 3, 1, "stem_conv", init)
     for stage, (num_blocks, stage_stride) in enumerate(
         zip(blocks_per_stage, _STAGE_STRIDES, strict=True), start=1
     ):
@@ -96,5 +87,4 @@ def preact_resnet(
             else:
                 h = _preact_bottleneck(h, planes, stride, activation, block_name)
     h = layers.activate(layers.batch_norm(h, "final_bn"), activation, "final_act")
-    logits = layers.classifier_head(h, num_classes, init)
-    return keras.Model(inputs, logits, name=name or f"preact_resnet{depth}")
+    return layers.classifier_head(h, num_classes, init)

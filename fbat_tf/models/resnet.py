@@ -1,10 +1,12 @@
 """ResNet-50 for ImageNet-sized inputs (post-activation bottleneck, torchvision's layout).
 
-    model = resnet50(num_classes=1000, input_shape=(224, 224, 3),
-                     mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    model = fbat_tf.models.build("resnet50", num_classes=1000, input_shape=(224, 224, 3),
+                                 mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     logits = model(x)                      # raw pixels in [0, 1], NHWC
 
-Usually built through the registry: `fbat_tf.models.build("resnet50", ...)`.
+`resnet50(x, num_classes, activation, width)` returns the logits of the normalized input tensor
+x; `build` checks the common arguments (width None: 64), makes the normalizing input and wraps
+the model.
 
 Written here rather than taken from keras.applications so that `activation` and `width` apply.
 Architecture: normalization, 7x7 stride-2 stem conv + BN + activation, 3x3 stride-2 max pool,
@@ -48,23 +50,13 @@ def _bottleneck(
 
 
 def resnet50(
-    num_classes: int,
-    input_shape: tuple[int, int, int],
-    mean,
-    std,
-    activation: str = "relu",
-    width: int | None = None,
-    name: str | None = None,
-) -> keras.Model:
-    """ResNet-50; `width` is the stem and first-stage bottleneck width (default 64)."""
-    layers.check_activation(activation)
-    num_classes = layers.check_num_classes(num_classes)
-    width = layers.check_width(width, default=64)
+    x: keras.KerasTensor, num_classes: int, activation: str, width: int
+) -> keras.KerasTensor:
+    """ResNet-50 logits of x; `width` is the stem and first-stage bottleneck width."""
     # torchvision: kaiming_normal(fan_out) convs, BN γ = 1 / β = 0, default-init classifier.
     init = layers.he_normal_fan_out
 
-    inputs, h = layers.normalized_input(input_shape, mean, std)
-    h = layers.conv(h, width, 7, 2, "stem_conv", init)
+    h = layers.conv(x, width, 7, 2, "stem_conv", init)
     h = layers.activate(layers.batch_norm(h, "stem_bn"), activation, "stem_act")
     h = layers.max_pool(h, 3, 2, "stem_pool")
     for stage, (num_blocks, stage_stride) in enumerate(
@@ -74,5 +66,4 @@ def resnet50(
         for block in range(1, num_blocks + 1):
             stride = stage_stride if block == 1 else 1
             h = _bottleneck(h, planes, stride, activation, f"stage{stage}_block{block}")
-    logits = layers.classifier_head(h, num_classes, layers.torch_default_init)
-    return keras.Model(inputs, logits, name=name or "resnet50")
+    return layers.classifier_head(h, num_classes, layers.torch_default_init)

@@ -1,9 +1,12 @@
 """A small, fast CNN for 28x28 grey-scale data (MNIST, Fashion-MNIST).
 
-    model = small_cnn(num_classes=10, input_shape=(28, 28, 1), mean=0.2860, std=0.3530)
+    model = fbat_tf.models.build("small_cnn", num_classes=10, input_shape=(28, 28, 1),
+                                 mean=0.2860, std=0.3530)
     logits = model(x)                      # raw pixels in [0, 1], NHWC
 
-Usually built through the registry: `fbat_tf.models.build("small_cnn", ...)`.
+`small_cnn(x, num_classes, activation, width)` returns the logits of the normalized input tensor
+x; `build` checks the common arguments (width None: 32), makes the normalizing input and wraps
+the model.
 
 Layout (w = width, 32 by default; every conv 3x3, bias-free, followed by BN + activation):
 
@@ -22,30 +25,19 @@ from fbat_tf.models import layers
 
 
 def small_cnn(
-    num_classes: int,
-    input_shape: tuple[int, int, int],
-    mean,
-    std,
-    activation: str = "relu",
-    width: int | None = None,
-    name: str | None = None,
-) -> keras.Model:
-    """The small CNN; `width` is the first conv's channel count (default 32)."""
-    layers.check_activation(activation)
-    num_classes = layers.check_num_classes(num_classes)
-    width = layers.check_width(width, default=32)
+    x: keras.KerasTensor, num_classes: int, activation: str, width: int
+) -> keras.KerasTensor:
+    """The small CNN's logits of x; `width` is the first conv's channel count."""
     init = layers.torch_default_init
 
     def conv_bn_act(h: keras.KerasTensor, filters: int, name: str) -> keras.KerasTensor:
         h = layers.conv(h, filters, 3, 1, f"{name}_conv", init)
         return layers.activate(layers.batch_norm(h, f"{name}_bn"), activation, f"{name}_act")
 
-    inputs, h = layers.normalized_input(input_shape, mean, std)
-    h = conv_bn_act(h, width, "block1")
+    h = conv_bn_act(x, width, "block1")
     h = layers.max_pool(h, 2, 2, "pool1")
     h = conv_bn_act(h, 2 * width, "block2")
     h = conv_bn_act(h, 2 * width, "block3")
     h = layers.max_pool(h, 2, 2, "pool2")
     h = conv_bn_act(h, 4 * width, "block4")
-    logits = layers.classifier_head(h, num_classes, init)
-    return keras.Model(inputs, logits, name=name or "small_cnn")
+    return layers.classifier_head(h, num_classes, init)

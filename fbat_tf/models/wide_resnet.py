@@ -1,11 +1,14 @@
 """Wide residual networks WRN-depth-k (Zagoruyko & Komodakis 2016), the standard CIFAR variant.
 
-    model = wide_resnet(num_classes=10, input_shape=(32, 32, 3), mean=0.5, std=0.25,
-                        depth=28, widen_factor=10)          # WRN-28-10, 36,479,194 parameters
+    model = fbat_tf.models.build("wide_resnet28_10", num_classes=10, input_shape=(32, 32, 3),
+                                 mean=0.5, std=0.25)        # WRN-28-10, 36,479,194 parameters
     logits = model(x)                                       # raw pixels in [0, 1], NHWC
+    wrn40_2 = fbat_tf.models.build("wide_resnet", 10, (32, 32, 3), 0.5, 0.25,
+                                   depth=40, widen_factor=2)
 
-Usually built through the registry: `build("wide_resnet28_10", ...)` or
-`build("wide_resnet", ..., depth=40, widen_factor=2)`.
+`wide_resnet(x, num_classes, activation, width, depth, widen_factor, dropout_rate)` returns the
+logits of the normalized input tensor x; `build` checks the common arguments (width None: 16),
+makes the normalizing input and wraps the model.
 
 Architecture: normalization, 3x3 stem conv with `width` channels (16 by default), three groups
 of n = (depth - 4) / 6 pre-activation basic blocks with width·k, 2·width·k, 4·width·k channels
@@ -24,18 +27,15 @@ _GROUP_STRIDES = (1, 2, 2)
 
 
 def wide_resnet(
+    x: keras.KerasTensor,
     num_classes: int,
-    input_shape: tuple[int, int, int],
-    mean,
-    std,
+    activation: str,
+    width: int,
     depth: int = 28,
     widen_factor: int = 10,
-    activation: str = "relu",
-    width: int | None = None,
     dropout_rate: float = 0.0,
-    name: str | None = None,
-) -> keras.Model:
-    """WRN-depth-widen_factor. depth must be 6n + 4 (n blocks per group).
+) -> keras.KerasTensor:
+    """WRN-depth-widen_factor logits of x. depth must be 6n + 4 (n blocks per group).
 
     dropout_rate: dropout between the two convolutions of each block (the WRN paper's option;
     0 by default, as in most adversarial-training work). Note that Keras dropout draws from its
@@ -50,14 +50,10 @@ def wide_resnet(
         raise ValueError(f"widen_factor must be a positive integer, got {widen_factor!r}")
     if not 0.0 <= dropout_rate < 1.0:
         raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate!r}")
-    layers.check_activation(activation)
-    num_classes = layers.check_num_classes(num_classes)
-    width = layers.check_width(width, default=16)
     blocks_per_group = (depth - 4) // 6
     init = layers.he_normal_fan_out
 
-    inputs, h = layers.normalized_input(input_shape, mean, std)
-    h = layers.conv(h, width, 3, 1, "stem_conv", init)
+    h = layers.conv(x, width, 3, 1, "stem_conv", init)
     for group, group_stride in enumerate(_GROUP_STRIDES, start=1):
         filters = width * widen_factor * 2 ** (group - 1)
         for block in range(1, blocks_per_group + 1):
@@ -73,5 +69,4 @@ def wide_resnet(
             )
     h = layers.activate(layers.batch_norm(h, "final_bn"), activation, "final_act")
     # The standard WRN keeps PyTorch's default init for the classifier weights.
-    logits = layers.classifier_head(h, num_classes, layers.torch_default_init)
-    return keras.Model(inputs, logits, name=name or f"wide_resnet{depth}_{widen_factor}")
+    return layers.classifier_head(h, num_classes, layers.torch_default_init)
