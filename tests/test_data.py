@@ -8,9 +8,10 @@ What it is checked against:
   sizes, the 90/10 cut in file order, `max_examples`, and the published mean/std;
 - fake CIFAR-10/100 folders and tarballs written here in the documented pickle format
   (pixels laid out plane by plane from HWC images), and a fake Tiny-ImageNet folder of JPEGs;
-- TFDS mocked with `tfds.testing.mock_data` (cifar10, cifar100, svhn_cropped, imagenet2012),
-  compared with the mock's own examples read straight from the builder; the download and
-  prepared-data branches with TFDS's offline DummyMnist builder;
+- TFDS mocked with `tfds.testing.mock_data` (cifar10, cifar100, svhn_cropped, imagenet2012) and
+  read through an injected TFDS source (`data.use_tfds_source`), compared with the mock's own
+  examples read straight from the builder; the download and prepared-data branches with TFDS's
+  offline DummyMnist builder;
 - augmentations against brute force (each crop is a window of the zero-padded image, possibly
   mirrored) and closed forms (a 90° rotation is np.rot90, the center pixel is fixed);
 - error messages for missing data, unknown names and splits.
@@ -34,6 +35,7 @@ import tensorflow_datasets as tfds
 
 from fbat_tf import data
 from fbat_tf.data import augment, tfds_source
+from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -335,7 +337,7 @@ def test_local_tiny_imagenet_layout(tmp_path):
 
 @pytest.fixture
 def mocked_tfds():
-    with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE, num_examples=20):
+    with mock_tfds(num_examples=20):
         yield
 
 
@@ -418,17 +420,40 @@ def test_encoded_stream_loads_and_keeps_its_order_under_any_global_seed(mocked_t
 # ----------------------------------------------------------- TFDS (prepared, downloaded)
 
 
-def test_tfds_download_then_prepared_data(tmp_path, monkeypatch):
+class ConnectedSource(tfds_source.TFDSSource):
+    """The TFDS source, told whether the machine is online (the tests never really are)."""
+
+    def __init__(self, online: bool):
+        self.online = online
+
+    def internet_reachable(self, timeout: float = 3.0) -> bool:
+        return self.online
+
+
+class DummyMnistSource(ConnectedSource):
+    """Online, and hands out TFDS's DummyMnist (20 train + 20 test 28x28x1 examples, one shard
+    each) whatever the name."""
+
+    def __init__(self):
+        super().__init__(online=True)
+
+    def builder(self, tfds_name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
+        return tfds.testing.DummyMnist(data_dir=data_dir)
+
+
+@pytest.fixture
+def dummy_mnist_tfds():
+    with data.use_tfds_source(DummyMnistSource()):
+        yield
+
+
+def test_tfds_download_then_prepared_data(tmp_path, dummy_mnist_tfds):
     """The non-mocked TFDS branches, offline: TFDS's DummyMnist "downloads" by generating data.
 
-    `tfds_source.builder` hands out DummyMnist (20 train + 20 test 28x28x1 examples, one shard
-    each) whatever the name, so "mnist" and "imagenet" both read it.
+    The TFDS source hands out DummyMnist whatever the name, so "mnist" and "imagenet" both
+    read it.
     """
     data_dir = str(tmp_path)
-    monkeypatch.setattr(
-        tfds_source, "builder", lambda name, data_dir: tfds.testing.DummyMnist(data_dir=data_dir)
-    )
-    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: True)
     assert "to be downloaded" in data.check_available("mnist", data_dir, download=True)
     with pytest.raises(data.DatasetNotFoundError):
         data.load("mnist", "test", data_dir=data_dir, download=False)
@@ -470,16 +495,16 @@ def test_missing_data_fails_fast_with_a_helpful_message(tmp_path, name):
         data.load(name, "test", data_dir=data_dir, download=False)
 
 
-def test_missing_data_download_decision_without_network(tmp_path, monkeypatch):
+def test_missing_data_download_decision_without_network(tmp_path):
     data_dir = str(tmp_path)
-    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: False)
-    with pytest.raises(data.DatasetNotFoundError, match="internet"):
-        data.check_available("cifar10", data_dir, download=True)
-    # ImageNet cannot be downloaded by TFDS at all: the message says where the archives go.
-    with pytest.raises(data.DatasetNotFoundError, match="ILSVRC2012_img_train.tar"):
-        data.check_available("imagenet", data_dir, download=True)
-    monkeypatch.setattr(tfds_source, "internet_reachable", lambda: True)
-    description = data.check_available("cifar10", data_dir, download=True)
+    with data.use_tfds_source(ConnectedSource(online=False)):
+        with pytest.raises(data.DatasetNotFoundError, match="internet"):
+            data.check_available("cifar10", data_dir, download=True)
+        # ImageNet cannot be downloaded by TFDS at all: the message says where the archives go.
+        with pytest.raises(data.DatasetNotFoundError, match="ILSVRC2012_img_train.tar"):
+            data.check_available("imagenet", data_dir, download=True)
+    with data.use_tfds_source(ConnectedSource(online=True)):
+        description = data.check_available("cifar10", data_dir, download=True)
     assert "downloaded" in description and data_dir in description
     assert os.listdir(data_dir) == []  # check_available only looks
 

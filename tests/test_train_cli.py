@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from fbat_tf.training import TrainConfig, train
+from tests.mock_tfds.mocked_tfds import mock_tfds
 from tests.tiny import fashion_mnist_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,7 +208,7 @@ def _cifar_config(workdir: str, eval_autoattack: bool = False) -> TrainConfig:
 
 
 def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
-    with tfds.testing.mock_data(policy=tfds.testing.MockPolicy.USE_CODE, num_examples=40):
+    with mock_tfds(num_examples=40):
         complete = train(_cifar_config(str(tmp_path / "complete"), eval_autoattack=True))
         steps_per_epoch = complete["steps_per_epoch"]
         assert steps_per_epoch == 36 // 8  # 40 examples, the last 10% held out, partial dropped

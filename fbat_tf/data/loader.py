@@ -1,0 +1,189 @@
+"""`load`: batches of a dataset split from the source `sources.resolve` finds.
+
+Splits: "train" is the first 90% of the training split and "validation" the last 10%, in file
+order; "train_full" is all of it; "test" is the test split. Everything but ImageNet is decoded
+once per process into memory (uint8, a few splits kept) and batched from there; ImageNet is
+streamed from TFDS and decoded per example.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from fbat_tf.data import augment as augment_lib
+from fbat_tf.data import local, pipeline, registry, sources
+
+SPLITS = ("train", "validation", "train_full", "test")
+# The validation split is the last 1/_VALIDATION_DIVISOR of the training split.
+_VALIDATION_DIVISOR = 10
+
+
+def load(
+    name: str,
+    split: str,
+    *,
+    data_dir: str | None = None,
+    batch_size: int = 128,
+    shuffle: bool | None = None,
+    augment: bool | None = None,
+    seed: int = 0,
+    max_examples: int | None = None,
+    drop_remainder: bool | None = None,
+    repeat: bool = False,
+    start_batch: int = 0,
+    download: bool = True,
+) -> tf.data.Dataset:
+    """Batches of (float32 NHWC images in [0, 1], int32 labels) of one split, prefetched.
+
+    `shuffle`, `augment` and `drop_remainder` default to True for "train"/"train_full" and to
+    False otherwise. `max_examples` keeps the first N examples of the split (after the 90/10
+    cut, before shuffling). `seed` fixes the shuffle order and the augmentation; successive
+    passes over the returned dataset differ from each other, identically on every run.
+    `repeat=True` gives the endless stream of passes 0, 1, 2, ... (each of
+    `len(split) // batch_size` batches when dropping the remainder), pass p shuffled and
+    augmented from (seed, p) alone; `start_batch=n` starts that stream at its n-th batch, which
+    is how a resumed run reads on exactly where it stopped. Datasets without augmentation
+    (SVHN, MNIST, Fashion-MNIST) ignore `augment`.
+    """
+    entry = registry.lookup(name)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} for {name!r}; valid splits: {list(SPLITS)}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise ValueError(f"max_examples must be a positive integer or None, got {max_examples!r}")
+    if not isinstance(start_batch, int) or start_batch < 0:
+        raise ValueError(f"start_batch must be a non-negative integer, got {start_batch!r}")
+    training = split in ("train", "train_full")
+    augment = training if augment is None else augment
+    # The batching options, as pipeline.from_arrays and pipeline.from_encoded take them.
+    options = dict(
+        batch_size=batch_size,
+        shuffle=training if shuffle is None else shuffle,
+        seed=seed,
+        drop_remainder=training if drop_remainder is None else drop_remainder,
+        repeat=repeat,
+        start_batch=start_batch,
+    )
+
+    source = sources.resolve(entry, data_dir, download)
+    if source.needs_download:
+        sources.download(entry, source, data_dir)
+    if not entry.in_memory:
+        return _load_streamed(entry, source, split, max_examples, augment, options)
+
+    images, labels = _arrays(entry, source, "test" if split == "test" else "train")
+    start, stop = split_range(len(labels), split, max_examples)
+    images, labels = images[start:stop], labels[start:stop]
+    if images.shape[1:] != entry.info.image_shape:
+        raise ValueError(
+            f"{source.description} holds images of shape {images.shape[1:]}, "
+            f"but {entry.info.name} images are {entry.info.image_shape}"
+        )
+    _check_batchable(entry.info.name, split, stop - start, options)
+    return pipeline.from_arrays(
+        images, labels, augment_fn=entry.augment_fn if augment else None, **options
+    )
+
+
+def split_range(count: int, split: str, max_examples: int | None = None) -> tuple[int, int]:
+    """[start, stop) of `split` within its source split of `count` examples.
+
+    "train" and "validation" cut the training split at count - count // 10; "train_full" and
+    "test" take all of their split. `max_examples` then keeps the first N of the range.
+    """
+    cut = count - count // _VALIDATION_DIVISOR
+    start, stop = {
+        "train": (0, cut),
+        "validation": (cut, count),
+        "train_full": (0, count),
+        "test": (0, count),
+    }[split]
+    if max_examples is not None:
+        stop = min(stop, start + max_examples)
+    return start, stop
+
+
+# Decoded splits, so that "train" and "validation" in one process decode the files once.
+# A few entries at most: each holds a whole split (CIFAR: 150 MB, Tiny-ImageNet: 1.2 GB).
+_ARRAY_CACHE: collections.OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = (
+    collections.OrderedDict()
+)
+_ARRAY_CACHE_SIZE = 4
+
+
+def _arrays(
+    entry: registry.Entry, source: sources.Source, part: str
+) -> tuple[np.ndarray, np.ndarray]:
+    def read() -> tuple[np.ndarray, np.ndarray]:
+        if source.local_files is not None:
+            return local.read(source.local_files, part)
+        tfds_split = entry.tfds_test_split if part == "test" else "train"
+        return source.tfds.read_arrays(source.builder, tfds_split)
+
+    if source.local_files is not None:
+        key = ("local", source.local_files.format_name, source.local_files.path, part)
+    elif source.tfds.cache_decoded:
+        key = ("tfds", entry.tfds_name, source.tfds.prepared_path(source.builder), part)
+    else:
+        return read()
+    if key not in _ARRAY_CACHE:
+        images, labels = read()
+        images.flags.writeable = False
+        labels.flags.writeable = False
+        _ARRAY_CACHE[key] = (images, labels)
+        while len(_ARRAY_CACHE) > _ARRAY_CACHE_SIZE:
+            _ARRAY_CACHE.popitem(last=False)
+    _ARRAY_CACHE.move_to_end(key)
+    return _ARRAY_CACHE[key]
+
+
+def _check_batchable(name: str, split: str, count: int, options: dict) -> None:
+    if count == 0:
+        raise ValueError(f"split {split!r} of {name!r} is empty")
+    if options["drop_remainder"] and count < options["batch_size"]:
+        raise ValueError(
+            f"split {split!r} of {name!r} has {count} examples, fewer than batch_size "
+            f"{options['batch_size']}: with drop_remainder=True it would yield no batch"
+        )
+
+
+def _load_streamed(
+    entry: registry.Entry,
+    source: sources.Source,
+    split: str,
+    max_examples: int | None,
+    augment: bool,
+    options: dict,
+) -> tf.data.Dataset:
+    tfds_split = entry.tfds_test_split if split == "test" else "train"
+    count = source.tfds.num_examples(source.builder, tfds_split)
+    batches_per_pass = None
+    if count is None:
+        # A builder that knows no split sizes (and ignores slices, as TFDS's mock does): cut
+        # by percentages and let its examples stand in.
+        split_spec = {"train": "train[:90%]", "validation": "train[90%:]"}.get(split, tfds_split)
+    else:
+        start, stop = split_range(count, split, max_examples)
+        _check_batchable(entry.info.name, split, stop - start, options)
+        split_spec = f"{tfds_split}[{start}:{stop}]"
+        batch_size = options["batch_size"]
+        batches_per_pass = (stop - start) // batch_size
+        if not options["drop_remainder"]:
+            batches_per_pass = -(-(stop - start) // batch_size)
+    examples = source.tfds.read_encoded(
+        source.builder, split_spec, shuffle_files=options["shuffle"], seed=options["seed"]
+    )
+    if max_examples is not None:
+        examples = examples.take(max_examples)  # a no-op unless the builder ignored the slice
+    return pipeline.from_encoded(
+        examples,
+        train_view=augment_lib.imagenet_train_crop,
+        eval_view=augment_lib.imagenet_eval_crop,
+        augment=augment,
+        batches_per_pass=batches_per_pass,
+        **options,
+    )

@@ -1,0 +1,190 @@
+"""Where a dataset's data comes from, first match wins; messages that say where it looked.
+
+1. local files (formats in `local.py`) in `data_dir`, or with no `data_dir` in the entry's
+   default folders;
+2. TFDS data that the TFDS source in use reports as prepared in `data_dir` (or TFDS's default
+   data dir);
+3. a TFDS download, if `download` and the machine is online (ImageNet: from hand-downloaded
+   archives only). Otherwise `DatasetNotFoundError`, at once, saying where it looked.
+
+TFDS is reached through one `tfds_source.TFDSSource`; `use_tfds_source(source)` puts another
+in its place for a block of code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from fbat_tf.data import local, registry
+
+if TYPE_CHECKING:
+    from fbat_tf.data.tfds_source import TFDSSource
+
+_TINY_IMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+
+# The TFDS source in use; None until first needed, then the default TFDSSource.
+_tfds_source: TFDSSource | None = None
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """No local files, no prepared TFDS data, and no download possible; says where it looked."""
+
+
+@contextlib.contextmanager
+def use_tfds_source(source: TFDSSource) -> Iterator[TFDSSource]:
+    """Read TFDS through `source` (a `tfds_source.TFDSSource`) inside the block.
+
+    `check_available` and `load` then ask `source` which builder to use, whether its data is
+    prepared, and for the examples; the previous source is back after the block.
+
+        with data.use_tfds_source(MySource()):
+            train = data.load("cifar10", "train", download=False)
+    """
+    global _tfds_source
+    previous, _tfds_source = _tfds_source, source
+    try:
+        yield source
+    finally:
+        _tfds_source = previous
+
+
+def tfds_source_in_use() -> TFDSSource:
+    """The TFDS source `resolve` asks: the one of the innermost `use_tfds_source`, else the
+    default `tfds_source.TFDSSource`."""
+    global _tfds_source
+    if _tfds_source is None:
+        # Imported on first use: importing TFDS takes seconds, and local files never need it.
+        from fbat_tf.data import tfds_source
+
+        _tfds_source = tfds_source.TFDSSource()
+    return _tfds_source
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """What `resolve` found: local files, or a TFDS builder with the TFDS source to read it."""
+
+    description: str
+    local_files: local.LocalFiles | None = None
+    tfds: TFDSSource | None = None
+    builder: object | None = None  # tfds.core.DatasetBuilder
+    needs_download: bool = False
+
+
+def check_available(name: str, data_dir: str | None = None, download: bool = True) -> str:
+    """Describe the source `load` will use, cheaply (no decoding), or raise DatasetNotFoundError.
+
+    With `download=True` and nothing on disk, this opens one TCP connection (a few seconds at
+    most) to tell whether a TFDS download can work; pass `download=False` to stay offline.
+    """
+    return resolve(registry.lookup(name), data_dir, download).description
+
+
+def resolve(entry: registry.Entry, data_dir: str | None, download: bool) -> Source:
+    """The first source of `entry` in the order of this module's docstring."""
+    searched = _local_dirs(entry, data_dir)
+    for directory in searched:
+        found = local.find(entry.local_format, directory)
+        if found is not None:
+            return Source(found.description, local_files=found)
+    tfds_name = entry.tfds_name
+    if tfds_name is None:
+        raise _not_found(entry, searched, f"{entry.info.name} has no TFDS version.")
+
+    tfds = tfds_source_in_use()
+    builder = tfds.builder(tfds_name, os.path.expanduser(data_dir) if data_dir else None)
+    if tfds.is_prepared(builder):
+        return Source(tfds.describe(tfds_name, builder), tfds=tfds, builder=builder)
+    refusal = _download_refusal(tfds, builder, tfds_name, download)
+    if refusal is not None:
+        raise _not_found(entry, searched, refusal, tfds, builder)
+    prepared_path = tfds.prepared_path(builder)
+    if tfds.needs_manual_download(builder):
+        plan = f"prepared in {prepared_path} from {tfds.manual_dir(builder)}"
+    else:
+        plan = f"downloaded and prepared in {prepared_path}"
+    return Source(
+        f"TFDS {tfds_name}, to be {plan}", tfds=tfds, builder=builder, needs_download=True
+    )
+
+
+def download(entry: registry.Entry, source: Source, data_dir: str | None) -> None:
+    """Download and prepare what `resolve` found to need it; DatasetNotFoundError if that fails."""
+    try:
+        source.tfds.download_and_prepare(source.builder)
+    except OSError as err:  # ConnectionError, requests' errors and disk errors are OSErrors
+        reason = f"Download of {entry.tfds_name} failed: {err}"
+        searched = _local_dirs(entry, data_dir)
+        raise _not_found(entry, searched, reason, source.tfds, source.builder) from err
+
+
+def _local_dirs(entry: registry.Entry, data_dir: str | None) -> list[str]:
+    if not entry.local_format:
+        return []
+    roots = [data_dir] if data_dir else list(entry.default_dirs)
+    dirs = []
+    for root in roots:
+        root = os.path.expanduser(root)
+        dirs.extend(os.path.join(root, sub) for sub in entry.local_subdirs)
+        dirs.append(root)
+    return dirs
+
+
+def _download_refusal(
+    tfds: TFDSSource, builder: object, tfds_name: str, download: bool
+) -> str | None:
+    """Why TFDS cannot download and prepare the data here, or None when it can."""
+    if not download:
+        return "Downloading is disabled (download=False)."
+    if tfds.needs_manual_download(builder):
+        if tfds.has_manual_files(builder):
+            return None
+        return (
+            f"TFDS cannot download {tfds_name}: its archives must be fetched by hand "
+            f"into {tfds.manual_dir(builder)} (see below)."
+        )
+    if not tfds.internet_reachable():
+        return "No internet connection, so TFDS cannot download it here."
+    return None
+
+
+def _not_found(
+    entry: registry.Entry,
+    searched: list[str],
+    reason: str,
+    tfds: TFDSSource | None = None,
+    builder: object | None = None,
+) -> DatasetNotFoundError:
+    name, tfds_name = entry.info.name, entry.tfds_name
+    lines = [f"Dataset {name!r} not found."]
+    if searched:
+        lines.append(f"  Looked for local files in: {', '.join(searched)}")
+    if builder is not None:
+        prepared_path = tfds.prepared_path(builder)
+        lines.append(f"  Looked for prepared TFDS data ({tfds_name}) in: {prepared_path}")
+    lines.append(f"  {reason}")
+    accepted = []
+    if entry.local_format:
+        accepted.append(local.DESCRIPTIONS[entry.local_format])
+    if tfds_name:
+        accepted.append(f"a TFDS data dir in which {tfds_name} is prepared")
+    lines.append(f"Pass --data_dir=DIR where DIR holds {'; or '.join(accepted)}.")
+    if tfds_name is None:
+        lines.append(f"{name} is local only: download {_TINY_IMAGENET_URL} and unzip it in DIR.")
+    elif builder is not None and tfds.needs_manual_download(builder):
+        lines.append(
+            f"TFDS prepares {tfds_name} from ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar "
+            f"(from image-net.org) placed in {tfds.manual_dir(builder)}."
+        )
+    else:
+        lines.append(
+            f"On a machine with internet TFDS downloads and prepares it, e.g. "
+            f'python -c "import tensorflow_datasets as tfds; '
+            f"tfds.builder('{tfds_name}', data_dir='DIR').download_and_prepare()\"; "
+            f"then copy DIR here."
+        )
+    return DatasetNotFoundError("\n".join(lines))
