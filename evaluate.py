@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
 
     import keras
 
-    from fbat_tf import data, device, distribute, evaluation
+    from fbat_tf import classifiers, data, device, distribute, evaluation, plots
     from fbat_tf.callbacks import write_json_atomic
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
@@ -92,10 +92,10 @@ def main(argv: list[str]) -> None:
     try:
         # Under the strategy's scope each replica gets its own copy of the weights.
         with strategy.scope():
-            classifier, known = evaluation.load_model(model_path)
+            classifier, known = classifiers.load_model(model_path)
             source = None
             if eval_flags.SOURCE_MODEL_PATH.value:
-                source, _ = evaluation.load_model(eval_flags.SOURCE_MODEL_PATH.value)
+                source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value)
         dataset = eval_flags.DATASET.value or known.get("dataset")
         if FLAGS["dataset"].present:
             # train.py's spelling of --eval_dataset.
@@ -120,9 +120,9 @@ def main(argv: list[str]) -> None:
     if eval_flags.FOLD_WEIGHTS.value:
         # Folded weights are constants without a device: each replica runs the graph on its own.
         if isinstance(classifier, keras.Model):
-            classifier = evaluation.InferenceGraph(classifier)
+            classifier = classifiers.InferenceGraph(classifier)
         if isinstance(source, keras.Model):
-            source = evaluation.InferenceGraph(source)
+            source = classifiers.InferenceGraph(source)
 
     split = data.load(
         dataset,
@@ -133,7 +133,7 @@ def main(argv: list[str]) -> None:
         download=common.DOWNLOAD.value,
     )
     try:
-        evaluation.check_logits(classifier, next(iter(split))[0][:64])
+        classifiers.check_logits(classifier, next(iter(split))[0][:64])
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
@@ -177,7 +177,7 @@ def main(argv: list[str]) -> None:
     if len(eps_values) > 1:
         plot_path = os.path.splitext(results_path)[0] + ".png"
         labels = {name: label(name) for name in eval_flags.ATTACKS.value}
-        evaluation.plot_robustness(results, plot_path, labels)
+        plots.plot_robustness(results, plot_path, labels)
         print(f"plot in {plot_path}")
     print(f"results in {results_path}")
 

@@ -131,8 +131,8 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     if not Run(cell_dir).has_best_weights():
         raise RuntimeError(
             f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
-            f"the committed results), so it cannot be evaluated: delete {cell_dir}/results.json "
-            "to train it again"
+            "the committed results), so it cannot be evaluated: delete "
+            f"{Run(cell_dir).results_path} to train it again"
         )
     start = time.perf_counter()
     log = os.path.join(log_dir, f"{cell.name}.evaluate.log")

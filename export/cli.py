@@ -18,10 +18,11 @@ import sys
 from absl import app, flags
 
 from export import versions
+from fbat_tf import run
 from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Training run directory: exports its checkpoints/best.weights.h5."
+    "workdir", None, f"Training run directory: exports its {run.CHECKPOINTS}/{run.BEST_WEIGHTS}."
 )
 _MODEL_PATH = flags.DEFINE_string(
     "model_path", None, "A saved .keras classifier to export instead of a training run."
@@ -49,12 +50,12 @@ flags.register_multi_flags_validator(
 flags.register_validator(
     "workdir",
     lambda value: value is None or Run(value).is_run(),
-    message="not a training run directory (it holds no results.json)",
+    message=f"not a training run directory (it holds no {run.RESULTS})",
 )
 flags.register_validator(
     "workdir",
     lambda value: value is None or Run(value).has_best_weights(),
-    message="the run holds no checkpoints/best.weights.h5 yet (no validated epoch)",
+    message=f"the run holds no {run.CHECKPOINTS}/{run.BEST_WEIGHTS} yet (no validated epoch)",
 )
 flags.register_validator(
     "model_path",

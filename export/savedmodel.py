@@ -199,7 +199,7 @@ def export_run(
     `version` = the next free integer. The model is rebuilt in float32 whatever the global
     mixed-precision policy (restored afterwards). Checks the target before loading the model.
     """
-    from fbat_tf import evaluation
+    from fbat_tf import classifiers
 
     card = model_card(workdir)
     if name is None:
@@ -209,7 +209,7 @@ def export_run(
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
     try:
-        classifier, _ = evaluation.load_classifier(workdir)
+        classifier, _ = classifiers.load_classifier(workdir)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     return export_model(classifier, export_dir, name, version, card)

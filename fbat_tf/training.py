@@ -24,7 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import data, device, distribute, evaluation, methods, models, schedules
+from fbat_tf import classifiers, data, device, distribute, evaluation, methods, models, schedules
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
@@ -285,7 +285,7 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         attacks["autoattack"] = (config.eps, AutoAttack(config.eps))
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
-    inference = evaluation.InferenceGraph(classifier)
+    inference = classifiers.InferenceGraph(classifier)
     result = evaluation.evaluate(
         inference, test_ds, attacks, progress=config.verbose > 0, seed=config.seed
     )

@@ -101,7 +101,7 @@ def test_pgd_graph_does_not_grow_with_steps_and_restarts(jit_compile):
 def test_pgd_keeps_an_unknown_batch_size_graph_working():
     # A frozen inference graph traced for any batch gives gradients of unknown batch size; the
     # attack's loop must still run on it (evaluate.py attacks such graphs by default).
-    from fbat_tf.evaluation import InferenceGraph
+    from fbat_tf.classifiers import InferenceGraph
 
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(2)])
     x = tf.constant(np.random.default_rng(0).uniform(0, 1, (5, 6)).astype(np.float32))

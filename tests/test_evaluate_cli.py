@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf.evaluation import check_logits
+from fbat_tf.classifiers import check_logits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -38,7 +38,7 @@ LIBRARY = """
 import json
 import numpy as np
 import keras
-from fbat_tf import evaluation
+from fbat_tf import classifiers, evaluation
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
@@ -76,7 +76,7 @@ def run(strategy_name, batch_size, fold):
     with strategy.scope():
         model = keras.models.clone_model(reference)
         model.set_weights(weights)
-    classifier = evaluation.InferenceGraph(model) if fold else model
+    classifier = classifiers.InferenceGraph(model) if fold else model
     ensemble = AutoAttack(EPS, version="custom", attacks={
         "apgd-ce": APGD(EPS, "ce", steps=4),
         "apgd-t": APGD(EPS, "dlr_targeted", steps=3, n_target_classes=2),

@@ -29,7 +29,7 @@ import pytest
 import tensorflow as tf
 
 from export import client, savedmodel, versions
-from fbat_tf import data, evaluation, models
+from fbat_tf import classifiers, data, evaluation, models
 from fbat_tf.attacks.apgd import APGD
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -797,9 +797,9 @@ def test_attacks_see_the_same_function_in_the_export_and_the_folded_graph(
     Keras model: logits and input gradients agree with it, and APGD runs on both."""
     images = images_float.astype(np.float32)
     expected_logits, expected_gradient = _logits_and_input_gradient(classifier, images)
-    served, known = evaluation.load_model(exported)
+    served, known = classifiers.load_model(exported)
     assert known["dataset"] == DATASET
-    folded = evaluation.InferenceGraph(classifier)
+    folded = classifiers.InferenceGraph(classifier)
     for candidate in (served, folded):
         logits, gradient = _logits_and_input_gradient(candidate, images)
         np.testing.assert_allclose(logits, expected_logits, rtol=1e-4, atol=1e-5)

@@ -14,10 +14,10 @@ PACKAGE = os.path.join(ROOT, "fbat_tf")
 # module's layer.
 LAYERS = (
     ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints", "fbat_tf.device"),
-    ("fbat_tf.distribute", "fbat_tf.schedules", "fbat_tf.attacks.losses"),
+    ("fbat_tf.distribute", "fbat_tf.schedules", "fbat_tf.attacks.losses", "fbat_tf.plots"),
     ("fbat_tf.models", "fbat_tf.data"),
     ("fbat_tf.run",),  # a run directory: its files and the classifier it holds
-    ("fbat_tf.attacks",),
+    ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
     ("fbat_tf.trainer", "fbat_tf.evaluation"),
     ("fbat_tf.callbacks",),

@@ -149,7 +149,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
-    from fbat_tf import data, evaluation, training
+    from fbat_tf import classifiers, data, training
 
     seen = {}
     evaluate_test = training.evaluate_test
@@ -164,7 +164,7 @@ def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, mon
     train(config)
     tested = seen["classifier"]
     assert tested.compute_dtype == "float32"
-    loaded, _ = evaluation.load_classifier(workdir)  # what evaluate.py attacks
+    loaded, _ = classifiers.load_classifier(workdir)  # what evaluate.py attacks
     x, _ = next(iter(data.load("fashion_mnist", "test", batch_size=64, download=False)))
     np.testing.assert_array_equal(tested(x).numpy(), loaded(x).numpy())
 

@@ -1,0 +1,109 @@
+"""Classifiers to evaluate: a training run's, an exported SavedModel's, a .keras file's.
+
+    classifier, config = load_classifier("runs/fmnist")   # the run's selected weights
+    classifier, known = load_model(path)                  # a run, SavedModel or .keras file
+    check_logits(classifier, x)                           # refuses softmax outputs
+    graph = InferenceGraph(classifier)                    # weights folded into constants
+
+Every classifier here is called as `classifier(x, training=False)` and returns logits,
+differentiably, so that the attacks run on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from fbat_tf import run
+from fbat_tf.run import Run
+
+
+def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, dict[str, Any]]:
+    """A training run's classifier with its weights ("best", the selected checkpoint, or a
+    .weights.h5 path), and the run's saved config."""
+    run = Run(workdir)
+    return run.build_classifier(weights), run.config()
+
+
+class SavedModelClassifier:
+    """An exported SavedModel's `serving_default` as a classifier: `model(x, training=False)`
+    returns its logits, differentiably, so every attack runs against the served graph."""
+
+    compute_dtype = "float32"  # exports compute in float32 whatever the training precision
+
+    def __init__(self, path: str):
+        self.loaded = tf.saved_model.load(path)
+        self.signature = self.loaded.signatures["serving_default"]
+
+    def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.signature(images=tf.cast(x, tf.float32))["logits"]
+
+
+class InferenceGraph:
+    """A Keras classifier's inference pass (`training=False`) as one graph with its weights
+    folded into constants: `graph(x)` gives the same logits, differentiably, and Grappler can
+    fold the normalization layers into the convolutions (AutoAttack on the small CNN 14% faster
+    on a CPU, bench/README.md). For a model whose weights no longer change.
+    """
+
+    def __init__(self, model: keras.Model):
+        # A private TensorFlow module: TF 2 has no public way to fold variables into a graph's
+        # constants. The public route, attacking the Keras model, is what --nofold_weights
+        # runs; folding is kept for the speed-up measured in bench/README.md.
+        from tensorflow.python.framework.convert_to_constants import (
+            convert_variables_to_constants_v2,
+        )
+
+        spec = tf.TensorSpec([None, *model.input_shape[1:]], tf.float32)
+        inference = tf.function(
+            lambda x: model(x, training=False), autograph=False
+        ).get_concrete_function(spec)
+        self.function = convert_variables_to_constants_v2(inference)
+        self.compute_dtype = model.compute_dtype
+
+    def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.function(tf.cast(x, tf.float32))[0]
+
+
+def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
+    """A classifier from a training run directory, a .keras file or a SavedModel directory,
+    with what is known of it ({"dataset", "eps"} from the run or the model card, else {})."""
+    if Run(path).is_run():
+        classifier, config = load_classifier(path)
+        return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        card_path = os.path.join(path, "assets.extra", "model_card.json")
+        card = {}
+        if os.path.exists(card_path):
+            with open(card_path) as f:
+                card = json.load(f)
+        known = {"dataset": card["dataset"]} if card.get("dataset") else {}
+        if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
+            known["eps"] = card["eps"]["pixels"]
+        return SavedModelClassifier(path), known
+    if path.endswith(".keras") and os.path.isfile(path):
+        return keras.models.load_model(path), {}
+    raise FileNotFoundError(
+        f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
+        "(saved_model.pb) nor a .keras file"
+    )
+
+
+def check_logits(classifier: Callable, x: tf.Tensor) -> None:
+    """Raise ValueError for a classifier whose outputs look like probabilities: every row
+    non-negative and summing to 1. The attacks' losses (cross-entropy, DLR, FAB's boundaries)
+    take logits; on probabilities they compute something else, silently."""
+    outputs = tf.cast(classifier(x, training=False), tf.float32)
+    rows_sum_to_one = tf.reduce_all(tf.abs(tf.reduce_sum(outputs, -1) - 1.0) < 1e-3)
+    if bool(tf.reduce_all(outputs >= 0.0)) and bool(rows_sum_to_one):
+        raise ValueError(
+            "the model's outputs are probabilities (every row is non-negative and sums to 1, as "
+            "after a softmax), but the attacks need logits: evaluate the model without its final "
+            "softmax, e.g. keras.Model(model.inputs, model.layers[-1].input) when the softmax "
+            "is a layer of its own, or rebuild the last Dense layer with activation=None"
+        )

@@ -1,0 +1,32 @@
+"""Figures of an evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def plot_robustness(results: dict[str, Any], path: str, labels: Mapping[str, str]) -> None:
+    """Robust accuracy against ε, one line per attack, the clean accuracy at ε = 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for key, accuracy in results["robust_accuracy"].items():
+        name, eps = key.split("@")
+        curves.setdefault(name, [(0.0, results["clean_accuracy"])]).append((float(eps), accuracy))
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for name, points in curves.items():
+        eps, accuracy = zip(*sorted(points), strict=True)
+        axes.plot(eps, [100 * a for a in accuracy], marker="o", label=labels.get(name, name))
+    axes.set_xlabel("ε (1/255)")
+    axes.set_ylabel("accuracy (%)")
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    axes.set_title(f"{results.get('dataset', '')}: first {results['examples']} examples")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
