@@ -342,6 +342,8 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "selected_epoch": None if selected is None else history[selected]["epoch"],
         "val_clean_accuracy": [h.get("val_clean_accuracy") for h in history],
         "val_robust_accuracy": robust,
+        # FGSM accuracy, logged by runs since the guard compares it with PGD's.
+        "val_fgsm_accuracy": [h.get("val_fgsm_accuracy") for h in history],
         "overfitting_epochs": [h["epoch"] for h in history if h.get("val_overfitting", 0) > 0],
         "seconds_per_epoch": _mean(h.get("epoch_time") for h in history),
         "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
@@ -662,7 +664,8 @@ def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
 
 def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
     """Validation PGD accuracy per epoch: one panel per ε, one line per cell, × where the
-    catastrophic-overfitting guard fired."""
+    catastrophic-overfitting guard fired; dotted in the same colour, the FGSM accuracy where
+    the run logged it (far above the PGD line: the gradient-masking signature)."""
     plt = _pyplot()
     eps_values = sorted({c["eps"] for c in report["cells"] if "train" in c})
     if not eps_values:
@@ -686,6 +689,10 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
             labelled.add(cell["variant"])
             colour = colours[cell["variant"]]
             axes.plot(epochs, robust, marker=".", color=colour, label=label, linewidth=1)
+            fgsm = cell["train"].get("val_fgsm_accuracy", [])
+            if any(v is not None for v in fgsm):
+                fgsm = [math.nan if v is None else 100 * v for v in fgsm]
+                axes.plot(epochs, fgsm, linestyle=":", color=colour, linewidth=1)
             for epoch in cell["train"]["overfitting_epochs"]:
                 axes.scatter(epoch, robust[epoch - 1], marker="x", color=colour, s=60, zorder=3)
         axes.set_title(f"ε = {eps:g}/255", fontsize=9)
@@ -697,7 +704,9 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
         axes.set_ylabel("validation PGD accuracy (%)")
     for axes in list(grid.flat)[len(eps_values) :]:
         axes.set_visible(False)
-    figure.suptitle(f"{report['sweep']}: validation robust accuracy per epoch (× guard fired)")
+    figure.suptitle(
+        f"{report['sweep']}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)"
+    )
     _save(figure, path)
 
 

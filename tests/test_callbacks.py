@@ -150,3 +150,40 @@ def test_epoch_timing_logs_the_schedule_s_rate_also_behind_loss_scaling():
         history = model.fit(x, x[:, :1], batch_size=1, callbacks=[EpochTiming(1)], verbose=0)
         assert int(optimizer.iterations) == 25
         np.testing.assert_allclose(history.history["learning_rate"], [0.1], rtol=1e-6)
+
+
+def no_attack(model, x, y, seed):
+    """A single-step attack that finds nothing: what a gradient-masking model shows FGSM."""
+    return x, {}
+
+
+def test_guard_fires_from_the_first_epoch_when_the_single_step_attack_is_masked(caplog):
+    # A model that never had a robust best to fall from: the multi-step attack breaks it from
+    # the first epoch, while the single-step one leaves it as accurate as on clean inputs.
+    model = linear_model()
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0, 1, (64, 10)).astype(np.float32)
+    y = model(x).numpy().argmax(1).astype(np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    worst = float(np.mean(model(corner_attack(model, x, y)).numpy().argmax(1) == y))
+    assert worst < 1.0 - 0.3  # the gap to the clean accuracy exceeds the masking threshold
+
+    strong = SwitchableAttack()
+    strong.strong = True
+    masked = RobustValidation(dataset, strong, EPS, model, single_step=no_attack)
+    masked.set_model(model)
+    logs: dict = {}
+    with caplog.at_level(logging.WARNING):
+        masked.on_epoch_end(0, logs)
+    assert logs["val_robust_accuracy"] == worst and logs["val_fgsm_accuracy"] == 1.0
+    assert logs["val_overfitting"] == 1.0
+    assert "catastrophic overfitting suspected" in caplog.text
+
+    # The default single-step attack, FGSM from x, is the exact worst case of a linear
+    # two-class model: it finds what the multi-step attack finds, and the guard stays quiet.
+    honest = RobustValidation(dataset, strong, EPS, model)
+    honest.set_model(model)
+    logs = {}
+    honest.on_epoch_end(0, logs)
+    assert logs["val_fgsm_accuracy"] == worst and logs["val_robust_accuracy"] == worst
+    assert logs["val_overfitting"] == 0.0

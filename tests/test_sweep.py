@@ -172,8 +172,11 @@ def _mtimes(directory) -> dict[str, float]:
 # Report -------------------------------------------------------------------------------------------
 
 
-def _fake_cell(sweep_dir, name, *, clean, pgd, aa, val_robust, overfit=(), epoch_time=2.0):
-    """A cell directory as train.py and evaluate.py leave it, with chosen numbers."""
+def _fake_cell(
+    sweep_dir, name, *, clean, pgd, aa, val_robust, overfit=(), epoch_time=2.0, val_fgsm=None
+):
+    """A cell directory as train.py and evaluate.py leave it, with chosen numbers (val_fgsm:
+    FGSM accuracies per epoch, which runs before the FGSM guard did not log)."""
     cell = os.path.join(sweep_dir, name)
     os.makedirs(cell)
     history = [
@@ -188,6 +191,8 @@ def _fake_cell(sweep_dir, name, *, clean, pgd, aa, val_robust, overfit=(), epoch
         }
         for i, robust in enumerate(val_robust)
     ]
+    for epoch, fgsm in zip(history, val_fgsm or [], strict=False):
+        epoch["val_fgsm_accuracy"] = fgsm
     with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
         json.dump({"status": "complete", "history": history, "epochs": len(history)}, f)
     with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:
@@ -227,7 +232,12 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
     numbers = {
         "fastat-eps8-seed0": dict(clean=0.80, pgd={8: 0.50, 16: 0.10}, aa=0.45, val=[0.4, 0.5]),
         "fastat-eps16-seed0": dict(
-            clean=0.60, pgd={8: 0.05, 16: 0.01}, aa=0.00, val=[0.3, 0.0], overfit=(2,)
+            clean=0.60,
+            pgd={8: 0.05, 16: 0.01},
+            aa=0.00,
+            val=[0.3, 0.0],
+            overfit=(2,),
+            fgsm=[0.4, 0.5],
         ),
         "fastat-eps16-seed1": dict(clean=0.70, pgd={8: 0.45, 16: 0.30}, aa=0.20, val=[0.3, 0.3]),
         "fastbat-eps8-seed0": dict(clean=0.78, pgd={8: 0.52, 16: 0.15}, aa=0.47, val=[0.45, 0.5]),
@@ -244,6 +254,7 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
             aa=n["aa"],
             val_robust=n["val"],
             overfit=n.get("overfit", ()),
+            val_fgsm=n.get("fgsm"),
         )
     report = sweeps.collect(definition, out)
     paths = sweeps.write_report(report, out)
@@ -251,6 +262,8 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
     cells = {c["name"]: c for c in report["cells"]}
     assert cells["fastat-eps8-seed1"]["state"] == "new" and "pgd" not in cells["fastat-eps8-seed1"]
     assert cells["fastat-eps16-seed0"]["train"]["overfitting_epochs"] == [2]
+    assert cells["fastat-eps16-seed0"]["train"]["val_fgsm_accuracy"] == [0.4, 0.5]
+    assert cells["fastbat-eps16-seed0"]["train"]["val_fgsm_accuracy"] == [None, None]
     assert cells["fastbat-eps8-seed1"]["train"]["selected_epoch"] == 1
     source = cells["fastbat-eps16-seed1"]["pgd"]["source"]
     assert source == os.path.join(out, "fastbat-eps16-seed1", "eval-pgd.json")

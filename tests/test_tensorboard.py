@@ -29,7 +29,7 @@ TRAIN_CURVES = (
     "epoch_inactive_fraction",
     "epoch_nonfinite_batches",
 )
-VALIDATION_CURVES = ("epoch_clean_accuracy", "epoch_robust_accuracy")
+VALIDATION_CURVES = ("epoch_clean_accuracy", "epoch_robust_accuracy", "epoch_fgsm_accuracy")
 RUNS = ("train", "validation")
 
 

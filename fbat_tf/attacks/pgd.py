@@ -2,6 +2,7 @@
 
     attack = PGD(eps=8 / 255, steps=50, restarts=10)     # step size ε/4
     x_adv, _ = attack(model, x, y, seed=0)
+    fgsm = PGD(eps, steps=1, restarts=1, step_size=eps, random_start=False)  # FGSM from x
 
 The model runs with training=False. Per example the result is the first restart that
 misclassifies it, or else the first restart's point; an example counts as broken if any restart
@@ -30,6 +31,7 @@ class PGD(Attack):
         restarts: int = 10,
         step_size: float | None = None,
         jit_compile: bool = False,
+        random_start: bool = True,
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -39,6 +41,8 @@ class PGD(Attack):
         self.steps = int(steps)
         self.restarts = int(restarts)
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
+        # Without a random start every restart starts from x (δ = 0): one is enough.
+        self.random_start = bool(random_start)
         # XLA compiles static shapes only: there every restart attacks the whole batch.
         self.survivors_only = not jit_compile
         # The loops are tf.while_loops written out: no AutoGraph rewriting to pay at tracing.
@@ -71,9 +75,12 @@ class PGD(Attack):
         def restart(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
             # Drawn for the whole batch, so that an example's start does not depend on which
             # others are attacked with it.
-            start = constraints.random_init(
-                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
-            )
+            if self.random_start:
+                start = constraints.random_init(
+                    x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
+                )
+            else:
+                start = tf.zeros_like(x)
             if self.survivors_only:
                 # Only the examples no restart has broken yet (all of them on the first): the
                 # others' kept points cannot change, and a restart costs what survives.
