@@ -409,11 +409,13 @@ def load_paper(path: str) -> dict[str, Any]:
 
 
 def _groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
-    """Cells by (variant, ε), seeds together, in grid order."""
+    """Cells by (variant, ε), seeds together: the variants in grid order, each one's ε rising
+    (a later grid entry may add budgets to a variant listed earlier)."""
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for cell in cells:
         groups.setdefault((cell["variant"], cell["eps"]), []).append(cell)
-    return groups
+    order = list(dict.fromkeys(variant for variant, _ in groups))
+    return dict(sorted(groups.items(), key=lambda item: (order.index(item[0][0]), item[0][1])))
 
 
 def _values(cells: Sequence[dict[str, Any]], *path: str) -> list[float]:
