@@ -13,6 +13,7 @@ CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import sys
@@ -55,8 +56,20 @@ def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
     return saved
 
 
+def _default_word(name: str) -> str:
+    """The flag `name` at its default, as a command-line word ('' for a None default)."""
+    flag = copy.deepcopy(FLAGS[name])
+    flag.value = flag.default
+    return flag.serialize()
+
+
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
-    """'new', 'resume' or 'complete'; ValueError for a run with other flags."""
+    """'new', 'resume' or 'complete'; ValueError for a run with other flags.
+
+    A flag that the run's flags.txt does not name is either one it left unset or one added
+    since; either way the run behaved as the flag's default does (a new flag's default keeps
+    the behaviour from before it), so it differs only where the current value is not the
+    default."""
     run = Run(workdir)
     if not os.path.exists(run.flags_path):
         if os.path.isdir(workdir) and os.listdir(workdir):
@@ -70,7 +83,9 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     differing = [
         f"{saved[name] or f'--{name} unset'} -> {current[name] or f'--{name} unset'}"
         for name in current
-        if name not in ignored and saved[name] != current[name]
+        if name not in ignored
+        and saved[name] != current[name]
+        and (saved[name] or current[name] != _default_word(name))
     ]
     if differing:
         raise ValueError(

@@ -254,3 +254,32 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
     assert options("--method=free", "--free_replays=4") == {"replays": 4}
     assert options("--method=fastat_ga", "--ga_coef=1") == {"ga_coef": 1.0}
     assert options("--method=fastat") == {}
+
+
+def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value(tmp_path):
+    """In-process: a run directory whose flags.txt predates a flag (written before
+    --implicit_autodiff existed) is the same run at that flag's default, and another run at any
+    other value, named in the error."""
+    import copy
+
+    from absl import flags
+
+    import train
+
+    def current(*words):
+        values = copy.deepcopy(flags.FLAGS)
+        values(["train.py", "--method=fastbat", f"--workdir={tmp_path}", *words])
+        return train.run_flags(values)
+
+    words = current()
+    assert words["implicit_autodiff"] == "--implicit_autodiff=auto"
+    older = [word for name, word in words.items() if word and name != "implicit_autodiff"]
+    (tmp_path / "flags.txt").write_text("".join(f"{word}\n" for word in older))
+    assert train.check_workdir(str(tmp_path), words) == "resume"
+    with pytest.raises(ValueError) as error:
+        train.check_workdir(str(tmp_path), current("--implicit_autodiff=forward_over_backward"))
+    assert "--implicit_autodiff unset -> --implicit_autodiff=forward_over_backward" in str(
+        error.value
+    )
+    with pytest.raises(ValueError, match="--eps=8.0 -> --eps=4.0"):
+        train.check_workdir(str(tmp_path), current("--eps=4"))
