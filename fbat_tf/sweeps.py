@@ -378,12 +378,20 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
     return record
 
 
+def _portable(path: str) -> str:
+    """`path` relative to the working directory when it lies below it, else as given."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith(os.pardir) else relative
+
+
 def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
     """The sweep's report data: every cell's record and the paper's numbers, if any."""
     cells = [cell_record(definition, c, sweep_dir) for c in expand(definition)]
     report = {
         "sweep": definition.name,
-        "definition": definition.path,
+        # Relative to the working directory, as the cells' run directories are, so that the
+        # committed report does not name the machine it was written on.
+        "definition": _portable(definition.path),
         "description": definition.description,
         "flags": definition.flags,
         "evaluation": definition.evaluation,

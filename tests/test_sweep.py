@@ -222,7 +222,7 @@ def _fake_cell(
         )
 
 
-def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
+def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch):
     path = write_definition(
         tmp_path, [{"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0, 1]}]
     )
@@ -284,6 +284,10 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path):
         assert os.path.getsize(paths[kind]) > 10_000
     saved = json.load(open(paths["json"]))
     assert saved["cells"][0]["commands"]["train"].startswith("python train.py ")
+    # The committed report names its definition relative to where the sweep ran, not by the
+    # machine's absolute path.
+    monkeypatch.chdir(tmp_path)
+    assert sweeps.collect(definition, out)["definition"] == "tiny.json"
 
 
 # The paper kit --------------------------------------------------------------------------------
