@@ -140,8 +140,16 @@ MUTATIONS = [
         "T9a",
         "the overfitting guard without its fixed-batch clause",
         "fbat_tf/callbacks.py",
-        "overfitting = robust < self.best - self.drop or (",
-        "overfitting = robust < self.best - self.drop or False and (",
+        "            or (\n                fixed_robust < self.fixed_best - self.drop",
+        "            or False and (\n                fixed_robust < self.fixed_best - self.drop",
+        ("tests/test_callbacks.py",),
+    ),
+    Mutation(
+        "T9c",
+        "the overfitting guard without its FGSM-against-PGD clause",
+        "fbat_tf/callbacks.py",
+        "            or single_step > robust + self.masking_gap",
+        "            or False",
         ("tests/test_callbacks.py",),
     ),
     Mutation(
