@@ -61,11 +61,9 @@ class RobustValidation(keras.callbacks.Callback):
       single-step attack that trains it no longer finds what the multi-step attack finds
       (Andriushchenko and Flammarion, 2020). This one fires also on a model that collapsed
       from its first epoch and so never had a best to fall from. On the Fashion-MNIST sweep's
-      selected models (bench/README.md) the gap is at most 0.24 where AutoAttack confirms the
-      PGD accuracy (Fast-BAT and PGD-2-AT up to ε = 76/255), 0.47 to 0.56 for the collapsed
-      Fast-AT models at 64 and 76, and 0.28 and 0.31 for Free-AT at 76, whose test accuracy
-      under AutoAttack (4% and 9%) is far below that under PGD-50-10 (25% and 22%): 0.3 flags
-      the clear cases.
+      selected models (bench/README.md) the gap is at most 0.26 for every method up to
+      ε = 76/255 (Fast-BAT at 76 the largest) but the collapsed Fast-AT models at 64 and 76,
+      which have 0.38 to 0.58: 0.3 lies between.
     It warns, logs `val_overfitting` = 1, and stops training when `stop_on_overfitting` is
     set; `val_fgsm_accuracy` is logged every epoch. Every epoch attacks with the same seeds
     (`seed`, as `evaluate` derives them per batch), so epochs differ by their weights alone, and
