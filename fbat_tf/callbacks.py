@@ -93,7 +93,6 @@ class RobustValidation(keras.callbacks.Callback):
         self.drop = drop
         self.stop_on_overfitting = stop_on_overfitting
         self.best = best_robust_accuracy
-        self.fixed_batch = next(iter(dataset))
         self.fixed_best = -1.0
         self.seed = seed
         self.single_step = single_step or PGD(
@@ -103,9 +102,8 @@ class RobustValidation(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
-        attack = {"pgd": (self.eps, self.attack)}
-        both = {**attack, "fgsm": (self.eps, self.single_step)}
-        result = evaluate(self.classifier, self.dataset, both, seed=self.seed)
+        attacks = {"pgd": (self.eps, self.attack), "fgsm": (self.eps, self.single_step)}
+        result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
         robust = result["robust_accuracy"]["pgd"]
         single_step = result["robust_accuracy"]["fgsm"]
         logs["val_loss"] = result["loss"]
@@ -113,8 +111,9 @@ class RobustValidation(keras.callbacks.Callback):
         logs["val_robust_accuracy"] = robust
         logs["val_fgsm_accuracy"] = single_step
 
-        fixed_batch = tf.data.Dataset.from_tensors(self.fixed_batch)
-        fixed = evaluate(self.classifier, fixed_batch, attack, seed=self.seed)
+        # The fixed batch is the validation set's first: its own figures come with the whole
+        # set's (same examples, same seed), without attacking it a second time.
+        fixed = result["per_batch"][0]
         fixed_robust = fixed["robust_accuracy"]["pgd"]
         overfitting = (
             robust < self.best - self.drop

@@ -79,6 +79,8 @@ def evaluate(
     Every adversarial batch is checked to lie in C before it counts. `progress` shows a bar
     over the batches with the running accuracies. For an attack with parts (AutoAttack),
     "per_attack" gives the accuracy after each part and "per_attack_seconds" the time each took.
+    "per_batch" holds each global batch's own "examples", "clean_accuracy" and
+    "robust_accuracy" (e.g. the fixed first batch the overfitting guard watches).
 
     Global batch b is attacked with the seed [seed, b·R + r] on replica r of R, so the numbers
     are a function of the arguments alone (the same at every call, e.g. every epoch's
@@ -128,6 +130,7 @@ def evaluate(
     robust = dict.fromkeys(attacks, 0.0)
     seconds = dict.fromkeys(attacks, 0.0)
     parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
+    per_batch = []
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
     options = tf.data.Options()
@@ -138,10 +141,18 @@ def evaluate(
         clean += counts["correct"]
         loss += counts["loss"]
         total += counts["examples"]
+        examples = max(counts["examples"], 1.0)  # a global batch holds examples; never 0
+        this_batch = {
+            "examples": int(counts["examples"]),
+            "clean_accuracy": counts["correct"] / examples,
+            "robust_accuracy": {},
+        }
+        per_batch.append(this_batch)
         for name, (eps, attack) in attacks.items():
             start = time.perf_counter()
             counts = summed(functools.partial(robust_counts, eps, attack, batch), x, y)
             seconds[name] += time.perf_counter() - start
+            this_batch["robust_accuracy"][name] = counts["robust"] / examples
             robust[name] += counts.pop("robust")
             for key, value in counts.items():
                 kind, part = key.split("/", 1)
@@ -163,6 +174,7 @@ def evaluate(
             for name, counts in parts["robust"].items()
         },
         "per_attack_seconds": parts["seconds"],
+        "per_batch": per_batch,
         "time_s": seconds,
         "replicas": replicas,
     }

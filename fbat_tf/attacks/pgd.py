@@ -37,11 +37,15 @@ class PGD(Attack):
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if steps < 0 or restarts < 1:
             raise ValueError(f"need steps >= 0 and restarts >= 1, got {steps!r}, {restarts!r}")
+        if not random_start and restarts > 1:
+            raise ValueError(
+                f"restarts={restarts!r} without a random start would repeat one attack; use 1"
+            )
         self.eps = float(eps)
         self.steps = int(steps)
         self.restarts = int(restarts)
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
-        # Without a random start every restart starts from x (δ = 0): one is enough.
+        # Without a random start the attack starts from x (δ = 0).
         self.random_start = bool(random_start)
         # XLA compiles static shapes only: there every restart attacks the whole batch.
         self.survivors_only = not jit_compile
