@@ -268,7 +268,7 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
 
     def current(*words):
         values = copy.deepcopy(flags.FLAGS)
-        values(["train.py", "--method=fastbat", f"--workdir={tmp_path}", *words])
+        values(["train.py", "--method=fastbat", "--noexport", f"--workdir={tmp_path}", *words])
         return train.run_flags(values)
 
     words = current()
@@ -283,3 +283,9 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
     )
     with pytest.raises(ValueError, match="--eps=8.0 -> --eps=4.0"):
         train.check_workdir(str(tmp_path), current("--eps=4"))
+
+    # As a user meets it: the same command on that finished run is told it is done.
+    (tmp_path / "results.json").write_text('{"status": "complete"}')
+    again = run_train("--method=fastbat", "--noexport", f"--workdir={tmp_path}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "finished run" in again.stdout
