@@ -26,6 +26,9 @@ from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.constraints import check_in_ball
 
+# Inputs pooled for an attack that batches itself (AutoAttack) before it runs over them.
+POOL_BYTES = 1 << 30
+
 
 class TransferAttack(Attack):
     """Adversarial examples crafted on a source model, whatever model they are then fed to."""
@@ -119,18 +122,81 @@ def evaluate(
             counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
         return counts
 
-    def summed(fn: Callable, *args) -> dict[str, float]:
+    def pooled_counts(eps: float, attack: Attack, pool: list, x: tf.Tensor, y: tf.Tensor):
+        replica = int(tf.distribute.get_replica_context().replica_id_in_sync_group)
+        local = len(pool[0][1])  # this worker's replicas
+        first_batch, shards = pool[0][0], [sizes[replica % local] for _, sizes in pool]
+        size = max(max(sizes) for _, sizes in pool)  # the largest shard: the batch per replica
+        seed_ = tf.constant([seed, first_batch * replicas + replica], tf.int32)
+        x_adv, breakdown = attack(
+            classifier, x, y, seed_, batch_size=size, progress=progress and replicas == 1
+        )
+        check_in_ball(x_adv, x, eps)
+        hits = [
+            correct(classifier(x_adv[i : i + size], training=False), y[i : i + size])
+            for i in range(0, int(x.shape[0]), size)
+        ]
+        hits = tf.concat(hits, 0) if hits else tf.zeros([0])
+        # The robust count of each batch of the pool, for "per_batch".
+        counts = {"robust": tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))}
+        counts["robust"] = tf.pad(counts["robust"], [[0, len(shards) - counts["robust"].shape[0]]])
+        for part, mask in breakdown.get("robust", {}).items():
+            counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
+        for part, spent in breakdown.get("seconds", {}).items():
+            counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
+        return counts
+
+    def summed(fn: Callable, *args) -> dict[str, Any]:
         per_replica = strategy.run(fn, args=args)
-        return {
-            key: float(strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None))
+        reduced = {
+            key: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()
             for key, value in per_replica.items()
         }
+        return {key: float(v) if v.ndim == 0 else v.astype(float) for key, v in reduced.items()}
+
+    def add_parts(name: str, counts: dict[str, float]) -> None:
+        for key, value in counts.items():
+            kind, part = key.split("/", 1)
+            per_part = parts[kind].setdefault(name, {})
+            per_part[part] = per_part.get(part, 0.0) + value
+
+    def run_pooled() -> None:
+        """Each attack that batches itself, once over every batch in the pool."""
+
+        local = len(pool[0][1])  # this worker's replicas
+
+        def shard(values: list[tf.Tensor]):
+            joined = [tf.concat([v[i] for v in values], 0) for i in range(local)]
+            return strategy.experimental_distribute_values_from_function(
+                lambda context: joined[context.replica_id_in_sync_group % local]
+            )
+
+        x, y = shard([xs for _, xs, _ in pool]), shard([ys for _, _, ys in pool])
+        index = [(batch, [int(v.shape[0]) for v in xs]) for batch, xs, _ in pool]
+        for name, (eps, attack) in pooled.items():
+            start = time.perf_counter()
+            counts = summed(functools.partial(pooled_counts, eps, attack, index), x, y)
+            seconds[name] += time.perf_counter() - start
+            per_batch_robust = counts.pop("robust")
+            for (batch, _), hits in zip(index, per_batch_robust, strict=True):
+                examples = max(per_batch[batch]["examples"], 1)
+                per_batch[batch]["robust_accuracy"][name] = hits / examples
+                robust[name] += hits
+                covered[name] += per_batch[batch]["examples"]
+            add_parts(name, counts)
+        pool.clear()
 
     clean = loss = total = 0.0
     robust = dict.fromkeys(attacks, 0.0)
     seconds = dict.fromkeys(attacks, 0.0)
     parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
     per_batch = []
+    # An attack that batches itself (AutoAttack) is given the batches of a pool of up to
+    # POOL_BYTES of inputs at once: each of its parts then runs over the survivors of all of
+    # them, in calls of one batch each, as the reference does over its whole set.
+    pooled = {n: v for n, v in attacks.items() if getattr(v[1], "batches_itself", False)}
+    covered = dict.fromkeys(pooled, 0)
+    pool: list[tuple[int, list[tf.Tensor], list[tf.Tensor]]] = []
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
     options = tf.data.Options()
@@ -145,23 +211,35 @@ def evaluate(
         this_batch = {
             "examples": int(counts["examples"]),
             "clean_accuracy": counts["correct"] / examples,
-            "robust_accuracy": {},
+            "robust_accuracy": dict.fromkeys(attacks),
         }
         per_batch.append(this_batch)
         for name, (eps, attack) in attacks.items():
+            if name in pooled:
+                continue
             start = time.perf_counter()
             counts = summed(functools.partial(robust_counts, eps, attack, batch), x, y)
             seconds[name] += time.perf_counter() - start
             this_batch["robust_accuracy"][name] = counts["robust"] / examples
             robust[name] += counts.pop("robust")
-            for key, value in counts.items():
-                kind, part = key.split("/", 1)
-                per_part = parts[kind].setdefault(name, {})
-                per_part[part] = per_part.get(part, 0.0) + value
+            add_parts(name, counts)
+        if pooled:
+            xs, ys = strategy.experimental_local_results(x), strategy.experimental_local_results(y)
+            pool.append((batch, xs, ys))
+            if sum(v.shape.num_elements() * v.dtype.size for _, xs, _ in pool for v in xs) >= (
+                POOL_BYTES
+            ):
+                run_pooled()
         if bar is not None:
             running = [("clean", clean / total)]
-            running += [(name, value / total) for name, value in robust.items()]
-            bar.add(1, values=[(k, v) for k, v in running])
+            running += [
+                (name, value / (covered[name] if name in pooled else total))
+                for name, value in robust.items()
+                if covered.get(name, 1)
+            ]
+            bar.add(1, values=running)
+    if pool:
+        run_pooled()
     if total == 0:
         raise ValueError("evaluation got an empty dataset")
     return {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, evaluation
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.autoattack import AutoAttack, transfer_robust_accuracy
 from fbat_tf.attacks.losses import correct, cross_entropy
@@ -44,11 +44,13 @@ def threshold_model() -> keras.Model:
 class StandIn:
     def __init__(self, breaks: set[int], offset: float):
         self.breaks, self.offset, self.seen, self.inputs = breaks, offset, [], []
+        self.seeds = []
 
     def __call__(self, model, x, y, seed):
         x = np.asarray(x).copy()
         ids = np.rint(x[:, 0] * N).astype(int)
         self.seen.append(sorted(ids.tolist()))
+        self.seeds.append(np.asarray(seed).tolist())
         self.inputs.append(x.copy())
         hit = np.isin(ids, sorted(self.breaks))
         x[:, 1] = np.where(hit, 0.45, 0.8)
@@ -99,6 +101,59 @@ def test_each_attack_sees_only_still_robust_examples_and_keeps_its_own_points():
     }
     assert set(breakdown["seconds"]) == {"first", "second"}
     assert all(seconds >= 0 for seconds in breakdown["seconds"].values())
+
+
+def test_each_part_attacks_the_survivors_in_slices_of_the_batch_size():
+    # As the reference re-batches what is still robust before each attack: the slices hold
+    # survivors only, in order, at most batch_size each; the result is the unsliced one.
+    x, y = composition_inputs()
+    whole = {"first": StandIn(FIRST_BREAKS, 0.01), "second": StandIn(SECOND_BREAKS, 0.02)}
+    expected, expected_breakdown = AutoAttack(COMPOSITION_EPS, "custom", whole)(
+        threshold_model(), x, y, seed=[7, 3]
+    )
+    first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
+    attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
+    x_adv, breakdown = attack(threshold_model(), x, y, seed=[7, 3], batch_size=3)
+
+    assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10], [11]]  # 0 and 5 are clean-wrong
+    assert second.seen == [[4, 6, 7], [8, 9, 10], [11]]  # 1, 2, 3 broken by the first
+    np.testing.assert_array_equal(x_adv, expected)
+    for name, mask in expected_breakdown["robust"].items():
+        np.testing.assert_array_equal(breakdown["robust"][name], mask)
+    # Slice 0 gets the call's seed (one slice is the unsliced call); slice k its fold-in.
+    fold = [tf.random.experimental.stateless_fold_in([7, 3], k).numpy().tolist() for k in (1, 2, 3)]
+    assert first.seeds == [[7, 3], *fold] and whole["first"].seeds == [[7, 3]]
+    assert len(set(map(tuple, first.seeds))) == 4
+
+
+def test_evaluate_gives_autoattack_the_survivors_of_all_batches(monkeypatch):
+    # Batches of 4: each part is called on the survivors of the whole set in calls of at most 4
+    # (not on each batch's few survivors); the counts, per batch too, are those of direct calls.
+    x, y = composition_inputs()
+    first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
+    attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    result = evaluate(threshold_model(), dataset, {"aa": (COMPOSITION_EPS, attack)}, seed=5)
+
+    assert first.seen == [[1, 2, 3, 4], [6, 7, 8, 9], [10, 11]]
+    assert second.seen == [[4, 6, 7, 8], [9, 10, 11]]
+    assert first.seeds[0] == [5, 0]  # the pool starts at batch 0
+    after_second = set(range(N)) - CLEAN_WRONG - FIRST_BREAKS - SECOND_BREAKS  # 8, 9, 10, 11
+    assert result["robust_accuracy"]["aa"] == len(after_second) / N
+    assert result["per_attack"]["aa"] == {"clean": 10 / N, "first": 7 / N, "second": 4 / N}
+    per_batch = [b["robust_accuracy"]["aa"] for b in result["per_batch"]]
+    assert per_batch == [0.0, 0.0, 1.0]  # ids 0–3, 4–7, 8–11
+    assert set(result["per_attack_seconds"]["aa"]) == {"first", "second"}
+
+    # A pool too small for two batches: the ensemble runs batch by batch, with the same counts.
+    monkeypatch.setattr(evaluation, "POOL_BYTES", 1)
+    first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
+    attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
+    by_batch = evaluate(threshold_model(), dataset, {"aa": (COMPOSITION_EPS, attack)}, seed=5)
+    assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10, 11]]
+    assert [s[1] for s in first.seeds] == [0, 1, 2]  # batch b's seed [seed, b]
+    for key in ("robust_accuracy", "per_attack", "per_batch"):
+        assert by_batch[key] == result[key], key
 
 
 def test_attacks_after_everything_is_broken_are_not_called():

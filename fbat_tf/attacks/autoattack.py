@@ -76,6 +76,9 @@ def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> Non
 
 
 class AutoAttack(Attack):
+    # evaluate() gives it many batches at once and passes its batch size (see __call__).
+    batches_itself = True
+
     def __init__(
         self,
         eps: float,
@@ -102,29 +105,60 @@ class AutoAttack(Attack):
             self.attacks = dict(attacks)
 
     def __call__(
-        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
+        self,
+        model: keras.Model,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        seed: int | tf.Tensor,
+        batch_size: int | None = None,
+        progress: bool = False,
     ) -> tuple[tf.Tensor, Breakdown]:
-        """(x_adv, {"robust": {"clean" and each attack: bool [batch]}, "seconds": {attack: s}})."""
+        """(x_adv, {"robust": {"clean" and each attack: bool [n]}, "seconds": {attack: s}}).
+
+        `batch_size` bounds what one call of a part (and the clean pass) is given: each part
+        attacks the examples still robust in consecutive slices of at most that many, as the
+        reference does (None: all of them at once). Slice k of every part gets the seed
+        stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
+        attacked exactly as the whole batch. `progress` prints a line after each part.
+        """
         seed = constraints.as_seed(seed)
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
-        robust = correct(model(x, training=False), y).numpy() > 0.5
+        n = int(x.shape[0])
+        size = max(batch_size or n, 1)
+        robust = np.concatenate(
+            [
+                correct(model(x[i : i + size], training=False), y[i : i + size]).numpy() > 0.5
+                for i in range(0, n, size)
+            ]
+            or [np.zeros([0], bool)]
+        )
         masks = {"clean": robust.copy()}
         seconds = {}
         x_adv = x.numpy().copy()
+        if progress:
+            print(f"AutoAttack ({self.version}), {n} examples: clean {_percent(robust)}")
         for name, attack in self.attacks.items():
             start = time.perf_counter()
             still_robust = np.flatnonzero(robust)
-            if still_robust.size:
-                x_sub, y_sub = tf.gather(x, still_robust), tf.gather(y, still_robust)
-                candidate, _ = attack(model, x_sub, y_sub, seed)
+            for k, first in enumerate(range(0, still_robust.size, size)):
+                rows = still_robust[first : first + size]
+                x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
+                slice_seed = seed if k == 0 else tf.random.experimental.stateless_fold_in(seed, k)
+                candidate, _ = attack(model, x_sub, y_sub, slice_seed)
                 _check_in_ball(candidate, x_sub, self.eps, name)
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
-                x_adv[still_robust[broken]] = np.asarray(candidate)[broken]
-                robust[still_robust[broken]] = False
+                x_adv[rows[broken]] = np.asarray(candidate)[broken]
+                robust[rows[broken]] = False
             seconds[name] = time.perf_counter() - start
             masks[name] = robust.copy()
+            if progress:
+                print(f"  after {name}: {_percent(robust)} robust ({seconds[name]:.1f} s)")
         return tf.convert_to_tensor(x_adv), {"robust": masks, "seconds": seconds}
+
+
+def _percent(mask: np.ndarray) -> str:
+    return f"{100 * mask.mean():.2f}%" if mask.size else "no examples"
 
 
 def transfer_robust_accuracy(

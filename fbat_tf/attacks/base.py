@@ -7,6 +7,10 @@ the call comes from it, so the result is a function of the arguments alone, what
 called before. An evaluation passes each batch its own seed. `breakdown` is {} for a single
 attack; an ensemble (AutoAttack) fills it with {"robust": {part: bool [batch]}, "seconds":
 {part: float}}, what is still robust after each of its parts and the time each took.
+
+An attack with `batches_itself = True` (AutoAttack) is given many batches at once by
+`evaluation.evaluate`, and is called as `attack(model, x, y, seed, batch_size=B, progress=P)`:
+it runs its own calls on at most B examples each (the evaluation batch size).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Attack:
     """Base class: a subclass writes `perturb`, the adversarial batch for one stateless seed."""
 
     eps: float
+    batches_itself: bool = False
 
     def __call__(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
