@@ -12,21 +12,24 @@ first `--n_examples` test images at the same ε. Needs the `bench` extra (torch,
 fbat-tf: the model is saved as a .keras file and evaluate.py runs on it in a child process,
 exactly as a user would type it (batches of 128, its default); the table takes each attack's
 time from evaluate.py's JSON (first-call tracing included), and the child's wall time (start-up
-and loading too) is reported beside it. PyTorch: the Keras weights are copied into an equal
-torch.nn MLP (the logits are checked to agree), then, in this process, on the same batches of
-128: a plain PyTorch PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (step ε/4, uniform
-start in C, signed steps on the summed cross-entropy, per example the first restart that breaks
-it, later restarts only on the examples still robust), and pyautoattack's AutoAttack, the
-PyTorch reference, version "standard", L∞. The two sides run one after the other, never at the
-same time; the 1-minute load average before and after each is recorded, since other processes
-skew CPU timings. Writes JSON and prints a Markdown table with the issue's targets: PGD-50-10 in
-at most 3× the PyTorch loop's time, AutoAttack in at most 1.0× the reference's.
+and loading too) is reported beside it.
 
-PyTorch runs `--torch_threads` threads (default: every core). By default its OpenMP threads
-spin while they wait for each other; with other processes keeping the cores busy that makes
-each small step of this MLP many times slower. So this script sets OMP_WAIT_POLICY=PASSIVE for
-PyTorch unless `--omp_wait_policy` says otherwise (TensorFlow does not use OpenMP; evaluate.py
-gets the environment as it was). On an idle machine, compare with `--omp_wait_policy=active`.
+PyTorch, in a child process of its own: the Keras weights are copied into an equal torch.nn
+MLP (the logits are checked to agree), then, on the same batches of 128: a plain PyTorch
+PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (step ε/4, uniform start in C, signed steps
+on the summed cross-entropy, per example the first restart that breaks it, later restarts only
+on the examples still robust), and pyautoattack's AutoAttack, the PyTorch reference, version
+"standard", L∞. The two sides run one after the other, never at the same time (`--rounds=R`:
+R times in turns, medians reported); the 1-minute load average before and after each is
+recorded, since other processes skew CPU timings. Writes JSON and prints a Markdown table with
+the issue's targets: PGD-50-10 in at most 3× the PyTorch loop's time, AutoAttack in at most
+1.0× the reference's.
+
+Each side has a process of its own because PyTorch's OpenMP threads keep spinning for a while
+after their work (forever with OMP_WAIT_POLICY=ACTIVE): in the parent they would take a core
+from evaluate.py while it runs, which made its AutoAttack 1.4× slower. PyTorch runs
+`--torch_threads` threads (default: every core) with the OpenMP wait policy of the environment
+(`--omp_wait_policy` to set one).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from children import write_json  # noqa: E402
+from children import RESULT, report, write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,11 +66,10 @@ _THREADS = flags.DEFINE_integer(
 )
 _OMP_WAIT = flags.DEFINE_enum(
     "omp_wait_policy",
-    "passive",
+    "environment",
     ["passive", "active", "environment"],
-    "OMP_WAIT_POLICY of PyTorch's OpenMP threads in this process (environment: leave it as "
-    "the environment has it). Waiting threads that spin slow PyTorch down on a loaded "
-    "machine; see the module docstring.",
+    "OMP_WAIT_POLICY of the PyTorch side's OpenMP threads (environment: as the environment "
+    "has it, PyTorch's default). See the module docstring.",
 )
 _ROUNDS = flags.DEFINE_integer(
     "rounds",
@@ -77,6 +79,9 @@ _ROUNDS = flags.DEFINE_integer(
     lower_bound=1,
 )
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
+_TORCH_CHILD = flags.DEFINE_string(
+    "torch_child", None, "Internal: run the PyTorch side on the model and points saved here."
+)
 
 
 def run_evaluate(
@@ -336,22 +341,51 @@ def median_side(rounds: list[dict], side: str) -> dict:
     return merged
 
 
+def torch_child(scratch: str) -> None:
+    """The PyTorch side, in a process of its own: the saved model and points, both attacks."""
+    import keras
+    import numpy as np
+    import pyautoattack
+    import torch
+
+    model = keras.models.load_model(os.path.join(scratch, "mlp.keras"))
+    points = np.load(os.path.join(scratch, "points.npz"))
+    x, y = points["x"], points["y"]
+    torch.set_num_threads(_THREADS.value or os.cpu_count())
+    net = torch_mlp(model)
+    result = dict(compare_logits(model, net, x, y), **run_torch(net, x, y, _EPS.value / 255))
+    result["versions"] = {"torch": torch.__version__, "pyautoattack": pyautoattack.__version__}
+    report(result)
+
+
+def run_torch_child(scratch: str) -> dict:
+    """`torch_child` in a child process, with the OpenMP wait policy asked for."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if _OMP_WAIT.value != "environment":
+        # Read when PyTorch's OpenMP runtime loads: set before the child imports torch.
+        env["OMP_WAIT_POLICY"] = _OMP_WAIT.value.upper()
+    passed = [a for a in sys.argv[1:] if not a.startswith(("--json", "--rounds"))]
+    command = [sys.executable, os.path.abspath(__file__), f"--torch_child={scratch}", *passed]
+    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
+    if child.returncode != 0 or not lines:
+        sys.exit(f"error: the PyTorch side failed:\n{child.stderr[-3000:]}")
+    print(child.stdout.replace(lines[-1], "").strip(), flush=True)
+    return json.loads(lines[-1][len(RESULT) :])
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    # The child gets the environment as the user has it; the policy is read when PyTorch's
-    # OpenMP runtime loads, so it is set before torch is imported.
-    user_env = dict(os.environ)
-    if _OMP_WAIT.value != "environment":
-        os.environ["OMP_WAIT_POLICY"] = _OMP_WAIT.value.upper()
+    if _TORCH_CHILD.value:
+        torch_child(_TORCH_CHILD.value)
+        return
     load = os.getloadavg()[0]
     if load > os.cpu_count():
         print(f"warning: 1-min load average {load:.1f} on {os.cpu_count()} cores skews timings")
     import keras
     import numpy as np
-    import pyautoattack
     import tensorflow as tf
-    import torch
 
     from fbat_tf import data
 
@@ -361,19 +395,20 @@ def main(argv: list[str]) -> None:
         iter(data.load("fashion_mnist", "test", batch_size=_N.value, max_examples=_N.value))
     )
     x, y = x.numpy(), y.numpy()
-    torch.set_num_threads(_THREADS.value or os.cpu_count())
-    net = torch_mlp(model)
-    logits = compare_logits(model, net, x, y)
 
     rounds = []
     with tempfile.TemporaryDirectory() as scratch:
         model_path = os.path.join(scratch, "mlp.keras")
         model.save(model_path)
+        np.savez(os.path.join(scratch, "points.npz"), x=x, y=y)
         for index in range(_ROUNDS.value):
             print(f"round {index + 1} of {_ROUNDS.value}", flush=True)
             results_path = os.path.join(scratch, f"eval-{index}.json")
-            fbat = run_fbat_tf(model_path, results_path, user_env)
-            rounds.append({"fbat_tf": fbat, "torch": dict(logits, **run_torch(net, x, y, eps))})
+            fbat = run_fbat_tf(model_path, results_path, dict(os.environ))
+            rounds.append({"fbat_tf": fbat, "torch": run_torch_child(scratch)})
+    versions = rounds[0]["torch"]["versions"]
+    for r in rounds:
+        del r["torch"]["versions"]
     fbat, torch_side = median_side(rounds, "fbat_tf"), median_side(rounds, "torch")
     command = fbat.pop("command")
     for r in rounds:
@@ -410,8 +445,7 @@ def main(argv: list[str]) -> None:
             "python": platform.python_version(),
             "tensorflow": tf.__version__,
             "keras": keras.__version__,
-            "torch": torch.__version__,
-            "pyautoattack": pyautoattack.__version__,
+            **versions,
         },
         "evaluate_command": "python evaluate.py --model_path=<tmp>/mlp.keras "
         + " ".join(command[3:-1])

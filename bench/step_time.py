@@ -53,6 +53,13 @@ _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first.")
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
 )
+_PROFILE = flags.DEFINE_integer(
+    "profile_steps",
+    0,
+    "After timing, run this many more steps under TensorFlow's profiler and report the time "
+    "per kind of operation (bench/profiles.py; meaningful without XLA).",
+    lower_bound=0,
+)
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this one method and print JSON.")
 
@@ -109,7 +116,13 @@ def time_method(method_name: str) -> dict:
         step_mb = peak_mb - resident_before
     # Free-AT takes m optimizer steps per call; report the time of one optimizer step.
     step = statistics.median(times) / method.replays
+    profile = {}
+    if _PROFILE.value:
+        from profiles import tf_profile
+
+        profile = {"profile": tf_profile(lambda: trainer.train_on_batch(x, y), _PROFILE.value)}
     return {
+        **profile,
         "step_time_s": step,
         "images_per_s": _BATCH.value / step,
         "peak_memory_mb": peak_mb,
@@ -157,6 +170,12 @@ def main(argv: list[str]) -> None:
             name: r["step_memory_mb"] / fastat_memory for name, r in results.items()
         }
     print(markdown_table(summary))
+    profiled = {name: r["profile"] for name, r in results.items() if "profile" in r}
+    if profiled:
+        from profiles import markdown_table as profile_table
+
+        print("\nSeconds per step by kind of operation (TensorFlow's profiler):\n")
+        print(profile_table(profiled))
     write_json(_JSON.value, summary)
 
 
