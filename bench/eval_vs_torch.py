@@ -27,7 +27,7 @@ the issue's targets: PGD-50-10 in at most 3× the PyTorch loop's time, AutoAttac
 
 Each side has a process of its own because PyTorch's OpenMP threads keep spinning for a while
 after their work (forever with OMP_WAIT_POLICY=ACTIVE): in the parent they would take a core
-from evaluate.py while it runs, which made its AutoAttack 1.4× slower. PyTorch runs
+from evaluate.py while it runs, which made its AutoAttack 1.3× slower. PyTorch runs
 `--torch_threads` threads (default: every core) with the OpenMP wait policy of the environment
 (`--omp_wait_policy` to set one).
 """

@@ -122,6 +122,13 @@ _ONEDNN = flags.DEFINE_bool(
 _CHECK = flags.DEFINE_bool(
     "check", False, "Instead of timing: check that both frameworks compute the same steps."
 )
+_PROFILE = flags.DEFINE_integer(
+    "profile_steps",
+    0,
+    "After timing, run this many more steps under each framework's profiler and report the "
+    "time per kind of operation (bench/profiles.py).",
+    lower_bound=0,
+)
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this variant:method, print JSON.")
 
@@ -316,7 +323,13 @@ def time_torch(method: str) -> dict:
         times.append(time.perf_counter() - start)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     seconds = statistics.median(times)
+    profile = {}
+    if _PROFILE.value:
+        from profiles import torch_profile
+
+        profile = {"profile": torch_profile(step, _PROFILE.value)}
     return {
+        **profile,
         "step_time_s": seconds,
         "images_per_s": _BATCH.value / seconds,
         "peak_memory_mb": peak_mb,
@@ -349,6 +362,7 @@ def step_time_command(method: str | None, jit_compile: str) -> list[str]:
         "--precision=float32",
         f"--repeats={_REPEATS.value}",
         f"--warmup={_WARMUP.value}",
+        *([f"--profile_steps={_PROFILE.value}"] if _PROFILE.value else []),
     ]
 
 
@@ -630,6 +644,17 @@ def main(argv: list[str]) -> None:
             "goal_0.75": ratio <= 0.75,
         }
     print(markdown_table(summary))
+    profiled = {
+        f"{LABELS[variant]} {method}": r["profile"]
+        for variant, by_method in results.items()
+        for method, r in by_method.items()
+        if "profile" in r
+    }
+    if profiled:
+        from profiles import markdown_table as profile_table
+
+        print("\nSeconds per step by kind of operation (each framework's profiler):\n")
+        print(profile_table(profiled))
     write_json(_JSON.value, summary)
 
 

@@ -89,6 +89,12 @@ def evaluate(
     are a function of the arguments alone (the same at every call, e.g. every epoch's
     validation), and on one device batch b gets [seed, b].
 
+    An attack that batches itself (AutoAttack, `batches_itself`) is instead given the batches
+    of a pool (all of them, up to POOL_BYTES of inputs) in one call per replica, with the
+    seed [seed, b·R + r] of the pool's first batch b and the replica's batch size: each of its
+    parts then attacks the examples still robust across the pool, a batch at a time, as the
+    reference re-batches its survivors before every attack. Its "per_batch" counts are kept.
+
     `strategy` (default: the current one) splits each global batch of `dataset` over its
     replicas: each replica runs the clean pass and every attack on its shard, and the counts are
     summed over replicas (and workers), so that an attack that is deterministic per example gives
