@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import glob
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,12 +77,11 @@ def tf_profile(step: Callable[[], object], steps: int) -> dict:
             continue
         names = {key: meta.name for key, meta in plane.event_metadata.items()}
         for line in plane.lines:
-            # TensorFlow's op kernels are events named "<op name>:<op type>".
-            ops = []
-            for event in line.events:
-                name = names.get(event.metadata_id, "")
-                if ":" in name and not name.startswith(("$", "Iterator")):
-                    ops.append((event.offset_ps, event.offset_ps + event.duration_ps, name))
+            ops = [
+                (event.offset_ps, event.offset_ps + event.duration_ps, op_type)
+                for event in line.events
+                if (op_type := _op_type(names.get(event.metadata_id, "")))
+            ]
             for op_type, self_ps in _self_times(ops).items():
                 seconds[op_type] += self_ps * 1e-12
     return {
@@ -91,16 +91,25 @@ def tf_profile(step: Callable[[], object], steps: int) -> dict:
     }
 
 
+# TensorFlow's op kernels are events named "<op name>:<OpType>"; the runtime's own events are
+# "Class::Method", function bodies "<name>:__inference_...", XLA's instructions "<name>: <hlo>".
+_OP_TYPE = re.compile(r"^[^:]+:([A-Z_][A-Za-z0-9_]*)$")
+
+
+def _op_type(event_name: str) -> str | None:
+    match = _OP_TYPE.match(event_name)
+    return match.group(1) if match and not match.group(1).startswith("__") else None
+
+
 def _self_times(ops: list[tuple[int, int, str]]) -> collections.Counter:
     """Self time per op type of the events on one thread: an event's duration minus that of
     the events nested inside it."""
     ops.sort(key=lambda event: (event[0], -event[1]))
     self_ps: collections.Counter = collections.Counter()
     stack: list[tuple[int, str]] = []  # (end, op type) of the enclosing events
-    for begin, end, name in ops:
+    for begin, end, op_type in ops:
         while stack and stack[-1][0] <= begin:
             stack.pop()
-        op_type = name.rsplit(":", 1)[1]
         self_ps[op_type] += end - begin
         if stack:
             self_ps[stack[-1][1]] -= end - begin
