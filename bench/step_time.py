@@ -9,6 +9,8 @@ compilation), then time `--repeats` steps of `train_on_batch`, which returns num
 waits for the step to finish. Reports the median step time, images/s and peak memory (GPU: the
 allocator's peak; CPU: the child's peak resident set, and what the steps added to the resident
 set of the built process), the ratios to Fast-AT, writes JSON and prints a Markdown table.
+`--profile_steps=N` then runs N more steps under TensorFlow's profiler and adds the kernel time
+per kind of operation (bench/profiles.py) to each method's numbers; use it without XLA.
 """
 
 from __future__ import annotations

@@ -312,6 +312,22 @@ MUTATIONS = [
             "tests/test_resume.py::test_a_resumed_run_ends_where_an_uninterrupted_one_does[free-4-options1-18]",
         ),
     ),
+    Mutation(
+        "O15",
+        "evaluate gives AutoAttack each batch on its own, not the pooled batches",
+        "fbat_tf/evaluation.py",
+        'pooled = {n: v for n, v in attacks.items() if getattr(v[1], "batches_itself", False)}',
+        "pooled = {}",
+        ("tests/test_autoattack.py::test_evaluate_gives_autoattack_the_survivors_of_all_batches",),
+    ),
+    Mutation(
+        "O16",
+        "AutoAttack's parts attack every survivor in one call, whatever the batch size",
+        "fbat_tf/attacks/autoattack.py",
+        "size = max(batch_size or n, 1)",
+        "size = max(n, 1)",
+        ("tests/test_autoattack.py",),
+    ),
 ]
 
 
