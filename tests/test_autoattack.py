@@ -126,6 +126,20 @@ def test_each_part_attacks_the_survivors_in_slices_of_the_batch_size():
     assert len(set(map(tuple, first.seeds))) == 4
 
 
+def test_progress_names_each_part_its_examples_and_what_it_left(capsys):
+    x, y = composition_inputs()
+    first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
+    attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
+    attack(threshold_model(), x, y, seed=0, batch_size=3, progress=True)
+    out = capsys.readouterr().out
+    assert "AutoAttack (custom), 12 examples: clean 83.33%" in out
+    assert "first on the 10 examples still robust" in out
+    assert "4/4" in out and "3/3" in out  # the bars over each part's calls of 3
+    assert "after first: 58.33% robust" in out  # 7 of 12
+    assert "second on the 7 examples still robust" in out
+    assert "after second: 33.33% robust" in out  # 4 of 12
+
+
 def test_evaluate_gives_autoattack_the_survivors_of_all_batches(monkeypatch):
     # Batches of 4: each part is called on the survivors of the whole set in calls of at most 4
     # (not on each batch's few survivors); the counts, per batch too, are those of direct calls.

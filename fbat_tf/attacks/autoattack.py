@@ -119,7 +119,8 @@ class AutoAttack(Attack):
         attacks the examples still robust in consecutive slices of at most that many, as the
         reference does (None: all of them at once). Slice k of every part gets the seed
         stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
-        attacked exactly as the whole batch. `progress` prints a line after each part.
+        attacked exactly as the whole batch. `progress` shows a bar over each part's calls and
+        the robust accuracy after it.
         """
         seed = constraints.as_seed(seed)
         x = tf.convert_to_tensor(x)
@@ -141,6 +142,11 @@ class AutoAttack(Attack):
         for name, attack in self.attacks.items():
             start = time.perf_counter()
             still_robust = np.flatnonzero(robust)
+            bar = None
+            if progress and still_robust.size:
+                print(f"{name} on the {still_robust.size} examples still robust")
+                calls = -(-still_robust.size // size)
+                bar = keras.utils.Progbar(calls, stateful_metrics=["robust"], unit_name="call")
             for k, first in enumerate(range(0, still_robust.size, size)):
                 rows = still_robust[first : first + size]
                 x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
@@ -150,6 +156,8 @@ class AutoAttack(Attack):
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
                 x_adv[rows[broken]] = np.asarray(candidate)[broken]
                 robust[rows[broken]] = False
+                if bar is not None:
+                    bar.add(1, values=[("robust", robust.mean())])
             seconds[name] = time.perf_counter() - start
             masks[name] = robust.copy()
             if progress:
