@@ -9,6 +9,8 @@ strategy = distribute.create_strategy("mirrored")        # each batch split over
 with strategy.scope():
     classifier, config = classifiers.load_classifier("runs/fmnist")
 results = evaluate(classifier, test, pgd_attacks([8 / 255]), strategy=strategy)
+
+transfer_robust_accuracy(source, target, PGD(8 / 255), test, eps=8 / 255)   # crafted on source
 """
 
 from __future__ import annotations
@@ -262,3 +264,20 @@ def evaluate(
         "time_s": seconds,
         "replicas": replicas,
     }
+
+
+def transfer_robust_accuracy(
+    source_model: keras.Model,
+    target_model: keras.Model,
+    attack: Attack,
+    dataset: tf.data.Dataset,
+    eps: float,
+    seed: int = 0,
+) -> float:
+    """Accuracy of `target_model` on the points `attack` crafts against `source_model`.
+
+    `evaluate` with a TransferAttack: every crafted batch is checked to lie in C (radius `eps`)
+    before it counts, and batch b is attacked with the seed [seed, b].
+    """
+    transfer = {"transfer": (eps, TransferAttack(source_model, attack))}
+    return evaluate(target_model, dataset, transfer, seed=seed)["robust_accuracy"]["transfer"]

@@ -13,10 +13,11 @@ import tensorflow as tf
 
 from fbat_tf import constraints, evaluation
 from fbat_tf.attacks.apgd import APGD
-from fbat_tf.attacks.autoattack import AutoAttack, transfer_robust_accuracy
+from fbat_tf.attacks.autoattack import AutoAttack
+from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.metrics import gradient_alignment
-from fbat_tf.evaluation import check_in_ball, evaluate
+from fbat_tf.evaluation import check_in_ball, evaluate, transfer_robust_accuracy
 
 EPS = 8 / 255
 
@@ -327,13 +328,15 @@ def test_transfer_counts_target_accuracy_on_points_crafted_on_the_source():
     x = rng.uniform(0, 1, (n, d)).astype(np.float32)
     y = rng.integers(0, 2, n).astype(np.int32)
 
-    def corner_attack(model, x, y, seed):  # the source's closed-form worst case
-        kernel = model.layers[0].get_weights()[0]
-        y = np.asarray(y)
-        towards = kernel[:, 1 - y].T - kernel[:, y].T
-        x_adv = np.clip(np.asarray(x) + eps * np.sign(towards), 0, 1)
-        return tf.constant(x_adv, tf.float32), {}
+    class CornerAttack(Attack):  # the attacked model's closed-form worst case
+        def perturb(self, model, x, y, seed):
+            kernel = model.layers[0].get_weights()[0]
+            y = np.asarray(y)
+            towards = kernel[:, 1 - y].T - kernel[:, y].T
+            return tf.constant(np.clip(np.asarray(x) + eps * np.sign(towards), 0, 1), tf.float32)
 
+    corner_attack = CornerAttack()
+    corner_attack.eps = eps
     expected = np.mean(target(corner_attack(source, x, y, 0)[0]).numpy().argmax(1) == y)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     result = transfer_robust_accuracy(source, target, corner_attack, dataset, eps=eps)

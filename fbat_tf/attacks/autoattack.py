@@ -6,7 +6,6 @@
     breakdown["seconds"]["apgd-ce"]                   # the time it took
 
     custom = AutoAttack(8 / 255, version="custom", attacks={"apgd-ce": APGD(8 / 255)})
-    transfer_robust_accuracy(source, target, PGD(8 / 255), dataset)
 
 Versions, as the public reference (fra31/auto-attack, autoattack/autoattack.py, set_version):
 "standard" is APGD-CE (100 iterations, 1 restart), APGD-T (targeted DLR, 9 target classes,
@@ -167,28 +166,3 @@ class AutoAttack(Attack):
 
 def _percent(mask: np.ndarray) -> str:
     return f"{100 * mask.mean():.2f}%" if mask.size else "no examples"
-
-
-def transfer_robust_accuracy(
-    source_model: keras.Model,
-    target_model: keras.Model,
-    attack: Attack,
-    dataset: tf.data.Dataset,
-    eps: float | None = None,
-    seed: int = 0,
-) -> float:
-    """Accuracy of `target_model` on adversarial examples crafted against `source_model`.
-
-    With `eps`, every crafted batch is checked to lie in C before it counts (DESIGN.md §4).
-    Batch b is attacked with the seed [seed, b].
-    """
-    hits = total = 0
-    for batch, (x, y) in enumerate(dataset):
-        x_adv, _ = attack(source_model, x, y, tf.constant([seed, batch], tf.int32))
-        if eps is not None:
-            _check_in_ball(x_adv, x, eps, "transfer")
-        hits += int(tf.reduce_sum(correct(target_model(x_adv, training=False), y)))
-        total += int(x.shape[0])
-    if total == 0:
-        raise ValueError("transfer_robust_accuracy got an empty dataset")
-    return hits / total
