@@ -62,6 +62,14 @@ _PROFILE = flags.DEFINE_integer(
     "per kind of operation (bench/profiles.py; meaningful without XLA).",
     lower_bound=0,
 )
+_THREADS = flags.DEFINE_integer(
+    "tf_threads",
+    0,
+    "TensorFlow's intra-op and inter-op thread pools both this size (0: TensorFlow's "
+    "defaults). With 1, one kernel runs at a time on one core, so profiled kernel times add "
+    "up to the step's time.",
+    lower_bound=0,
+)
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this one method and print JSON.")
 
@@ -76,6 +84,10 @@ def time_method(method_name: str) -> dict:
     import keras
     import numpy as np
     import tensorflow as tf
+
+    if _THREADS.value:
+        tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
+        tf.config.threading.set_inter_op_parallelism_threads(_THREADS.value)
 
     from fbat_tf import device, methods, models
     from fbat_tf.trainer import AdversarialTrainer
@@ -134,6 +146,7 @@ def time_method(method_name: str) -> dict:
         "jit_compile": device.resolve_jit_compile(_JIT.value),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
+        "tf_threads": _THREADS.value or None,
     }
 
 

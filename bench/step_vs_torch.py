@@ -110,6 +110,12 @@ _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first.", lower_bound=
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 1, "Child processes per variant, taking turns; numbers are medians.", lower_bound=1
 )
+_TF_THREADS = flags.DEFINE_integer(
+    "tf_threads",
+    0,
+    "step_time.py's --tf_threads for the fbat-tf children (0: TensorFlow's defaults).",
+    lower_bound=0,
+)
 _TORCH_THREADS = flags.DEFINE_integer(
     "torch_threads",
     None,
@@ -363,6 +369,7 @@ def step_time_command(method: str | None, jit_compile: str) -> list[str]:
         f"--repeats={_REPEATS.value}",
         f"--warmup={_WARMUP.value}",
         *([f"--profile_steps={_PROFILE.value}"] if _PROFILE.value else []),
+        *([f"--tf_threads={_TF_THREADS.value}"] if _TF_THREADS.value else []),
     ]
 
 
@@ -613,6 +620,7 @@ def main(argv: list[str]) -> None:
         "warmup": _WARMUP.value,
         "rounds": _ROUNDS.value,
         "onednn": _ONEDNN.value,
+        "tf_threads": _TF_THREADS.value or None,
         "command": command,
         # The same fbat-tf measurement through step_time.py itself.
         "step_time_commands": {
@@ -666,7 +674,9 @@ def markdown_table(summary: dict) -> str:
     versions = ", ".join(
         part
         for part in (
-            f"TF {m['tensorflow']} (oneDNN {'on' if summary['onednn'] else 'off'}), "
+            f"TF {m['tensorflow']} (oneDNN {'on' if summary['onednn'] else 'off'}"
+            + (f", {summary['tf_threads']} thread(s)" if summary.get("tf_threads") else "")
+            + "), "
             f"Keras {m['keras']}"
             if set(variants) & set(TF_VARIANTS)
             else "",
