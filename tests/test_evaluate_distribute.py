@@ -34,6 +34,19 @@ from fbat_tf import constraints
 constraints.uniform_noise = lambda x, eps, seed: eps * tf.sin(1000.0 * x + 1.0)
 """
 
+# A worker of MultiWorkerMirroredStrategy: the strategy first, before any other TensorFlow work.
+WORKER_PRELUDE = """
+import sys
+
+from fbat_tf import distribute
+
+MULTI_WORKER = distribute.create_strategy("multi_worker")
+from fbat_tf import constraints
+import tensorflow as tf
+
+constraints.uniform_noise = lambda x, eps, seed: eps * tf.sin(1000.0 * x + 1.0)
+"""
+
 LIBRARY = """
 import json
 import numpy as np
@@ -72,7 +85,10 @@ class Shards:
 
 
 def run(strategy_name, batch_size, fold):
-    strategy = create_strategy(strategy_name)
+    if strategy_name == "multi_worker":
+        strategy = MULTI_WORKER
+    else:
+        strategy = create_strategy(strategy_name)
     with strategy.scope():
         model = keras.models.clone_model(reference)
         model.set_weights(weights)
@@ -102,10 +118,10 @@ print("RESULT " + json.dumps(results))
 """
 
 
-def _start(code: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+def _start(code: str, *args: str, prelude: str = PRELUDE, **env_vars: str) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, **env_vars)
     return subprocess.Popen(
-        [sys.executable, "-c", PRELUDE + code, *args],
+        [sys.executable, "-c", prelude + code, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -138,18 +154,48 @@ def _counts(result: dict) -> dict:
     }
 
 
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def test_mirrored_evaluation_counts_what_one_device_counts():
     """PGD and a short AutoAttack (APGD-CE, APGD-T) on 10 examples: batches of 4 split 2 + 2
     (the last 1 + 1), batches of 3 split 2 + 1 (the last 1 + an empty shard); the attacked
-    model's weights as variables mirrored on both devices, and folded into constants."""
+    model's weights as variables mirrored on both devices, and folded into constants. Two
+    worker processes of MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1), batches of 3,
+    count the same on each worker."""
     shares = (("default/4", "default/3", "mirrored/4"), ("mirrored/3", "mirrored-folded/3"))
     children = [_start(LIBRARY, *keys) for keys in shares]  # side by side
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
+    workers = [
+        _start(
+            LIBRARY,
+            "multi_worker/3",
+            prelude=WORKER_PRELUDE,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+        )
+        for i in range(2)
+    ]
     results = {}
     for process in children:
         child = _finish(process)
         lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
         assert child.returncode == 0 and lines, child.stderr[-3000:]
         results.update(json.loads(lines[-1][len("RESULT ") :]))
+    for index, process in enumerate(workers):
+        child = _finish(process)
+        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+        assert child.returncode == 0 and lines, child.stderr[-3000:]
+        results[f"worker{index}/3"] = json.loads(lines[-1][len("RESULT ") :])["multi_worker/3"]
 
     single = _counts(results["default/4"])
     # The comparison means something: the attacks break some examples, not all.
@@ -160,7 +206,14 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     assert (
         aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == single["robust"]["aa"] > 0
     )
-    for key in ("default/3", "mirrored/4", "mirrored/3", "mirrored-folded/3"):
+    for key in (
+        "default/3",
+        "mirrored/4",
+        "mirrored/3",
+        "mirrored-folded/3",
+        "worker0/3",
+        "worker1/3",
+    ):
         assert _counts(results[key]) == single, key
         replicas = 1 if key.startswith("default") else 2
         assert results[key]["replicas"] == replicas
@@ -171,6 +224,9 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     split = [["0", 2], ["1", 1]] * 3 + [["0", 1], ["1", 0]]
     assert results["mirrored/3"]["shards"] == results["mirrored-folded/3"]["shards"] == split
     assert results["mirrored/4"]["shards"] == [["0", 2], ["1", 2]] * 2 + [["0", 1], ["1", 1]]
+    # Each worker attacked its own shards of the global batches of 3.
+    assert results["worker0/3"]["shards"] == [["0", 2]] * 3 + [["0", 1]]
+    assert results["worker1/3"]["shards"] == [["0", 1]] * 3 + [["0", 0]]
     np.testing.assert_allclose(results["mirrored/3"]["loss"], results["default/4"]["loss"], 1e-6)
     assert all(t > 0 for t in results["mirrored/3"]["time_s"].values())
 
