@@ -118,17 +118,22 @@ def evaluate(
             "examples": tf.cast(tf.shape(x)[0], tf.float32),
         }
 
-    def robust_counts(eps: float, attack: Attack, batch: int, x: tf.Tensor, y: tf.Tensor):
-        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        index = batch * replicas + tf.cast(replica, tf.int32)
-        x_adv, breakdown = attack(classifier, x, y, tf.stack([tf.constant(seed), index]))
-        check_in_ball(x_adv, x, eps)
-        counts = {"robust": tf.reduce_sum(correct(classifier(x_adv, training=False), y))}
+    def part_counts(breakdown: dict) -> dict[str, tf.Tensor]:
+        """An ensemble's examples robust after each part, and the time each took."""
+        counts = {}
         for part, mask in breakdown.get("robust", {}).items():
             counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
         for part, spent in breakdown.get("seconds", {}).items():
             counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
         return counts
+
+    def robust_counts(eps: float, attack: Attack, batch: int, x: tf.Tensor, y: tf.Tensor):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        index = batch * replicas + tf.cast(replica, tf.int32)
+        x_adv, breakdown = attack(classifier, x, y, tf.stack([tf.constant(seed), index]))
+        check_in_ball(x_adv, x, eps)
+        robust = tf.reduce_sum(correct(classifier(x_adv, training=False), y))
+        return {"robust": robust, **part_counts(breakdown)}
 
     def pooled_counts(eps: float, attack: Attack, pool: list, x: tf.Tensor, y: tf.Tensor):
         replica = int(tf.distribute.get_replica_context().replica_id_in_sync_group)
@@ -148,11 +153,7 @@ def evaluate(
         # The robust count of each batch of the pool, for "per_batch".
         counts = {"robust": tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))}
         counts["robust"] = tf.pad(counts["robust"], [[0, len(shards) - counts["robust"].shape[0]]])
-        for part, mask in breakdown.get("robust", {}).items():
-            counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
-        for part, spent in breakdown.get("seconds", {}).items():
-            counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
-        return counts
+        return {**counts, **part_counts(breakdown)}
 
     def summed(fn: Callable, *args) -> dict[str, Any]:
         per_replica = strategy.run(fn, args=args)
