@@ -130,8 +130,8 @@ MUTATIONS = [
         "T8",
         "AutoAttack standard runs APGD-CE only (FAB-T and Square never called)",
         "fbat_tf/attacks/autoattack.py",
-        "            if still_robust.size:\n",
-        '            if still_robust.size and name == "apgd-ce":\n',
+        "            still_robust = np.flatnonzero(robust)\n",
+        '            still_robust = np.flatnonzero(robust if name == "apgd-ce" else 0 * robust)\n',
         (
             "tests/test_autoattack.py::test_standard_version_runs_each_attack_on_what_the_previous_ones_left",
         ),
