@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests.workers import local_tf_configs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -273,19 +275,6 @@ else:
 """
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def test_two_worker_processes_take_the_steps_of_one_process():
     """MultiWorkerMirroredStrategy across two processes on 127.0.0.1 (TF_CONFIG), two steps of
     Fast-AT with real noise: both workers end with the weights one process computes from the
@@ -294,15 +283,9 @@ def test_two_worker_processes_take_the_steps_of_one_process():
 
     import numpy as np
 
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     children = []
-    for index in range(2):
-        env = dict(
-            os.environ,
-            TF_CPP_MIN_LOG_LEVEL="3",
-            PYTHONPATH=ROOT,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
-        )
+    for tf_config in local_tf_configs(2):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, TF_CONFIG=tf_config)
         children.append(
             subprocess.Popen(
                 [sys.executable, "-c", _with_model(MULTI_WORKER_SCRIPT), "worker"],

@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.workers import local_tf_configs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -154,17 +156,12 @@ def _counts(result: dict) -> dict:
     }
 
 
-def _free_ports(n: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+def _result(process: subprocess.Popen) -> dict:
+    """What a child printed on its RESULT line."""
+    child = _finish(process)
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0 and lines, child.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_mirrored_evaluation_counts_what_one_device_counts():
@@ -175,27 +172,15 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     count the same on each worker."""
     shares = (("default/4", "default/3", "mirrored/4"), ("mirrored/3", "mirrored-folded/3"))
     children = [_start(LIBRARY, *keys) for keys in shares]  # side by side
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(2)]}
     workers = [
-        _start(
-            LIBRARY,
-            "multi_worker/3",
-            prelude=WORKER_PRELUDE,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
-        )
-        for i in range(2)
+        _start(LIBRARY, "multi_worker/3", prelude=WORKER_PRELUDE, TF_CONFIG=tf_config)
+        for tf_config in local_tf_configs(2)
     ]
     results = {}
     for process in children:
-        child = _finish(process)
-        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-        assert child.returncode == 0 and lines, child.stderr[-3000:]
-        results.update(json.loads(lines[-1][len("RESULT ") :]))
+        results.update(_result(process))
     for index, process in enumerate(workers):
-        child = _finish(process)
-        lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-        assert child.returncode == 0 and lines, child.stderr[-3000:]
-        results[f"worker{index}/3"] = json.loads(lines[-1][len("RESULT ") :])["multi_worker/3"]
+        results[f"worker{index}/3"] = _result(process)["multi_worker/3"]
 
     single = _counts(results["default/4"])
     # The comparison means something: the attacks break some examples, not all.
