@@ -127,33 +127,30 @@ def evaluate(
             counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
         return counts
 
-    def robust_counts(eps: float, attack: Attack, batch: int, x: tf.Tensor, y: tf.Tensor):
-        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        index = batch * replicas + tf.cast(replica, tf.int32)
-        x_adv, breakdown = attack(classifier, x, y, tf.stack([tf.constant(seed), index]))
-        check_in_ball(x_adv, x, eps)
-        robust = tf.reduce_sum(correct(classifier(x_adv, training=False), y))
-        return {"robust": robust, **part_counts(breakdown)}
-
-    def pooled_counts(eps: float, attack: Attack, pool: list, x: tf.Tensor, y: tf.Tensor):
+    def robust_counts(eps: float, attack: Attack, index: list, x: tf.Tensor, y: tf.Tensor):
+        """An attack on this replica's shards of the global batches in `index`, [(batch b,
+        shard size per local replica)], given joined: the robust count of each batch, and an
+        ensemble's counts per part. Seeded as batch b's first of them."""
         replica = int(tf.distribute.get_replica_context().replica_id_in_sync_group)
-        local = len(pool[0][1])  # this worker's replicas
-        first_batch, shards = pool[0][0], [sizes[replica % local] for _, sizes in pool]
-        size = max(max(sizes) for _, sizes in pool)  # the largest shard: the batch per replica
-        seed_ = tf.constant([seed, first_batch * replicas + replica], tf.int32)
-        x_adv, breakdown = attack(
-            classifier, x, y, seed_, batch_size=size, progress=progress and replicas == 1
-        )
+        local = len(index[0][1])  # this worker's replicas
+        shards = [sizes[replica % local] for _, sizes in index]
+        # The largest shard of this worker: the batch per replica (1 where all are empty).
+        size = max(1, *(max(sizes) for _, sizes in index))
+        seed_ = tf.constant([seed, index[0][0] * replicas + replica], tf.int32)
+        if getattr(attack, "batches_itself", False):
+            progress_ = progress and replicas == 1
+            x_adv, breakdown = attack(classifier, x, y, seed_, batch_size=size, progress=progress_)
+        else:
+            x_adv, breakdown = attack(classifier, x, y, seed_)
         check_in_ball(x_adv, x, eps)
         hits = [
             correct(classifier(x_adv[i : i + size], training=False), y[i : i + size])
             for i in range(0, int(x.shape[0]), size)
         ]
         hits = tf.concat(hits, 0) if hits else tf.zeros([0])
-        # The robust count of each batch of the pool, for "per_batch".
-        counts = {"robust": tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))}
-        counts["robust"] = tf.pad(counts["robust"], [[0, len(shards) - counts["robust"].shape[0]]])
-        return {**counts, **part_counts(breakdown)}
+        robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
+        robust = tf.pad(robust, [[0, len(shards) - robust.shape[0]]])  # empty last shards
+        return {"robust": robust, **part_counts(breakdown)}
 
     def summed(fn: Callable, *args) -> dict[str, Any]:
         per_replica = strategy.run(fn, args=args)
@@ -163,7 +160,16 @@ def evaluate(
         }
         return {key: float(v) if v.ndim == 0 else v.astype(float) for key, v in reduced.items()}
 
-    def add_parts(name: str, counts: dict[str, float]) -> None:
+    def run_attack(name: str, index: list, x, y) -> None:
+        """Attack `name` on the global batches in `index`; x and y hold them joined."""
+        eps, attack = attacks[name]
+        start = time.perf_counter()
+        counts = summed(functools.partial(robust_counts, eps, attack, index), x, y)
+        seconds[name] += time.perf_counter() - start
+        for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
+            per_batch[batch]["robust_accuracy"][name] = hits / max(per_batch[batch]["examples"], 1)
+            robust[name] += hits
+            covered[name] += per_batch[batch]["examples"]
         for key, value in counts.items():
             kind, part = key.split("/", 1)
             per_part = parts[kind].setdefault(name, {})
@@ -171,28 +177,18 @@ def evaluate(
 
     def run_pooled() -> None:
         """Each attack that batches itself, once over every batch in the pool."""
-
         local = len(pool[0][1])  # this worker's replicas
 
-        def shard(values: list[tf.Tensor]):
-            joined = [tf.concat([v[i] for v in values], 0) for i in range(local)]
+        def joined(values: list[list[tf.Tensor]]):
+            per_replica = [tf.concat([v[i] for v in values], 0) for i in range(local)]
             return strategy.experimental_distribute_values_from_function(
-                lambda context: joined[context.replica_id_in_sync_group % local]
+                lambda context: per_replica[context.replica_id_in_sync_group % local]
             )
 
-        x, y = shard([xs for _, xs, _ in pool]), shard([ys for _, _, ys in pool])
+        x, y = joined([xs for _, xs, _ in pool]), joined([ys for _, _, ys in pool])
         index = [(batch, [int(v.shape[0]) for v in xs]) for batch, xs, _ in pool]
-        for name, (eps, attack) in pooled.items():
-            start = time.perf_counter()
-            counts = summed(functools.partial(pooled_counts, eps, attack, index), x, y)
-            seconds[name] += time.perf_counter() - start
-            per_batch_robust = counts.pop("robust")
-            for (batch, _), hits in zip(index, per_batch_robust, strict=True):
-                examples = max(per_batch[batch]["examples"], 1)
-                per_batch[batch]["robust_accuracy"][name] = hits / examples
-                robust[name] += hits
-                covered[name] += per_batch[batch]["examples"]
-            add_parts(name, counts)
+        for name in pooled:
+            run_attack(name, index, x, y)
         pool.clear()
 
     clean = loss = total = 0.0
@@ -204,7 +200,7 @@ def evaluate(
     # POOL_BYTES of inputs at once: each of its parts then runs over the survivors of all of
     # them, in calls of one batch each, as the reference does over its whole set.
     pooled = {n: v for n, v in attacks.items() if getattr(v[1], "batches_itself", False)}
-    covered = dict.fromkeys(pooled, 0)
+    covered = dict.fromkeys(attacks, 0)  # examples each attack has counted so far
     pool: list[tuple[int, list[tf.Tensor], list[tf.Tensor]]] = []
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
@@ -223,17 +219,11 @@ def evaluate(
             "robust_accuracy": dict.fromkeys(attacks),
         }
         per_batch.append(this_batch)
-        for name, (eps, attack) in attacks.items():
-            if name in pooled:
-                continue
-            start = time.perf_counter()
-            counts = summed(functools.partial(robust_counts, eps, attack, batch), x, y)
-            seconds[name] += time.perf_counter() - start
-            this_batch["robust_accuracy"][name] = counts["robust"] / examples
-            robust[name] += counts.pop("robust")
-            add_parts(name, counts)
+        xs, ys = strategy.experimental_local_results(x), strategy.experimental_local_results(y)
+        for name in attacks:
+            if name not in pooled:
+                run_attack(name, [(batch, [int(v.shape[0]) for v in xs])], x, y)
         if pooled:
-            xs, ys = strategy.experimental_local_results(x), strategy.experimental_local_results(y)
             pool.append((batch, xs, ys))
             if sum(v.shape.num_elements() * v.dtype.size for _, xs, _ in pool for v in xs) >= (
                 POOL_BYTES
@@ -241,11 +231,7 @@ def evaluate(
                 run_pooled()
         if bar is not None:
             running = [("clean", clean / total)]
-            running += [
-                (name, value / (covered[name] if name in pooled else total))
-                for name, value in robust.items()
-                if covered.get(name, 1)
-            ]
+            running += [(name, robust[name] / n) for name, n in covered.items() if n]
             bar.add(1, values=running)
     if pool:
         run_pooled()
