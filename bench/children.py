@@ -31,10 +31,10 @@ def run_per_method(script: str, methods: list[str], rounds: int = 1) -> dict[str
     for _ in range(rounds):
         for name in methods:
             turns[name].append(_run_child(script, name, passed))
-    return {name: _median_of(measured) for name, measured in turns.items()}
+    return {name: median_of(measured) for name, measured in turns.items()}
 
 
-def _median_of(measured: list[dict]) -> dict:
+def median_of(measured: list[dict]) -> dict:
     """Numbers: the median over rounds; anything else: the first round's value."""
     merged = dict(measured[0])
     for key, value in merged.items():

@@ -46,7 +46,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from children import RESULT, report, write_json  # noqa: E402
+from children import RESULT, median_of, report, write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -327,13 +327,10 @@ def run_fbat_tf(model_path: str, results_path: str, user_env: dict[str, str]) ->
 
 
 def median_side(rounds: list[dict], side: str) -> dict:
-    """One side's report: its first round, with every time the median over the rounds."""
+    """One side's report: every number the median over the rounds, its parts' times too."""
     import statistics
 
-    merged = dict(rounds[0][side])
-    for key in list(merged):
-        if key.endswith("time_s"):
-            merged[key] = statistics.median(r[side][key] for r in rounds)
+    merged = median_of([r[side] for r in rounds])
     merged["autoattack_seconds"] = {
         part: statistics.median(r[side]["autoattack_seconds"].get(part, 0.0) for r in rounds)
         for part in AUTOATTACK_PARTS

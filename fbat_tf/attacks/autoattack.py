@@ -23,8 +23,9 @@ Cost: "standard" is model evaluations, about 1,910 forward-backward passes (APGD
 9 × 101, FAB-T 9 × 100) and 5,910 forward passes (FAB-T's checks, Square's 5000 queries) per
 example that stays robust, so its time grows with the robust accuracy. Each attack's iterations
 run in one tf.function, traced once or twice per attack (not per subset size), and cost a fixed
-few milliseconds per iteration besides the model: give it large batches (the whole evaluation
-set at once where memory allows). bench/autoattack_time.py times it through evaluate.py.
+few milliseconds per iteration besides the model: give it large calls (`batch_size`;
+`evaluation.evaluate` gives it all its batches at once). bench/autoattack_time.py times it
+through evaluate.py.
 """
 
 from __future__ import annotations
