@@ -1,6 +1,6 @@
 """evaluate.py as a user types it: train.py's spelling --dataset names the data of a model that
 does not say it, and a model whose outputs are probabilities is refused before any attack,
-with what to do instead."""
+with what to do instead, and AutoAttack shows its progress over all the batches at once."""
 
 from __future__ import annotations
 
@@ -75,3 +75,27 @@ def test_check_logits_refuses_softmax_outputs():
     x = tf.constant(np.random.default_rng(0).uniform(0, 1, (8, 28, 28, 1)).astype(np.float32))
     with pytest.raises(ValueError, match="probabilities"):
         check_logits(small_model("softmax"), x)
+
+
+def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
+    # Two batches of 16: AutoAttack is given both at once, and says so as each part runs.
+    path = str(tmp_path / "model.keras")
+    small_model(None).save(path)
+    results = tmp_path / "eval.json"
+    result = run_evaluate(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        "--attacks=autoattack",
+        "--n_examples=32",
+        "--batch_size=16",
+        "--eps=8",
+        f"--results={results}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluated = json.loads(results.read_text())
+    after = evaluated["autoattack_per_attack"]["autoattack@8"]
+    clean = round(after["clean"] * 32)
+    assert clean > 0  # something to attack
+    assert f"AutoAttack (standard), 32 examples: clean {100 * after['clean']:.2f}%" in result.stdout
+    assert f"apgd-ce on the {clean} examples still robust" in result.stdout
+    assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout
