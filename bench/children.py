@@ -44,16 +44,21 @@ def median_of(measured: list[dict]) -> dict:
 
 
 def _run_child(script: str, name: str, passed: list[str]) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    child = subprocess.run(
-        [sys.executable, os.path.abspath(script), f"--child={name}", *passed],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    command = [sys.executable, os.path.abspath(script), f"--child={name}", *passed]
+    return run_child(command, name, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def run_child(
+    command: list[str], label: str, env: dict[str, str] | None = None, echo: bool = False
+) -> dict:
+    """Run `command` and return what it printed on its last RESULT line; exit with its stderr
+    if it failed. `echo` prints the rest of its standard output."""
+    child = subprocess.run(command, capture_output=True, text=True, env=env)
     lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
     if child.returncode != 0 or not lines:
-        sys.exit(f"error: {name} failed:\n{child.stderr[-3000:]}")
+        sys.exit(f"error: {label} failed:\n{child.stderr[-3000:]}")
+    if echo:
+        print(child.stdout.replace(lines[-1], "").strip(), flush=True)
     return json.loads(lines[-1][len(RESULT) :])
 
 

@@ -46,7 +46,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from children import RESULT, median_of, report, write_json  # noqa: E402
+from children import median_of, report, run_child, write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -363,12 +363,7 @@ def run_torch_child(scratch: str) -> dict:
         env["OMP_WAIT_POLICY"] = _OMP_WAIT.value.upper()
     passed = [a for a in sys.argv[1:] if not a.startswith(("--json", "--rounds"))]
     command = [sys.executable, os.path.abspath(__file__), f"--torch_child={scratch}", *passed]
-    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
-    if child.returncode != 0 or not lines:
-        sys.exit(f"error: the PyTorch side failed:\n{child.stderr[-3000:]}")
-    print(child.stdout.replace(lines[-1], "").strip(), flush=True)
-    return json.loads(lines[-1][len(RESULT) :])
+    return run_child(command, "the PyTorch side", env, echo=True)
 
 
 def main(argv: list[str]) -> None:

@@ -61,12 +61,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -76,7 +74,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from children import RESULT, report, run_per_method, write_json  # noqa: E402
+from children import report, run_child, run_per_method, write_json  # noqa: E402
 
 METHODS = ["fastat", "fastbat"]
 # variant -> (label, step_time.py's --jit_compile); "torch" is this script's own.
@@ -375,11 +373,7 @@ def step_time_command(method: str | None, jit_compile: str) -> list[str]:
 
 def time_fbat_tf(variant: str, method: str) -> dict:
     command = step_time_command(method, TF_VARIANTS[variant][1])
-    child = subprocess.run(command, capture_output=True, text=True)
-    lines = [line for line in child.stdout.splitlines() if line.startswith(RESULT)]
-    if child.returncode != 0 or not lines:
-        sys.exit(f"error: {' '.join(command)} failed:\n{child.stderr[-3000:]}")
-    measured = json.loads(lines[-1][len(RESULT) :])
+    measured = run_child(command, " ".join(command))
     measured["command"] = " ".join(["python", "bench/step_time.py", *command[2:]])
     measured["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     return measured
