@@ -27,5 +27,5 @@ ATTACKS = ("pgd", "autoattack", "apgd-ce", "apgd-t", "fab-t", "square")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fast-BAT's choices (DESIGN.md §3).
-IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware")
+IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware", "none")
 LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")

@@ -265,6 +265,36 @@ def test_hessian_free_matches_reference(case, dtype, linearization, autodiff):
     np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=10 * rtol)
 
 
+@pytest.mark.parametrize("linearization", LINEARIZATIONS)
+@pytest.mark.parametrize("case", ["dense", "conv"])
+def test_first_order_fast_bat_is_the_reference_without_the_implicit_term(case, linearization):
+    """`ig="none"` (and `ig_coef=0`) returns the full method's g1, bit for bit, and the
+    reference's upper-level gradient."""
+    model, x, y, cfg = _setup(case, "float64")
+    eps, lambda_inv = cfg["eps"], cfg["lambda_inv"]
+    options = dict(eps=eps, lambda_inv=lambda_inv, linearization=linearization)
+    first_order = methods.create("fastbat", ig="none", **options)
+    assert methods.create("fastbat", ig_coef=0.0, **options).config() == first_order.config()
+    assert first_order.config()["title"] == "first-order Fast-BAT"
+    assert not first_order.second_order
+    grads, logs = first_order.gradients(model, x, y, _seed())
+    assert sorted(logs) == ["adv_accuracy", "loss"]
+
+    full = methods.create("fastbat", ig_coef=cfg["ig_coef"], **options)
+    upper, implicit, _ = full.terms(model, x, y, _seed())
+    for i, (a, b) in enumerate(zip(grads, upper, strict=True)):
+        np.testing.assert_array_equal(a, b, err_msg=f"variable {i}")
+
+    ref = _reference(
+        model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization=linearization
+    )
+    _assert_grads_close(grads, ref.upper_gradient, RTOL["float64"])
+    np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=RTOL["float64"])
+    # The term left out is not negligible here, so g1 is not the full gradient by accident.
+    ratio = cfg["ig_coef"] * _global_norm(implicit) / _global_norm(upper)
+    assert ratio > 0.02, ratio
+
+
 @pytest.mark.parametrize("autodiff", AUTODIFF)
 @pytest.mark.parametrize("case", ["dense", "conv"])
 def test_xla_step_matches_reference_and_keeps_the_implicit_term(case, autodiff):

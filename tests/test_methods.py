@@ -30,6 +30,7 @@ VARIANTS = [
     ("fastbat", {}),
     ("fastbat", {"ig": "hessian_aware", "cg_steps": 2}),
     ("fastbat", {"implicit_autodiff": "forward_over_backward"}),
+    ("fastbat", {"ig": "none"}),
     *[("fastbat", {"linearization": name}) for name in LINEARIZATIONS if name != "pgd_nosign"],
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]

@@ -88,6 +88,8 @@ class Method:
     second_order: bool = False
     #: keys of the logs dict that `gradients` returns (the trainer averages them per epoch).
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
+    #: how reports and model cards name the method ("Fast-AT", "first-order Fast-BAT").
+    title: str = ""
 
     def __init__(self, eps: float):
         if not eps >= 0.0 or eps > 1.0:
@@ -125,7 +127,7 @@ class Method:
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""
-        return {"name": self.name, "eps": self.eps}
+        return {"name": self.name, "title": self.title or self.name, "eps": self.eps}
 
 
 def fgsm_step(

@@ -14,6 +14,7 @@ from fbat_tf.methods.base import Method, fgsm_step
 
 class FastAT(Method):
     name = "fastat"
+    title = "Fast-AT"
 
     def __init__(self, eps: float, alpha: float | None = None):
         super().__init__(eps)

@@ -32,6 +32,7 @@ def default_ga_coef(eps: float) -> float:
 
 class FastATGradAlign(Method):
     name = "fastat_ga"
+    title = "Fast-AT with GradAlign"
     second_order = True
     log_names = ("loss", "adv_accuracy", "ga_cosine", "ga_coef")
 

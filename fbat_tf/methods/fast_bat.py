@@ -6,6 +6,10 @@ implicit gradient, eq. (10)):
     method = methods.create("fastbat", eps=8 / 255)             # a = 1/λ = 5000/255, c = 0.1
     grads, logs = method.gradients(model, x, y, seed)           # g1 + c·g2
 
+`ig="none"` (or `ig_coef=0`, which means the same) is first-order Fast-BAT: steps 1–3 only,
+with no tape over θ at step 2, no mask and no step 5, so it costs two input gradients and one
+weight gradient per batch.
+
 `ig="hessian_aware"` replaces λI by the lower-level Hessian λI + ∇²δδ ℓ_atk on the inactive
 coordinates (conjugate gradient with Hessian-vector products, stopped on non-positive curvature).
 
@@ -44,7 +48,6 @@ def _broadcast_per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 
 class FastBAT(Method):
     name = "fastbat"
-    second_order = True
 
     def __init__(
         self,
@@ -72,16 +75,26 @@ class FastBAT(Method):
             raise ValueError(f"ig_coef must be >= 0, got {ig_coef!r}")
         if cg_steps < 1:
             raise ValueError(f"cg_steps must be >= 1, got {cg_steps!r}")
+        if ig_coef == 0 or ig == "none":
+            ig, ig_coef = "none", 0.0
         self.ig_coef = float(ig_coef)
         self.ig = ig
+        # Only the implicit term differentiates an input gradient again.
+        self.second_order = ig != "none"
         self.linearization = linearization
         self.cg_steps = int(cg_steps)
         self.tau = tau
 
     @property
     def log_names(self) -> tuple[str, ...]:
+        if self.ig == "none":
+            return ("loss", "adv_accuracy")
         names = ("loss", "adv_accuracy", "ig_norm_ratio", "inactive_fraction")
         return names + (("cg_negative_curvature",) if self.ig == "hessian_aware" else ())
+
+    @property
+    def title(self) -> str:
+        return "first-order Fast-BAT" if self.ig == "none" else "Fast-BAT"
 
     def config(self) -> dict:
         return {
@@ -114,6 +127,32 @@ class FastBAT(Method):
         return x + constraints.project(z + self.lambda_inv * g_z, x, self.eps)
 
     def gradients(self, model: keras.Model, x, y, seed, loss_scale=None):
+        if self.ig == "none":
+            # Steps 1–3: the upper-level gradient at δ*, the point `perturb` returns.
+            return super().gradients(model, x, y, seed, loss_scale)
+        upper_grads, implicit_grads, logs = self.terms(model, x, y, seed, loss_scale)
+
+        # Step 6: g1 + c·g2.
+        grads = []
+        for upper, implicit in zip(upper_grads, implicit_grads, strict=True):
+            if implicit is None:
+                grads.append(upper)
+            elif upper is None:
+                grads.append(self.ig_coef * implicit)
+            else:
+                grads.append(upper + self.ig_coef * implicit)
+        upper_norm = tf.linalg.global_norm([g for g in upper_grads if g is not None])
+        implicit_norm = self.ig_coef * tf.linalg.global_norm(
+            [g for g in implicit_grads if g is not None]
+        )
+        ratio = tf.math.divide_no_nan(implicit_norm, upper_norm)
+        return grads, {**logs, "ig_norm_ratio": tf.cast(ratio, tf.float32)}
+
+    def terms(self, model: keras.Model, x, y, seed, loss_scale=None):
+        """Steps 1–5 of the full method: (g1, g2, logs) with g1 the first-order term and g2 the
+        implicit term before its coefficient."""
+        if self.ig == "none":
+            raise ValueError("first-order Fast-BAT (ig='none') computes no implicit term")
         weights = model.trainable_variables
         batch = tf.cast(tf.shape(x)[0], tf.float32)
         z = tf.stop_gradient(self.linearization_point(model, x, y, seed, loss_scale))
@@ -170,27 +209,12 @@ class FastBAT(Method):
                 implicit_objective = scaled(implicit_objective, loss_scale)
             implicit_grads = weight_tape.gradient(implicit_objective, weights)
 
-        # Step 6: g1 + c·g2.
-        grads = []
-        for upper, implicit in zip(upper_grads, implicit_grads, strict=True):
-            if implicit is None:
-                grads.append(upper)
-            elif upper is None:
-                grads.append(self.ig_coef * implicit)
-            else:
-                grads.append(upper + self.ig_coef * implicit)
-
-        upper_norm = tf.linalg.global_norm([g for g in upper_grads if g is not None])
-        implicit_norm = self.ig_coef * tf.linalg.global_norm(
-            [g for g in implicit_grads if g is not None]
-        )
         logs.update(
             loss=loss,
             adv_accuracy=tf.reduce_mean(correct(logits, y)),
-            ig_norm_ratio=tf.cast(tf.math.divide_no_nan(implicit_norm, upper_norm), tf.float32),
             inactive_fraction=tf.cast(tf.reduce_mean(mask), tf.float32),
         )
-        return grads, logs
+        return upper_grads, implicit_grads, logs
 
     def _hessian_aware_direction(self, model, x, y, z, mask, v, loss_scale):
         """Solve (λI − ∇²δδ Σ CE(x+z)) u = λ·v on each example's inactive coordinates by CG.

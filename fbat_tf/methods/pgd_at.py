@@ -20,6 +20,7 @@ class PGDAT(Method):
         if steps < 1:
             raise ValueError(f"pgd needs steps >= 1, got {steps!r}")
         self.steps = int(steps)
+        self.title = f"PGD-{self.steps}-AT"
         if alpha is None:
             alpha = self.eps / 2 if self.steps <= 2 else 2.0 / 255
         self.alpha = float(alpha)

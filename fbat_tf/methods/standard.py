@@ -14,6 +14,7 @@ from fbat_tf.methods.base import Method
 
 class Standard(Method):
     name = "standard"
+    title = "standard training"
 
     def __init__(self, eps: float = 0.0):
         super().__init__(eps)
