@@ -332,6 +332,8 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
     if results is None:
         return record
     history = results.get("history", [])
+    # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
+    record["title"] = (results.get("method") or {}).get("title")
     robust = [h.get("val_robust_accuracy") for h in history]
     selected = max(range(len(robust)), key=lambda i: robust[i]) if robust else None
     record["train"] = {
@@ -348,6 +350,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "seconds_per_epoch": _mean(h.get("epoch_time") for h in history),
         "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
         "optimizer_steps": results.get("optimizer_steps"),
+        "code": results.get("code"),
     }
     if cell.method == "fastbat":
         record["train"]["ig_norm_ratio"] = _mean(h.get("ig_norm_ratio") for h in history)
@@ -363,6 +366,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
             "restarts": pgd.get("pgd_restarts"),
             "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
             "sources": {eps: path for eps, (_, path) in merged.items()},
+            "code": pgd.get("code"),
         }
     autoattack = _read(os.path.join(cell_dir, EVAL_AUTOATTACK))
     if autoattack is not None:
@@ -374,6 +378,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
             "robust_accuracy": value,
             "per_attack": autoattack.get("autoattack_per_attack", {}).get(key, {}),
             "seconds": autoattack["time_s"][key],
+            "code": autoattack.get("code"),
         }
     return record
 
@@ -437,6 +442,12 @@ def _values(cells: Sequence[dict[str, Any]], *path: str) -> list[float]:
     return values
 
 
+def _label(variant: str, cells: Sequence[dict[str, Any]]) -> str:
+    """The variant with the method's title, where its runs recorded one."""
+    titles = list(dict.fromkeys(c["title"] for c in cells if c.get("title")))
+    return f"{variant} ({', '.join(titles)})" if titles else variant
+
+
 def _percent(values: Sequence[float]) -> str:
     if not values:
         return "–"
@@ -480,7 +491,7 @@ def markdown(report: dict[str, Any]) -> str:
         ratio = _values(cells, "train", "ig_norm_ratio")
         inactive = _values(cells, "train", "inactive_fraction")
         lines.append(
-            f"| {variant} | {eps:g} | {len(done)}/{len(cells)} | "
+            f"| {_label(variant, cells)} | {eps:g} | {len(done)}/{len(cells)} | "
             f"{_percent(_values(done, 'pgd', 'clean_accuracy'))} | "
             f"{_percent([p for p in pgd if p is not None])} | "
             f"{_percent(_values(cells, 'autoattack', 'robust_accuracy'))} | {selected or '–'} | "

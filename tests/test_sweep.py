@@ -173,10 +173,21 @@ def _mtimes(directory) -> dict[str, float]:
 
 
 def _fake_cell(
-    sweep_dir, name, *, clean, pgd, aa, val_robust, overfit=(), epoch_time=2.0, val_fgsm=None
+    sweep_dir,
+    name,
+    *,
+    clean,
+    pgd,
+    aa,
+    val_robust,
+    overfit=(),
+    epoch_time=2.0,
+    val_fgsm=None,
+    title=None,
 ):
     """A cell directory as train.py and evaluate.py leave it, with chosen numbers (val_fgsm:
-    FGSM accuracies per epoch, which runs before the FGSM guard did not log)."""
+    FGSM accuracies per epoch, which runs before the FGSM guard did not log; title: the
+    method's title, which runs before titles did not record)."""
     cell = os.path.join(sweep_dir, name)
     os.makedirs(cell)
     history = [
@@ -194,7 +205,10 @@ def _fake_cell(
     for epoch, fgsm in zip(history, val_fgsm or [], strict=False):
         epoch["val_fgsm_accuracy"] = fgsm
     with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
-        json.dump({"status": "complete", "history": history, "epochs": len(history)}, f)
+        results = {"status": "complete", "history": history, "epochs": len(history)}
+        if title is not None:
+            results["method"] = {"title": title}
+        json.dump(results, f)
     with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:
         f.write("--method=x\n")
     eps = name.split("-eps")[1].split("-")[0]
@@ -288,6 +302,19 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     # machine's absolute path.
     monkeypatch.chdir(tmp_path)
     assert sweeps.collect(definition, out)["definition"] == "tiny.json"
+
+
+def test_report_names_each_variant_by_the_title_its_runs_recorded(tmp_path):
+    path = write_definition(
+        tmp_path, [{"method": ["fastbat"], "eps": [8], "ig_coef": [0, 0.1], "seed": [0]}]
+    )
+    out = str(tmp_path / "out")
+    numbers = dict(clean=0.8, pgd={8: 0.5}, aa=0.4, val_robust=[0.4])
+    _fake_cell(out, "fastbat-eps8-ig_coef0-seed0", title="first-order Fast-BAT", **numbers)
+    _fake_cell(out, "fastbat-eps8-ig_coef0.1-seed0", **numbers)  # from before titles
+    table = sweeps.markdown(sweeps.collect(sweeps.load_definition(path), out))
+    assert "| fastbat ig_coef=0 (first-order Fast-BAT) | 8 |" in table
+    assert "| fastbat ig_coef=0.1 | 8 |" in table
 
 
 # The paper kit --------------------------------------------------------------------------------
