@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
 
     import keras
 
-    from fbat_tf import classifiers, data, device, distribute, evaluation, plots
+    from fbat_tf import classifiers, data, device, distribute, evaluation, plots, provenance
     from fbat_tf.callbacks import write_json_atomic
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
@@ -158,6 +158,7 @@ def main(argv: list[str]) -> None:
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
         strategy=common.STRATEGY.value,
         device=device.describe(),
+        code=provenance.code(),
     )
     for name, per_attack in breakdown.items():
         gradient_robust = per_attack.get("fab-t", per_attack.get("apgd-t"))

@@ -34,12 +34,10 @@ which TF-Serving ignores, and renamed into place only when complete.
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import math
 import os
 import platform
-import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -49,6 +47,7 @@ import keras
 import tensorflow as tf
 
 from export import versions
+from fbat_tf import provenance
 from fbat_tf.run import Run
 
 MODEL_CARD = os.path.join("assets.extra", "model_card.json")
@@ -287,6 +286,10 @@ def model_card(workdir: str) -> dict[str, Any]:
             "workdir": os.path.abspath(workdir),
             "weights": os.path.relpath(run.best_weights, workdir),
             "run_status": results.get("status"),
+            # The code that trained the model (null for runs older than the record) and the
+            # code that exported it.
+            "trained_by": results.get("code"),
+            "exported_by": provenance.code(),
         },
         "dataset": config["dataset"],
         "model": {
@@ -339,26 +342,11 @@ def model_card(workdir: str) -> dict[str, Any]:
 def software_versions() -> dict[str, str]:
     """Versions of what wrote the export: fbat-tf, TensorFlow, Keras, Python."""
     return {
-        "fbat_tf": _fbat_tf_version(),
+        "fbat_tf": provenance.version() or "unknown",
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "python": platform.python_version(),
     }
-
-
-def _fbat_tf_version() -> str:
-    try:
-        return importlib.metadata.version("fbat-tf")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    # Run from a source checkout without `pip install`: read pyproject.toml beside the package.
-    pyproject = os.path.join(os.path.dirname(os.path.dirname(__file__)), "pyproject.toml")
-    if os.path.isfile(pyproject):
-        with open(pyproject) as f:
-            match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), flags=re.MULTILINE)
-        if match:
-            return match.group(1)
-    return "unknown"
 
 
 def _write_model_card(path: str, card: Mapping[str, Any]) -> None:

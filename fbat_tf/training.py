@@ -24,7 +24,17 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import classifiers, data, device, distribute, evaluation, methods, models, schedules
+from fbat_tf import (
+    classifiers,
+    data,
+    device,
+    distribute,
+    evaluation,
+    methods,
+    models,
+    provenance,
+    schedules,
+)
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
@@ -191,6 +201,7 @@ def _train(
     )
     payload["history"] = history
     payload.update(
+        code=provenance.code(),
         method=method.config(),
         dataset=config.dataset,
         model=config.model,

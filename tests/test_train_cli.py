@@ -115,7 +115,16 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     # "auto" is recorded as what it resolved to on this CPU, in results.json and the model card.
     assert results["method"]["implicit_autodiff"] == "backward_over_backward"
     with open(os.path.join(exported[0], "assets.extra", "model_card.json")) as f:
-        assert json.load(f)["method"]["implicit_autodiff"] == "backward_over_backward"
+        card = json.load(f)
+    assert card["method"]["implicit_autodiff"] == "backward_over_backward"
+    assert card["method"]["title"] == "Fast-BAT"
+    # The code that made each file: this checkout's revision.
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert results["code"]["revision"] == head and results["code"]["version"] == "0.1.0"
+    assert card["source"]["trained_by"] == results["code"]
+    assert card["source"]["exported_by"]["revision"] == head
 
     # The same command again and one with other flags, side by side: neither writes anything.
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
@@ -134,6 +143,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     report = json.loads((workdir / "eval-test.json").read_text())
     assert report["examples"] == 64
+    assert report["code"] == results["code"]
     assert set(report["robust_accuracy"]) == {"pgd@4", "pgd@8", "apgd-ce@4", "apgd-ce@8"}
     assert (workdir / "eval-test.png").stat().st_size > 1000
     # A larger budget cannot help the model.

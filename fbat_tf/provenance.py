@@ -1,0 +1,58 @@
+"""Which code made a result: the package version and the git revision of the checkout.
+
+    provenance.code()   # {"package": "fbat-tf", "version": "0.1.0", "revision": …, "dirty": …}
+
+results.json, evaluate.py's JSON, the model card and sweep.json carry this block, so that a
+committed number can be traced to the code that made it. Outside a git checkout (an installed
+wheel, a copied tree) or without git, the revision and the dirty flag are null.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import re
+import subprocess
+from typing import Any
+
+PACKAGE = "fbat-tf"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", ROOT, *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def version() -> str | None:
+    """The installed package's version, or pyproject.toml's in a checkout run uninstalled."""
+    try:
+        return importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    pyproject = os.path.join(ROOT, "pyproject.toml")
+    if os.path.isfile(pyproject):
+        with open(pyproject) as f:
+            match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), flags=re.MULTILINE)
+        if match:
+            return match.group(1)
+    return None
+
+
+@functools.cache
+def code() -> dict[str, Any]:
+    """The code's identity; `dirty` is true when tracked files differ from the revision."""
+    revision = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if revision else None
+    return {
+        "package": PACKAGE,
+        "version": version(),
+        "revision": revision.strip() if revision else None,
+        "dirty": None if status is None else bool(status.strip()),
+    }
