@@ -27,6 +27,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
+from fbat_tf import attacks  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 from flags import common  # noqa: E402
 from flags import evaluate as eval_flags  # noqa: E402
@@ -35,33 +36,20 @@ FLAGS = absl_flags.FLAGS
 
 
 def build_attacks(names, eps_values, jit_compile, source=None):
-    """{"<attack>@<ε/255>": (ε, attack)} in the order asked."""
-    from fbat_tf import attacks, evaluation
-
-    pgd = {"steps": eval_flags.PGD_STEPS.value, "restarts": eval_flags.PGD_RESTARTS.value}
-    options = {
-        "pgd": {**pgd, "jit_compile": jit_compile},
-        "apgd-ce": {"jit_compile": jit_compile},
-        "autoattack": {"version": eval_flags.AA_VERSION.value},
+    """{"<attack>@<ε/255>": (ε, attack)} in the order asked, each with its flags' options."""
+    context = {"jit_compile": jit_compile, "source": source}
+    return {
+        f"{name}@{eps * 255:g}": (
+            eps,
+            attacks.create(name, eps, context, **eval_flags.attack_options(name)),
+        )
+        for eps in eps_values
+        for name in names
     }
-    built = {}
-    for eps in eps_values:
-        for name in names:
-            if name == "transfer":
-                crafted = attacks.create("pgd", eps, **pgd)
-                attack = evaluation.TransferAttack(source, crafted)
-            else:
-                attack = attacks.create(name, eps, **options.get(name, {}))
-            built[f"{name}@{eps * 255:g}"] = (eps, attack)
-    return built
 
 
 def label(name: str) -> str:
-    if name == "pgd":
-        return f"PGD-{eval_flags.PGD_STEPS.value}-{eval_flags.PGD_RESTARTS.value}"
-    if name == "transfer":
-        return f"transfer PGD-{eval_flags.PGD_STEPS.value}-{eval_flags.PGD_RESTARTS.value}"
-    return {"autoattack": f"AutoAttack ({eval_flags.AA_VERSION.value})"}.get(name, name.upper())
+    return attacks.label(name, eval_flags.attack_options(name))
 
 
 def main(argv: list[str]) -> None:
@@ -137,9 +125,9 @@ def main(argv: list[str]) -> None:
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
-    attacks = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
+    built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
     results = evaluation.evaluate(
-        classifier, split, attacks, progress=True, strategy=strategy, seed=common.SEED.value
+        classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
     )
     # Summed over every replica and worker.
     breakdown = results.pop("per_attack")
@@ -149,9 +137,7 @@ def main(argv: list[str]) -> None:
         dataset=dataset,
         split=eval_flags.SPLIT.value,
         attacks=eval_flags.ATTACKS.value,
-        pgd_steps=eval_flags.PGD_STEPS.value,
-        pgd_restarts=eval_flags.PGD_RESTARTS.value,
-        aa_version=eval_flags.AA_VERSION.value,
+        **{name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
         autoattack_per_attack=breakdown,
         autoattack_seconds=seconds,
         seed=common.SEED.value,

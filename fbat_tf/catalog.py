@@ -4,7 +4,8 @@ The entry points define their flags from these tuples, so that a bad flag or a b
 definition is refused in a fraction of a second, before TensorFlow loads. Each registry that
 builds the named things (`data`, `models`, `methods`, `attacks`, `distribute`,
 `methods.fast_bat`) holds
-exactly these names in this order; tests/test_catalog.py checks that they agree.
+exactly these names in this order; tests/test_catalog.py checks that they agree. Attacks are
+named in their own registry, `fbat_tf.attacks`, which loads no TensorFlow either.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ MODELS = (
 )
 ACTIVATIONS = ("relu", "softplus", "swish")
 METHODS = ("standard", "fastat", "fastat_ga", "pgd", "free", "fastbat")
-ATTACKS = ("pgd", "autoattack", "apgd-ce", "apgd-t", "fab-t", "square")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fast-BAT's choices (DESIGN.md §3).

@@ -44,6 +44,13 @@ class TransferAttack(Attack):
         return self.attack(self.source, x, y, seed)
 
 
+def transfer_pgd(
+    eps: float, steps: int = 50, restarts: int = 10, *, source: Callable
+) -> TransferAttack:
+    """PGD-K-R crafted on `source` (the registry's "transfer")."""
+    return TransferAttack(source, PGD(eps, steps, restarts))
+
+
 def pgd_attacks(
     eps_values: Sequence[float],
     steps: int = 50,

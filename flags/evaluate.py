@@ -1,15 +1,14 @@
-"""Flags of evaluate.py."""
+"""Flags of evaluate.py; each attack's options come from the attack registry
+(`fbat_tf.attacks.REGISTRY`) as `--<prefix>_<option>`, e.g. --pgd_steps, --aa_version."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from absl import flags
 
-from fbat_tf import catalog
-
-# The library's attacks, and a transfer attack: PGD on --source_model_path.
-ATTACK_NAMES = (*catalog.ATTACKS, "transfer")
+from fbat_tf import attacks
 
 MODEL_PATH = flags.DEFINE_string(
     "model_path",
@@ -33,13 +32,48 @@ N_EXAMPLES = flags.DEFINE_integer(
 )
 EPS = flags.DEFINE_list("eps", None, "Budgets in 1/255 units, e.g. 2,4,8 (default: the run's).")
 ATTACKS = flags.DEFINE_list(
-    "attacks", ["pgd", "autoattack"], f"Attacks, any of {', '.join(ATTACK_NAMES)}."
+    "attacks",
+    ["pgd", "autoattack"],
+    f"Attacks, any of {', '.join(attacks.names())} (transfer: PGD on --source_model_path).",
 )
-AA_VERSION = flags.DEFINE_enum(
-    "aa_version", "standard", ["standard", "rand"], "AutoAttack version."
-)
-PGD_STEPS = flags.DEFINE_integer("pgd_steps", 50, "PGD steps K.", lower_bound=1)
-PGD_RESTARTS = flags.DEFINE_integer("pgd_restarts", 10, "PGD random restarts R.", lower_bound=1)
+
+
+def _define_option_flags() -> dict[str, flags.FlagHolder]:
+    """One flag per registered attack option (attacks that share an option share its flag)."""
+    holders: dict[str, flags.FlagHolder] = {}
+    for entry in attacks.REGISTRY.values():
+        for option in entry.options:
+            name = entry.flag_name(option)
+            if name in holders:
+                continue
+            if option.choices:
+                holders[name] = flags.DEFINE_enum(
+                    name, option.default, list(option.choices), option.help
+                )
+            elif isinstance(option.default, bool):
+                holders[name] = flags.DEFINE_bool(name, option.default, option.help)
+            elif isinstance(option.default, int):
+                holders[name] = flags.DEFINE_integer(
+                    name, option.default, option.help, lower_bound=option.lower_bound
+                )
+            elif isinstance(option.default, float):
+                holders[name] = flags.DEFINE_float(
+                    name, option.default, option.help, lower_bound=option.lower_bound
+                )
+            else:
+                holders[name] = flags.DEFINE_string(name, option.default, option.help)
+    return holders
+
+
+OPTION_FLAGS = _define_option_flags()
+
+
+def attack_options(name: str) -> dict[str, Any]:
+    """The options of attack `name` as its flags set them."""
+    entry = attacks.entry(name)
+    return {option.name: OPTION_FLAGS[entry.flag_name(option)].value for option in entry.options}
+
+
 FOLD_WEIGHTS = flags.DEFINE_bool(
     "fold_weights",
     True,
@@ -61,8 +95,8 @@ def _eps_values_ok(values: list[str] | None) -> bool:
 flags.register_validator("eps", _eps_values_ok, message="--eps values must be numbers in (0, 255]")
 flags.register_validator(
     "attacks",
-    lambda names: bool(names) and set(names) <= set(ATTACK_NAMES),
-    message=f"--attacks takes names from {', '.join(ATTACK_NAMES)}",
+    lambda names: bool(names) and set(names) <= set(attacks.names()),
+    message=f"--attacks takes names from {', '.join(attacks.names())}",
 )
 for _name in ("model_path", "source_model_path"):
     flags.register_validator(

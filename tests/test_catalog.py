@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import pytest
 
 from fbat_tf import attacks, catalog, data, distribute, methods, models
@@ -26,15 +27,20 @@ def test_each_registry_builds_exactly_the_catalogued_names():
     assert fast_bat.LINEARIZATIONS == catalog.LINEARIZATIONS
 
 
-def test_every_catalogued_attack_is_created_by_name():
-    for name in catalog.ATTACKS:
-        attack = attacks.create(name, 8 / 255)
+def test_every_registered_attack_is_created_by_name():
+    source = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    for name in attacks.names():
+        attack = attacks.create(name, 8 / 255, {"source": source})
         assert callable(attack) and attack.eps == 8 / 255, name
     assert attacks.create("pgd", 8 / 255, steps=7, restarts=2).steps == 7
+    assert attacks.label("pgd", {"steps": 7}) == "PGD-7-10"
+    assert attacks.label("autoattack") == "AutoAttack (standard)"
     with pytest.raises(ValueError, match="pgdd"):
         attacks.create("pgdd", 8 / 255)
-    with pytest.raises(ValueError, match="standard"):
+    with pytest.raises(ValueError, match="takes no options"):
         attacks.create("square", 8 / 255, n_queries=10)
+    with pytest.raises(ValueError, match="source"):
+        attacks.create("transfer", 8 / 255)
 
 
 @pytest.mark.parametrize("entry_point", ["train", "sweep", "evaluate", "export.cli"])

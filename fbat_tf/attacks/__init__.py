@@ -1,40 +1,156 @@
-"""Adversarial attacks and their losses: `attack(model, x, y, seed) -> (x_adv, breakdown)`
-(DESIGN.md §4, attacks/base.py).
+"""Adversarial attacks by name: `attack(model, x, y, seed) -> (x_adv, breakdown)` (DESIGN.md §4,
+attacks/base.py).
 
     from fbat_tf import attacks
     attack = attacks.create("pgd", eps=8 / 255, steps=50, restarts=10)
     x_adv, _ = attack(model, x, y, seed=0)
     attack = attacks.create("autoattack", eps=8 / 255, version="standard")
     x_adv, breakdown = attack(model, x, y, seed=0)    # breakdown["robust"]["apgd-ce"], ...
+    attacks.label("pgd", {"steps": 50, "restarts": 10})   # "PGD-50-10"
 
-The names are `catalog.ATTACKS`; APGD-T, FAB-T and Square are AutoAttack standard's own
-configurations of them.
+The registry below is the one place an attack is named. Its line gives the attack's class (or
+factory) as a "module:name" string, imported on first use, the options a user may set, from
+which evaluate.py makes its flags (`--<flag_prefix>_<option>`) and a sweep definition takes
+its values, and the label tables print. This module does not import TensorFlow, so that the
+entry points parse their flags at once. APGD-T, FAB-T and Square are AutoAttack standard's own
+configurations of them; "transfer" is PGD crafted on another model (`source`).
+
+A new attack is its module plus one line here (or `register(Entry(...))` at run time).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Mapping
 from typing import Any
 
-from fbat_tf import catalog
-from fbat_tf.attacks.apgd import APGD
-from fbat_tf.attacks.autoattack import AutoAttack, standard_attacks
-from fbat_tf.attacks.base import Attack, Breakdown
-from fbat_tf.attacks.pgd import PGD
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A constructor keyword a user may set: `--<flag_prefix>_<name>` on evaluate.py."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    lower_bound: float | None = None
 
 
-def create(name: str, eps: float, **options: Any) -> Attack:
-    """The attack `name` at budget ε (pixel units) with its constructor's options."""
-    if name == "pgd":
-        return PGD(eps, **options)
-    if name == "apgd-ce":
-        return APGD(eps, loss="ce", **options)
-    if name == "autoattack":
-        return AutoAttack(eps, **options)
-    if name in catalog.ATTACKS:
-        if options:
-            raise ValueError(f"{name} runs AutoAttack standard's configuration; got {options}")
-        return standard_attacks(eps)[name]
-    raise ValueError(f"unknown attack {name!r}; choose one of {catalog.ATTACKS}")
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One attack: its name, what builds it, its label and its options.
+
+    `target` ("module:callable") is called as target(eps, **options, **context), where
+    `context` holds what the caller knows and the attack asks for (`uses`): "jit_compile",
+    "source" (the model a transfer attack crafts on). `label` is formatted with the options."""
+
+    name: str
+    target: str
+    label: str
+    options: tuple[Option, ...] = ()
+    flag_prefix: str = ""
+    uses: tuple[str, ...] = ()
+
+    def flag_name(self, option: Option) -> str:
+        return f"{self.flag_prefix or self.name.replace('-', '_')}_{option.name}"
+
+    def defaults(self) -> dict[str, Any]:
+        return {option.name: option.default for option in self.options}
 
 
-__all__ = ["Attack", "Breakdown", "create"]
+_PGD_OPTIONS = (
+    Option("steps", 50, "PGD steps K.", lower_bound=1),
+    Option("restarts", 10, "PGD random restarts R.", lower_bound=1),
+)
+_AUTOATTACK = "fbat_tf.attacks.autoattack"
+
+REGISTRY: dict[str, Entry] = {
+    entry.name: entry
+    for entry in (
+        Entry(
+            "pgd",
+            "fbat_tf.attacks.pgd:PGD",
+            "PGD-{steps}-{restarts}",
+            _PGD_OPTIONS,
+            "pgd",
+            ("jit_compile",),
+        ),
+        Entry(
+            "autoattack",
+            f"{_AUTOATTACK}:AutoAttack",
+            "AutoAttack ({version})",
+            (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
+            "aa",
+        ),
+        Entry("apgd-ce", f"{_AUTOATTACK}:apgd_ce", "APGD-CE", uses=("jit_compile",)),
+        Entry("apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T"),
+        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T"),
+        Entry("square", f"{_AUTOATTACK}:square", "Square"),
+        Entry(
+            "transfer",
+            "fbat_tf.evaluation:transfer_pgd",
+            "transfer PGD-{steps}-{restarts}",
+            _PGD_OPTIONS,
+            "pgd",
+            ("source",),
+        ),
+    )
+}
+
+
+def register(entry: Entry) -> None:
+    """Add an attack at run time (a line of REGISTRY does the same in the package)."""
+    if entry.name in REGISTRY:
+        raise ValueError(f"an attack named {entry.name!r} exists already")
+    REGISTRY[entry.name] = entry
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def entry(name: str) -> Entry:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown attack {name!r}; choose one of {names()}")
+    return REGISTRY[name]
+
+
+def _options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    known = entry(name).defaults()
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        takes = f"its options are {sorted(known)}" if known else "it takes no options"
+        raise ValueError(f"attack {name!r} takes no option(s) {unknown}; {takes}")
+    return {**known, **{k: v for k, v in options.items() if v is not None}}
+
+
+def label(name: str, options: Mapping[str, Any] | None = None) -> str:
+    """How tables name the attack with these options ("PGD-50-10")."""
+    return entry(name).label.format(**_options(name, options or {}))
+
+
+def create(name: str, eps: float, context: Mapping[str, Any] | None = None, **options: Any):
+    """The attack `name` at budget ε (pixel units) with its options (None: the default).
+    `context` may hold "jit_compile" and "source"; each attack takes what it uses."""
+    found = entry(name)
+    values = _options(name, options)
+    context = dict(context or {})
+    missing = [key for key in found.uses if key == "source" and context.get(key) is None]
+    if missing:
+        raise ValueError(f"attack {name!r} needs {missing[0]!r} (the model to craft on)")
+    module, attribute = found.target.split(":")
+    build = getattr(importlib.import_module(module), attribute)
+    return build(eps, **values, **{key: context[key] for key in found.uses if key in context})
+
+
+def __getattr__(name: str):
+    # The interface types, imported on first use (they load TensorFlow).
+    if name in ("Attack", "Breakdown"):
+        from fbat_tf.attacks import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Attack", "Breakdown", "Entry", "Option", "create", "label", "names", "register"]

@@ -46,17 +46,37 @@ from fbat_tf.constraints import check_in_ball
 VERSIONS = ("standard", "rand", "custom")
 
 
-def standard_attacks(eps: float) -> dict[str, Attack]:
-    """The reference's "standard" L∞ ensemble, in its order."""
-    # Imported here so that APGD-only ("rand", "custom") runs need no FAB or Square module.
-    from fbat_tf.attacks.fab import FAB
+def apgd_ce(eps: float, jit_compile: bool = False) -> Attack:
+    """APGD-CE as the "standard" ensemble runs it: 100 iterations, 1 restart."""
+    return APGD(eps, loss="ce", steps=100, restarts=1, jit_compile=jit_compile)
+
+
+def apgd_t(eps: float) -> Attack:
+    """APGD-T: targeted DLR, 9 target classes, 100 iterations, 1 restart each."""
+    return APGD(eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9)
+
+
+def fab_t(eps: float) -> Attack:
+    """FAB-T: 9 target classes, 100 iterations."""
+    from fbat_tf.attacks.fab import FAB  # APGD-only ("rand", "custom") runs need no FAB
+
+    return FAB(eps, n_target_classes=9, steps=100)
+
+
+def square(eps: float) -> Attack:
+    """Square: 5000 queries, p_init 0.8."""
     from fbat_tf.attacks.square import Square
 
+    return Square(eps, n_queries=5000, p_init=0.8)
+
+
+def standard_attacks(eps: float) -> dict[str, Attack]:
+    """The reference's "standard" L∞ ensemble, in its order."""
     return {
-        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1),
-        "apgd-t": APGD(eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9),
-        "fab-t": FAB(eps, n_target_classes=9, steps=100),
-        "square": Square(eps, n_queries=5000, p_init=0.8),
+        "apgd-ce": apgd_ce(eps),
+        "apgd-t": apgd_t(eps),
+        "fab-t": fab_t(eps),
+        "square": square(eps),
     }
 
 
