@@ -1,0 +1,61 @@
+"""A sweep: a grid of training runs, each evaluated at every budget of the grid, and its report.
+
+    definition = load_definition("configs/sweeps/fashion_mnist.json")
+    for cell in expand(definition):           # method × ε × seed × any other train.py flag
+        cell.name, cell.flags                 # "fastbat-eps16-seed0", {"method": "fastbat", ...}
+    report = collect(definition, "results/fashion_mnist")   # what the cells' files say
+    write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
+
+The package reads and writes files only (sweep.py runs the programs): `definition` (the JSON
+format, the cells, their commands), `results` (what the cells hold) and `report` (sweep.json,
+the tables and the plots).
+"""
+
+from fbat_tf.sweeps.definition import (
+    EVAL_AUTOATTACK,
+    EVAL_PGD,
+    FLAGS_FILE,
+    RESULTS,
+    Cell,
+    Definition,
+    DefinitionError,
+    commands,
+    expand,
+    flag_words,
+    load_definition,
+    pgd_file,
+)
+from fbat_tf.sweeps.report import PLOTS, markdown, paper_rows, write_report
+from fbat_tf.sweeps.results import (
+    cell_record,
+    cell_state,
+    collect,
+    load_paper,
+    missing_pgd_eps,
+    pgd_results,
+)
+
+__all__ = [
+    "EVAL_AUTOATTACK",
+    "EVAL_PGD",
+    "FLAGS_FILE",
+    "PLOTS",
+    "RESULTS",
+    "Cell",
+    "Definition",
+    "DefinitionError",
+    "cell_record",
+    "cell_state",
+    "collect",
+    "commands",
+    "expand",
+    "flag_words",
+    "load_definition",
+    "load_paper",
+    "markdown",
+    "missing_pgd_eps",
+    "paper_rows",
+    "pgd_file",
+    "pgd_results",
+    "write_report",
+]

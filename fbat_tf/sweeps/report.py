@@ -1,0 +1,383 @@
+"""A sweep's report: sweep.json, the Markdown tables (sweep.md) and the PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+
+def _groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+    """Cells by (variant, ε), seeds together: the variants in grid order, each one's ε rising
+    (a later grid entry may add budgets to a variant listed earlier)."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault((cell["variant"], cell["eps"]), []).append(cell)
+    order = list(dict.fromkeys(variant for variant, _ in groups))
+    return dict(sorted(groups.items(), key=lambda item: (order.index(item[0][0]), item[0][1])))
+
+
+def _values(cells: Sequence[dict[str, Any]], *path: str) -> list[float]:
+    values = []
+    for cell in cells:
+        value: Any = cell
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)):
+            values.append(float(value))
+    return values
+
+
+def _label(variant: str, cells: Sequence[dict[str, Any]]) -> str:
+    """The variant with the method's title, where its runs recorded one."""
+    titles = list(dict.fromkeys(c["title"] for c in cells if c.get("title")))
+    return f"{variant} ({', '.join(titles)})" if titles else variant
+
+
+def _percent(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{100 * values[0]:.1f}"
+    return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+
+
+def _number(values: Sequence[float], digits: int = 1) -> str:
+    return f"{statistics.fmean(values):.{digits}f}" if values else "–"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
+    evaluation = report["evaluation"]
+    pgd_name = f"PGD-{evaluation['pgd_steps']}-{evaluation['pgd_restarts']}"
+    lines = [
+        f"# Sweep {report['sweep']}",
+        "",
+        report["description"],
+        "",
+        f"Clean and {pgd_name} accuracy (%) on the first {evaluation['pgd_examples']} test "
+        f"images, AutoAttack (standard) on the first {evaluation['autoattack_examples']}, at the "
+        "training ε; mean ± sample std over seeds. CO: epochs where the catastrophic-overfitting "
+        "guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; inactive: mean fraction of "
+        "inactive constraints at δ* (Fast-BAT only).",
+        "",
+        f"| method | ε (/255) | seeds | clean | {pgd_name} | AutoAttack | selected epoch | CO "
+        "(epochs) | s/epoch | IG ratio | inactive |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (variant, eps), cells in _groups(report["cells"]).items():
+        done = [c for c in cells if "pgd" in c]
+        pgd = [c["pgd"]["robust_accuracy"].get(f"{eps:g}") for c in done]
+        selected = ", ".join(str(c["train"]["selected_epoch"]) for c in cells if "train" in c)
+        overfit = "; ".join(
+            ",".join(map(str, c["train"]["overfitting_epochs"])) or "–"
+            for c in cells
+            if "train" in c
+        )
+        ratio = _values(cells, "train", "ig_norm_ratio")
+        inactive = _values(cells, "train", "inactive_fraction")
+        lines.append(
+            f"| {_label(variant, cells)} | {eps:g} | {len(done)}/{len(cells)} | "
+            f"{_percent(_values(done, 'pgd', 'clean_accuracy'))} | "
+            f"{_percent([p for p in pgd if p is not None])} | "
+            f"{_percent(_values(cells, 'autoattack', 'robust_accuracy'))} | {selected or '–'} | "
+            f"{overfit or '–'} | {_number(_values(cells, 'train', 'seconds_per_epoch'))} | "
+            f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "
+            f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
+        )
+    eps_values = report["eps_values"]
+    lines += [
+        "",
+        f"## {pgd_name} accuracy (%) across budgets",
+        "",
+        "Rows: the trained models (ε they were trained at); columns: the ε they are attacked at.",
+        "",
+        "| method | trained at | " + " | ".join(f"ε={e:g}" for e in eps_values) + " |",
+        "|---|---|" + "---|" * len(eps_values),
+    ]
+    for (variant, eps), cells in _groups(report["cells"]).items():
+        row = []
+        for attacked in eps_values:
+            values = [
+                c["pgd"]["robust_accuracy"][f"{attacked:g}"]
+                for c in cells
+                if f"{attacked:g}" in c.get("pgd", {}).get("robust_accuracy", {})
+            ]
+            row.append(_percent(values))
+        lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
+    if "paper" in report:
+        lines += ["", *paper_table(report)]
+    return "\n".join(lines) + "\n"
+
+
+PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
+
+
+def measured_metric(cells: Sequence[dict[str, Any]], metric: str) -> list[float]:
+    """The cells' values of a paper metric, in percent (seconds for seconds_per_epoch)."""
+    if metric == "clean":
+        return [100 * v for v in _values(cells, "pgd", "clean_accuracy")]
+    if metric == "pgd":
+        return [
+            100 * c["pgd"]["robust_accuracy"][f"{c['eps']:g}"]
+            for c in cells
+            if f"{c['eps']:g}" in c.get("pgd", {}).get("robust_accuracy", {})
+        ]
+    if metric == "autoattack":
+        return [100 * v for v in _values(cells, "autoattack", "robust_accuracy")]
+    if metric == "seconds_per_epoch":
+        return _values(cells, "train", "seconds_per_epoch")
+    raise KeyError(metric)
+
+
+def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Paper against measured, per published number that has a cell of the same method and ε."""
+    groups = _groups(report["cells"])
+    rows = []
+    for entry in report["paper"]["rows"]:
+        cells = groups.get((entry["method"], float(entry["eps"])), [])
+        for metric, _ in (*PAPER_METRICS, ("seconds_per_epoch", "s/epoch")):
+            if metric not in entry:
+                continue
+            mean, std = entry[metric]
+            measured = measured_metric(cells, metric)
+            value = statistics.fmean(measured) if measured else None
+            rows.append(
+                {
+                    "table": entry["table"],
+                    "method": entry["method"],
+                    "eps": entry["eps"],
+                    "metric": metric,
+                    "paper_mean": mean,
+                    "paper_std": std,
+                    "measured_mean": value,
+                    "measured_std": statistics.stdev(measured) if len(measured) > 1 else None,
+                    "measured_runs": [c["run_dir"] for c in cells],
+                    "difference": None if value is None else value - mean,
+                }
+            )
+    return rows
+
+
+def paper_table(report: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Paper against measured ({report['paper'].get('source', 'paper')})",
+        "",
+        "Accuracies in %, time in seconds per epoch; difference = measured − paper.",
+        "",
+        "| table | method | ε | metric | paper | measured | difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in paper_rows(report):
+        paper = f"{row['paper_mean']:.2f}" + (
+            f" ± {row['paper_std']:.2f}" if row["paper_std"] is not None else ""
+        )
+        if row["measured_mean"] is None:
+            measured = difference = "not run"
+        else:
+            measured = f"{row['measured_mean']:.2f}" + (
+                f" ± {row['measured_std']:.2f}" if row["measured_std"] is not None else ""
+            )
+            difference = f"{row['difference']:+.2f}"
+        lines.append(
+            f"| {row['table']} | {row['method']} | {row['eps']:g} | {row['metric']} | {paper} | "
+            f"{measured} | {difference} |"
+        )
+    return lines
+
+
+# Plots ------------------------------------------------------------------------------------------
+
+PLOTS = {
+    "robust_vs_eps": "robust_vs_eps.png",
+    "clean_vs_robust": "clean_vs_robust.png",
+    "val_robust_per_epoch": "val_robust_per_epoch.png",
+    "seconds_per_epoch": "seconds_per_epoch.png",
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
+    """AutoAttack (solid) and PGD (dashed) accuracy at the training ε, one colour per variant."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    colours = _colours(report)
+    by_variant: dict[str, dict[float, list[dict]]] = {}
+    for (variant, eps), cells in _groups(report["cells"]).items():
+        by_variant.setdefault(variant, {})[eps] = cells
+    for variant, per_eps in by_variant.items():
+        for metric, style in (("autoattack", "-"), ("pgd", "--")):
+            points = [
+                (eps, measured_metric(cells, metric)) for eps, cells in sorted(per_eps.items())
+            ]
+            points = [(eps, values) for eps, values in points if values]
+            if not points:
+                continue
+            eps, values = zip(*points, strict=True)
+            means = [statistics.fmean(v) for v in values]
+            spread = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+            axes.errorbar(
+                eps,
+                means,
+                yerr=spread,
+                linestyle=style,
+                marker="o",
+                markersize=4,
+                capsize=2,
+                color=colours[variant],
+                label=f"{variant} ({'AA' if metric == 'autoattack' else 'PGD'})",
+            )
+    axes.set_xlabel("ε (1/255), trained and attacked at")
+    axes.set_ylabel("robust accuracy (%)")
+    axes.set_ylim(0, 100)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, ncol=2)
+    axes.set_title(f"{report['sweep']}: robust accuracy against ε")
+    _save(figure, path)
+
+
+def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
+    """One point per evaluated cell: AutoAttack accuracy against clean accuracy, ε written."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    colours = _colours(report)
+    labelled = set()
+    for cell in report["cells"]:
+        if "autoattack" not in cell or "pgd" not in cell:
+            continue
+        x = 100 * cell["autoattack"]["robust_accuracy"]
+        y = 100 * cell["pgd"]["clean_accuracy"]
+        label = None if cell["variant"] in labelled else cell["variant"]
+        labelled.add(cell["variant"])
+        axes.scatter(x, y, color=colours[cell["variant"]], label=label, s=18)
+        axes.annotate(
+            f"{cell['eps']:g}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points"
+        )
+    axes.set_xlabel("AutoAttack accuracy (%) at the training ε")
+    axes.set_ylabel("clean accuracy (%)")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    axes.set_title(f"{report['sweep']}: clean against robust (labels: ε/255)")
+    _save(figure, path)
+
+
+def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
+    """Validation PGD accuracy per epoch: one panel per ε, one line per cell, × where the
+    catastrophic-overfitting guard fired; dotted in the same colour, the FGSM accuracy where
+    the run logged it (far above the PGD line: the gradient-masking signature)."""
+    plt = _pyplot()
+    eps_values = sorted({c["eps"] for c in report["cells"] if "train" in c})
+    if not eps_values:
+        eps_values = [0.0]
+    columns = min(len(eps_values), 3)
+    rows = math.ceil(len(eps_values) / columns)
+    figure, grid = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True
+    )
+    colours = _colours(report)
+    for axes, eps in zip(grid.flat, eps_values, strict=False):
+        labelled = set()
+        for cell in report["cells"]:
+            if cell["eps"] != eps or "train" not in cell:
+                continue
+            robust = [
+                math.nan if v is None else 100 * v for v in cell["train"]["val_robust_accuracy"]
+            ]
+            epochs = list(range(1, len(robust) + 1))
+            label = None if cell["variant"] in labelled else cell["variant"]
+            labelled.add(cell["variant"])
+            colour = colours[cell["variant"]]
+            axes.plot(epochs, robust, marker=".", color=colour, label=label, linewidth=1)
+            fgsm = cell["train"].get("val_fgsm_accuracy", [])
+            if any(v is not None for v in fgsm):
+                fgsm = [math.nan if v is None else 100 * v for v in fgsm]
+                axes.plot(epochs, fgsm, linestyle=":", color=colour, linewidth=1)
+            for epoch in cell["train"]["overfitting_epochs"]:
+                axes.scatter(epoch, robust[epoch - 1], marker="x", color=colour, s=60, zorder=3)
+        axes.set_title(f"ε = {eps:g}/255", fontsize=9)
+        axes.set_xlabel("epoch")
+        axes.set_ylim(0, 100)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=6)
+    for axes in grid[:, 0]:
+        axes.set_ylabel("validation PGD accuracy (%)")
+    for axes in list(grid.flat)[len(eps_values) :]:
+        axes.set_visible(False)
+    figure.suptitle(
+        f"{report['sweep']}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)"
+    )
+    _save(figure, path)
+
+
+def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
+    """Mean seconds per epoch of each variant over its cells."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(6.5, 3.6))
+    colours = _colours(report)
+    variants = list(colours)
+    means = []
+    for variant in variants:
+        cells = [c for c in report["cells"] if c["variant"] == variant]
+        values = _values(cells, "train", "seconds_per_epoch")
+        means.append(statistics.fmean(values) if values else 0.0)
+    axes.bar(range(len(variants)), means, color=[colours[v] for v in variants])
+    axes.set_xticks(range(len(variants)), variants, rotation=20, ha="right", fontsize=7)
+    axes.set_ylabel("seconds per epoch")
+    axes.grid(alpha=0.3, axis="y")
+    axes.set_title(f"{report['sweep']}: training time per epoch")
+    _save(figure, path)
+
+
+def _colours(report: dict[str, Any]) -> dict[str, Any]:
+    plt = _pyplot()
+    variants = list(dict.fromkeys(c["variant"] for c in report["cells"]))
+    cycle = plt.get_cmap("tab10")
+    return {variant: cycle(i % 10) for i, variant in enumerate(variants)}
+
+
+def _save(figure, path: str) -> None:
+    figure.tight_layout()
+    tmp = f"{path}.tmp.png"
+    figure.savefig(tmp, dpi=120)
+    _pyplot().close(figure)
+    os.replace(tmp, path)
+
+
+def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
+    """sweep.json, sweep.md and the plots in `sweep_dir`; returns their paths by kind."""
+    os.makedirs(sweep_dir, exist_ok=True)
+    paths = {"json": os.path.join(sweep_dir, "sweep.json")}
+    payload = dict(report)
+    if "paper" in report:
+        payload["paper_vs_measured"] = paper_rows(report)
+    _write_text(paths["json"], json.dumps(payload, indent=2) + "\n")
+    paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
+    _write_text(paths["markdown"], markdown(report))
+    plotters = {
+        "robust_vs_eps": plot_robust_vs_eps,
+        "clean_vs_robust": plot_clean_vs_robust,
+        "val_robust_per_epoch": plot_val_robust_per_epoch,
+        "seconds_per_epoch": plot_seconds_per_epoch,
+    }
+    for kind, plot in plotters.items():
+        paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
+        plot(report, paths[kind])
+    return paths
+
+
+def _write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,175 @@
+"""What a sweep's cells hold: their state, and every number with the file it came from."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+from fbat_tf import run
+from fbat_tf.sweeps.definition import (
+    EVAL_AUTOATTACK,
+    EVAL_PGD,
+    RESULTS,
+    Cell,
+    Definition,
+    DefinitionError,
+    commands,
+    expand,
+)
+
+
+def pgd_results(cell_dir: str) -> dict[str, tuple[float, str]]:
+    """PGD robust accuracy by ε (as evaluate.py names it, "8") over every PGD file of the cell,
+    with the file each number came from."""
+    found: dict[str, tuple[float, str]] = {}
+    # eval-pgd.json first: where files overlap, the grid's own evaluation counts.
+    names = sorted(run.Run(cell_dir).eval_files("pgd"), key=lambda n: (n != EVAL_PGD, n))
+    for name in names:
+        path = os.path.join(cell_dir, name)
+        for key, value in _read(path)["robust_accuracy"].items():
+            found.setdefault(key.split("@")[1], (value, path))
+    return found
+
+
+def missing_pgd_eps(definition: Definition, cell_dir: str) -> list[float]:
+    """The grid's budgets the cell has no PGD number for yet (all of them before its first
+    evaluation; those added to the grid since, after it)."""
+    have = pgd_results(cell_dir)
+    return [eps for eps in definition.eps_values() if f"{eps:g}" not in have]
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
+    """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition, a
+    cell lacking PGD at a budget of its grid is not done."""
+    cell = run.Run(cell_dir)
+    if not cell.is_complete():
+        return "started" if os.path.exists(cell.flags_path) else "new"
+    evaluated = all(os.path.exists(os.path.join(cell_dir, f)) for f in (EVAL_PGD, EVAL_AUTOATTACK))
+    if evaluated and definition is not None and missing_pgd_eps(definition, cell_dir):
+        evaluated = False
+    return "done" if evaluated else "trained"
+
+
+def _mean(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.fmean(values) if values else None
+
+
+def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, Any]:
+    """Everything the report says of one cell, each number with the file it came from, and
+    the commands that made them."""
+    cell_dir = os.path.join(sweep_dir, cell.name)
+    record: dict[str, Any] = {
+        "name": cell.name,
+        "run_dir": cell_dir,
+        "method": cell.method,
+        "variant": cell.variant(),
+        "options": cell.options,
+        "eps": cell.eps,
+        "seed": cell.seed,
+        "state": cell_state(cell_dir, definition),
+        "commands": {
+            name: "python " + " ".join(argv)
+            for name, argv in commands(definition, cell, sweep_dir).items()
+        },
+    }
+    results = _read(os.path.join(cell_dir, RESULTS))
+    if results is None:
+        return record
+    history = results.get("history", [])
+    # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
+    record["title"] = (results.get("method") or {}).get("title")
+    robust = [h.get("val_robust_accuracy") for h in history]
+    selected = max(range(len(robust)), key=lambda i: robust[i]) if robust else None
+    record["train"] = {
+        "source": os.path.join(cell_dir, RESULTS),
+        "status": results.get("status"),
+        "epochs": results.get("epochs"),
+        "epochs_run": len(history),
+        "selected_epoch": None if selected is None else history[selected]["epoch"],
+        "val_clean_accuracy": [h.get("val_clean_accuracy") for h in history],
+        "val_robust_accuracy": robust,
+        # FGSM accuracy, logged by runs since the guard compares it with PGD's.
+        "val_fgsm_accuracy": [h.get("val_fgsm_accuracy") for h in history],
+        "overfitting_epochs": [h["epoch"] for h in history if h.get("val_overfitting", 0) > 0],
+        "seconds_per_epoch": _mean(h.get("epoch_time") for h in history),
+        "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
+        "optimizer_steps": results.get("optimizer_steps"),
+        "code": results.get("code"),
+    }
+    # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
+    for name in ("ig_norm_ratio", "inactive_fraction"):
+        if any(name in h for h in history):
+            record["train"][name] = _mean(h.get(name) for h in history)
+    pgd = _read(os.path.join(cell_dir, EVAL_PGD))
+    if pgd is not None:
+        merged = pgd_results(cell_dir)
+        record["pgd"] = {
+            "source": os.path.join(cell_dir, EVAL_PGD),
+            "examples": pgd["examples"],
+            "clean_accuracy": pgd["clean_accuracy"],
+            "steps": pgd.get("pgd_steps"),
+            "restarts": pgd.get("pgd_restarts"),
+            "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
+            "sources": {eps: path for eps, (_, path) in merged.items()},
+            "code": pgd.get("code"),
+        }
+    autoattack = _read(os.path.join(cell_dir, EVAL_AUTOATTACK))
+    if autoattack is not None:
+        (key, value), *_ = autoattack["robust_accuracy"].items()
+        record["autoattack"] = {
+            "source": os.path.join(cell_dir, EVAL_AUTOATTACK),
+            "examples": autoattack["examples"],
+            "clean_accuracy": autoattack["clean_accuracy"],
+            "robust_accuracy": value,
+            "per_attack": autoattack.get("autoattack_per_attack", {}).get(key, {}),
+            "seconds": autoattack["time_s"][key],
+            "code": autoattack.get("code"),
+        }
+    return record
+
+
+def _portable(path: str) -> str:
+    """`path` relative to the working directory when it lies below it, else as given."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith(os.pardir) else relative
+
+
+def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
+    """The sweep's report data: every cell's record and the paper's numbers, if any."""
+    cells = [cell_record(definition, c, sweep_dir) for c in expand(definition)]
+    report = {
+        "sweep": definition.name,
+        # Relative to the working directory, as the cells' run directories are, so that the
+        # committed report does not name the machine it was written on.
+        "definition": _portable(definition.path),
+        "description": definition.description,
+        "flags": definition.flags,
+        "evaluation": definition.evaluation,
+        "eps_values": definition.eps_values(),
+        "cells": cells,
+    }
+    if definition.paper:
+        path = os.path.join(os.path.dirname(definition.path), definition.paper)
+        report["paper"] = load_paper(path)
+    return report
+
+
+def load_paper(path: str) -> dict[str, Any]:
+    """Published numbers: {"source": ..., "rows": [{"table", "method", "eps", metric: [mean,
+    std]}]} with metrics among clean, pgd, autoattack (percent) and seconds_per_epoch."""
+    paper = _read(path)
+    if paper is None:
+        raise DefinitionError(f"the paper numbers file {path} does not exist")
+    return paper
