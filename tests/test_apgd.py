@@ -13,6 +13,7 @@ from fbat_tf.attacks.apgd import APGD, checkpoints, halve_step, target_class
 from fbat_tf.attacks.losses import correct, dlr, dlr_targeted
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import check_in_ball
+from tests.helpers import linear_model
 
 EPS = 8 / 255
 
@@ -187,15 +188,6 @@ def test_targets_are_the_classes_ranked_second_third_and_on():
     logits = tf.constant([[5.0, 1.0, 4.0, 3.0, 2.0]])
     targets = [int(target_class(logits, k)[0]) for k in range(4)]
     assert targets == [2, 3, 4, 1]
-
-
-def linear_model(d: int, seed: int = 0) -> keras.Model:
-    rng = np.random.default_rng(seed)
-    model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(2)])
-    model.layers[0].set_weights(
-        [rng.normal(size=(d, 2)).astype(np.float32), np.zeros(2, np.float32)]
-    )
-    return model
 
 
 def test_apgd_ce_finds_the_analytic_worst_case_of_a_linear_model():

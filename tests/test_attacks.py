@@ -11,17 +11,9 @@ import tensorflow as tf
 
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import check_in_ball, evaluate
+from tests.helpers import linear_model
 
 EPS = 8 / 255
-
-
-def linear_model(d: int, seed: int = 0) -> keras.Model:
-    rng = np.random.default_rng(seed)
-    model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(2)])
-    model.layers[0].set_weights(
-        [rng.normal(size=(d, 2)).astype(np.float32), np.zeros(2, np.float32)]
-    )
-    return model
 
 
 def analytic_worst_case(model: keras.Model, x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.metrics import gradient_alignment
 from fbat_tf.evaluation import check_in_ball, evaluate, transfer_robust_accuracy
+from tests.helpers import linear_model
 
 EPS = 8 / 255
 
@@ -312,18 +313,12 @@ def test_standard_version_runs_each_attack_on_what_the_previous_ones_left(standa
 # --- Transfer and gradient alignment -----------------------------------------------------------
 
 
-def linear_model(d: int, seed: int) -> keras.Model:
-    rng = np.random.default_rng(seed)
-    model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(2)])
-    model.layers[0].set_weights(
-        [rng.normal(size=(d, 2)).astype(np.float32), rng.normal(size=2).astype(np.float32)]
-    )
-    return model
-
-
 def test_transfer_counts_target_accuracy_on_points_crafted_on_the_source():
     d, n, eps = 10, 40, 0.2
-    source, target = linear_model(d, seed=0), linear_model(d, seed=1)
+    source, target = (
+        linear_model(d, seed=0, random_bias=True),
+        linear_model(d, seed=1, random_bias=True),
+    )
     rng = np.random.default_rng(5)
     x = rng.uniform(0, 1, (n, d)).astype(np.float32)
     y = rng.integers(0, 2, n).astype(np.int32)
@@ -347,9 +342,9 @@ def test_gradient_alignment_is_one_for_a_two_class_linear_model():
     # ∇x CE = (p_1 − 1[y = 1])(w_1 − w_0): the same direction at every input.
     x = np.random.default_rng(0).uniform(0, 1, (8, 6)).astype(np.float32)
     y = np.array([0, 1] * 4, np.int32)
-    assert float(gradient_alignment(linear_model(6, seed=2), x, y, EPS, seed=3)) == pytest.approx(
-        1.0, abs=1e-5
-    )
+    assert float(
+        gradient_alignment(linear_model(6, seed=2, random_bias=True), x, y, EPS, seed=3)
+    ) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_gradient_alignment_matches_per_example_gradients():

@@ -11,17 +11,9 @@ import tensorflow as tf
 
 from fbat_tf import schedules
 from fbat_tf.callbacks import EpochTiming, RobustValidation
+from tests.helpers import linear_model
 
 EPS = 0.3
-
-
-def linear_model() -> keras.Model:
-    rng = np.random.default_rng(0)
-    model = keras.Sequential([keras.Input((10,)), keras.layers.Dense(2)])
-    model.layers[0].set_weights(
-        [rng.normal(size=(10, 2)).astype(np.float32), np.zeros(2, np.float32)]
-    )
-    return model
 
 
 def corner_attack(model, x, y):
@@ -42,7 +34,7 @@ class SwitchableAttack:
 
 
 def test_guard_fires_on_a_robust_accuracy_collapse_and_best_weights_are_kept(tmp_path):
-    model = linear_model()
+    model = linear_model(10)
     rng = np.random.default_rng(1)
     x = rng.uniform(0, 1, (64, 10)).astype(np.float32)
     y = model(x).numpy().argmax(1).astype(np.int32)  # clean accuracy 1
@@ -71,14 +63,14 @@ def test_guard_fires_on_a_robust_accuracy_collapse_and_best_weights_are_kept(tmp
     assert logs["val_overfitting"] == 1.0 and model.stop_training
     assert logs["val_best"] == 0.0 and logs["val_best_robust_accuracy"] == 1.0
 
-    restored = linear_model()
+    restored = linear_model(10)
     restored.load_weights(best)
     for a, b in zip(restored.get_weights(), saved, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_guard_only_warns_without_stop_on_overfitting(caplog):
-    model = linear_model()
+    model = linear_model(10)
     rng = np.random.default_rng(2)
     x = rng.uniform(0, 1, (32, 10)).astype(np.float32)
     y = model(x).numpy().argmax(1).astype(np.int32)
@@ -112,7 +104,7 @@ class FixedBatchOnlyAttack:
 def test_guard_fires_when_only_the_fixed_batch_collapses(caplog):
     # The whole-set drop stays under the 20-point threshold; the first (fixed) batch collapses
     # while its clean accuracy holds: the fixed-batch clause alone must fire.
-    model = linear_model()
+    model = linear_model(10)
     rng = np.random.default_rng(3)
     x = rng.uniform(0, 1, (80, 10)).astype(np.float32)
     y = model(x).numpy().argmax(1).astype(np.int32)
@@ -160,7 +152,7 @@ def no_attack(model, x, y, seed):
 def test_guard_fires_from_the_first_epoch_when_the_single_step_attack_is_masked(caplog):
     # A model that never had a robust best to fall from: the multi-step attack breaks it from
     # the first epoch, while the single-step one leaves it as accurate as on clean inputs.
-    model = linear_model()
+    model = linear_model(10)
     rng = np.random.default_rng(4)
     x = rng.uniform(0, 1, (64, 10)).astype(np.float32)
     y = model(x).numpy().argmax(1).astype(np.int32)

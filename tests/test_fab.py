@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from fbat_tf.attacks.fab import FAB, project_linf_hyperplane_box
 from fbat_tf.evaluation import check_in_ball
+from tests.helpers import linear_model
 
 
 def reachable_range(v: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[float, float]:
@@ -121,21 +122,6 @@ def test_projection_with_a_general_box_and_float32():
         assert v @ (p + delta[i]) == pytest.approx(float(b[i]), abs=1e-5)
 
 
-def linear_model(shape: tuple[int, ...], classes: int, seed: int) -> keras.Model:
-    rng = np.random.default_rng(seed)
-    d = int(np.prod(shape))
-    model = keras.Sequential(
-        [keras.Input(shape), keras.layers.Flatten(), keras.layers.Dense(classes)]
-    )
-    model.layers[-1].set_weights(
-        [
-            rng.normal(size=(d, classes)).astype(np.float32),
-            rng.normal(size=classes).astype(np.float32),
-        ]
-    )
-    return model
-
-
 def boundary_distances(model: keras.Model, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """[n, classes]: exact L∞ distance (within [0,1]) to the halfspace {f_t ≥ f_y}; ∞ at t = y."""
     kernel, bias = (v.astype(np.float64) for v in model.layers[-1].get_weights())
@@ -157,7 +143,7 @@ def boundary_distances(model: keras.Model, x: np.ndarray, y: np.ndarray) -> np.n
 def linear_problem(n: int = 48, classes: int = 4):
     rng = np.random.default_rng(2)
     shape = (3, 3, 2)  # NHWC images, flattened by the model
-    model = linear_model(shape, classes, seed=3)
+    model = linear_model(shape, classes, seed=3, random_bias=True)
     x = rng.uniform(0, 1, (n, *shape)).astype(np.float32)
     x[:, 0, 0, :] = rng.choice([0.0, 1.0], (n, 2))  # pixels on the box faces
     y = model(x).numpy().argmax(1).astype(np.int32)  # all clean-correct

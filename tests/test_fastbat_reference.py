@@ -27,6 +27,14 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import methods
+from tests.reference import (
+    assert_grads_close,
+    conv_model,
+    finite_difference,
+    global_norm,
+    per_example_ce,
+    project,
+)
 
 # Inactive-mask margin of DESIGN.md §3 step 4.
 TAU = 1e-7
@@ -49,20 +57,6 @@ def _dense_model(dtype: str, input_dim: int = 12, hidden: int = 8, classes: int 
     )
 
 
-def _conv_model(dtype: str):
-    keras.utils.set_random_seed(4321)
-    return keras.Sequential(
-        [
-            keras.Input((6, 6, 2), dtype=dtype),
-            keras.layers.Conv2D(3, 3, padding="same", dtype=dtype),
-            keras.layers.BatchNormalization(dtype=dtype),
-            keras.layers.ReLU(dtype=dtype),
-            keras.layers.GlobalAveragePooling2D(dtype=dtype),
-            keras.layers.Dense(3, dtype=dtype),
-        ]
-    )
-
-
 def _inputs(shape: tuple[int, ...], dtype: str, classes: int = 3, data_seed: int = 0):
     """Pixels in [0, 1], about a fifth exactly 0 and a sixth exactly 1 (box-active)."""
     rng = np.random.default_rng(data_seed)
@@ -81,22 +75,11 @@ def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
 # --------------------------------------------------------------------------- reference
 
 
-def _project(delta, x, eps):
-    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
-    delta = tf.minimum(tf.maximum(delta, -eps), eps)
-    return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
-
-
-def _per_example_ce(model, inputs, y):
-    logits = model(inputs, training=True)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), logits
-
-
 def _input_gradient(model, x, y, delta):
     """∇δ Σ_i CE_i(θ, x+δ) at the current weights."""
     with tf.GradientTape() as tape:
         tape.watch(delta)
-        ce, _ = _per_example_ce(model, x + delta, y)
+        ce, _ = per_example_ce(model, x + delta, y)
         total = tf.reduce_sum(ce)
     return tape.gradient(total, delta)
 
@@ -107,7 +90,7 @@ def _mixed_term_gradient(model, x, y, z, u):
     with tf.GradientTape() as outer:
         with tf.GradientTape() as inner:
             inner.watch(z)
-            ce, _ = _per_example_ce(model, x + z, y)
+            ce, _ = per_example_ce(model, x + z, y)
             total = tf.reduce_sum(ce)
         g_z = inner.gradient(total, z)
         objective = tf.reduce_sum(g_z * u) / batch
@@ -134,25 +117,25 @@ def _reference(model, x, y, seed, *, eps, lambda_inv, linearization, draw=None) 
         draw = tf.random.stateless_uniform(
             tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
         )
-    delta0 = _project(draw, x, eps)
+    delta0 = project(draw, x, eps)
     # Step 1: linearization point z.
     if linearization == "pgd_nosign":
-        z = _project(delta0 + lambda_inv * _input_gradient(model, x, y, delta0), x, eps)
+        z = project(delta0 + lambda_inv * _input_gradient(model, x, y, delta0), x, eps)
     elif linearization == "pgd_sign":
         step = 1.25 * eps * tf.sign(_input_gradient(model, x, y, delta0))
-        z = _project(delta0 + step, x, eps)
+        z = project(delta0 + step, x, eps)
     elif linearization == "uniform":
         z = delta0
     elif linearization == "corner":
-        z = _project(eps * tf.sign(draw), x, eps)
+        z = project(eps * tf.sign(draw), x, eps)
     else:
         raise ValueError(linearization)
     # Step 2: lower-level solution δ*, a constant.
     g_z = _input_gradient(model, x, y, z)
-    delta_star = _project(z + lambda_inv * g_z, x, eps)
+    delta_star = project(z + lambda_inv * g_z, x, eps)
     # Step 3: upper level at δ*.
     with tf.GradientTape() as tape:
-        ce, logits = _per_example_ce(model, x + delta_star, y)
+        ce, logits = per_example_ce(model, x + delta_star, y)
         upper_loss = tf.reduce_mean(ce)
     upper_gradient = tape.gradient(upper_loss, model.trainable_variables)
     v = _input_gradient(model, x, y, delta_star)
@@ -181,22 +164,6 @@ def _combine(g1, g2, coef):
     return [a + coef * b for a, b in zip(g1, g2, strict=True)]
 
 
-def _global_norm(tensors) -> float:
-    return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
-
-
-def _assert_grads_close(actual, expected, rtol):
-    assert len(actual) == len(expected)
-    scale = max(float(np.max(np.abs(np.asarray(e)))) for e in expected)
-    assert scale > 0
-    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        assert a is not None, f"gradient {i} is None"
-        a = np.asarray(tf.convert_to_tensor(a))
-        e = np.asarray(e)
-        assert a.shape == e.shape, (i, a.shape, e.shape)
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale, err_msg=f"variable {i}")
-
-
 def _assert_mask_well_posed(ref: Reference, low=0.1, high=0.9):
     """Both kinds of coordinates occur and none sits so near a bound that τ decides it."""
     inactive = float(tf.reduce_mean(ref.mask))
@@ -213,7 +180,13 @@ def _assert_mask_well_posed(ref: Reference, low=0.1, high=0.9):
 # every linearization; ig_coef large enough that the implicit term is not lost in g1.
 CASES = {
     "dense": dict(build=_dense_model, shape=(8, 12), eps=0.1, lambda_inv=0.1, ig_coef=1.0),
-    "conv": dict(build=_conv_model, shape=(4, 6, 6, 2), eps=0.1, lambda_inv=1.0, ig_coef=4.0),
+    "conv": dict(
+        build=lambda dtype: conv_model(dtype, 4321),
+        shape=(4, 6, 6, 2),
+        eps=0.1,
+        lambda_inv=1.0,
+        ig_coef=4.0,
+    ),
 }
 
 
@@ -252,12 +225,12 @@ def test_hessian_free_matches_reference(case, dtype, linearization, autodiff):
         model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization=linearization
     )
     _assert_mask_well_posed(ref)
-    ratio = ig_coef * _global_norm(ref.implicit_term) / _global_norm(ref.upper_gradient)
+    ratio = ig_coef * global_norm(ref.implicit_term) / global_norm(ref.upper_gradient)
     # The implicit term must weigh in, or an error in it would hide under the tolerance.
     assert ratio > 0.02, ratio
 
     rtol = RTOL[dtype]
-    _assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), rtol)
+    assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), rtol)
     np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=rtol)
     assert float(logs["adv_accuracy"]) == pytest.approx(ref.adv_accuracy, abs=1e-6)
     inactive = float(tf.reduce_mean(ref.mask))
@@ -288,10 +261,10 @@ def test_first_order_fast_bat_is_the_reference_without_the_implicit_term(case, l
     ref = _reference(
         model, x, y, _seed(), eps=eps, lambda_inv=lambda_inv, linearization=linearization
     )
-    _assert_grads_close(grads, ref.upper_gradient, RTOL["float64"])
+    assert_grads_close(grads, ref.upper_gradient, RTOL["float64"])
     np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=RTOL["float64"])
     # The term left out is not negligible here, so g1 is not the full gradient by accident.
-    ratio = cfg["ig_coef"] * _global_norm(implicit) / _global_norm(upper)
+    ratio = cfg["ig_coef"] * global_norm(implicit) / global_norm(upper)
     assert ratio > 0.02, ratio
 
 
@@ -322,14 +295,14 @@ def test_xla_step_matches_reference_and_keeps_the_implicit_term(case, autodiff):
     ref = _reference(
         model, x, y, seed, eps=eps, lambda_inv=lambda_inv, linearization="pgd_nosign", draw=draw
     )
-    ratio = ig_coef * _global_norm(ref.implicit_term) / _global_norm(ref.upper_gradient)
+    ratio = ig_coef * global_norm(ref.implicit_term) / global_norm(ref.upper_gradient)
     assert ratio > 0.02, ratio
     grads = compiled_gradients(ig_coef)
     first_order = compiled_gradients(0.0)
-    _assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), 1e-4)
-    _assert_grads_close(first_order, ref.upper_gradient, 1e-4)
+    assert_grads_close(grads, _combine(ref.upper_gradient, ref.implicit_term, ig_coef), 1e-4)
+    assert_grads_close(first_order, ref.upper_gradient, 1e-4)
     implicit = [(g - f) / ig_coef for g, f in zip(grads, first_order, strict=True)]
-    _assert_grads_close(implicit, ref.implicit_term, 1e-3)
+    assert_grads_close(implicit, ref.implicit_term, 1e-3)
 
 
 def test_auto_autodiff_is_forward_mode_on_accelerators_only():
@@ -362,26 +335,6 @@ def _implicit_objective(model, x, y, z, u) -> float:
     return float(tf.reduce_sum(g_z * u)) / int(x.shape[0])
 
 
-def _finite_difference(model, fn, step):
-    """Central differences of fn() with respect to every trainable weight."""
-    result = []
-    for var in model.trainable_variables:
-        base = var.numpy()
-        grad = np.zeros_like(base)
-        for idx in np.ndindex(base.shape):
-            bumped = base.copy()
-            bumped[idx] += step
-            var.assign(bumped)
-            plus = fn()
-            bumped[idx] = base[idx] - step
-            var.assign(bumped)
-            minus = fn()
-            grad[idx] = (plus - minus) / (2 * step)
-        var.assign(base)
-        result.append(grad)
-    return result
-
-
 @pytest.mark.parametrize("linearization", ["pgd_nosign", "corner"])
 def test_implicit_term_matches_finite_difference(linearization):
     model, x, y, cfg = _setup("dense", "float64")
@@ -407,17 +360,17 @@ def test_implicit_term_matches_finite_difference(linearization):
     )
     _assert_mask_well_posed(ref)
     u = ref.mask * ref.upper_input_gradient
-    numeric = _finite_difference(
+    numeric = finite_difference(
         model, lambda: _implicit_objective(model, x, y, ref.z, u), step=1e-5
     )
     # The reference's own nested-tape g2 agrees with finite differences ...
-    _assert_grads_close(ref.implicit_term, numeric, rtol=1e-6)
+    assert_grads_close(ref.implicit_term, numeric, rtol=1e-6)
     # ... and so does the method's.
-    _assert_grads_close(implicit_term, numeric, rtol=1e-6)
+    assert_grads_close(implicit_term, numeric, rtol=1e-6)
     # H matters: without it the term is measurably different.
     unmasked = _mixed_term_gradient(model, x, y, ref.z, ref.upper_input_gradient)
-    diff = _global_norm([a - b for a, b in zip(unmasked, numeric, strict=True)])
-    assert diff > 0.1 * _global_norm(numeric)
+    diff = global_norm([a - b for a, b in zip(unmasked, numeric, strict=True)])
+    assert diff > 0.1 * global_norm(numeric)
 
 
 # --------------------------------------------------------------------------- hessian-aware
@@ -430,7 +383,7 @@ def _hessian_aware_direction(model, x, y, ref: Reference, lambda_inv):
         outer.watch(z)
         with tf.GradientTape() as inner:
             inner.watch(z)
-            ce, _ = _per_example_ce(model, x + z, y)
+            ce, _ = per_example_ce(model, x + z, y)
             total = tf.reduce_sum(ce)
         g_z = inner.gradient(total, z)
     full = outer.jacobian(g_z, z).numpy()  # [B, d, B, d]
@@ -485,13 +438,13 @@ def test_hessian_aware_matches_explicit_solve(autodiff):
     assert smallest_eig > 0.5 / lambda_inv  # well-conditioned, so CG in `dim` steps is exact
     implicit_term = _mixed_term_gradient(model, x, y, ref.z, u)
     # The Hessian must change the answer, or this test would pass for the Hessian-free term.
-    change = _global_norm([a - b for a, b in zip(implicit_term, ref.implicit_term, strict=True)])
-    assert change > 1e-3 * _global_norm(implicit_term), change
+    change = global_norm([a - b for a, b in zip(implicit_term, ref.implicit_term, strict=True)])
+    assert change > 1e-3 * global_norm(implicit_term), change
 
     expected = _combine(ref.upper_gradient, implicit_term, ig_coef)
-    _assert_grads_close(grads, expected, rtol=1e-6)
+    assert_grads_close(grads, expected, rtol=1e-6)
     np.testing.assert_allclose(float(logs["loss"]), ref.upper_loss, rtol=1e-8)
-    ratio = ig_coef * _global_norm(implicit_term) / _global_norm(ref.upper_gradient)
+    ratio = ig_coef * global_norm(implicit_term) / global_norm(ref.upper_gradient)
     np.testing.assert_allclose(float(logs["ig_norm_ratio"]), ratio, rtol=1e-5)
 
 

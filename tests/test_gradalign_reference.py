@@ -26,6 +26,14 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import methods
+from tests.reference import (
+    assert_grads_close,
+    conv_model,
+    finite_difference,
+    global_norm,
+    per_example_ce,
+    project,
+)
 
 RTOL = {"float64": 1e-5, "float32": 1e-4}
 SEED = (11, 5)
@@ -58,21 +66,10 @@ def _dense_model(dtype: str):
     return model
 
 
-def _conv_model(dtype: str):
-    keras.utils.set_random_seed(2025)
-    return keras.Sequential(
-        [
-            keras.Input((6, 6, 2), dtype=dtype),
-            keras.layers.Conv2D(3, 3, padding="same", dtype=dtype),
-            keras.layers.BatchNormalization(dtype=dtype),
-            keras.layers.ReLU(dtype=dtype),
-            keras.layers.GlobalAveragePooling2D(dtype=dtype),
-            keras.layers.Dense(3, dtype=dtype),
-        ]
-    )
-
-
-CASES = {"dense": (_dense_model, (8, 12)), "conv": (_conv_model, (4, 6, 6, 2))}
+CASES = {
+    "dense": (_dense_model, (8, 12)),
+    "conv": (lambda dtype: conv_model(dtype, 2025), (4, 6, 6, 2)),
+}
 
 
 def _setup(case: str, dtype: str):
@@ -94,22 +91,11 @@ def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
 # --------------------------------------------------------------------------- reference
 
 
-def _project(delta, x, eps):
-    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
-    delta = tf.minimum(tf.maximum(delta, -eps), eps)
-    return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
-
-
-def _per_example_ce(model, inputs, y):
-    logits = model(inputs, training=True)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), logits
-
-
 def _input_gradient(model, inputs, y):
     """∇x Σ_i CE_i(θ, inputs); recorded on any enclosing tape."""
     with tf.GradientTape() as tape:
         tape.watch(inputs)
-        ce, _ = _per_example_ce(model, inputs, y)
+        ce, _ = per_example_ce(model, inputs, y)
         total = tf.reduce_sum(ce)
     return tape.gradient(total, inputs)
 
@@ -137,13 +123,13 @@ class Reference:
 
 def _reference(model, x, y, seed, *, eps, ga_coef) -> Reference:
     clean_gradient = _input_gradient(model, x, y)  # = ∇δ Σ CE(x+δ) at δ = 0; a constant
-    delta = _project(1.25 * eps * tf.sign(clean_gradient), x, eps)
+    delta = project(1.25 * eps * tf.sign(clean_gradient), x, eps)
     draw = tf.random.stateless_uniform(
         tf.shape(x), seed=seed, minval=-eps, maxval=eps, dtype=x.dtype
     )
-    noisy_input = x + _project(draw, x, eps)
+    noisy_input = x + project(draw, x, eps)
     with tf.GradientTape(persistent=True) as tape:
-        ce, logits = _per_example_ce(model, x + delta, y)
+        ce, logits = per_example_ce(model, x + delta, y)
         ce_loss = tf.reduce_mean(ce)
         misalignment = _misalignment(clean_gradient, _input_gradient(model, noisy_input, y))
     ce_gradient = tape.gradient(ce_loss, model.trainable_variables)
@@ -162,24 +148,8 @@ def _reference(model, x, y, seed, *, eps, ga_coef) -> Reference:
     )
 
 
-def _global_norm(tensors) -> float:
-    return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
-
-
 def _as_arrays(grads):
     return [np.asarray(tf.convert_to_tensor(g)) for g in grads]
-
-
-def _assert_grads_close(actual, expected, rtol):
-    assert len(actual) == len(expected)
-    scale = max(float(np.max(np.abs(np.asarray(e)))) for e in expected)
-    assert scale > 0
-    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        assert a is not None, f"gradient {i} is None"
-        a = np.asarray(tf.convert_to_tensor(a))
-        e = np.asarray(e)
-        assert a.shape == e.shape, (i, a.shape, e.shape)
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale, err_msg=f"variable {i}")
 
 
 # --------------------------------------------------------------------------- tests
@@ -195,7 +165,7 @@ def test_gradalign_matches_reference(case, dtype):
 
     ref = _reference(model, x, y, _seed(), eps=EPS, ga_coef=ga_coef)
     # The GradAlign term must weigh in, or an error in it would hide under the tolerance.
-    ratio = ga_coef * _global_norm(ref.misalignment_gradient) / _global_norm(ref.ce_gradient)
+    ratio = ga_coef * global_norm(ref.misalignment_gradient) / global_norm(ref.ce_gradient)
     assert ratio > 0.1, ratio
     assert ref.misalignment > 1e-3, ref.misalignment
 
@@ -203,7 +173,7 @@ def test_gradalign_matches_reference(case, dtype):
     expected = [
         a + ga_coef * b for a, b in zip(ref.ce_gradient, ref.misalignment_gradient, strict=True)
     ]
-    _assert_grads_close(grads, expected, rtol)
+    assert_grads_close(grads, expected, rtol)
     np.testing.assert_allclose(float(logs["loss"]), ref.loss, rtol=rtol)
     assert float(logs["adv_accuracy"]) == pytest.approx(ref.adv_accuracy, abs=1e-6)
     assert float(logs["ga_coef"]) == pytest.approx(ga_coef, rel=1e-6)
@@ -215,26 +185,6 @@ def test_conv_case_is_sensitive_to_training_mode():
     model, x, _ = _setup("conv", "float64")
     difference = model(x, training=True) - model(x, training=False)
     assert float(tf.reduce_max(tf.abs(difference))) > 1e-2
-
-
-def _finite_difference(model, fn, step):
-    """Central differences of fn() with respect to every trainable weight."""
-    result = []
-    for var in model.trainable_variables:
-        base = var.numpy()
-        grad = np.zeros_like(base)
-        for idx in np.ndindex(base.shape):
-            bumped = base.copy()
-            bumped[idx] += step
-            var.assign(bumped)
-            plus = fn()
-            bumped[idx] = base[idx] - step
-            var.assign(bumped)
-            minus = fn()
-            grad[idx] = (plus - minus) / (2 * step)
-        var.assign(base)
-        result.append(grad)
-    return result
 
 
 def test_gradalign_term_matches_finite_difference():
@@ -255,11 +205,11 @@ def test_gradalign_term_matches_finite_difference():
         noisy = _input_gradient(model, ref.noisy_input, y)
         return float(_misalignment(ref.clean_gradient, noisy))
 
-    numeric = _finite_difference(model, misalignment, step=1e-5)
+    numeric = finite_difference(model, misalignment, step=1e-5)
     # The reference's own double backprop agrees with finite differences ...
-    _assert_grads_close(ref.misalignment_gradient, numeric, rtol=1e-6)
+    assert_grads_close(ref.misalignment_gradient, numeric, rtol=1e-6)
     # ... and so does the method's.
-    _assert_grads_close(term_gradient, numeric, rtol=1e-6)
+    assert_grads_close(term_gradient, numeric, rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,72 @@
+"""What the reference tests of Fast-BAT and GradAlign share: the constraint set's projection,
+per-example cross-entropy in training mode, a conv model with batch norm, weight-gradient
+comparisons and central finite differences. Written from the definitions, not from fbat_tf."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def project(delta, x, eps):
+    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
+    delta = tf.minimum(tf.maximum(delta, -eps), eps)
+    return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
+
+
+def per_example_ce(model, inputs, y):
+    logits = model(inputs, training=True)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), logits
+
+
+def conv_model(dtype: str, seed: int):
+    """Conv, batch norm, ReLU, pooling, dense: 3 classes on 6×6×2 inputs."""
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 2), dtype=dtype),
+            keras.layers.Conv2D(3, 3, padding="same", dtype=dtype),
+            keras.layers.BatchNormalization(dtype=dtype),
+            keras.layers.ReLU(dtype=dtype),
+            keras.layers.GlobalAveragePooling2D(dtype=dtype),
+            keras.layers.Dense(3, dtype=dtype),
+        ]
+    )
+
+
+def global_norm(tensors) -> float:
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
+
+
+def assert_grads_close(actual, expected, rtol):
+    """Every weight gradient within rtol, relative to itself or to the largest entry."""
+    assert len(actual) == len(expected)
+    scale = max(float(np.max(np.abs(np.asarray(e)))) for e in expected)
+    assert scale > 0
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        assert a is not None, f"gradient {i} is None"
+        a = np.asarray(tf.convert_to_tensor(a))
+        e = np.asarray(e)
+        assert a.shape == e.shape, (i, a.shape, e.shape)
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=rtol * scale, err_msg=f"variable {i}")
+
+
+def finite_difference(model, fn, step):
+    """Central differences of fn() with respect to every trainable weight."""
+    result = []
+    for var in model.trainable_variables:
+        base = var.numpy()
+        grad = np.zeros_like(base)
+        for idx in np.ndindex(base.shape):
+            bumped = base.copy()
+            bumped[idx] += step
+            var.assign(bumped)
+            plus = fn()
+            bumped[idx] = base[idx] - step
+            var.assign(bumped)
+            minus = fn()
+            grad[idx] = (plus - minus) / (2 * step)
+        var.assign(base)
+        result.append(grad)
+    return result
