@@ -37,6 +37,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(ROOT, "configs", "sweeps")
 # Set by the sweep itself for every cell.
 RESERVED = ("workdir", "export", "export_dir", "verbose", "flagfile")
+# train.py flags sweep.py takes on its own command line, for every command of every cell: where
+# the data is on this machine, which a definition cannot know.
+SWEEP_WIDE = ("data_dir", "download")
 
 
 def definition_path(name: str) -> str:
@@ -50,13 +53,19 @@ def definition_path(name: str) -> str:
     )
 
 
-def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str) -> None:
+def check(
+    definition: sweeps.Definition,
+    cells: list[sweeps.Cell],
+    sweep_dir: str,
+    data_ok: bool = True,
+) -> str | None:
     """Raise DefinitionError naming the cell and what is wrong, before anything runs.
 
     The flags and run directories of every cell are checked first, before TensorFlow loads, so
     that a mistake there is reported at once. Then come the method options of the cells still to
     train and the data of the cells still to evaluate: a sweep whose cells are all done never
-    loads TensorFlow."""
+    loads TensorFlow. With `data_ok=False` (a dry run, perhaps on a machine without the data)
+    missing data is returned as a message instead of raised."""
     to_train, to_evaluate = [], []
     for cell in cells:
         reserved = sorted(set(cell.flags) & set(RESERVED))
@@ -81,7 +90,7 @@ def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: st
         if sweeps.cell_state(cell_dir, definition) != "done":
             to_evaluate.append(cell)
     if not to_evaluate:
-        return
+        return None
 
     from fbat_tf import data, methods
 
@@ -98,7 +107,10 @@ def check(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: st
         try:
             data.check_available(dataset, data_dir, download)
         except (ValueError, FileNotFoundError) as error:
-            raise sweeps.DefinitionError(str(error)) from None
+            if data_ok:
+                raise sweeps.DefinitionError(str(error)) from None
+            return str(error)
+    return None
 
 
 def run_program(argv: list[str], log_path: str) -> None:
@@ -136,13 +148,14 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
         )
     start = time.perf_counter()
     log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
-    if not os.path.exists(os.path.join(cell_dir, sweeps.EVAL_PGD)):
-        run_program(argv["pgd"], log)
-    elif missing := sweeps.missing_pgd_eps(definition, cell_dir):
-        # Budgets added to the grid after this cell was evaluated.
-        run_program(sweeps.commands(definition, cell, sweep_dir, missing)["pgd"], log)
-    if not os.path.exists(os.path.join(cell_dir, sweeps.EVAL_AUTOATTACK)):
-        run_program(argv["autoattack"], log)
+    # Budgets added to the grid after an evaluation ran go into a file of their own.
+    missing = sweeps.missing_budgets(definition, cell, cell_dir)
+    later = sweeps.commands(definition, cell, sweep_dir, missing)
+    for evaluation in definition.evaluations:
+        if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
+            run_program(argv[evaluation.name], log)
+        elif evaluation.name in missing:
+            run_program(later[evaluation.name], log)
     spent["evaluate"] = time.perf_counter() - start
     return spent
 
@@ -160,15 +173,20 @@ def main(argv: list[str]) -> None:
         name
         for module in (train.train_flags, train.common)
         for name in (f.name for f in absl_flags.FLAGS.get_flags_for_module(module))
-        if absl_flags.FLAGS[name].present
+        if absl_flags.FLAGS[name].present and name not in SWEEP_WIDE
     ]
     if given:
         sys.exit(
             f"error: --{', --'.join(given)}: train.py flags go into the sweep definition's "
-            "'flags' or 'grid', not on sweep.py's command line"
+            "'flags' or 'grid', not on sweep.py's command line (which takes --data_dir and "
+            "--download for every cell)"
         )
     try:
         definition = sweeps.load_definition(definition_path(sweep_flags.SWEEP.value))
+        # Where the data is, for every cell's every command (train.py and evaluate.py alike).
+        for name in SWEEP_WIDE:
+            if absl_flags.FLAGS[name].present:
+                definition.flags[name] = absl_flags.FLAGS[name].value
         sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
         cells = sweeps.expand(definition)
         if sweep_flags.ONLY.value:
@@ -176,7 +194,7 @@ def main(argv: list[str]) -> None:
             cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
             if not cells:
                 raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
-        check(definition, cells, sweep_dir)
+        data_problem = check(definition, cells, sweep_dir, data_ok=not sweep_flags.DRY_RUN.value)
     except sweeps.DefinitionError as error:
         sys.exit(f"error: {error}")
 
@@ -186,12 +204,12 @@ def main(argv: list[str]) -> None:
         return
     states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
     if sweep_flags.DRY_RUN.value:
+        if data_problem:
+            print(f"warning: a real run would stop here: {data_problem}")
         for cell in cells:
             print(f"{cell.name}: {states[cell.name]}")
             cell_dir = os.path.join(sweep_dir, cell.name)
-            missing = None
-            if os.path.exists(os.path.join(cell_dir, sweeps.EVAL_PGD)):
-                missing = sweeps.missing_pgd_eps(definition, cell_dir) or None
+            missing = sweeps.missing_budgets(definition, cell, cell_dir)
             for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
                 print(f"  {part}: python {' '.join(words)}")
         return

@@ -154,6 +154,31 @@ def test_bad_definitions_fail_before_any_run_naming_the_problem(tmp_path):
         assert not (tmp_path / name / "out").exists(), name
 
 
+def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_data(tmp_path):
+    """--data_dir on sweep.py's command line reaches every train.py and evaluate.py command of
+    every cell; a dry run on a machine without the data lists the cells and says what a real
+    run would miss, instead of failing."""
+    data = tmp_path / "data"
+    data.mkdir()
+    flags = {**TINY_FLAGS, "dataset": "cifar10", "download": False}
+    path = write_definition(tmp_path, [{"method": ["fastat", "fastbat"], "eps": [8]}], flags)
+    out = tmp_path / "out"
+    done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}", "--dry_run")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    commands = [
+        line.split(": ", 1)[1] for line in lines if line.startswith("  ") and ": python " in line
+    ]
+    assert len(commands) == 2 * 3  # train, PGD, AutoAttack per cell
+    assert all(f"--data_dir={data}" in command for command in commands)
+    assert all("--nodownload" in command for command in commands)
+    assert "a real run would stop here" in done.stdout and "cifar10" in done.stdout
+    assert not out.exists()
+    # The real run stops at the same place, before any cell starts.
+    real = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}")
+    assert real.returncode != 0 and "cifar10" in real.stderr and not out.exists()
+
+
 # Resume -------------------------------------------------------------------------------------------
 
 COMMITTED = (sweeps.RESULTS, sweeps.FLAGS_FILE, sweeps.EVAL_PGD, sweeps.EVAL_AUTOATTACK)
@@ -390,7 +415,7 @@ def test_paper_kit_killed_resumed_and_reported_from_committed_results(tmp_path):
     report = json.loads((clone / "sweep.json").read_text())
     with open(cell / sweeps.EVAL_AUTOATTACK) as f:
         autoattack = json.load(f)["robust_accuracy"]["autoattack@8"]
-    assert report["cells"][0]["autoattack"]["robust_accuracy"] == autoattack
+    assert report["cells"][0]["autoattack"]["robust_accuracy"]["8"] == autoattack
     rows = {(r["method"], r["eps"], r["metric"]): r for r in report["paper_vs_measured"]}
     row = rows["fastbat", 8, "autoattack"]
     assert row["paper_mean"] == 45.19
@@ -404,7 +429,7 @@ def test_paper_kit_killed_resumed_and_reported_from_committed_results(tmp_path):
     assert unmeasured and all(r["measured_mean"] is None for r in unmeasured)
     table = (clone / "sweep.md").read_text()
     assert "## Paper against measured" in table
-    line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | autoattack"))
+    line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | 8 | autoattack"))
     assert f"| 45.19 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
 
 
@@ -425,9 +450,9 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
         write_definition(tmp_path, [{"method": ["fastat"], "eps": [8, 16, 24], "seed": [0]}])
     )
     assert sweeps.cell_state(first, grown) == "trained"
-    assert sweeps.missing_pgd_eps(grown, first) == [24]
     cell = sweeps.expand(grown)[0]
-    pgd = sweeps.commands(grown, cell, out, [24])["pgd"]
+    assert sweeps.missing_budgets(grown, cell, first) == {"pgd": [24]}
+    pgd = sweeps.commands(grown, cell, out, {"pgd": [24]})["pgd"]
     extra = os.path.join(first, "eval-pgd-eps24.json")
     assert "--eps=24" in pgd and f"--results={extra}" in pgd
     with open(extra, "w") as f:

@@ -19,20 +19,20 @@ from fbat_tf.sweeps.definition import (
     Cell,
     Definition,
     DefinitionError,
+    Evaluation,
     commands,
     expand,
     flag_words,
     load_definition,
-    pgd_file,
 )
 from fbat_tf.sweeps.report import PLOTS, markdown, paper_rows, write_report
 from fbat_tf.sweeps.results import (
     cell_record,
     cell_state,
     collect,
+    evaluation_results,
     load_paper,
-    missing_pgd_eps,
-    pgd_results,
+    missing_budgets,
 )
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "RESULTS",
     "Cell",
     "Definition",
+    "Evaluation",
     "DefinitionError",
     "cell_record",
     "cell_state",
@@ -53,9 +54,8 @@ __all__ = [
     "load_definition",
     "load_paper",
     "markdown",
-    "missing_pgd_eps",
+    "evaluation_results",
+    "missing_budgets",
     "paper_rows",
-    "pgd_file",
-    "pgd_results",
     "write_report",
 ]

@@ -11,15 +11,22 @@ A definition is a JSON object:
      "flags": {"dataset": "fashion_mnist", "model": "small_cnn", "epochs": 8},  # every cell
      "grid": [{"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0]},  # products,
               {"method": ["fastbat"], "eps": [16], "ig_coef": [0, 0.3]}],       # their union
-     "evaluation": {"pgd_steps": 50, "pgd_restarts": 10, "pgd_examples": 1000,
-                    "autoattack_examples": 1000, "batch_size": 500},
+     "evaluation": {"batch_size": 500, "attacks": [
+         {"attack": "pgd", "eps": "grid", "examples": 1000,
+          "options": {"steps": 50, "restarts": 10}},
+         {"attack": "autoattack", "eps": "own", "examples": 1000}]},
      "paper": "paper_numbers.json"}          # optional, beside the definition
 
 Values are train.py's flag values in its units (ε in 1/255); `true`/`false` set a boolean flag.
-A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`
-holding, besides what train.py writes, `eval-pgd.json` (PGD at every ε of the grid),
-`eval-autoattack.json` (AutoAttack at the cell's ε) and, for budgets added to the grid after
-the cell was evaluated, `eval-pgd-eps<ε>_<ε>.json`, all written by evaluate.py.
+A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`.
+
+Each evaluation runs an attack of the registry (`fbat_tf.attacks`) by name, with its options,
+at every ε of the grid ("grid"), at the cell's own ε ("own") or at listed budgets, on the
+first `examples` test images, into `eval-<name>.json` in the cell (`name` defaults to the
+attack's; give one where an attack is run twice with other options). Budgets added to the grid
+after a cell was evaluated go into `eval-<name>-eps<ε>_<ε>.json`. The older form,
+{"pgd_steps", "pgd_restarts", "pgd_examples", "autoattack_examples", "batch_size"}, means PGD
+at the grid's budgets and AutoAttack at the cell's own.
 """
 
 from __future__ import annotations
@@ -31,13 +38,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fbat_tf import run
+from fbat_tf import attacks, run
 
-EVAL_PGD = run.eval_file("pgd")
-EVAL_AUTOATTACK = run.eval_file("autoattack")
 RESULTS = run.RESULTS
 FLAGS_FILE = run.FLAGS
+# The files of the default evaluations (PGD at the grid's budgets, AutoAttack at the cell's).
+EVAL_PGD = run.eval_file("pgd")
+EVAL_AUTOATTACK = run.eval_file("autoattack")
 
+# The older form of "evaluation" and its defaults.
 EVALUATION_DEFAULTS = {
     "pgd_steps": 50,
     "pgd_restarts": 10,
@@ -45,6 +54,9 @@ EVALUATION_DEFAULTS = {
     "autoattack_examples": 1000,
     "batch_size": 500,
 }
+_EVALUATION_KEYS = ("attack", "name", "eps", "examples", "options")
+# Flags of a cell that its evaluate.py commands need too (where the data is).
+_DATA_FLAGS = ("dataset", "data_dir", "download")
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
 _NAME_FIRST = ("method", "eps")
 _NAME_LAST = ("seed",)
@@ -87,6 +99,45 @@ class Cell:
         return f"{self.method} {options}".strip()
 
 
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One evaluate.py command per cell: an attack of the registry, by name."""
+
+    name: str
+    attack: str
+    eps: str | tuple[float, ...]  # "grid", "own" or budgets in 1/255 units
+    examples: int
+    options: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return attacks.label(self.attack, self.options)
+
+    def file(self, budgets: Sequence[float] | None = None) -> str:
+        """eval-<name>.json; eval-<name>-eps64_76.json for budgets added later."""
+        if budgets is None:
+            return run.eval_file(self.name)
+        return run.eval_file(f"{self.name}-eps{'_'.join(f'{eps:g}' for eps in budgets)}")
+
+    def budgets(self, definition: Definition, cell: Cell) -> list[float]:
+        """The budgets (1/255) this evaluation attacks the cell at."""
+        if self.eps == "grid":
+            return definition.eps_values()
+        if self.eps == "own":
+            return [cell.eps]
+        return sorted(set(self.eps))
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "attack": self.attack,
+            "label": self.label,
+            "eps": self.eps if isinstance(self.eps, str) else list(self.eps),
+            "examples": self.examples,
+            "options": self.options,
+        }
+
+
 @dataclasses.dataclass
 class Definition:
     name: str
@@ -94,12 +145,105 @@ class Definition:
     description: str
     flags: dict[str, Any]
     grid: list[dict[str, list[Any]]]
-    evaluation: dict[str, int]
+    evaluations: list[Evaluation]
+    batch_size: int = 500
     paper: str | None = None
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
         return sorted({cell.eps for cell in expand(self)})
+
+    def evaluation(self, name: str) -> Evaluation | None:
+        return next((e for e in self.evaluations if e.name == name), None)
+
+    def evaluation_record(self) -> dict[str, Any]:
+        """The evaluation as the report states it."""
+        return {
+            "batch_size": self.batch_size,
+            "attacks": [evaluation.record() for evaluation in self.evaluations],
+        }
+
+
+def _older_evaluation(path: str, given: Mapping[str, Any]) -> tuple[int, list[Evaluation]]:
+    unknown = sorted(set(given) - set(EVALUATION_DEFAULTS))
+    if unknown:
+        raise DefinitionError(
+            f"{path}: unknown evaluation keys {unknown}; known: 'batch_size', 'attacks' (or "
+            f"the older {list(EVALUATION_DEFAULTS)})"
+        )
+    values = {**EVALUATION_DEFAULTS, **given}
+    for key, value in given.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DefinitionError(f"{path}: evaluation {key!r} must be an integer >= 1")
+    options = {"steps": values["pgd_steps"], "restarts": values["pgd_restarts"]}
+    return values["batch_size"], [
+        Evaluation("pgd", "pgd", "grid", values["pgd_examples"], options),
+        Evaluation("autoattack", "autoattack", "own", values["autoattack_examples"], {}),
+    ]
+
+
+def _evaluations(path: str, given: Any) -> tuple[int, list[Evaluation]]:
+    if not isinstance(given, dict):
+        raise DefinitionError(f"{path}: 'evaluation' must be an object")
+    if "attacks" not in given:
+        return _older_evaluation(path, given)
+    unknown = sorted(set(given) - {"attacks", "batch_size"})
+    if unknown:
+        raise DefinitionError(
+            f"{path}: unknown evaluation keys {unknown}; with 'attacks', give only 'batch_size'"
+        )
+    batch_size = given.get("batch_size", EVALUATION_DEFAULTS["batch_size"])
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise DefinitionError(f"{path}: evaluation 'batch_size' must be an integer >= 1")
+    entries = given["attacks"]
+    if not isinstance(entries, list) or not entries:
+        raise DefinitionError(f"{path}: evaluation 'attacks' must be a non-empty list")
+    found: list[Evaluation] = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: evaluation attack {i}"
+        if not isinstance(entry, dict) or "attack" not in entry:
+            raise DefinitionError(f"{where}: give an object with 'attack' (a registry name)")
+        unknown = sorted(set(entry) - set(_EVALUATION_KEYS))
+        if unknown:
+            raise DefinitionError(f"{where}: unknown keys {unknown}; known {_EVALUATION_KEYS}")
+        attack = entry["attack"]
+        if attack not in attacks.names():
+            raise DefinitionError(f"{where}: unknown attack {attack!r}; known {attacks.names()}")
+        if "source" in attacks.entry(attack).uses:
+            raise DefinitionError(f"{where}: {attack!r} needs a source model; a sweep has none")
+        options = entry.get("options", {})
+        if not isinstance(options, dict):
+            raise DefinitionError(f"{where}: 'options' must map option names to values")
+        try:
+            attacks.label(attack, options)  # refuses unknown options
+        except ValueError as error:
+            raise DefinitionError(f"{where}: {error}") from None
+        name = entry.get("name", attack)
+        if (
+            not isinstance(name, str)
+            or not name
+            or not all(c.isalnum() or c in "_" for c in name.replace("-", "_"))
+        ):
+            raise DefinitionError(f"{where}: 'name' must be letters, digits, '-' or '_'")
+        if any(e.name == name for e in found):
+            raise DefinitionError(f"{where}: a second evaluation named {name!r}; give 'name'")
+        eps = entry.get("eps", "grid")
+        if isinstance(eps, list):
+            if not eps or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 255
+                for v in eps
+            ):
+                raise DefinitionError(f"{where}: 'eps' budgets must be numbers in (0, 255]")
+            eps = tuple(float(v) for v in eps)
+        elif eps not in ("grid", "own"):
+            raise DefinitionError(
+                f'{where}: \'eps\' is "grid", "own" or a list of budgets, got {eps!r}'
+            )
+        examples = entry.get("examples", EVALUATION_DEFAULTS["pgd_examples"])
+        if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+            raise DefinitionError(f"{where}: 'examples' must be an integer >= 1")
+        found.append(Evaluation(name, attack, eps, examples, dict(options)))
+    return batch_size, found
 
 
 def load_definition(path: str) -> Definition:
@@ -133,24 +277,15 @@ def load_definition(path: str) -> Definition:
                 )
         if "method" not in part and "method" not in shared:
             raise DefinitionError(f"{path}: grid part {i} names no method")
-    evaluation = dict(EVALUATION_DEFAULTS)
-    given = raw.get("evaluation", {})
-    unknown = sorted(set(given) - set(EVALUATION_DEFAULTS))
-    if unknown:
-        raise DefinitionError(
-            f"{path}: unknown evaluation keys {unknown}; known: {list(EVALUATION_DEFAULTS)}"
-        )
-    for key, value in given.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise DefinitionError(f"{path}: evaluation {key!r} must be an integer >= 1")
-        evaluation[key] = value
+    batch_size, evaluations = _evaluations(path, raw.get("evaluation", {}))
     definition = Definition(
         name=name,
         path=path,
         description=str(raw.get("description", "")),
         flags=dict(shared),
         grid=[dict(part) for part in grid],
-        evaluation=evaluation,
+        evaluations=evaluations,
+        batch_size=batch_size,
         paper=raw.get("paper"),
     )
     for cell in expand(definition):
@@ -211,49 +346,48 @@ def flag_words(values: Mapping[str, Any]) -> list[str]:
     return words
 
 
-def pgd_file(eps_values: Sequence[float] | None) -> str:
-    """eval-pgd.json for the grid's budgets; eval-pgd-eps64_76.json for budgets added later."""
-    if eps_values is None:
-        return EVAL_PGD
-    return run.eval_file(f"pgd-eps{'_'.join(f'{eps:g}' for eps in eps_values)}")
-
-
 def commands(
-    definition: Definition, cell: Cell, sweep_dir: str, pgd_eps: Sequence[float] | None = None
+    definition: Definition,
+    cell: Cell,
+    sweep_dir: str,
+    missing: Mapping[str, Sequence[float]] | None = None,
 ) -> dict[str, list[str]]:
-    """The programs a cell runs, as argument lists after `python`: train, then evaluate.
-    `pgd_eps`: evaluate PGD at these budgets only, into a file of their own (default: every
-    budget of the grid, into eval-pgd.json)."""
+    """The programs a cell runs, as argument lists after `python`: "train", then one evaluate.py
+    command per evaluation, by its name. `missing`: evaluations to run at these budgets only,
+    into a file of their own (budgets added to the grid after the cell was evaluated)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
-    evaluation = definition.evaluation
+    data = {name: cell.flags[name] for name in _DATA_FLAGS if name in cell.flags}
     evaluate = [
         "evaluate.py",
         f"--model_path={cell_dir}",
-        f"--batch_size={evaluation['batch_size']}",
+        *flag_words(data),
+        f"--batch_size={definition.batch_size}",
     ]
-    all_eps = ",".join(f"{eps:g}" for eps in pgd_eps or definition.eps_values())
-    return {
+    argv = {
         "train": [
             "train.py",
             *flag_words(cell.flags),
             f"--workdir={cell_dir}",
             "--noexport",
             "--verbose=2",
-        ],
-        "pgd": [
-            *evaluate,
-            "--attacks=pgd",
-            f"--eps={all_eps}",
-            f"--pgd_steps={evaluation['pgd_steps']}",
-            f"--pgd_restarts={evaluation['pgd_restarts']}",
-            f"--n_examples={evaluation['pgd_examples']}",
-            f"--results={os.path.join(cell_dir, pgd_file(pgd_eps))}",
-        ],
-        "autoattack": [
-            *evaluate,
-            "--attacks=autoattack",
-            f"--eps={cell.eps:g}",
-            f"--n_examples={evaluation['autoattack_examples']}",
-            f"--results={os.path.join(cell_dir, EVAL_AUTOATTACK)}",
-        ],
+        ]
     }
+    for evaluation in definition.evaluations:
+        entry = attacks.entry(evaluation.attack)
+        budgets = (missing or {}).get(evaluation.name)
+        options = {
+            entry.flag_name(option): evaluation.options.get(option.name, option.default)
+            for option in entry.options
+        }
+        budgets_words = ",".join(
+            f"{eps:g}" for eps in budgets or evaluation.budgets(definition, cell)
+        )
+        argv[evaluation.name] = [
+            *evaluate,
+            f"--attacks={evaluation.attack}",
+            f"--eps={budgets_words}",
+            *flag_words(options),
+            f"--n_examples={evaluation.examples}",
+            f"--results={os.path.join(cell_dir, evaluation.file(budgets))}",
+        ]
+    return argv

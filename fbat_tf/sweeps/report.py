@@ -49,28 +49,52 @@ def _number(values: Sequence[float], digits: int = 1) -> str:
     return f"{statistics.fmean(values):.{digits}f}" if values else "–"
 
 
+def _evaluations(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return report["evaluation"]["attacks"]
+
+
+def _attacked(cells: Sequence[dict[str, Any]], name: str, eps: float | None = None) -> list[float]:
+    """Robust accuracies of evaluation `name` at ε (default: each cell's own), as fractions."""
+    values = []
+    for cell in cells:
+        key = f"{cell['eps'] if eps is None else eps:g}"
+        value = cell.get(name, {}).get("robust_accuracy", {}).get(key)
+        if value is not None:
+            values.append(value)
+    return values
+
+
+def _clean(cells: Sequence[dict[str, Any]], report: dict[str, Any]) -> list[float]:
+    """Clean accuracy from the cells' first evaluation (the one with the most examples when
+    the definition says so first)."""
+    first = _evaluations(report)[0]["name"]
+    return _values(cells, first, "clean_accuracy")
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
-    evaluation = report["evaluation"]
-    pgd_name = f"PGD-{evaluation['pgd_steps']}-{evaluation['pgd_restarts']}"
+    evaluations = _evaluations(report)
+    described = ", ".join(
+        f"{e['label']} on the first {e['examples']} test images" for e in evaluations
+    )
     lines = [
         f"# Sweep {report['sweep']}",
         "",
         report["description"],
         "",
-        f"Clean and {pgd_name} accuracy (%) on the first {evaluation['pgd_examples']} test "
-        f"images, AutoAttack (standard) on the first {evaluation['autoattack_examples']}, at the "
-        "training ε; mean ± sample std over seeds. CO: epochs where the catastrophic-overfitting "
-        "guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; inactive: mean fraction of "
-        "inactive constraints at δ* (Fast-BAT only).",
+        f"Robust accuracy (%) at the training ε: {described}; clean accuracy on the first "
+        f"{evaluations[0]['examples']}; mean ± sample std over seeds. CO: epochs where the "
+        "catastrophic-overfitting guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; "
+        "inactive: mean fraction of inactive constraints at δ* (Fast-BAT with its implicit "
+        "term).",
         "",
-        f"| method | ε (/255) | seeds | clean | {pgd_name} | AutoAttack | selected epoch | CO "
-        "(epochs) | s/epoch | IG ratio | inactive |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | ε (/255) | seeds | clean | "
+        + " | ".join(e["label"] for e in evaluations)
+        + " | selected epoch | CO (epochs) | s/epoch | IG ratio | inactive |",
+        "|---|---|---|---|" + "---|" * len(evaluations) + "---|---|---|---|---|",
     ]
     for (variant, eps), cells in _groups(report["cells"]).items():
-        done = [c for c in cells if "pgd" in c]
-        pgd = [c["pgd"]["robust_accuracy"].get(f"{eps:g}") for c in done]
+        done = [c for c in cells if all(e["name"] in c for e in evaluations)]
         selected = ", ".join(str(c["train"]["selected_epoch"]) for c in cells if "train" in c)
         overfit = "; ".join(
             ",".join(map(str, c["train"]["overfitting_epochs"])) or "–"
@@ -79,35 +103,32 @@ def markdown(report: dict[str, Any]) -> str:
         )
         ratio = _values(cells, "train", "ig_norm_ratio")
         inactive = _values(cells, "train", "inactive_fraction")
+        robust = " | ".join(_percent(_attacked(cells, e["name"])) for e in evaluations)
         lines.append(
             f"| {_label(variant, cells)} | {eps:g} | {len(done)}/{len(cells)} | "
-            f"{_percent(_values(done, 'pgd', 'clean_accuracy'))} | "
-            f"{_percent([p for p in pgd if p is not None])} | "
-            f"{_percent(_values(cells, 'autoattack', 'robust_accuracy'))} | {selected or '–'} | "
+            f"{_percent(_clean(cells, report))} | {robust} | {selected or '–'} | "
             f"{overfit or '–'} | {_number(_values(cells, 'train', 'seconds_per_epoch'))} | "
             f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "
             f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
         )
     eps_values = report["eps_values"]
-    lines += [
-        "",
-        f"## {pgd_name} accuracy (%) across budgets",
-        "",
-        "Rows: the trained models (ε they were trained at); columns: the ε they are attacked at.",
-        "",
-        "| method | trained at | " + " | ".join(f"ε={e:g}" for e in eps_values) + " |",
-        "|---|---|" + "---|" * len(eps_values),
-    ]
-    for (variant, eps), cells in _groups(report["cells"]).items():
-        row = []
-        for attacked in eps_values:
-            values = [
-                c["pgd"]["robust_accuracy"][f"{attacked:g}"]
-                for c in cells
-                if f"{attacked:g}" in c.get("pgd", {}).get("robust_accuracy", {})
-            ]
-            row.append(_percent(values))
-        lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
+    for evaluation in evaluations:
+        if evaluation["eps"] == "own":
+            continue
+        attacked_at = eps_values if evaluation["eps"] == "grid" else evaluation["eps"]
+        lines += [
+            "",
+            f"## {evaluation['label']} accuracy (%) across budgets",
+            "",
+            "Rows: the trained models (ε they were trained at); columns: the ε they are "
+            "attacked at.",
+            "",
+            "| method | trained at | " + " | ".join(f"ε={e:g}" for e in attacked_at) + " |",
+            "|---|---|" + "---|" * len(attacked_at),
+        ]
+        for (variant, eps), cells in _groups(report["cells"]).items():
+            row = [_percent(_attacked(cells, evaluation["name"], at)) for at in attacked_at]
+            lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
     if "paper" in report:
         lines += ["", *paper_table(report)]
     return "\n".join(lines) + "\n"
@@ -116,21 +137,21 @@ def markdown(report: dict[str, Any]) -> str:
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 
 
-def measured_metric(cells: Sequence[dict[str, Any]], metric: str) -> list[float]:
-    """The cells' values of a paper metric, in percent (seconds for seconds_per_epoch)."""
+def measured_metric(
+    cells: Sequence[dict[str, Any]],
+    metric: str,
+    report: dict[str, Any],
+    attacked_eps: float | None = None,
+) -> list[float]:
+    """The cells' values of a paper metric, in percent (seconds for seconds_per_epoch): clean,
+    seconds_per_epoch, or the name of an evaluation, at each cell's ε or at `attacked_eps`."""
     if metric == "clean":
-        return [100 * v for v in _values(cells, "pgd", "clean_accuracy")]
-    if metric == "pgd":
-        return [
-            100 * c["pgd"]["robust_accuracy"][f"{c['eps']:g}"]
-            for c in cells
-            if f"{c['eps']:g}" in c.get("pgd", {}).get("robust_accuracy", {})
-        ]
-    if metric == "autoattack":
-        return [100 * v for v in _values(cells, "autoattack", "robust_accuracy")]
+        return [100 * v for v in _clean(cells, report)]
     if metric == "seconds_per_epoch":
         return _values(cells, "train", "seconds_per_epoch")
-    raise KeyError(metric)
+    if any(e["name"] == metric for e in _evaluations(report)):
+        return [100 * v for v in _attacked(cells, metric, attacked_eps)]
+    return []
 
 
 def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -143,13 +164,14 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             if metric not in entry:
                 continue
             mean, std = entry[metric]
-            measured = measured_metric(cells, metric)
+            measured = measured_metric(cells, metric, report, entry.get("attacked_eps"))
             value = statistics.fmean(measured) if measured else None
             rows.append(
                 {
                     "table": entry["table"],
                     "method": entry["method"],
                     "eps": entry["eps"],
+                    "attacked_eps": entry.get("attacked_eps", entry["eps"]),
                     "metric": metric,
                     "paper_mean": mean,
                     "paper_std": std,
@@ -168,8 +190,9 @@ def paper_table(report: dict[str, Any]) -> list[str]:
         "",
         "Accuracies in %, time in seconds per epoch; difference = measured − paper.",
         "",
-        "| table | method | ε | metric | paper | measured | difference |",
-        "|---|---|---|---|---|---|---|",
+        "| table | method | trained at ε | attacked at ε | metric | paper | measured "
+        "| difference |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in paper_rows(report):
         paper = f"{row['paper_mean']:.2f}" + (
@@ -183,8 +206,8 @@ def paper_table(report: dict[str, Any]) -> list[str]:
             )
             difference = f"{row['difference']:+.2f}"
         lines.append(
-            f"| {row['table']} | {row['method']} | {row['eps']:g} | {row['metric']} | {paper} | "
-            f"{measured} | {difference} |"
+            f"| {row['table']} | {row['method']} | {row['eps']:g} | {row['attacked_eps']:g} | "
+            f"{row['metric']} | {paper} | {measured} | {difference} |"
         )
     return lines
 
@@ -209,17 +232,24 @@ def _pyplot():
 
 
 def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
-    """AutoAttack (solid) and PGD (dashed) accuracy at the training ε, one colour per variant."""
+    """Each evaluation's accuracy at the training ε (the last evaluation solid, the others
+    dashed or dotted), one colour per variant."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     colours = _colours(report)
     by_variant: dict[str, dict[float, list[dict]]] = {}
     for (variant, eps), cells in _groups(report["cells"]).items():
         by_variant.setdefault(variant, {})[eps] = cells
+    evaluations = _evaluations(report)
+    styles = dict(
+        zip((e["name"] for e in reversed(evaluations)), ("-", "--", ":", "-."), strict=False)
+    )
     for variant, per_eps in by_variant.items():
-        for metric, style in (("autoattack", "-"), ("pgd", "--")):
+        for evaluation in evaluations:
+            metric, style = evaluation["name"], styles.get(evaluation["name"], ":")
             points = [
-                (eps, measured_metric(cells, metric)) for eps, cells in sorted(per_eps.items())
+                (eps, measured_metric(cells, metric, report))
+                for eps, cells in sorted(per_eps.items())
             ]
             points = [(eps, values) for eps, values in points if values]
             if not points:
@@ -236,7 +266,7 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
                 markersize=4,
                 capsize=2,
                 color=colours[variant],
-                label=f"{variant} ({'AA' if metric == 'autoattack' else 'PGD'})",
+                label=f"{variant} ({evaluation['label']})",
             )
     axes.set_xlabel("ε (1/255), trained and attacked at")
     axes.set_ylabel("robust accuracy (%)")
@@ -248,23 +278,26 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
 
 
 def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
-    """One point per evaluated cell: AutoAttack accuracy against clean accuracy, ε written."""
+    """One point per evaluated cell: the last evaluation's accuracy at the training ε (the
+    strongest attack, where the definition lists it last) against clean accuracy, ε written."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     colours = _colours(report)
     labelled = set()
+    evaluations = _evaluations(report)
+    last = evaluations[-1]
     for cell in report["cells"]:
-        if "autoattack" not in cell or "pgd" not in cell:
+        robust, clean = _attacked([cell], last["name"]), _clean([cell], report)
+        if not robust or not clean:
             continue
-        x = 100 * cell["autoattack"]["robust_accuracy"]
-        y = 100 * cell["pgd"]["clean_accuracy"]
+        x, y = 100 * robust[0], 100 * clean[0]
         label = None if cell["variant"] in labelled else cell["variant"]
         labelled.add(cell["variant"])
         axes.scatter(x, y, color=colours[cell["variant"]], label=label, s=18)
         axes.annotate(
             f"{cell['eps']:g}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points"
         )
-    axes.set_xlabel("AutoAttack accuracy (%) at the training ε")
+    axes.set_xlabel(f"{last['label']} accuracy (%) at the training ε")
     axes.set_ylabel("clean accuracy (%)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7)

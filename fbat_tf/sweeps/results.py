@@ -17,29 +17,44 @@ from fbat_tf.sweeps.definition import (
     Cell,
     Definition,
     DefinitionError,
+    Evaluation,
     commands,
     expand,
 )
 
 
-def pgd_results(cell_dir: str) -> dict[str, tuple[float, str]]:
-    """PGD robust accuracy by ε (as evaluate.py names it, "8") over every PGD file of the cell,
-    with the file each number came from."""
+def _files(cell_dir: str, evaluation: Evaluation) -> list[str]:
+    """The cell's files of this evaluation: eval-<name>.json first, then the files of budgets
+    added later (eval-<name>-eps…json)."""
+    main = evaluation.file()
+    later = run.eval_file(f"{evaluation.name}-eps").removesuffix(".json")
+    names = os.listdir(cell_dir) if os.path.isdir(cell_dir) else []
+    extra = sorted(n for n in names if n.startswith(later) and n.endswith(".json"))
+    return ([main] if main in names else []) + extra
+
+
+def evaluation_results(cell_dir: str, evaluation: Evaluation) -> dict[str, tuple[float, str]]:
+    """Robust accuracy by ε (as evaluate.py names it, "8") over every file of the evaluation,
+    with the file each number came from; where files overlap, eval-<name>.json counts."""
     found: dict[str, tuple[float, str]] = {}
-    # eval-pgd.json first: where files overlap, the grid's own evaluation counts.
-    names = sorted(run.Run(cell_dir).eval_files("pgd"), key=lambda n: (n != EVAL_PGD, n))
-    for name in names:
+    for name in _files(cell_dir, evaluation):
         path = os.path.join(cell_dir, name)
         for key, value in _read(path)["robust_accuracy"].items():
             found.setdefault(key.split("@")[1], (value, path))
     return found
 
 
-def missing_pgd_eps(definition: Definition, cell_dir: str) -> list[float]:
-    """The grid's budgets the cell has no PGD number for yet (all of them before its first
-    evaluation; those added to the grid since, after it)."""
-    have = pgd_results(cell_dir)
-    return [eps for eps in definition.eps_values() if f"{eps:g}" not in have]
+def missing_budgets(definition: Definition, cell: Cell, cell_dir: str) -> dict[str, list[float]]:
+    """Per evaluation already run, the budgets it lacks (added to the grid since)."""
+    missing = {}
+    for evaluation in definition.evaluations:
+        if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
+            continue
+        have = evaluation_results(cell_dir, evaluation)
+        lacking = [eps for eps in evaluation.budgets(definition, cell) if f"{eps:g}" not in have]
+        if lacking:
+            missing[evaluation.name] = lacking
+    return missing
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -50,13 +65,22 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
-    """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition, a
-    cell lacking PGD at a budget of its grid is not done."""
+    """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition,
+    'done' once every evaluation holds every budget it asks for; without it, once the default
+    evaluations' files exist."""
     cell = run.Run(cell_dir)
     if not cell.is_complete():
         return "started" if os.path.exists(cell.flags_path) else "new"
-    evaluated = all(os.path.exists(os.path.join(cell_dir, f)) for f in (EVAL_PGD, EVAL_AUTOATTACK))
-    if evaluated and definition is not None and missing_pgd_eps(definition, cell_dir):
+    if definition is None:
+        defaults = (EVAL_PGD, EVAL_AUTOATTACK)
+        done = all(os.path.exists(os.path.join(cell_dir, name)) for name in defaults)
+        return "done" if done else "trained"
+    name = os.path.basename(os.path.normpath(cell_dir))
+    found = next((c for c in expand(definition) if c.name == name), None)
+    evaluated = all(
+        os.path.exists(os.path.join(cell_dir, e.file())) for e in definition.evaluations
+    )
+    if evaluated and found is not None and missing_budgets(definition, found, cell_dir):
         evaluated = False
     return "done" if evaluated else "trained"
 
@@ -112,32 +136,35 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
     for name in ("ig_norm_ratio", "inactive_fraction"):
         if any(name in h for h in history):
             record["train"][name] = _mean(h.get(name) for h in history)
-    pgd = _read(os.path.join(cell_dir, EVAL_PGD))
-    if pgd is not None:
-        merged = pgd_results(cell_dir)
-        record["pgd"] = {
-            "source": os.path.join(cell_dir, EVAL_PGD),
-            "examples": pgd["examples"],
-            "clean_accuracy": pgd["clean_accuracy"],
-            "steps": pgd.get("pgd_steps"),
-            "restarts": pgd.get("pgd_restarts"),
-            "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
-            "sources": {eps: path for eps, (_, path) in merged.items()},
-            "code": pgd.get("code"),
-        }
-    autoattack = _read(os.path.join(cell_dir, EVAL_AUTOATTACK))
-    if autoattack is not None:
-        (key, value), *_ = autoattack["robust_accuracy"].items()
-        record["autoattack"] = {
-            "source": os.path.join(cell_dir, EVAL_AUTOATTACK),
-            "examples": autoattack["examples"],
-            "clean_accuracy": autoattack["clean_accuracy"],
-            "robust_accuracy": value,
-            "per_attack": autoattack.get("autoattack_per_attack", {}).get(key, {}),
-            "seconds": autoattack["time_s"][key],
-            "code": autoattack.get("code"),
-        }
+    for evaluation in definition.evaluations:
+        found = _evaluation_record(cell_dir, evaluation)
+        if found is not None:
+            record[evaluation.name] = found
     return record
+
+
+def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] | None:
+    """What the evaluation's files say: robust accuracy by ε (with its file), and for an
+    ensemble the accuracy after each part and the seconds each took, by ε."""
+    source = os.path.join(cell_dir, evaluation.file())
+    main = _read(source)
+    if main is None:
+        return None
+    merged = evaluation_results(cell_dir, evaluation)
+    parts = main.get("autoattack_per_attack", {})
+    seconds = main.get("autoattack_seconds", {})
+    return {
+        "source": source,
+        "label": evaluation.label,
+        "examples": main["examples"],
+        "clean_accuracy": main["clean_accuracy"],
+        "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
+        "sources": {eps: path for eps, (_, path) in merged.items()},
+        "time_s": {key.split("@")[1]: value for key, value in main.get("time_s", {}).items()},
+        "per_part": {key.split("@")[1]: value for key, value in parts.items()},
+        "part_seconds": {key.split("@")[1]: value for key, value in seconds.items()},
+        "code": main.get("code"),
+    }
 
 
 def _portable(path: str) -> str:
@@ -156,7 +183,7 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
         "definition": _portable(definition.path),
         "description": definition.description,
         "flags": definition.flags,
-        "evaluation": definition.evaluation,
+        "evaluation": definition.evaluation_record(),
         "eps_values": definition.eps_values(),
         "cells": cells,
     }
