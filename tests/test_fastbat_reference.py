@@ -82,7 +82,7 @@ def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
 
 
 def _project(delta, x, eps):
-    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
+    """Clip to [-eps, eps], then to [-x, 1 - x] (docs/DESIGN.md §2.2, P_C)."""
     delta = tf.minimum(tf.maximum(delta, -eps), eps)
     return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
 
