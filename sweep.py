@@ -11,7 +11,7 @@ cell's ε, writing eval-pgd.json and eval-autoattack.json into it. A cell that h
 done and never run again; a run directory holding other flags is refused. The whole definition
 is checked (flag names, values, ε, the method options, the data, existing run directories)
 before the first run starts. One line per cell shows the time spent and an estimate of the time
-left; the report is rewritten after each cell. The definition format is in fbat_tf/sweeps.py.
+left; the report is rewritten after each cell. The definition format is in fbat_tf/sweeps/definition.py.
 """
 
 from __future__ import annotations

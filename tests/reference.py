@@ -10,7 +10,7 @@ import tensorflow as tf
 
 
 def project(delta, x, eps):
-    """Clip to [-eps, eps], then to [-x, 1 - x] (DESIGN.md §3, P_C)."""
+    """Clip to [-eps, eps], then to [-x, 1 - x] (docs/DESIGN.md §2.2, P_C)."""
     delta = tf.minimum(tf.maximum(delta, -eps), eps)
     return tf.minimum(tf.maximum(delta, -x), 1.0 - x)
 

@@ -153,7 +153,7 @@ def test_loss_scale_returns_scaled_weight_gradients_and_the_same_attack():
 
 
 def test_fastat_is_one_fgsm_step_from_the_random_start():
-    # Against a brute-force recomputation of the DESIGN.md table entry.
+    # Against a brute-force recomputation of the docs/DESIGN.md §3.2 table entry.
     model, (x, y) = tiny_model(), batch()
     x_adv = make("fastat", {}).perturb(model, x, y, SEED)
     delta0 = constraints.project(
