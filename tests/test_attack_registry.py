@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import data
-from tests.test_evaluate_cli import small_model
+from fbat_tf.classifiers import load_classifier
+from tests.test_sweep import TINY_FLAGS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -43,50 +44,66 @@ TOY_LINE = (
 
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_a_toy_attack_with_one_option_runs_through_evaluate_py(tmp_path):
+def test_a_toy_attack_with_one_option_runs_in_a_sweep_and_through_evaluate_py(tmp_path):
+    """In a copy of the project with the toy's module and its registry line, a sweep definition
+    names the toy with an option; sweep.py trains a tiny cell and evaluate.py attacks it with
+    the toy. Its number equals the same perturbation computed here on the cell's model."""
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__")
     for package in ("fbat_tf", "flags"):
         shutil.copytree(os.path.join(ROOT, package), tree / package, ignore=ignore)
-    shutil.copy(os.path.join(ROOT, "evaluate.py"), tree / "evaluate.py")
+    for program in ("train.py", "evaluate.py", "sweep.py"):
+        shutil.copy(os.path.join(ROOT, program), tree / program)
+    (tree / "configs" / "sweeps").mkdir(parents=True)
     (tree / "fbat_tf" / "attacks" / "toy.py").write_text(TOY_MODULE)
     with open(tree / "fbat_tf" / "attacks" / "__init__.py", "a") as f:
         f.write(TOY_LINE)
 
-    model_path = str(tmp_path / "model.keras")
-    model = small_model(None)
-    model.save(model_path)
-    results = tmp_path / "eval.json"
-    command = [
-        sys.executable,
-        "evaluate.py",
-        f"--model_path={model_path}",
-        "--dataset=fashion_mnist",
-        "--attacks=toy",
-        "--toy_strength=0.5",
-        "--eps=40",
-        "--n_examples=64",
-        f"--results={results}",
-    ]
+    definition = {
+        "description": "a toy attack",
+        "flags": {**TINY_FLAGS, "max_train_examples": 1024, "lr_max": 0.05},
+        "grid": [{"method": ["standard"], "eps": [255]}],
+        "evaluation": {
+            "batch_size": 64,
+            "attacks": [
+                {"attack": "toy", "eps": "own", "examples": 64, "options": {"strength": 0.5}}
+            ],
+        },
+    }
+    (tree / "configs" / "sweeps" / "toy.json").write_text(json.dumps(definition))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(tree))
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| Toy-0.5 | 40 |" in done.stdout
-    measured = json.loads(results.read_text())
+    done = subprocess.run(
+        [sys.executable, "sweep.py", "--sweep=toy"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    cell = tree / "results" / "toy" / "standard-eps255"
+    measured = json.loads((cell / "eval-toy.json").read_text())
     assert measured["toy_strength"] == 0.5
+    assert "Toy-0.5" in (tree / "results" / "toy" / "sweep.md").read_text()
+    command = (tree / "results" / "toy" / "logs" / "standard-eps255.evaluate.log").read_text()
+    assert "--attacks=toy" in command and "--toy_strength=0.5" in command
 
-    # The same perturbation, computed here on the same 64 test images.
+    # The same perturbation, computed here on the cell's selected model and 64 test images.
+    model, _ = load_classifier(str(cell))
     x, y = next(iter(data.load("fashion_mnist", "test", batch_size=64, max_examples=64)))
-    x_adv = np.clip(x + 0.5 * (40 / 255) * np.sign(x - 0.5), 0.0, 1.0)
+    x_adv = np.clip(x + 0.5 * (255 / 255) * np.sign(x - 0.5), 0.0, 1.0)
     predicted = np.argmax(model(tf.constant(x_adv, tf.float32), training=False), axis=-1)
     expected = float(np.mean(predicted == y.numpy()))
-    clean = float(np.mean(np.argmax(model(x, training=False), axis=-1) == y.numpy()))
-    assert expected != clean  # the attack moves the accuracy, so the check can fail
-    assert measured["robust_accuracy"]["toy@40"] == pytest.approx(expected, abs=1e-9)
+    clean_predicted = np.argmax(model(x, training=False), axis=-1)
+    clean = float(np.mean(clean_predicted == y.numpy()))
+    assert measured["clean_accuracy"] == pytest.approx(clean, abs=1e-9)
+    # The toy changes predictions, so a toy that was not applied would be seen.
+    assert np.any(predicted != clean_predicted)
+    assert measured["robust_accuracy"]["toy@255"] == pytest.approx(expected, abs=1e-9)
 
     # Without the registry line the name is refused before any work.
     refused = subprocess.run(
-        command[:4] + ["--attacks=toy", f"--results={tmp_path / 'other.json'}"],
+        [sys.executable, "evaluate.py", f"--model_path={cell}", "--attacks=toy"],
         cwd=ROOT,
         env=dict(env, PYTHONPATH=ROOT),
         capture_output=True,
