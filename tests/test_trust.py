@@ -1,6 +1,6 @@
 """Files from elsewhere never run code: a .keras file that holds code is refused unless the caller
-says it trusts the file. (CIFAR batches and tarballs: tests/test_data.py; evaluate.py on such a
-.keras file: tests/test_evaluate_cli.py.)
+says it trusts the file, and the serving client never unpickles a .npy file. (CIFAR batches and
+tarballs: tests/test_data.py; evaluate.py on such a .keras file: tests/test_evaluate_cli.py.)
 
     python -m pytest tests/test_trust.py -q
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import warnings
@@ -18,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 
-from export import savedmodel
+from export import client, savedmodel
 from fbat_tf import classifiers, trust
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,3 +147,26 @@ def test_export_cli_refuses_a_lambda_before_tensorflow_loads(tmp_path, lambda_fi
     assert message.startswith(f"error: --model_path: refusing to load {lambda_file}")
     assert "--trust_model_code" in message
     assert not served.exists()
+
+
+class RunsACommand:
+    """Unpickling it runs a shell command that creates `marker`."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(self.marker)}",)
+
+
+def test_client_never_unpickles_a_npy_file(tmp_path):
+    marker = tmp_path / "marker"
+    path = str(tmp_path / "objects.npy")
+    np.save(path, np.array([RunsACommand(str(marker))], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="objects.npy: Object arrays cannot be loaded") as refused:
+        client.load_images([path])
+    assert "numeric .npy arrays only" in str(refused.value)
+    assert not marker.exists()
+    # The file does what it says when unpickled.
+    np.load(path, allow_pickle=True)
+    assert marker.exists()
