@@ -1,6 +1,7 @@
 """Files from elsewhere never run code: a .keras file that holds code is refused unless the caller
-says it trusts the file, and the serving client never unpickles a .npy file. (CIFAR batches and
-tarballs: tests/test_data.py; evaluate.py on such a .keras file: tests/test_evaluate_cli.py.)
+says it trusts the file, the serving client never unpickles a .npy file, and the README says what
+fbat-tf loads and refuses. (CIFAR batches and tarballs: tests/test_data.py; evaluate.py on such a
+.keras file: tests/test_evaluate_cli.py.)
 
     python -m pytest tests/test_trust.py -q
 """
@@ -170,3 +171,12 @@ def test_client_never_unpickles_a_npy_file(tmp_path):
     # The file does what it says when unpickled.
     np.load(path, allow_pickle=True)
     assert marker.exists()
+
+
+def test_readme_says_what_is_loaded_and_refused():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert "\n## Security\n" in readme
+    section = readme.split("\n## Security\n", 1)[1].split("\n## ", 1)[0]
+    for words in ("CIFAR", ".keras", "--trust_model_code", "SavedModel", "trust", ".npy"):
+        assert words in section, words
