@@ -12,6 +12,10 @@ directory. Prints a Markdown table, writes JSON (never over an existing file) an
 `--strategy` splits each global batch over the replicas of a tf.distribute strategy and sums the
 counts (BUILD.md); only the chief of several workers writes.
 
+A .keras file that holds code (a Python lambda, as a Lambda layer's, or a TFSMLayer) is refused
+before TensorFlow loads unless `--trust_model_code` says the file is trusted. A SavedModel is a
+TensorFlow program: evaluate only SavedModels from sources you trust.
+
 TensorFlow leaves its oneDNN CPU kernels off on x86 CPUs without AVX-512 VNNI or AMX, where they
 still make AutoAttack 1.5× faster (bench/README.md); this script turns them on unless
 TF_ENABLE_ONEDNN_OPTS says otherwise (it must be set before TensorFlow loads).
@@ -27,7 +31,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
-from fbat_tf import attacks  # noqa: E402
+from fbat_tf import attacks, trust  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 from flags import common  # noqa: E402
 from flags import evaluate as eval_flags  # noqa: E402
@@ -62,6 +66,12 @@ def main(argv: list[str]) -> None:
     multi_worker = common.STRATEGY.value == "multi_worker"
     if os.path.exists(results_path) and not multi_worker:  # told before TensorFlow loads
         sys.exit(f"error: {results_path} exists; pass another --results")
+    for flag in (eval_flags.MODEL_PATH, eval_flags.SOURCE_MODEL_PATH):
+        if flag.value and flag.value.endswith(".keras") and os.path.isfile(flag.value):
+            try:
+                trust.check_keras_file(flag.value, eval_flags.TRUST_MODEL_CODE.value)
+            except ValueError as error:
+                sys.exit(f"error: --{flag.name}: {error}")
 
     import tempfile
 
@@ -80,10 +90,11 @@ def main(argv: list[str]) -> None:
     try:
         # Under the strategy's scope each replica gets its own copy of the weights.
         with strategy.scope():
-            classifier, known = classifiers.load_model(model_path)
+            trusted = eval_flags.TRUST_MODEL_CODE.value
+            classifier, known = classifiers.load_model(model_path, trusted)
             source = None
             if eval_flags.SOURCE_MODEL_PATH.value:
-                source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value)
+                source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value, trusted)
         dataset = eval_flags.DATASET.value or known.get("dataset")
         if FLAGS["dataset"].present:
             # train.py's spelling of --eval_dataset.

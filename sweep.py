@@ -5,13 +5,16 @@
     python sweep.py --sweep=fashion_mnist --only='fastbat-*'
     python sweep.py --sweep=fashion_mnist --report_only   # sweep.json, sweep.md, plots
 
+    python sweep.py --sweep=paper_table2 --data_dir=/data   # where the data is, for every cell
+
 Every cell is an ordinary train.py run in `<sweep_dir>/<cell>` (so a killed sweep resumes each
-cell where it stopped), then evaluate.py runs PGD at every ε of the grid and AutoAttack at the
-cell's ε, writing eval-pgd.json and eval-autoattack.json into it. A cell that holds both is
-done and never run again; a run directory holding other flags is refused. The whole definition
-is checked (flag names, values, ε, the method options, the data, existing run directories)
-before the first run starts. One line per cell shows the time spent and an estimate of the time
-left; the report is rewritten after each cell. The definition format is in fbat_tf/sweeps/definition.py.
+cell where it stopped), then evaluate.py runs each of the definition's evaluations (by default
+PGD at every ε of the grid and AutoAttack at the cell's ε), each writing eval-<name>.json into
+it. A cell that holds them all is done and never run again; a run directory holding other flags
+is refused. The whole definition is checked (flag names, values, ε, the method options, the
+attacks, the data, existing run directories) before the first run starts. One line per cell
+shows the time spent and an estimate of the time left; the report is rewritten after each cell.
+The definition format is in fbat_tf/sweeps/definition.py.
 """
 
 from __future__ import annotations

@@ -345,7 +345,7 @@ def torch_child(scratch: str) -> None:
     import pyautoattack
     import torch
 
-    model = keras.models.load_model(os.path.join(scratch, "mlp.keras"))
+    model = keras.models.load_model(os.path.join(scratch, "mlp.keras"), safe_mode=True)
     points = np.load(os.path.join(scratch, "points.npz"))
     x, y = points["x"], points["y"]
     torch.set_num_threads(_THREADS.value or os.cpu_count())

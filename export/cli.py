@@ -5,8 +5,9 @@
     python -m export --model_path=model.keras --export_dir=/srv/models --name=fmnist
 
 Every flag is checked before TensorFlow is imported, and an error names the flag and writes
-nothing: a directory that is not a finished training run, a missing .keras file, a model name
-TF-Serving would not accept, or a version that already exists (versions are never overwritten).
+nothing: a directory that is not a finished training run, a missing .keras file or one that holds
+code (a Python lambda, a TFSMLayer) without --trust_model_code, a model name TF-Serving would not
+accept, or a version that already exists (versions are never overwritten).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from absl import app, flags
 
 from export import versions
-from fbat_tf import run
+from fbat_tf import run, trust
 from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
@@ -40,6 +41,13 @@ _NAME = flags.DEFINE_string(
 )
 _VERSION = flags.DEFINE_integer(
     "version", None, "Version directory to create (default: the next free integer).", lower_bound=0
+)
+_TRUST_MODEL_CODE = flags.DEFINE_bool(
+    "trust_model_code",
+    False,
+    "Export a --model_path that holds code, a Python lambda (e.g. a Lambda layer's) or a "
+    "TFSMLayer, loading it with Keras' safe mode off, which runs that code. Only for files from "
+    "a source you trust.",
 )
 
 flags.register_multi_flags_validator(
@@ -82,6 +90,11 @@ def _default_name() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if _MODEL_PATH.value is not None:
+        try:
+            trust.check_keras_file(_MODEL_PATH.value, _TRUST_MODEL_CODE.value)
+        except ValueError as error:
+            sys.exit(f"error: --model_path: {error}")
     try:
         name = versions.check_name(_default_name())
     except (ValueError, KeyError, json.JSONDecodeError) as error:
@@ -103,7 +116,9 @@ def main(argv: list[str]) -> None:
         if _WORKDIR.value is not None:
             path = savedmodel.export_run(_WORKDIR.value, export_dir, name, _VERSION.value)
         else:
-            path = savedmodel.export_keras_file(_MODEL_PATH.value, export_dir, name, _VERSION.value)
+            path = savedmodel.export_keras_file(
+                _MODEL_PATH.value, export_dir, name, _VERSION.value, _TRUST_MODEL_CODE.value
+            )
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         sys.exit(f"error: {error}")
     print(f"exported {path} (serve {os.path.dirname(path)} as model {name!r})")

@@ -16,7 +16,7 @@ The signature follows the pixels' dtype unless one is named: uint8 -> "serve_uin
 "serving_default" (sent as float32). REST needs only numpy and the standard library; gRPC needs
 `tensorflow-serving-api` (and so grpcio and TensorFlow), imported only when used. Image files
 (PNG, JPEG, BMP, GIF) are decoded with TensorFlow; `.npy` files hold one image [H, W, C] or a
-batch [N, H, W, C].
+batch [N, H, W, C] of numbers (an object array, which is a pickle, is refused).
 """
 
 from __future__ import annotations
@@ -184,7 +184,13 @@ def load_images(paths: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     batches, labels = [], []
     for path in paths:
         if path.endswith(".npy"):
-            array = np.load(path, allow_pickle=False)
+            try:
+                # Never allow_pickle: an object array is a pickle, and a pickle can run code.
+                array = np.load(path, allow_pickle=False)
+            except ValueError as error:
+                raise ValueError(
+                    f"{path}: {error}; the client reads numeric .npy arrays only"
+                ) from None
             if array.ndim == 3:
                 array = array[None]
             if array.ndim != 4:

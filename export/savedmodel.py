@@ -219,21 +219,27 @@ def export_keras_file(
     export_dir: str | None = None,
     name: str | None = None,
     version: int | None = None,
+    trust_code: bool = False,
 ) -> str:
     """Export a saved `.keras` classifier; returns the version path.
 
     Defaults: `export_dir` = `export/` next to the file, `name` = the file name without
     `.keras`. Its model card records the model only: a .keras file carries no training run, so
-    the dataset, method and robustness figures are null.
+    the dataset, method and robustness figures are null. A file that holds code (a Python
+    lambda, a TFSMLayer) is refused with fbat_tf.trust.UntrustedCodeError, before anything is
+    written, unless `trust_code` (classifiers.load_keras_file).
     """
-    from fbat_tf import models  # noqa: F401  (registers the custom layers the file refers to)
+    from fbat_tf import (
+        classifiers,
+        models,  # noqa: F401  (registers the custom layers the file refers to)
+    )
 
     if not model_path.endswith(".keras") or not os.path.isfile(model_path):
         raise FileNotFoundError(f"no .keras model file at {model_path}")
     name = name if name is not None else os.path.basename(model_path)[: -len(".keras")]
     export_dir = export_dir or Run(os.path.dirname(os.path.abspath(model_path))).export_dir
     versions.free_version_dir(export_dir, name, version)
-    classifier = keras.saving.load_model(model_path, compile=False)
+    classifier = classifiers.load_keras_file(model_path, trust_code, compile=False)
     card = {
         "source": {"model_path": os.path.abspath(model_path)},
         "model": {"name": classifier.name},

@@ -7,6 +7,11 @@
 
 Every classifier here is called as `classifier(x, training=False)` and returns logits,
 differentiably, so that the attacks run on it.
+
+A .keras file is loaded with Keras' safe mode on: one that holds code (a Python lambda, a
+TFSMLayer) is refused with `trust.UntrustedCodeError` unless the caller passes `trust_code=True`
+(fbat_tf/trust.py). A SavedModel is a TensorFlow program and runs as one: load only SavedModels
+from sources you trust, as TensorFlow's security guidance says.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import run
+from fbat_tf import run, trust
 from fbat_tf.run import Run
 
 
@@ -70,9 +75,33 @@ class InferenceGraph:
         return self.function(tf.cast(x, tf.float32))[0]
 
 
-def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
+def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -> keras.Model:
+    """The model in a .keras file, loaded with Keras' safe mode on unless `trust_code`.
+
+    A file that holds code (a Python lambda, a TFSMLayer: trust.keras_file_code) raises
+    trust.UntrustedCodeError before Keras reads it, naming what it holds and how to allow it;
+    so does anything else Keras' safe mode refuses. `trust_code=True` loads such a file with safe
+    mode off, running its code: only for files from a source the caller trusts.
+    """
+    trust.check_keras_file(path, trust_code)
+    try:
+        return keras.saving.load_model(path, compile=compile, safe_mode=not trust_code)
+    except ValueError as error:
+        if trust_code or "safe_mode" not in str(error):
+            raise
+        # A refusal of Keras' safe mode that keras_file_code does not foresee.
+        raise trust.UntrustedCodeError(
+            trust.refusal(path, [f"what Keras' safe mode refuses ({error})"])
+        ) from None
+
+
+def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
     """A classifier from a training run directory, a .keras file or a SavedModel directory,
-    with what is known of it ({"dataset", "eps"} from the run or the model card, else {})."""
+    with what is known of it ({"dataset", "eps"} from the run or the model card, else {}).
+
+    A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
+    is loaded as the program it is: pass only SavedModels from sources you trust.
+    """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
         return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
@@ -87,7 +116,7 @@ def load_model(path: str) -> tuple[Callable, dict[str, Any]]:
             known["eps"] = card["eps"]["pixels"]
         return SavedModelClassifier(path), known
     if path.endswith(".keras") and os.path.isfile(path):
-        return keras.models.load_model(path), {}
+        return load_keras_file(path, trust_code), {}
     raise FileNotFoundError(
         f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
         "(saved_model.pb) nor a .keras file"

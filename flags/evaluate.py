@@ -80,6 +80,14 @@ FOLD_WEIGHTS = flags.DEFINE_bool(
     "Attack a Keras model's inference graph with its weights folded into constants: the same "
     "function, faster on CPUs. Off: attack the Keras model itself.",
 )
+TRUST_MODEL_CODE = flags.DEFINE_bool(
+    "trust_model_code",
+    False,
+    "Load a .keras file (--model_path, --source_model_path) that holds code, a Python lambda "
+    "(e.g. a Lambda layer's) or a TFSMLayer, with Keras' safe mode off, running that code. Only "
+    "for files from a source you trust. A SavedModel is a program whatever this says: evaluate "
+    "only SavedModels you trust.",
+)
 RESULTS = flags.DEFINE_string(
     "results", None, "JSON output (default <model_path>/eval-<split>.json); never overwritten."
 )

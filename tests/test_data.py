@@ -7,7 +7,10 @@ What it is checked against:
 - real Fashion-MNIST (Debian's dataset-fashion-mnist) decoded here with gzip + numpy: split
   sizes, the 90/10 cut in file order, `max_examples`, and the published mean/std;
 - fake CIFAR-10/100 folders and tarballs written here in the documented pickle format
-  (pixels laid out plane by plane from HWC images), and a fake Tiny-ImageNet folder of JPEGs;
+  (pixels laid out plane by plane from HWC images), both as Python 3 pickles them and byte for
+  byte as Python 2 pickled the official files, and a fake Tiny-ImageNet folder of JPEGs;
+- files from elsewhere: a CIFAR batch whose unpickling would run a command is refused before the
+  command runs, and tarball members named `../x` or `/x` are never written anywhere;
 - TFDS mocked with `tfds.testing.mock_data` (cifar10, cifar100, svhn_cropped, imagenet2012) and
   read through an injected TFDS source (`data.use_tfds_source`), compared with the mock's own
   examples read straight from the builder; the download and prepared-data branches with TFDS's
@@ -22,10 +25,14 @@ No test touches the network: an autouse fixture makes every socket connection fa
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import os
 import pickle
+import pickletools
+import shlex
 import socket
+import struct
 import tarfile
 
 import numpy as np
@@ -34,7 +41,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from fbat_tf import data
-from fbat_tf.data import augment, tfds_source
+from fbat_tf.data import augment, local, tfds_source
 from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
@@ -201,8 +208,60 @@ def write_pickle(path: str, batch: dict) -> None:
         pickle.dump(batch, f, protocol=2)
 
 
-def make_cifar10(root: str, per_batch: int = 4, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """A fake `cifar-10-batches-py/` (5 train batches, 1 test batch); returns the truth."""
+def python2_pickle(value) -> bytes:
+    """`value` pickled the way Python 2's cPickle wrote the official CIFAR batches (protocol 2,
+    without memo entries): bytes as Python 2 str, with no global, and numpy arrays through
+    numpy.core.multiarray._reconstruct, numpy.ndarray and numpy.dtype, the only globals of the
+    official files. Takes dicts, lists, bytes, small non-negative ints and numpy arrays."""
+    if isinstance(value, dict):
+        items = b"".join(python2_pickle(k) + python2_pickle(v) for k, v in value.items())
+        return b"}(" + items + b"u"
+    if isinstance(value, list):
+        return b"](" + b"".join(python2_pickle(item) for item in value) + b"e"
+    if isinstance(value, bytes):
+        if len(value) < 256:
+            return b"U" + bytes([len(value)]) + value
+        return b"T" + struct.pack("<I", len(value)) + value
+    if isinstance(value, int):
+        return b"K" + bytes([value]) if value < 256 else b"M" + struct.pack("<H", value)
+    value = np.ascontiguousarray(value)
+    # numpy.dtype(code, 0, 1) with the state (3, byte order, None, None, None, -1, -1, 0).
+    order, code = value.dtype.str[0].encode(), value.dtype.str[1:].encode()
+    dtype = b"cnumpy\ndtype\n" + python2_pickle(code) + b"K\x00K\x01\x87R"
+    dtype += b"(K\x03U\x01" + order + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+    # _reconstruct(ndarray, (0,), "b") with the state (1, shape, dtype, False, raw bytes).
+    shape = b"(" + b"".join(python2_pickle(int(n)) for n in value.shape) + b"t"
+    return (
+        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R"
+        + b"(K\x01"
+        + shape
+        + dtype
+        + b"\x89"
+        + python2_pickle(value.tobytes())
+        + b"tb"
+    )
+
+
+def write_python2_pickle(path: str, batch: dict) -> None:
+    with open(path, "wb") as f:
+        f.write(b"\x80\x02" + python2_pickle(batch) + b".")
+
+
+def test_python2_pickles_name_only_the_globals_of_the_official_batches():
+    rows = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    written = b"\x80\x02" + python2_pickle({b"data": rows, b"labels": [1, 300]}) + b"."
+    named = [arg for op, arg, _ in pickletools.genops(written) if op.name == "GLOBAL"]
+    assert named == ["numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"]
+    loaded = pickle.loads(written, encoding="bytes")
+    np.testing.assert_array_equal(loaded[b"data"], rows)
+    assert loaded[b"labels"] == [1, 300]
+
+
+def make_cifar10(
+    root: str, per_batch: int = 4, seed: int = 0, write=write_pickle
+) -> tuple[np.ndarray, ...]:
+    """A fake `cifar-10-batches-py/` (5 train batches, 1 test batch) written by `write`;
+    returns the truth."""
     rng = np.random.default_rng(seed)
     folder = os.path.join(root, "cifar-10-batches-py")
     os.makedirs(folder)
@@ -212,7 +271,7 @@ def make_cifar10(root: str, per_batch: int = 4, seed: int = 0) -> tuple[np.ndarr
     test_labels = rng.integers(0, 10, per_batch).astype(np.int32)
     for i in range(5):
         part = slice(i * per_batch, (i + 1) * per_batch)
-        write_pickle(
+        write(
             os.path.join(folder, f"data_batch_{i + 1}"),
             {
                 b"batch_label": f"training batch {i + 1} of 5".encode(),
@@ -221,7 +280,7 @@ def make_cifar10(root: str, per_batch: int = 4, seed: int = 0) -> tuple[np.ndarr
                 b"filenames": [b"x.png"] * per_batch,
             },
         )
-    write_pickle(
+    write(
         os.path.join(folder, "test_batch"),
         {b"labels": test_labels.tolist(), b"data": cifar_rows(test_images)},
     )
@@ -233,10 +292,16 @@ def make_tarball(source_root: str, folder: str, tarball_path: str) -> None:
         tar.add(os.path.join(source_root, folder), arcname=folder)
 
 
-def test_local_cifar10_folder_and_tarball(tmp_path):
+# Both spellings of the documented format: Python 3's pickle, and Python 2's as in the official
+# files (str keys and numpy 1.x module names).
+WRITERS = pytest.mark.parametrize("write", [write_pickle, write_python2_pickle])
+
+
+@WRITERS
+def test_local_cifar10_folder_and_tarball(tmp_path, write):
     folder_root, tar_root = str(tmp_path / "folder"), str(tmp_path / "tar")
     os.makedirs(tar_root)
-    train_images, train_labels, test_images, test_labels = make_cifar10(folder_root)
+    train_images, train_labels, test_images, test_labels = make_cifar10(folder_root, write=write)
     make_tarball(
         folder_root, "cifar-10-batches-py", os.path.join(tar_root, "cifar-10-python.tar.gz")
     )
@@ -254,7 +319,8 @@ def test_local_cifar10_folder_and_tarball(tmp_path):
         np.testing.assert_array_equal(y, test_labels)
 
 
-def test_local_cifar100_uses_fine_labels(tmp_path):
+@WRITERS
+def test_local_cifar100_uses_fine_labels(tmp_path, write):
     rng = np.random.default_rng(1)
     folder = tmp_path / "cifar-100-python"
     folder.mkdir()
@@ -263,7 +329,7 @@ def test_local_cifar100_uses_fine_labels(tmp_path):
         images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
         fine = rng.integers(20, 100, count)  # never a coarse label (< 20)
         coarse = rng.integers(0, 20, count)
-        write_pickle(
+        write(
             str(folder / part),
             {b"data": cifar_rows(images), b"fine_labels": fine.tolist(), b"coarse_labels": coarse},
         )
@@ -281,6 +347,87 @@ def test_local_cifar100_uses_fine_labels(tmp_path):
         x, y = collect(data.load("cifar100", "train", data_dir=str(root), batch_size=3))
         assert x.shape == (9, 32, 32, 3) and x.dtype == np.float32
         assert 0.0 <= x.min() and x.max() <= 1.0
+
+
+class RunsACommand:
+    """Unpickling it runs a shell command that creates `marker`."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(self.marker)}",)
+
+
+@pytest.mark.parametrize("layout", ["folder", "tarball"])
+def test_a_cifar_batch_that_would_run_a_command_is_refused(tmp_path, layout):
+    marker = tmp_path / "marker"
+    folder_root = tmp_path / "folder"
+    _, train_labels, _, _ = make_cifar10(str(folder_root))
+    batch = folder_root / "cifar-10-batches-py" / "data_batch_3"
+    write_pickle(
+        str(batch), {b"labels": train_labels[:4].tolist(), b"data": RunsACommand(str(marker))}
+    )
+    if layout == "folder":
+        root, named = folder_root, str(batch)
+    else:
+        root = tmp_path / "tar"
+        root.mkdir()
+        tarball = root / "cifar-10-python.tar.gz"
+        make_tarball(str(folder_root), "cifar-10-batches-py", str(tarball))
+        named = f"{tarball} (member cifar-10-batches-py/data_batch_3)"
+    with pytest.raises(pickle.UnpicklingError) as refused:
+        data.load("cifar10", "train", data_dir=str(root), download=False)
+    message = str(refused.value)
+    assert message.startswith(f"refusing to load {named}: ")
+    assert f"the Python global {os.system.__module__}.system" in message
+    assert not marker.exists()
+    # The file does what it says: a plain pickle.load runs the command.
+    with open(batch, "rb") as f:
+        pickle.load(f, encoding="bytes")
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "payload, named",
+    [
+        (b"cbuiltins\neval\n(V1 + 1\ntR.", "the Python global builtins.eval"),
+        (
+            b"ccopyreg\n_reconstructor\n(c__main__\nX\ncbuiltins\nobject\nNtR.",
+            "the Python global copyreg._reconstructor",
+        ),
+        (b"c_codecs\nencode\n(Vx\nVrot13\ntR.", "the codec 'rot13'"),
+    ],
+)
+def test_a_cifar_batch_is_unpickled_with_numpy_and_bytes_only(payload, named):
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load batch.bin: ") as refused:
+        local.load_cifar_batch(io.BytesIO(payload), "batch.bin")
+    assert named in str(refused.value)
+
+
+def test_tarball_members_are_read_never_written(tmp_path, monkeypatch):
+    # Extra members named to land outside whatever folder they were extracted into.
+    make_cifar10(str(tmp_path / "source"))
+    data_dir, cwd = tmp_path / "deep" / "data", tmp_path / "deep" / "cwd"
+    data_dir.mkdir(parents=True)
+    cwd.mkdir()
+    absolute = tmp_path / "absolute-escape"
+    names = ["../escape", "cifar-10-batches-py/../../escape", str(absolute)]
+    with tarfile.open(data_dir / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "source" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+        for name in names:
+            member = tarfile.TarInfo(name)
+            member.size = 7
+            tar.addfile(member, io.BytesIO(b"escaped"))
+    with tarfile.open(data_dir / "cifar-10-python.tar.gz") as tar:
+        assert set(names) <= set(tar.getnames())
+    monkeypatch.chdir(cwd)
+    before = sorted(tmp_path.rglob("*"))
+    x, _ = collect(in_order("cifar10", "train", data_dir=str(data_dir), batch_size=8))
+    assert len(x) == 18
+    assert sorted(tmp_path.rglob("*")) == before
+    assert not absolute.exists()
+    assert not os.path.exists(os.path.join(os.path.dirname(tmp_path), "escape"))
 
 
 # ---------------------------------------------------------------------- local Tiny-ImageNet

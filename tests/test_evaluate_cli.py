@@ -1,6 +1,7 @@
 """evaluate.py as a user types it: train.py's spelling --dataset names the data of a model that
-does not say it, and a model whose outputs are probabilities is refused before any attack,
-with what to do instead, and AutoAttack shows its progress over all the batches at once."""
+does not say it, a model whose outputs are probabilities is refused before any attack, with what
+to do instead, a .keras file that holds code is refused before TensorFlow loads unless the user
+says they trust it, and AutoAttack shows its progress over all the batches at once."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -63,6 +65,52 @@ def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path)
     message = result.stderr.strip().splitlines()[-1]
     assert "probabilities" in message and "logits" in message and "softmax" in message
     assert not results.exists()
+
+
+def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Lambda(lambda x: 2.0 * x - 1.0, name="rescale"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10),
+        ]
+    )
+    path = str(tmp_path / "lambda.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras warns that a lambda is being saved
+        model.save(path)
+    results = tmp_path / "eval.json"
+    args = [f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"]
+
+    refused = run_evaluate(*args)
+    assert refused.returncode != 0
+    message = refused.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"error: --model_path: refusing to load {path}: it holds code")
+    assert "Lambda 'rescale': a Python lambda" in message and "--trust_model_code" in message
+    assert refused.stdout == "" and not results.exists()  # no attack ran, nothing written
+
+    plain = str(tmp_path / "plain.keras")
+    small_model(None).save(plain)
+    as_source = run_evaluate(
+        f"--model_path={plain}",
+        "--dataset=fashion_mnist",
+        "--attacks=transfer",
+        f"--source_model_path={path}",
+        f"--results={results}",
+    )
+    assert as_source.returncode != 0
+    assert (
+        as_source.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: --source_model_path: refusing to load {path}")
+    )
+
+    trusted = run_evaluate(*args, "--trust_model_code")
+    assert trusted.returncode == 0, trusted.stderr[-3000:]
+    evaluated = json.loads(results.read_text())
+    assert evaluated["examples"] == 32 and set(evaluated["robust_accuracy"]) == {"pgd@8"}
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "sigmoid"])

@@ -17,7 +17,12 @@ Formats, found by `find(format_name, directory)` in a directory or its usual sub
     if found is not None:
         images, labels = local.read(found, "train")   # uint8 [N, 28, 28, 1], int32 [N]
 
-CIFAR batches are Python pickles: only read files you trust, as with any pickle.
+CIFAR batches are Python pickles, and a pickle can name any Python function to call while it
+loads. They are unpickled admitting only what the official batches use: numpy's reconstruction of
+arrays and dtypes, and dicts, lists, bytes, strings and numbers. Any other global (os.system, a
+class, ...) is refused with `pickle.UnpicklingError` naming the file and the global, before
+anything of it runs. A tarball is read member by member into memory and never extracted, so a
+member named `../x` or `/x` writes nothing anywhere.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import gzip
 import os
 import pickle
 import tarfile
+from typing import IO
 
 import numpy as np
 import tensorflow as tf
@@ -133,8 +139,9 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
     if os.path.isdir(found.path):
         batches = []
         for name in wanted:
-            with open(os.path.join(found.path, name), "rb") as f:
-                batches.append(pickle.load(f, encoding="bytes"))
+            path = os.path.join(found.path, name)
+            with open(path, "rb") as f:
+                batches.append(load_cifar_batch(f, path))
     else:
         with tarfile.open(found.path, "r:gz") as tar:
             # Members sit under the folder name; match on the base name to allow any prefix.
@@ -143,13 +150,79 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
             if missing:
                 raise ValueError(f"{found.path} lacks the CIFAR batch files {missing}")
             batches = [
-                pickle.load(tar.extractfile(members[name]), encoding="bytes") for name in wanted
+                load_cifar_batch(
+                    tar.extractfile(members[name]), f"{found.path} (member {members[name].name})"
+                )
+                for name in wanted
             ]
     images = np.concatenate([_cifar_field(b, "data", found.path) for b in batches])
     labels = np.concatenate([_cifar_field(b, spec.label_key, found.path) for b in batches])
     # Each row is 3072 bytes: the 32x32 red plane, then green, then blue.
     images = np.asarray(images, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return np.ascontiguousarray(images), np.asarray(labels, np.int32)
+
+
+# The only Python globals a CIFAR batch may name, as (module, name) the way pickles spell them.
+# The official batches (pickled by Python 2 with numpy 1.x) name numpy's array reconstruction
+# under numpy.core, numpy.ndarray and numpy.dtype; copies pickled again by numpy 2.x name
+# numpy._core, by pickle protocol 5 numpy's _frombuffer, and numpy scalars (e.g. a list of
+# np.int64 labels) name scalar. Python 3 writes bytes in protocols 0-2 as _codecs.encode(text,
+# "latin1"), or bytes() when empty. None of these runs anything but numpy's and Python's own
+# constructors of data.
+_CIFAR_GLOBALS = frozenset(
+    [
+        *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+        *((f"numpy.{core}.multiarray", "scalar") for core in ("core", "_core")),
+        *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+        ("__builtin__", "bytes"),
+        ("builtins", "bytes"),
+    ]
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that finds only the globals in _CIFAR_GLOBALS, and encodes only latin1."""
+
+    def __init__(self, file: IO[bytes], source: str):
+        # Python 2's str (every key and file name in the official batches) loads as bytes.
+        super().__init__(file, encoding="bytes")
+        self.source = source
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise pickle.UnpicklingError(
+                f"refusing to load {self.source}: it asks for the Python global {module}.{name}, "
+                "which a CIFAR batch never holds; fbat-tf unpickles from a CIFAR batch only "
+                "dicts, lists, bytes, strings, numbers and numpy arrays, since any other global "
+                "can run code. Use the official CIFAR python files."
+            )
+        if (module, name) == ("_codecs", "encode"):
+            return self._latin1
+        return super().find_class(module, name)
+
+    def _latin1(self, text: str, encoding: str = "utf-8") -> bytes:
+        # What Python 3 pickles bytes as (protocols 0-2); other codecs are not data.
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise pickle.UnpicklingError(
+                f"refusing to load {self.source}: it asks for _codecs.encode of a "
+                f"{type(text).__name__} with the codec {encoding!r}; a CIFAR batch stores bytes "
+                "as latin1 text only"
+            )
+        return text.encode("latin1")
+
+
+def load_cifar_batch(file: IO[bytes], source: str) -> dict:
+    """Unpickle one CIFAR python batch from `file`, admitting only the globals such a batch
+    uses (numpy arrays, dtypes and scalars, and bytes); anything else raises
+    pickle.UnpicklingError naming `source` (the file, for messages) and the global, before it
+    runs."""
+    batch = _CifarUnpickler(file, source).load()
+    if not isinstance(batch, dict):
+        raise ValueError(f"{source} is not a CIFAR batch: it holds a {type(batch).__name__}")
+    return batch
 
 
 def _cifar_field(batch: dict, key: str, path: str) -> np.ndarray:
