@@ -67,6 +67,9 @@ class TrainConfig:
     lr_max: float = 0.2
     lr_schedule: str = "cyclic"
     momentum: float = 0.9
+    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
+    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
+    momentum_at_peak: float | None = None
     weight_decay: float = 5e-4
     max_train_examples: int | None = None
     steps_per_epoch: int | None = None
@@ -110,7 +113,12 @@ def _build_classifier(config: TrainConfig, info: data.DatasetInfo) -> keras.Mode
 
 def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimizer:
     schedule = schedules.create(config.lr_schedule, config.lr_max, total_steps)
-    optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=config.momentum)
+    if config.momentum_at_peak is None:
+        optimizer = keras.optimizers.SGD(learning_rate=schedule, momentum=config.momentum)
+    else:
+        optimizer = schedules.CyclicMomentumSGD(
+            schedule, momentum=config.momentum, momentum_at_peak=config.momentum_at_peak
+        )
     if config.precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

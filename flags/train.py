@@ -31,6 +31,20 @@ LR_SCHEDULE = flags.DEFINE_enum(
     "cyclic: 0 -> lr_max at mid-training -> 0, per iteration; piecewise: x0.1 at 50% and 75%.",
 )
 MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum.", lower_bound=0.0, upper_bound=1.0)
+MOMENTUM_AT_PEAK = flags.DEFINE_float(
+    "momentum_at_peak",
+    None,
+    "Momentum at the learning-rate peak of the cyclic schedule, moving linearly with the rate "
+    "from --momentum at lr 0 (0.8 with --momentum=0.9 is PyTorch CyclicLR's default, which the "
+    "paper's released trainer uses). Default: constant --momentum.",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
+flags.register_multi_flags_validator(
+    ["momentum_at_peak", "lr_schedule"],
+    lambda f: f["momentum_at_peak"] is None or f["lr_schedule"] == "cyclic",
+    message="--momentum_at_peak cycles the momentum with --lr_schedule=cyclic only",
+)
 WEIGHT_DECAY = flags.DEFINE_float(
     "weight_decay", 5e-4, "Coupled L2 weight decay (added to the gradient).", lower_bound=0.0
 )
