@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -34,6 +36,7 @@ from absl import flags as absl_flags  # noqa: E402
 import train  # noqa: E402
 from fbat_tf import sweeps  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
+from fbat_tf.sweeps import claims  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -116,6 +119,52 @@ def check(
     return None
 
 
+OVERRIDES_FILE = "overrides.json"
+# How often a process waiting for cells other processes hold looks again.
+WAIT_SECONDS = float(os.environ.get("FBAT_SWEEP_WAIT_SECONDS", "20"))
+
+
+def parse_overrides(words: list[str] | None) -> dict:
+    """--override=name=value,... as flag values: JSON numbers and booleans, else strings."""
+    overrides = {}
+    for word in words or []:
+        name, sep, text = word.partition("=")
+        if not sep or not name:
+            raise sweeps.DefinitionError(f"--override={word}: give name=value")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        overrides[name.removeprefix("--")] = value if not isinstance(value, (dict, list)) else text
+    return overrides
+
+
+def settle_overrides(given: dict, sweep_dir: str, write: bool) -> dict:
+    """The overrides of this sweep directory: those it first ran with, which a later command
+    must repeat (or leave out); raise DefinitionError for others."""
+    path = os.path.join(sweep_dir, OVERRIDES_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = json.load(f)
+        if given and given != kept:
+            raise sweeps.DefinitionError(
+                f"{sweep_dir} ran with --override={_words(kept)}; pass the same or none, or use "
+                "another --sweep_dir"
+            )
+        return kept
+    if given and write:
+        os.makedirs(sweep_dir, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(given, f, indent=2)
+    return given
+
+
+def _words(overrides: dict) -> str:
+    return ",".join(
+        f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in overrides.items()
+    )
+
+
 def run_program(argv: list[str], log_path: str) -> None:
     """Run `python <argv>` from the repository root, its output appended to a log file."""
     with open(log_path, "a") as log:
@@ -191,6 +240,9 @@ def main(argv: list[str]) -> None:
             if absl_flags.FLAGS[name].present:
                 definition.flags[name] = absl_flags.FLAGS[name].value
         sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
+        definition.overrides = settle_overrides(
+            parse_overrides(sweep_flags.OVERRIDE.value), sweep_dir, write=False
+        )
         cells = sweeps.expand(definition)
         if sweep_flags.ONLY.value:
             patterns = sweep_flags.ONLY.value
@@ -206,6 +258,17 @@ def main(argv: list[str]) -> None:
         print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
         return
     states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
+    if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
+        # One shell line per cell still to run, for a scheduler (a job array, one per GPU).
+        for cell in cells:
+            if states[cell.name] == "done":
+                continue
+            cell_dir = os.path.join(sweep_dir, cell.name)
+            missing = sweeps.missing_budgets(definition, cell, cell_dir)
+            argv = sweeps.commands(definition, cell, sweep_dir, missing)
+            chain = " && ".join(shlex.join([sys.executable, *words]) for words in argv.values())
+            print(f"cd {shlex.quote(ROOT)} && {chain}")
+        return
     if sweep_flags.DRY_RUN.value:
         if data_problem:
             print(f"warning: a real run would stop here: {data_problem}")
@@ -218,6 +281,9 @@ def main(argv: list[str]) -> None:
         return
 
     to_run = [c for c in cells if states[c.name] != "done"]
+    settle_overrides(definition.overrides, sweep_dir, write=True)
+    if definition.overrides:
+        print(f"every cell with --override={_words(definition.overrides)}: not comparable")
     print(
         f"sweep {definition.name}: {len(cells)} cells, {len(cells) - len(to_run)} done, "
         f"{len(to_run)} to run, in {sweep_dir}",
@@ -225,22 +291,48 @@ def main(argv: list[str]) -> None:
     )
     failed, spent_cells = [], []
     begin = time.perf_counter()
-    for i, cell in enumerate(to_run, 1):
-        try:
-            spent = run_cell(definition, cell, sweep_dir)
-        except RuntimeError as error:
-            failed.append(cell.name)
-            print(f"[{i}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr, flush=True)
-            continue
-        spent_cells.append(sum(spent.values()))
-        left = (len(to_run) - i) * sum(spent_cells) / len(spent_cells)
-        print(
-            f"[{i}/{len(to_run)}] {cell.name}: trained in {duration(spent['train'])}, evaluated "
-            f"in {duration(spent['evaluate'])}; sweep {duration(time.perf_counter() - begin)} "
-            f"spent, about {duration(left)} left",
-            flush=True,
-        )
-        sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+    ran = 0
+    pending = to_run
+    while pending:
+        # Cells another live sweep.py process holds are waited for: should it die, its cell
+        # is taken over and resumed here.
+        waiting = []
+        for cell in pending:
+            cell_dir = os.path.join(sweep_dir, cell.name)
+            if sweeps.cell_state(cell_dir, definition) == "done":
+                continue  # finished by another process
+            claim = claims.take(sweep_dir, cell.name)
+            if claim is None:
+                waiting.append(cell)
+                continue
+            ran += 1
+            try:
+                if sweeps.cell_state(cell_dir, definition) == "done":
+                    continue
+                spent = run_cell(definition, cell, sweep_dir)
+            except RuntimeError as error:
+                failed.append(cell.name)
+                print(f"[{ran}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr)
+                continue
+            finally:
+                claim.release()
+            spent_cells.append(sum(spent.values()))
+            left = (len(to_run) - ran) * sum(spent_cells) / len(spent_cells)
+            print(
+                f"[{ran}/{len(to_run)}] {cell.name}: trained in {duration(spent['train'])}, "
+                f"evaluated in {duration(spent['evaluate'])}; sweep "
+                f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left",
+                flush=True,
+            )
+            sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+        if waiting:
+            print(
+                f"waiting for {len(waiting)} cells other sweep.py processes run: "
+                f"{', '.join(c.name for c in waiting[:3])}{', ...' if len(waiting) > 3 else ''}",
+                flush=True,
+            )
+            time.sleep(WAIT_SECONDS)
+        pending = waiting
     paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
     if failed:

@@ -24,3 +24,16 @@ DRY_RUN = flags.DEFINE_bool(
 REPORT_ONLY = flags.DEFINE_bool(
     "report_only", False, "Write sweep.json, the table and the plots from what the cells hold."
 )
+OVERRIDE = flags.DEFINE_list(
+    "override",
+    None,
+    "train.py flags set on every cell over the definition, e.g. epochs=1,steps_per_epoch=2 to "
+    "try a kit end to end; the report marks such a sweep as not comparable. A sweep directory "
+    "keeps the overrides it first ran with.",
+)
+PRINT_COMMANDS = flags.DEFINE_bool(
+    "print_commands",
+    False,
+    "With --dry_run: print only one shell line per cell still to run (its train.py and "
+    "evaluate.py commands), for a scheduler.",
+)

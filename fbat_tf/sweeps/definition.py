@@ -148,6 +148,9 @@ class Definition:
     evaluations: list[Evaluation]
     batch_size: int = 500
     paper: str | None = None
+    # Flags set on every cell over the definition and the grid (sweep.py --override); a report
+    # of such a sweep says its numbers are not comparable with the definition's.
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -323,7 +326,13 @@ def expand(definition: Definition) -> list[Cell]:
         keys = list(part)
         for combination in itertools.product(*(part[k] for k in keys)):
             values = dict(zip(keys, combination, strict=True))
-            flags = {**definition.flags, **values}
+            overridden = sorted(set(definition.overrides) & {*keys, *_NAME_FIRST, *_NAME_LAST})
+            if overridden:
+                raise DefinitionError(
+                    f"--override cannot set {', '.join(overridden)}: the grid names its cells "
+                    "by it; choose the cells with --only"
+                )
+            flags = {**definition.flags, **values, **definition.overrides}
             named = tuple(dict.fromkeys([*_NAME_FIRST, *keys, *_NAME_LAST]))
             named = tuple(k for k in named if k in flags)
             cell = Cell(_cell_name(flags, named), flags, named)

@@ -71,6 +71,19 @@ def _clean(cells: Sequence[dict[str, Any]], report: dict[str, Any]) -> list[floa
     return _values(cells, first, "clean_accuracy")
 
 
+def _overridden(report: dict[str, Any]) -> list[str]:
+    """A warning line for a sweep whose cells ran with --override, or nothing."""
+    overrides = report.get("overrides") or {}
+    if not overrides:
+        return []
+    words = ",".join(f"{key}={value}" for key, value in overrides.items())
+    return [
+        f"**Not comparable with the definition or the paper:** every cell ran with "
+        f"`--override={words}`.",
+        "",
+    ]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
     evaluations = _evaluations(report)
@@ -82,6 +95,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         report["description"],
         "",
+        *_overridden(report),
         f"Robust accuracy (%) at the training ε: {described}; clean accuracy on the first "
         f"{evaluations[0]['examples']}; mean ± sample std over seeds. CO: epochs where the "
         "catastrophic-overfitting guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; "
@@ -154,18 +168,48 @@ def measured_metric(
     return []
 
 
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return not isinstance(a, bool) and not isinstance(b, bool) and math.isclose(a, b)
+    return a == b
+
+
+def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells a published row speaks of: its method and training ε, and every flag the row
+    names set to the row's value in the cell's definition (a kit states the paper's settings)."""
+    return [
+        cell
+        for cell in report["cells"]
+        if cell["method"] == entry["method"]
+        and _same(cell["eps"], float(entry["eps"]))
+        and all(
+            key in cell.get("flags", {}) and _same(cell["flags"][key], value)
+            for key, value in entry.get("flags", {}).items()
+        )
+    ]
+
+
+def _in_stds(difference: float | None, *stds: float | None) -> float | None:
+    """The difference in units of the larger std (None without a std)."""
+    larger = max((s for s in stds if s), default=None)
+    return None if difference is None or not larger else difference / larger
+
+
 def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Paper against measured, per published number that has a cell of the same method and ε."""
-    groups = _groups(report["cells"])
+    """Paper against measured, per published number, beside the cells of its setting."""
     rows = []
     for entry in report["paper"]["rows"]:
-        cells = groups.get((entry["method"], float(entry["eps"])), [])
+        if entry.get("implemented", True) is False:
+            continue
+        cells = matching_cells(report, entry)
         for metric, _ in (*PAPER_METRICS, ("seconds_per_epoch", "s/epoch")):
             if metric not in entry:
                 continue
             mean, std = entry[metric]
             measured = measured_metric(cells, metric, report, entry.get("attacked_eps"))
             value = statistics.fmean(measured) if measured else None
+            spread = statistics.stdev(measured) if len(measured) > 1 else None
+            difference = None if value is None else value - mean
             rows.append(
                 {
                     "table": entry["table"],
@@ -176,9 +220,11 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "paper_mean": mean,
                     "paper_std": std,
                     "measured_mean": value,
-                    "measured_std": statistics.stdev(measured) if len(measured) > 1 else None,
+                    "measured_std": spread,
                     "measured_runs": [c["run_dir"] for c in cells],
-                    "difference": None if value is None else value - mean,
+                    "difference": difference,
+                    "difference_in_std": _in_stds(difference, std, spread),
+                    "flags": entry.get("flags", {}),
                 }
             )
     return rows
@@ -188,16 +234,21 @@ def paper_table(report: dict[str, Any]) -> list[str]:
     lines = [
         f"## Paper against measured ({report['paper'].get('source', 'paper')})",
         "",
-        "Accuracies in %, time in seconds per epoch; difference = measured − paper.",
+        *_overridden(report),
+        "Accuracies in %, time in seconds per epoch; paper: mean ± the std that table prints; "
+        "measured: mean ± sample std over seeds; difference = measured − paper, and in units of "
+        "the larger of the two stds. Setting: the flags the paper's row fixes, which the cells "
+        "match.",
         "",
-        "| table | method | trained at ε | attacked at ε | metric | paper | measured "
-        "| difference |",
-        "|---|---|---|---|---|---|---|---|",
+        "| table | method | setting | trained at ε | attacked at ε | metric | paper | measured "
+        "| difference | in stds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in paper_rows(report):
         paper = f"{row['paper_mean']:.2f}" + (
             f" ± {row['paper_std']:.2f}" if row["paper_std"] is not None else ""
         )
+        stds = "–"
         if row["measured_mean"] is None:
             measured = difference = "not run"
         else:
@@ -205,9 +256,15 @@ def paper_table(report: dict[str, Any]) -> list[str]:
                 f" ± {row['measured_std']:.2f}" if row["measured_std"] is not None else ""
             )
             difference = f"{row['difference']:+.2f}"
+            if row["difference_in_std"] is not None:
+                stds = f"{row['difference_in_std']:+.1f}"
+        setting = " ".join(
+            f"{k}={v}" for k, v in row["flags"].items() if k not in ("dataset", "model")
+        )
         lines.append(
-            f"| {row['table']} | {row['method']} | {row['eps']:g} | {row['attacked_eps']:g} | "
-            f"{row['metric']} | {paper} | {measured} | {difference} |"
+            f"| {row['table']} | {row['method']} | {setting or '–'} | {row['eps']:g} | "
+            f"{row['attacked_eps']:g} | {row['metric']} | {paper} | {measured} | {difference} | "
+            f"{stds} |"
         )
     return lines
 
@@ -381,7 +438,7 @@ def _colours(report: dict[str, Any]) -> dict[str, Any]:
 
 def _save(figure, path: str) -> None:
     figure.tight_layout()
-    tmp = f"{path}.tmp.png"
+    tmp = f"{path}.{os.getpid()}.tmp.png"  # several sweep.py processes may write at once
     figure.savefig(tmp, dpi=120)
     _pyplot().close(figure)
     os.replace(tmp, path)
@@ -410,7 +467,7 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
 
 
 def _write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)

@@ -1,0 +1,125 @@
+"""Claims on a sweep's cells, so that several sweep.py processes can share one sweep directory
+(one per GPU, or a job array on a cluster with a shared filesystem) and no cell runs twice.
+
+    claim = claims.take(sweep_dir, "fastbat-eps8-seed0")   # None: another live process has it
+    ...                                                     # train and evaluate the cell
+    claim.release()
+
+A claim is the file `<sweep_dir>/claims/<cell>.json`, created atomically (O_CREAT | O_EXCL)
+with the owner's host, process id and start time; while the owner runs the cell it touches the
+file every HEARTBEAT_SECONDS. A claim is stale, and taken over, when its owner is a process of
+this host that no longer exists, or when the file has not been touched for STALE_SECONDS (an
+owner on another host that died). A stale claim is replaced under a short-lived lock file, so
+that of two processes that find it stale only one takes the cell over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+DIRECTORY = "claims"
+HEARTBEAT_SECONDS = 30.0
+STALE_SECONDS = 300.0
+LOCK_SECONDS = 60.0
+
+
+def _path(sweep_dir: str, cell: str) -> str:
+    return os.path.join(sweep_dir, DIRECTORY, f"{cell}.json")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    return True
+
+
+def owner(sweep_dir: str, cell: str) -> dict[str, Any] | None:
+    """The live owner of the cell's claim, or None (no claim, or a stale one)."""
+    path = _path(sweep_dir, cell)
+    try:
+        with open(path) as f:
+            found = json.load(f)
+        touched = os.path.getmtime(path)
+    except (FileNotFoundError, json.JSONDecodeError):
+        # A claim being written is a few bytes away from readable: treat it as live.
+        return {"host": "?", "pid": -1} if os.path.exists(path) else None
+    if found.get("host") == socket.gethostname():
+        return found if _alive(int(found.get("pid", -1))) else None
+    return found if time.time() - touched < STALE_SECONDS else None
+
+
+class Claim:
+    """A claim this process holds; `release()` when the cell is finished or has failed."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                os.utime(self.path)
+            except FileNotFoundError:
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _create(path: str) -> Claim | None:
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return None
+    with os.fdopen(descriptor, "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
+    return Claim(path)
+
+
+def take(sweep_dir: str, cell: str) -> Claim | None:
+    """Claim the cell for this process, taking over a stale claim; None if a live process
+    holds it (or is taking it over at this moment)."""
+    path = _path(sweep_dir, cell)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.exists(path):
+        return _create(path)
+    if owner(sweep_dir, cell) is not None:
+        return None
+    # A stale claim is taken over under a lock, so that of two processes that both found it
+    # stale, the second sees the first's new claim instead of removing it.
+    lock = f"{path}.takeover"
+    try:
+        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        try:
+            if time.time() - os.path.getmtime(lock) > LOCK_SECONDS:  # its taker died meanwhile
+                os.remove(lock)
+        except FileNotFoundError:
+            pass
+        return None
+    try:
+        if owner(sweep_dir, cell) is not None:
+            return None
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        return _create(path)
+    finally:
+        os.close(descriptor)
+        os.remove(lock)

@@ -1,0 +1,122 @@
+"""Several sweep.py processes on one sweep directory: each cell is claimed by one of them, a
+claim whose owner died is taken over, and a killed process's cell is finished by the other."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from fbat_tf.sweeps import claims
+from tests.test_sweep import ROOT, TINY_FLAGS, write_definition
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_claim_is_held_while_its_owner_lives_and_taken_over_after(tmp_path):
+    sweep_dir = str(tmp_path)
+    first = claims.take(sweep_dir, "cell")
+    assert first is not None
+    assert claims.take(sweep_dir, "cell") is None  # this live process holds it
+    first.release()
+    assert claims.owner(sweep_dir, "cell") is None
+
+    path = tmp_path / "claims" / "cell.json"
+    # A process of this host that no longer exists: stale at once.
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid()}))
+    taken = claims.take(sweep_dir, "cell")
+    assert taken is not None and json.loads(path.read_text())["pid"] == os.getpid()
+    taken.release()
+    # Another host's claim: live while it is touched, stale after STALE_SECONDS without.
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    assert claims.take(sweep_dir, "cell") is None
+    old = time.time() - claims.STALE_SECONDS - 1
+    os.utime(path, (old, old))
+    taken = claims.take(sweep_dir, "cell")
+    assert taken is not None
+    taken.release()
+    # A takeover in progress elsewhere (its lock file): this process does not take the cell.
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid()}))
+    (tmp_path / "claims" / "cell.json.takeover").write_text("")
+    assert claims.take(sweep_dir, "cell") is None
+
+
+def _start(definition: str, out, log):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", FBAT_SWEEP_WAIT_SECONDS="1")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "sweep.py"),
+            f"--sweep={definition}",
+            f"--sweep_dir={out}",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a kill takes the process and the train.py it runs
+    )
+
+
+def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(tmp_path):
+    evaluation = {
+        "batch_size": 16,
+        "attacks": [
+            {"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1, "restarts": 1}}
+        ],
+    }
+    definition = write_definition(
+        tmp_path,
+        [{"method": ["standard", "fastat"], "eps": [8]}],
+        {**TINY_FLAGS, "epochs": 3},
+        evaluation=evaluation,
+    )
+    out = tmp_path / "out"
+    logs = [open(tmp_path / f"process{i}.log", "w") for i in range(2)]
+    processes = [_start(definition, out, log) for log in logs]
+    by_pid = {p.pid: p for p in processes}
+
+    # Once both cells are claimed, kill the owner of the first cell while it trains.
+    deadline = time.time() + 600
+    victim_cell = "standard-eps8"
+    while True:
+        assert time.time() < deadline, "no process claimed the cells"
+        owner = claims.owner(str(out), victim_cell)
+        other = claims.owner(str(out), "fastat-eps8")
+        if (
+            owner
+            and other
+            and owner["pid"] in by_pid
+            and (out / victim_cell / "flags.txt").exists()
+        ):
+            break
+        time.sleep(0.2)
+    victim = by_pid[owner["pid"]]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    survivor = next(p for p in processes if p is not victim)
+    assert survivor.wait(timeout=900) == 0, (tmp_path / "process0.log").read_text()[-3000:]
+    for log in logs:
+        log.close()
+
+    for cell in ("standard-eps8", "fastat-eps8"):
+        assert json.loads((out / cell / "results.json").read_text())["status"] == "complete"
+        evaluated = (out / "logs" / f"{cell}.evaluate.log").read_text()
+        assert evaluated.count("$ python evaluate.py") == 1, cell  # evaluated exactly once
+    trained = {
+        cell: (out / "logs" / f"{cell}.train.log").read_text().count("$ python train.py")
+        for cell in ("standard-eps8", "fastat-eps8")
+    }
+    # The killed process's cell was started by it and resumed by the survivor; the other
+    # cell ran once.
+    assert trained == {"standard-eps8": 2, "fastat-eps8": 1}
+    assert "Resuming" in (out / "logs" / "standard-eps8.train.log").read_text()
+    assert not list((out / "claims").glob("*.json"))  # every claim released
