@@ -19,15 +19,8 @@ import pytest
 from fbat_tf import methods
 from fbat_tf.models.layers import BatchNormalization
 from fbat_tf.trainer import AdversarialTrainer
-from tests.test_fastbat_reference import (
-    _assert_grads_close,
-    _finite_difference,
-    _global_norm,
-    _implicit_objective,
-    _inputs,
-    _reference,
-    _seed,
-)
+from tests.reference import assert_grads_close, finite_difference, global_norm
+from tests.test_fastbat_reference import _implicit_objective, _inputs, _reference, _seed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPS, LAMBDA_INV = 0.1, 1.0
@@ -65,7 +58,7 @@ def finite_difference_term(model, x, y):
         model, x, y, _seed(), eps=EPS, lambda_inv=LAMBDA_INV, linearization="pgd_nosign"
     )
     u = ref.mask * ref.upper_input_gradient
-    return _finite_difference(model, lambda: _implicit_objective(model, x, y, ref.z, u), 1e-5)
+    return finite_difference(model, lambda: _implicit_objective(model, x, y, ref.z, u), 1e-5)
 
 
 def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(caplog):
@@ -73,8 +66,8 @@ def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(ca
     x, y = _inputs((4, 6, 6, 2), "float64")
     numeric = finite_difference_term(model, x, y)
     wrong = implicit_term(model, x, y)
-    error = _global_norm([a - b for a, b in zip(wrong, numeric, strict=True)])
-    assert error > 1e-2 * _global_norm(numeric)  # what users got before, silently (3% here)
+    error = global_norm([a - b for a, b in zip(wrong, numeric, strict=True)])
+    assert error > 1e-2 * global_norm(numeric)  # what users got before, silently (3% here)
 
     # A training-mode call moves the moving statistics: snapshot after it, compare before it.
     logits = {True: model(x, training=True).numpy()}
@@ -90,7 +83,7 @@ def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(ca
     for mode in (False, True):
         np.testing.assert_allclose(model(x, training=mode).numpy(), logits[mode], rtol=1e-12)
 
-    _assert_grads_close(implicit_term(model, x, y), numeric, rtol=1e-6)
+    assert_grads_close(implicit_term(model, x, y), numeric, rtol=1e-6)
 
 
 def test_first_order_methods_leave_the_model_alone():
