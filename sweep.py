@@ -270,6 +270,9 @@ def main(argv: list[str]) -> None:
             print(f"cd {shlex.quote(ROOT)} && {chain}")
         return
     if sweep_flags.DRY_RUN.value:
+        found = sweeps.estimate.estimate(definition)
+        if found:
+            print(sweeps.estimate.describe(found))
         if data_problem:
             print(f"warning: a real run would stop here: {data_problem}")
         for cell in cells:

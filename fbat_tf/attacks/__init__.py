@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -51,6 +51,10 @@ class Entry:
     options: tuple[Option, ...] = ()
     flag_prefix: str = ""
     uses: tuple[str, ...] = ()
+    # Forward-backward passes per attacked example at most, from the options and the share of
+    # examples still robust when an ensemble's later parts run (a forward pass counts 1/3):
+    # what a sweep's time estimate multiplies by the seconds of one pass.
+    passes: Callable[[Mapping[str, Any], float], float] | None = None
 
     def flag_name(self, option: Option) -> str:
         return f"{self.flag_prefix or self.name.replace('-', '_')}_{option.name}"
@@ -75,6 +79,7 @@ REGISTRY: dict[str, Entry] = {
             _PGD_OPTIONS,
             "pgd",
             ("jit_compile",),
+            passes=lambda o, robust: o["steps"] * o["restarts"],
         ),
         Entry(
             "autoattack",
@@ -82,11 +87,22 @@ REGISTRY: dict[str, Entry] = {
             "AutoAttack ({version})",
             (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
             "aa",
+            # standard: APGD-CE on all; APGD-T (9 × 101), FAB-T (9 × 100 and its forward
+            # checks) and Square (5000 queries) on the survivors. rand: 2 × 100 × 20 draws.
+            passes=lambda o, robust: (
+                101 + robust * (909 + 900 + 5910 / 3) if o["version"] == "standard" else 4000
+            ),
         ),
-        Entry("apgd-ce", f"{_AUTOATTACK}:apgd_ce", "APGD-CE", uses=("jit_compile",)),
-        Entry("apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T"),
-        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T"),
-        Entry("square", f"{_AUTOATTACK}:square", "Square"),
+        Entry(
+            "apgd-ce",
+            f"{_AUTOATTACK}:apgd_ce",
+            "APGD-CE",
+            uses=("jit_compile",),
+            passes=lambda o, robust: 101,
+        ),
+        Entry("apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T", passes=lambda o, robust: 909),
+        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T", passes=lambda o, robust: 900 + 910 / 3),
+        Entry("square", f"{_AUTOATTACK}:square", "Square", passes=lambda o, robust: 5000 / 3),
         Entry(
             "transfer",
             "fbat_tf.evaluation:transfer_pgd",
@@ -94,6 +110,7 @@ REGISTRY: dict[str, Entry] = {
             _PGD_OPTIONS,
             "pgd",
             ("source",),
+            passes=lambda o, robust: o["steps"] * o["restarts"],
         ),
     )
 }

@@ -11,6 +11,7 @@ format, the cells, their commands), `results` (what the cells hold) and `report`
 the tables and the plots).
 """
 
+from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     EVAL_AUTOATTACK,
     EVAL_PGD,
@@ -48,6 +49,7 @@ __all__ = [
     "cell_record",
     "cell_state",
     "collect",
+    "estimate",
     "commands",
     "expand",
     "flag_words",

@@ -60,7 +60,7 @@ _DATA_FLAGS = ("dataset", "data_dir", "download")
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
 _NAME_FIRST = ("method", "eps")
 _NAME_LAST = ("seed",)
-_KEYS = ("description", "flags", "grid", "evaluation", "paper")
+_KEYS = ("description", "flags", "grid", "evaluation", "paper", "estimate")
 
 
 class DefinitionError(ValueError):
@@ -151,6 +151,8 @@ class Definition:
     # Flags set on every cell over the definition and the grid (sweep.py --override); a report
     # of such a sweep says its numbers are not comparable with the definition's.
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Anchors of the GPU time estimate (fbat_tf/sweeps/estimate.py), or None.
+    estimate: dict[str, Any] | None = None
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -290,6 +292,7 @@ def load_definition(path: str) -> Definition:
         evaluations=evaluations,
         batch_size=batch_size,
         paper=raw.get("paper"),
+        estimate=_estimate_anchors(path, raw.get("estimate")),
     )
     for cell in expand(definition):
         eps = cell.flags.get("eps")
@@ -299,6 +302,12 @@ def load_definition(path: str) -> Definition:
                 f"got {eps!r}"
             )
     return definition
+
+
+def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:
+    from fbat_tf.sweeps import estimate  # it builds on this module
+
+    return estimate.check(path, spec)
 
 
 def _word(value: Any) -> str:

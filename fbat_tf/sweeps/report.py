@@ -9,6 +9,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf.sweeps import estimate
+
 
 def _groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
     """Cells by (variant, ε), seeds together: the variants in grid order, each one's ε rising
@@ -96,6 +98,7 @@ def markdown(report: dict[str, Any]) -> str:
         report["description"],
         "",
         *_overridden(report),
+        *([estimate.describe(report["estimate"]), ""] if report.get("estimate") else []),
         f"Robust accuracy (%) at the training ε: {described}; clean accuracy on the first "
         f"{evaluations[0]['examples']}; mean ± sample std over seeds. CO: epochs where the "
         "catastrophic-overfitting guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; "

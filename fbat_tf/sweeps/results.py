@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import run
+from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     EVAL_AUTOATTACK,
     EVAL_PGD,
@@ -186,6 +187,7 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
         "flags": definition.flags,
         "evaluation": definition.evaluation_record(),
         "overrides": definition.overrides,
+        "estimate": estimate.estimate(definition),
         "eps_values": definition.eps_values(),
         "cells": cells,
     }

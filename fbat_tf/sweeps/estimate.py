@@ -1,0 +1,115 @@
+"""A sweep's GPU time, estimated before it runs from measured anchors in its definition.
+
+    "estimate": {"anchor": "the paper's Table 1: RTX 3090 seconds per epoch, ...",
+                 "seconds_per_epoch": {"fastat": 23.1, "cifar100/fastbat": 63.0, ...},
+                 "seconds_per_pass": 0.00026,        # or {"tiny_imagenet": 0.001, ...}
+                 "robust_fraction": 0.5}
+
+Training: each cell's epochs × the anchor's seconds per epoch for its method, looked up as
+"<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>".
+Evaluation: each evaluation's examples × budgets × the attack's forward-backward passes per
+example at most (the registry's `passes`, with `robust_fraction` of the examples still robust
+when an ensemble's later parts run) × the seconds of one pass. Both are estimates, and say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fbat_tf import attacks
+from fbat_tf.sweeps.definition import Cell, Definition, DefinitionError, expand
+
+_KEYS = ("anchor", "seconds_per_epoch", "seconds_per_pass", "robust_fraction")
+
+
+def check(path: str, spec: Any) -> dict[str, Any] | None:
+    """The definition's "estimate" block, checked; DefinitionError names what is wrong."""
+    if spec is None:
+        return None
+    where = f"{path}: estimate"
+    if not isinstance(spec, dict) or not {"anchor", "seconds_per_epoch"} <= set(spec):
+        raise DefinitionError(f"{where}: give at least 'anchor' and 'seconds_per_epoch'")
+    unknown = sorted(set(spec) - set(_KEYS))
+    if unknown:
+        raise DefinitionError(f"{where}: unknown keys {unknown}; known {list(_KEYS)}")
+    for key in ("seconds_per_epoch", "seconds_per_pass"):
+        value = spec.get(key, {})
+        values = value.values() if isinstance(value, dict) else [value]
+        if not all(isinstance(v, (int, float)) and v > 0 for v in values):
+            raise DefinitionError(f"{where}: {key} must be positive seconds")
+    robust = spec.get("robust_fraction", 0.5)
+    if not isinstance(robust, (int, float)) or not 0 <= robust <= 1:
+        raise DefinitionError(f"{where}: robust_fraction must be in [0, 1]")
+    return dict(spec)
+
+
+def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | None:
+    if table is None or isinstance(table, (int, float)):
+        return table
+    dataset, model = cell.flags.get("dataset"), cell.flags.get("model")
+    for key in (
+        f"{dataset}/{model}/{cell.method}",
+        f"{dataset}/{cell.method}",
+        f"{model}/{cell.method}",
+        cell.method,
+        f"{dataset}/{model}",
+        str(dataset),
+        str(model),
+    ):
+        if key in table:
+            return float(table[key])
+    return None
+
+
+def estimate(definition: Definition) -> dict[str, Any] | None:
+    """Hours of GPU time for training and for each evaluation, or None without anchors."""
+    spec = definition.estimate
+    if not spec:
+        return None
+    robust = float(spec.get("robust_fraction", 0.5))
+    cells = expand(definition)
+    training, unanchored = 0.0, []
+    for cell in cells:
+        seconds = _lookup(spec["seconds_per_epoch"], cell)
+        if seconds is None or "epochs" not in cell.flags:
+            unanchored.append(cell.name)
+            continue
+        training += int(cell.flags["epochs"]) * seconds
+    evaluation = {}
+    for ev in definition.evaluations:
+        entry = attacks.entry(ev.attack)
+        if entry.passes is None:
+            continue
+        passes = entry.passes({**entry.defaults(), **ev.options}, robust)
+        seconds = 0.0
+        for cell in cells:
+            per_pass = _lookup(spec.get("seconds_per_pass"), cell)
+            if per_pass is None:
+                unanchored.append(f"{cell.name} ({ev.name})")
+                continue
+            seconds += ev.examples * len(ev.budgets(definition, cell)) * passes * per_pass
+        evaluation[ev.label] = seconds / 3600
+    hours = training / 3600
+    return {
+        "anchor": spec["anchor"],
+        "training_hours": hours,
+        "evaluation_hours": evaluation,
+        "total_hours": hours + sum(evaluation.values()),
+        "not_estimated": unanchored,
+    }
+
+
+def describe(found: dict[str, Any]) -> str:
+    """One paragraph for a dry run and the report."""
+    parts = ", ".join(
+        f"{label} {hours:.1f} h" for label, hours in found["evaluation_hours"].items()
+    )
+    text = (
+        f"Estimated GPU time (an estimate from {found['anchor']}, not a measurement): "
+        f"training {found['training_hours']:.1f} h, evaluation {parts or 'not estimated'}; "
+        f"about {found['total_hours']:.0f} h in all."
+    )
+    if found["not_estimated"]:
+        text += f" Without an anchor, not counted: {', '.join(found['not_estimated'][:5])}."
+    return text
