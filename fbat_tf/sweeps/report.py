@@ -154,12 +154,58 @@ def measured_metric(
     return []
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Flag values equal, 8 and 8.0 alike."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return not isinstance(a, bool) and not isinstance(b, bool) and float(a) == float(b)
+    return a == b
+
+
+def _of_setting(entry: dict[str, Any], report: dict[str, Any]) -> bool:
+    """Whether a published number is of the sweep's setting: every flag the paper's row names
+    (dataset, model, a method option) is set to that value by the sweep, for every cell or as a
+    grid value of some. A row of another dataset or model, or of an option the sweep leaves to
+    its default, is not compared; nor is a method fbat-tf does not implement."""
+    if entry.get("implemented") is False:
+        return False
+    shared = report.get("flags", {})
+    for name, value in entry.get("flags", {}).items():
+        if name in shared:
+            if not _same(shared[name], value):
+                return False
+        elif not any(
+            name in c.get("options", {}) and _same(c["options"][name], value)
+            for c in report["cells"]
+        ):
+            return False
+    return True
+
+
+def _cells_of(entry: dict[str, Any], report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells a published number is compared with: its method and ε, and the flags the row
+    names; a cell of a grid option the row does not name is another variant."""
+    flags = entry.get("flags", {})
+    cells = []
+    for cell in report["cells"]:
+        ran = {**report.get("flags", {}), **cell.get("options", {})}
+        if (
+            cell["method"] == entry["method"]
+            and float(cell["eps"]) == float(entry["eps"])
+            and set(cell.get("options", {})) <= set(flags)
+            and all(name in ran and _same(ran[name], value) for name, value in flags.items())
+        ):
+            cells.append(cell)
+    return cells
+
+
 def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Paper against measured, per published number that has a cell of the same method and ε."""
-    groups = _groups(report["cells"])
+    """Paper against measured, per published number of the sweep's setting (`_of_setting`),
+    with the cells of its method, ε and flags ("not run" where there are none)."""
     rows = []
     for entry in report["paper"]["rows"]:
-        cells = groups.get((entry["method"], float(entry["eps"])), [])
+        if not _of_setting(entry, report):
+            continue
+        cells = _cells_of(entry, report)
         for metric, _ in (*PAPER_METRICS, ("seconds_per_epoch", "s/epoch")):
             if metric not in entry:
                 continue
