@@ -368,7 +368,14 @@ def test_paper_kit_killed_resumed_and_reported_from_committed_results(tmp_path):
     )
     kit["grid"] = [{"method": ["fastbat"], "eps": [8], "seed": [0]}]
     kit["evaluation"] = {**TINY_EVALUATION, "pgd_examples": 16, "autoattack_examples": 4}
-    kit["paper"] = os.path.join(ROOT, "configs", "papers", "fast_bat_icml2022.json")
+    # The paper's numbers, the small CNN standing in for PreActResNet-18.
+    with open(os.path.join(ROOT, "configs", "papers", "fast_bat_icml2022.json")) as f:
+        paper = json.load(f)
+    for entry in paper["rows"]:
+        if entry["flags"]["model"] == "preact_resnet18":
+            entry["flags"]["model"] = "small_cnn"
+    (tmp_path / "paper.json").write_text(json.dumps(paper))
+    kit["paper"] = str(tmp_path / "paper.json")
     path = tmp_path / "paper_table2.json"
     path.write_text(json.dumps(kit))
     out = tmp_path / "out"
@@ -416,21 +423,35 @@ def test_paper_kit_killed_resumed_and_reported_from_committed_results(tmp_path):
     with open(cell / sweeps.EVAL_AUTOATTACK) as f:
         autoattack = json.load(f)["robust_accuracy"]["autoattack@8"]
     assert report["cells"][0]["autoattack"]["robust_accuracy"]["8"] == autoattack
-    rows = {(r["method"], r["eps"], r["metric"]): r for r in report["paper_vs_measured"]}
-    row = rows["fastbat", 8, "autoattack"]
-    assert row["paper_mean"] == 45.19
+    rows = {
+        (r["table"], r["method"], r["eps"], r["attacked_eps"], r["metric"]): r
+        for r in report["paper_vs_measured"]
+    }
+    row = rows["2", "fastbat", 8, 8, "autoattack"]
+    assert (row["paper_mean"], row["paper_std"]) == (45.19, 0.12)
     assert row["measured_mean"] == pytest.approx(100 * autoattack)
     assert row["difference"] == pytest.approx(100 * autoattack - 45.19)
     assert row["measured_runs"] == [str(clone / "fastbat-eps8-seed0")]
-    assert rows["fastat", 8, "clean"]["paper_mean"] == 82.39
-    assert rows["fastat", 8, "clean"]["measured_mean"] is None  # not in this grid
+    # Each table's std: Table 1 and Table 2 print other stds for Fast-AT's SA.
+    assert (
+        rows["1", "fastat", 8, 8, "clean"]["paper_std"],
+        rows["2", "fastat", 8, 8, "clean"]["paper_std"],
+    ) == (0.14, 0.44)
+    assert rows["2", "fastat", 8, 8, "clean"]["paper_mean"] == 82.39
+    assert rows["2", "fastat", 8, 8, "clean"]["measured_mean"] is None  # not in this grid
+    assert rows["2", "pgd", 8, 16, "pgd"]["paper_mean"] == 9.39  # PGD-2-AT, attacked at ε = 16
+    # Only the sweep's setting: no other dataset, model or Fast-BAT option.
+    assert {r["table"] for r in report["paper_vs_measured"]} == {"1", "2"}
+    assert len([r for r in report["paper_vs_measured"] if r["table"] == "1"]) == 24
     # Published numbers without a measured cell (ε = 16 was not run) say so.
     unmeasured = [r for r in report["paper_vs_measured"] if r["eps"] == 16]
     assert unmeasured and all(r["measured_mean"] is None for r in unmeasured)
     table = (clone / "sweep.md").read_text()
     assert "## Paper against measured" in table
-    line = next(x for x in table.splitlines() if x.startswith("| 2 | fastbat | 8 | 8 | autoattack"))
-    assert f"| 45.19 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
+    line = next(
+        x for x in table.splitlines() if x.startswith("| 2 | fastbat | – | 8 | 8 | autoattack")
+    )
+    assert f"| 45.19 ± 0.12 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
 
 
 def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):

@@ -177,19 +177,44 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _defaults(paper: dict[str, Any], eps: float) -> dict[str, Any]:
+    """The paper's settings where a row names none (its "defaults"; a value may depend on ε,
+    {"8": 5000, "16": 2500})."""
+    found = {}
+    for key, value in paper.get("defaults", {}).items():
+        if isinstance(value, dict):
+            value = value.get(f"{eps:g}")
+        if value is not None:
+            found[key] = value
+    return found
+
+
 def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cells a published row speaks of: its method and training ε, and every flag the row
-    names set to the row's value in the cell's definition (a kit states the paper's settings)."""
-    return [
-        cell
-        for cell in report["cells"]
-        if cell["method"] == entry["method"]
-        and _same(cell["eps"], float(entry["eps"]))
-        and all(
-            key in cell.get("flags", {}) and _same(cell["flags"][key], value)
-            for key, value in entry.get("flags", {}).items()
-        )
-    ]
+    """The cells a published row speaks of: its method and training ε, and the row's setting
+    (its flags over the paper's defaults) equal to the cell's (its flags over the same
+    defaults, which are train.py's): Fast-BAT cells at 1/λ = 2000 are not the paper's 2500."""
+    paper = report["paper"]
+    matched = []
+    for cell in report["cells"]:
+        if cell["method"] != entry["method"] or not _same(cell["eps"], float(entry["eps"])):
+            continue
+        defaults = _defaults(paper, cell["eps"])
+        setting = {**defaults, **entry.get("flags", {})}
+        flags = {**defaults, **cell.get("flags", {})}
+        if all(key in flags and _same(flags[key], value) for key, value in setting.items()):
+            matched.append(cell)
+    return matched
+
+
+def _of_setting(report: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether the sweep runs the row's setting: every flag the row names is set to the row's
+    value by some cell (a CIFAR-10 sweep lists no CIFAR-100 row; a row whose method the grid
+    lacks shows "not run")."""
+    cells = report["cells"]
+    return all(
+        any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
+        for key, value in entry.get("flags", {}).items()
+    )
 
 
 def _in_stds(difference: float | None, *stds: float | None) -> float | None:
@@ -202,7 +227,7 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Paper against measured, per published number, beside the cells of its setting."""
     rows = []
     for entry in report["paper"]["rows"]:
-        if entry.get("implemented", True) is False:
+        if entry.get("implemented", True) is False or not _of_setting(report, entry):
             continue
         cells = matching_cells(report, entry)
         for metric, _ in (*PAPER_METRICS, ("seconds_per_epoch", "s/epoch")):

@@ -198,8 +198,10 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
 
 
 def load_paper(path: str) -> dict[str, Any]:
-    """Published numbers: {"source": ..., "rows": [{"table", "method", "eps", metric: [mean,
-    std]}]} with metrics among clean, pgd, autoattack (percent) and seconds_per_epoch."""
+    """Published numbers: {"source": ..., "notes": ..., "rows": [{"table", "label", "method",
+    "eps", "attacked_eps" (where it is not eps), "flags" (the train.py flags of the row's
+    setting), metric: [mean, std]}]} with metrics among clean, pgd, autoattack (percent) and
+    seconds_per_epoch."""
     paper = _read(path)
     if paper is None:
         raise DefinitionError(f"the paper numbers file {path} does not exist")
