@@ -17,6 +17,7 @@ TensorBoard callback, which runs after them, puts them in its validation/ direct
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -33,18 +34,30 @@ from fbat_tf.evaluation import evaluate
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so readers never see half a file."""
+    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
+    or infinite number is written as null (JSON has no such numbers)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=_json_default)
+        json.dump(_finite(payload), f, indent=2, default=_json_default, allow_nan=False)
     os.replace(tmp, path)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each non-finite float, at any depth, replaced by None."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if isinstance(value, float | np.floating) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic | np.ndarray):
-        return value.tolist()
+        return _finite(value.tolist())
     if isinstance(value, tf.Tensor):
-        return value.numpy().tolist()
+        return _finite(value.numpy().tolist())
     raise TypeError(f"not JSON serializable: {type(value)}")
 
 
@@ -153,16 +166,28 @@ class RobustValidation(keras.callbacks.Callback):
 
 
 class TensorBoard(keras.callbacks.TensorBoard):
-    """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is.
+    """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is,
+    and which writes no non-finite value (an epoch whose batches were all skipped has no loss
+    point).
 
     With an integer `update_freq`, Keras records every summary under a gate that is open only on
     steps that are multiples of it, its own epoch summaries included, so an epoch that ends off
     that cadence writes no epoch point at all (tensorflow/tensorboard#4975).
     """
 
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        super().on_train_batch_end(batch, _finite_logs(logs))
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         with tf.summary.record_if(True):
-            super().on_epoch_end(epoch, logs)
+            super().on_epoch_end(epoch, _finite_logs(logs))
+
+
+def _finite_logs(logs: dict | None) -> dict | None:
+    """The logs without their non-finite values (a copy; the shared dict is left as it is)."""
+    if logs is None:
+        return None
+    return {k: v for k, v in logs.items() if not isinstance(v, float) or math.isfinite(v)}
 
 
 class EpochTiming(keras.callbacks.Callback):
@@ -248,7 +273,8 @@ class ResumeCheckpoint(keras.callbacks.Callback):
 
 
 class ResultsLog(keras.callbacks.Callback):
-    """Appends each epoch's logs to results.json's `history` (atomically rewritten)."""
+    """Appends each epoch's logs to results.json's `history` (atomically rewritten); a value
+    that is not finite (the loss of an epoch whose batches were all skipped) is null."""
 
     def __init__(self, path: str, payload: dict[str, Any]):
         super().__init__()

@@ -241,7 +241,6 @@ def _train(
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
         ),
-        keras.callbacks.TerminateOnNaN(),
         resume,
     ]
     if batches < epochs * steps_per_epoch:

@@ -3,6 +3,7 @@ guard, driven by attacks whose effect is known in closed form on a linear model.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import keras
@@ -10,7 +11,11 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import schedules
-from fbat_tf.callbacks import EpochTiming, RobustValidation
+from fbat_tf.callbacks import (
+    EpochTiming,
+    RobustValidation,
+    write_json_atomic,
+)
 
 EPS = 0.3
 
@@ -187,3 +192,12 @@ def test_guard_fires_from_the_first_epoch_when_the_single_step_attack_is_masked(
     honest.on_epoch_end(0, logs)
     assert logs["val_fgsm_accuracy"] == worst and logs["val_robust_accuracy"] == worst
     assert logs["val_overfitting"] == 0.0
+
+
+def test_json_has_null_where_a_number_is_not_finite(tmp_path):
+    path = str(tmp_path / "r.json")
+    write_json_atomic(path, {"loss": float("nan"), "x": [1.0, np.float32("inf")], "n": 2})
+    with open(path) as f:
+        text = f.read()
+    assert json.loads(text) == {"loss": None, "x": [1.0, None], "n": 2}
+    assert "NaN" not in text and "Infinity" not in text
