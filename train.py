@@ -5,7 +5,8 @@
 
 Flags are in flags/train.py and flags/common.py. Bad values fail before any work. Restarting
 with the same flags and --workdir resumes; an existing run directory with other flags is
-refused, and a finished run is not redone.
+refused, and a finished run is not redone. A run that diverges stops with a message that says
+so, keeps what it had, and exits non-zero; it is not redone either.
 
 Like evaluate.py, this script turns on TensorFlow's oneDNN CPU kernels (off by default on x86
 CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BUILD.md.
@@ -64,7 +65,7 @@ def _default_word(name: str) -> str:
 
 
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
-    """'new', 'resume' or 'complete'; ValueError for a run with other flags.
+    """'new', 'resume', 'complete' or 'diverged'; ValueError for a run with other flags.
 
     A flag that the run's flags.txt does not name is either one it left unset or one added
     since; either way the run behaved as the flag's default does (a new flag's default keeps
@@ -93,6 +94,8 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
             + "; ".join(differing)
             + "). Use a new --workdir, or the same flags to resume."
         )
+    if run.is_diverged():
+        return "diverged"
     return "complete" if run.is_complete() else "resume"
 
 
@@ -146,6 +149,9 @@ def main(argv: list[str]) -> None:
         if _chief():
             export_once(workdir)
         return
+    if state == "diverged":
+        message = Run(workdir).divergence_message()
+        sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
     from fbat_tf import data, methods
 
@@ -165,9 +171,12 @@ def main(argv: list[str]) -> None:
         with open(Run(config.workdir).flags_path, "w") as f:
             f.writelines(f"{line}\n" for line in current.values() if line)
 
-    from fbat_tf.training import train
+    from fbat_tf.training import Diverged, train
 
-    results = train(config)
+    try:
+        results = train(config)
+    except Diverged as error:
+        sys.exit(f"error: {error}")
     final = results["final"]
     autoattack = (
         f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"

@@ -1,17 +1,23 @@
 """Callbacks of a training run: robust validation with best-model selection, a catastrophic-
-overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
+overfitting guard, divergence, timing, per-epoch results, and the resumable last checkpoint.
 
     run = Run(workdir)
+    divergence = Divergence(steps_per_epoch)
     callbacks = [
         EpochTiming(examples_per_epoch),
         RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path=run.best_weights),
+        divergence,                                       # after validation: it reads its logs
         ResultsLog(run.results_path, payload),
         TensorBoard(run.tensorboard_dir),                 # after them: it sees what they logged
-        ResumeCheckpoint(trainer, run.last_checkpoint_dir),  # last: an epoch it holds is logged
+        ResumeCheckpoint(trainer, run.last_checkpoint_dir, divergence),  # last, as below
     ]
+    trainer.fit(...)
+    divergence.outcome                                    # None, or what made the run diverge
 
 The validation callbacks write into the epoch's `logs` dict under `val_*` keys, so the
-TensorBoard callback, which runs after them, puts them in its validation/ directory.
+TensorBoard callback, which runs after them, puts them in its validation/ directory. The
+resumable checkpoint comes after the logs, so an epoch it holds is logged; it does not hold an
+epoch in which the run diverged.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from absl import logging
 
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
-from fbat_tf.evaluation import evaluate
+from fbat_tf.evaluation import NonFiniteError, evaluate
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -78,7 +84,10 @@ class RobustValidation(keras.callbacks.Callback):
       ε = 76/255 (Fast-BAT at 76 the largest) but the collapsed Fast-AT models at 64 and 76,
       which have 0.38 to 0.58: 0.3 lies between.
     It warns, logs `val_overfitting` = 1, and stops training when `stop_on_overfitting` is
-    set; `val_fgsm_accuracy` is logged every epoch. Every epoch attacks with the same seeds
+    set; `val_fgsm_accuracy` is logged every epoch. A model that gives non-finite logits on
+    validation examples cannot be validated: the epoch logs `val_nonfinite_examples` (how many
+    in the batch where evaluation met them) instead of accuracies, and training stops (the
+    Divergence callback names it). Every epoch attacks with the same seeds
     (`seed`, as `evaluate` derives them per batch), so epochs differ by their weights alone, and
     a resumed run validates as the uninterrupted one.
     """
@@ -116,7 +125,13 @@ class RobustValidation(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
         attacks = {"pgd": (self.eps, self.attack), "fgsm": (self.eps, self.single_step)}
-        result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
+        try:
+            result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
+        except NonFiniteError as error:
+            logging.warning("epoch %d: validation stopped: %s", epoch + 1, error)
+            logs["val_nonfinite_examples"] = float(error.examples)
+            self.model.stop_training = True
+            return
         robust = result["robust_accuracy"]["pgd"]
         single_step = result["robust_accuracy"]["fgsm"]
         logs["val_loss"] = result["loss"]
@@ -235,14 +250,80 @@ class StopAfterBatches(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class Divergence(keras.callbacks.Callback):
+    """Stops a run that diverges, and says what happened in `outcome`.
+
+    A run diverges when more than `max_skipped_fraction` of the steps of an epoch
+    (`steps_per_epoch` batches, each tried `replays` times: Free-AT's m) were skipped because
+    something they would write was not finite (the trainer's `nonfinite_batches` metric;
+    checked after every batch, so such an epoch stops as soon as it is past the limit), or when
+    validation met non-finite logits (`val_nonfinite_examples`, logged by RobustValidation).
+    The epoch still ends, so its logs are recorded; ResumeCheckpoint does not save it.
+    `outcome` is then a dict: `epoch` (from 1), `reason` ("skipped_batches" or "validation"),
+    `nonfinite_batches` and `steps` (skipped and tried in that epoch), `max_skipped_fraction`,
+    `val_nonfinite_examples`, and `last_finite_loss` (the loss of the latest applied batch,
+    None if there was none).
+    """
+
+    def __init__(self, steps_per_epoch: int, max_skipped_fraction: float = 0.25, replays: int = 1):
+        super().__init__()
+        if not 0.0 <= max_skipped_fraction <= 1.0:
+            raise ValueError(
+                f"max_skipped_fraction must be in [0, 1], got {max_skipped_fraction!r}"
+            )
+        self.steps_per_epoch = steps_per_epoch
+        self.max_skipped_fraction = max_skipped_fraction
+        self.replays = replays
+        self.outcome: dict[str, Any] | None = None
+        self._batches = 0
+        self._skipped = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._batches = self._skipped = 0
+
+    def _too_many(self) -> bool:
+        return self._skipped > self.max_skipped_fraction * self.steps_per_epoch * self.replays
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._batches = batch + 1
+        self._skipped = int((logs or {}).get("nonfinite_batches", 0))
+        if self._too_many():
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs or {}
+        nonfinite = int(logs.get("val_nonfinite_examples", 0))
+        if not (self._too_many() or nonfinite):
+            return
+        last = float(getattr(self.model, "last_finite_loss", float("nan")))
+        self.outcome = {
+            "epoch": epoch + 1,
+            "reason": "skipped_batches" if self._too_many() else "validation",
+            "nonfinite_batches": self._skipped,
+            "steps": self._batches * self.replays,
+            "max_skipped_fraction": self.max_skipped_fraction,
+            "val_nonfinite_examples": nonfinite,
+            "last_finite_loss": last if math.isfinite(last) else None,
+        }
+        self.model.stop_training = True
+
+
 class ResumeCheckpoint(keras.callbacks.Callback):
     """Saves every piece of training state each epoch: weights and batch-norm statistics, the
     optimizer, the trainer's seed counter, the method's own state (Free-AT's δ) and the
     finished-epoch count (tf.train checkpoints: a partly written one is never the latest), and
-    restores them on resume."""
+    restores them on resume. An epoch in which `divergence` found the run diverged is not
+    saved: the last checkpoint stays that of the epoch before."""
 
-    def __init__(self, trainer: keras.Model, directory: str, keep: int = 2):
+    def __init__(
+        self,
+        trainer: keras.Model,
+        directory: str,
+        divergence: Divergence | None = None,
+        keep: int = 2,
+    ):
         super().__init__()
+        self.divergence = divergence
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="finished_epochs")
         self.checkpoint = tf.train.Checkpoint(
             classifier=trainer.classifier,
@@ -268,6 +349,8 @@ class ResumeCheckpoint(keras.callbacks.Callback):
         return int(self.epoch.numpy())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.divergence is not None and self.divergence.outcome is not None:
+            return
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)
 

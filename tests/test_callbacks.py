@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import keras
 import numpy as np
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 from fbat_tf import schedules
 from fbat_tf.callbacks import (
+    Divergence,
     EpochTiming,
     RobustValidation,
     write_json_atomic,
@@ -201,3 +203,44 @@ def test_json_has_null_where_a_number_is_not_finite(tmp_path):
         text = f.read()
     assert json.loads(text) == {"loss": None, "x": [1.0, None], "n": 2}
     assert "NaN" not in text and "Infinity" not in text
+
+
+class FakeTrainer(keras.Model):
+    last_finite_loss = tf.Variable(3.5)
+
+
+def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
+    model = FakeTrainer()
+    guard = Divergence(steps_per_epoch=8, max_skipped_fraction=0.25)
+    guard.set_model(model)
+    model.stop_training = False
+    guard.on_epoch_begin(0)
+    for batch, skipped in enumerate([0, 1, 2, 2]):  # at most 2 of 8 allowed
+        guard.on_train_batch_end(batch, {"nonfinite_batches": float(skipped)})
+    assert not model.stop_training
+    guard.on_epoch_end(0, {"nonfinite_batches": 2.0})
+    assert guard.outcome is None
+    guard.on_epoch_begin(1)
+    guard.on_train_batch_end(0, {"nonfinite_batches": 1.0})
+    guard.on_train_batch_end(1, {"nonfinite_batches": 2.0})
+    guard.on_train_batch_end(2, {"nonfinite_batches": 3.0})
+    assert model.stop_training
+    guard.on_epoch_end(1, {"nonfinite_batches": 3.0})
+    assert guard.outcome == {
+        "epoch": 2,
+        "reason": "skipped_batches",
+        "nonfinite_batches": 3,
+        "steps": 3,
+        "max_skipped_fraction": 0.25,
+        "val_nonfinite_examples": 0,
+        "last_finite_loss": 3.5,
+    }
+
+    validation = Divergence(steps_per_epoch=8)
+    validation.set_model(model)
+    validation.on_epoch_begin(0)
+    validation.on_train_batch_end(0, {"nonfinite_batches": 0.0})
+    validation.on_epoch_end(0, {"nonfinite_batches": 0.0, "val_nonfinite_examples": 5.0})
+    assert validation.outcome["reason"] == "validation"
+    assert validation.outcome["val_nonfinite_examples"] == 5
+    assert math.isclose(validation.outcome["last_finite_loss"], 3.5)
