@@ -8,6 +8,9 @@ with the same flags and --workdir resumes; an existing run directory with other 
 refused, and a finished run is not redone. A run that diverges stops with a message that says
 so, keeps what it had, and exits non-zero; it is not redone either.
 
+Only the run's own lines, warnings and errors are printed; `--verbosity=0` (absl's flag) also
+shows TensorFlow's and absl's INFO lines.
+
 Like evaluate.py, this script turns on TensorFlow's oneDNN CPU kernels (off by default on x86
 CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BUILD.md.
 """
@@ -21,7 +24,7 @@ import sys
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads
 
-from absl import app  # noqa: E402
+from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf.run import Run  # noqa: E402
@@ -133,9 +136,19 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     return TrainConfig(**given)
 
 
+def quiet_unless_asked() -> None:
+    """Without --verbosity, absl's and TensorFlow's INFO lines (absl turns them on once flags
+    are parsed; TensorFlow's C++ logs before TensorFlow loads) are left out."""
+    if FLAGS["verbosity"].present:
+        return
+    logging.set_verbosity(logging.WARNING)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    quiet_unless_asked()
     # The run directory first: a finished run, or one with other flags, is told at once,
     # before TensorFlow loads.
     workdir = train_flags.WORKDIR.value or default_workdir()

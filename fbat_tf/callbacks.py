@@ -10,6 +10,7 @@ overfitting guard, divergence, timing, per-epoch results, and the resumable last
         ResultsLog(run.results_path, payload),
         TensorBoard(run.tensorboard_dir),                 # after them: it sees what they logged
         ResumeCheckpoint(trainer, run.last_checkpoint_dir, divergence),  # last, as below
+        Progress(),                                       # the epoch's line shows every log
     ]
     trainer.fit(...)
     divergence.outcome                                    # None, or what made the run diverge
@@ -182,13 +183,25 @@ class RobustValidation(keras.callbacks.Callback):
 
 class TensorBoard(keras.callbacks.TensorBoard):
     """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is,
-    and which writes no non-finite value (an epoch whose batches were all skipped has no loss
-    point).
+    whose batch curves go on from where a resumed run's stopped, and which writes no
+    non-finite value (an epoch whose batches were all skipped has no loss point).
 
     With an integer `update_freq`, Keras records every summary under a gate that is open only on
     steps that are multiples of it, its own epoch summaries included, so an epoch that ends off
     that cadence writes no epoch point at all (tensorflow/tensorboard#4975).
+
+    The x-axis of the epoch curves (`epoch_*`) is the epoch counted from 0 (results.json's
+    epoch 1 is step 0); that of the batch curves (`batch_*`) the batch counted from 1 since the
+    run began, `first_batch` being the batches finished before this process (a resumed run's).
     """
+
+    def __init__(self, *args, first_batch: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.first_batch = first_batch
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        super().on_train_begin(logs)
+        self._global_train_batch = self.first_batch
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         super().on_train_batch_end(batch, _finite_logs(logs))
@@ -248,6 +261,19 @@ class StopAfterBatches(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self._epoch * self.steps_per_epoch + batch + 1 >= self.batches:
             self.model.stop_training = True
+
+
+class Progress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, whose line for an epoch that ended early (StopAfterBatches,
+    divergence) counts the batches that ran, "10/20", not the epoch's planned steps.
+
+    Put it last in the callbacks, so that the epoch's line shows what the others logged."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.progbar is not None and self.target is not None and 0 < self.seen < self.target:
+            self.progbar.update(self.seen, list((logs or {}).items()), finalize=True)
+            return
+        super().on_epoch_end(epoch, logs)
 
 
 class Divergence(keras.callbacks.Callback):

@@ -47,6 +47,7 @@ from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
     Divergence,
     EpochTiming,
+    Progress,
     ResultsLog,
     ResumeCheckpoint,
     RobustValidation,
@@ -144,18 +145,24 @@ def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train, select the best validation-robust checkpoint, evaluate it on the test split.
 
-    Raises Diverged for a run that diverges, or diverged before in this workdir."""
-    # Created first: a multi-worker strategy must exist before other TensorFlow work.
-    strategy = distribute.create_strategy(config.strategy)
-    if distribute.is_chief(strategy):
-        return _train(config, strategy)
-    # Every worker runs the callbacks; only the chief writes into the shared workdir. The others
-    # resume from the chief's checkpoint and write into a scratch directory, removed at the end.
-    scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+    Raises Diverged for a run that diverges, or diverged before in this workdir. The global
+    Keras precision policy is the caller's again when it returns or raises."""
+    policy = keras.mixed_precision.global_policy()
     try:
-        return _train(dataclasses.replace(config, workdir=scratch), strategy, config.workdir)
+        # Created first: a multi-worker strategy must exist before other TensorFlow work.
+        strategy = distribute.create_strategy(config.strategy)
+        if distribute.is_chief(strategy):
+            return _train(config, strategy)
+        # Every worker runs the callbacks; only the chief writes into the shared workdir. The
+        # others resume from the chief's checkpoint and write into a scratch directory, removed
+        # at the end.
+        scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+        try:
+            return _train(dataclasses.replace(config, workdir=scratch), strategy, config.workdir)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        keras.mixed_precision.set_global_policy(policy)
 
 
 def _train(
@@ -246,8 +253,8 @@ def _train(
     divergence = Divergence(steps_per_epoch, config.max_skipped_fraction, method.replays)
     resume.divergence = divergence
     # Order matters: validation writes into the epoch's logs before divergence reads them and
-    # before they are recorded, and the resumable checkpoint comes last, so an epoch it holds
-    # is in results.json and TensorBoard too.
+    # before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
+    # is in results.json and TensorBoard too, and the progress line last, to show them all.
     callbacks = [
         EpochTiming(config.batch_size * method.replays),
         RobustValidation(
@@ -266,8 +273,10 @@ def _train(
             tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
+            first_batch=initial_epoch * steps_per_epoch,
         ),
         resume,
+        Progress(),
     ]
     if batches < epochs * steps_per_epoch:
         callbacks.insert(0, StopAfterBatches(batches, steps_per_epoch))
@@ -297,10 +306,13 @@ def _train(
     payload["final"] = evaluate_test(float32_classifier, config)
     payload["status"] = "complete"
     write_json_atomic(results_path, payload)
+    # On the epoch curves' axis (epochs from 0), at the epoch of the model they measure.
+    selected = [h["epoch"] for h in payload["history"] if h.get("val_best")]
+    step = (selected or [len(payload["history"])])[-1] - 1
     with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
         for name, value in payload["final"].items():
             if isinstance(value, float):
-                tf.summary.scalar(name, value, step=int(trainer.optimizer.iterations.numpy()))
+                tf.summary.scalar(name, value, step=max(step, 0))
     return payload
 
 

@@ -165,8 +165,8 @@ MUTATIONS = [
         "T10",
         "a non-chief worker writes into the workdir",
         "fbat_tf/training.py",
-        "    if distribute.is_chief(strategy):\n        return _train(config, strategy)",
-        "    if True:\n        return _train(config, strategy)",
+        "        if distribute.is_chief(strategy):\n            return _train(config, strategy)",
+        "        if True:\n            return _train(config, strategy)",
         (
             "tests/test_distribute.py::test_a_non_chief_worker_trains_without_writing_into_the_workdir",
         ),

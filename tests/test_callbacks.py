@@ -3,9 +3,11 @@ guard, driven by attacks whose effect is known in closed form on a linear model.
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import math
+import os
 
 import keras
 import numpy as np
@@ -15,7 +17,10 @@ from fbat_tf import schedules
 from fbat_tf.callbacks import (
     Divergence,
     EpochTiming,
+    Progress,
     RobustValidation,
+    StopAfterBatches,
+    TensorBoard,
     write_json_atomic,
 )
 
@@ -196,6 +201,18 @@ def test_guard_fires_from_the_first_epoch_when_the_single_step_attack_is_masked(
     assert logs["val_overfitting"] == 0.0
 
 
+def test_an_epoch_cut_short_shows_the_batches_that_ran(capsys):
+    """Free-AT's last epoch stops after the batches its step budget allows: its line says 3/5,
+    not 5/5."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((5, 2), np.float32)
+    callbacks = [StopAfterBatches(3, 5), Progress()]
+    model.fit(x, x[:, :1], batch_size=1, epochs=1, verbose=2, callbacks=callbacks)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("3/5 - "), line
+
+
 def test_json_has_null_where_a_number_is_not_finite(tmp_path):
     path = str(tmp_path / "r.json")
     write_json_atomic(path, {"loss": float("nan"), "x": [1.0, np.float32("inf")], "n": 2})
@@ -203,6 +220,39 @@ def test_json_has_null_where_a_number_is_not_finite(tmp_path):
         text = f.read()
     assert json.loads(text) == {"loss": None, "x": [1.0, None], "n": 2}
     assert "NaN" not in text and "Infinity" not in text
+
+
+def _steps(directory: str) -> dict[str, list[int]]:
+    steps: dict[str, list[int]] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    return steps
+
+
+class Poison(keras.callbacks.Callback):
+    """Puts a NaN into every epoch's logs, as an epoch whose batches were all skipped has."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["skipped_loss"] = float("nan")
+
+
+def test_tensorboard_axes_go_on_after_a_resume_and_skip_non_finite_values(tmp_path):
+    """Batch curves are numbered from the batches a resumed run had already trained; epoch
+    curves by epoch; a non-finite value is left out, the others written."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((3, 2), np.float32)
+    board = TensorBoard(str(tmp_path), update_freq=1, write_graph=False, first_batch=6)
+    model.fit(
+        x, x[:, :1], batch_size=1, epochs=3, initial_epoch=2, verbose=0, callbacks=[Poison(), board]
+    )
+    steps = _steps(str(tmp_path / "train"))
+    assert steps["batch_loss"] == [7, 8, 9]
+    assert steps["epoch_loss"] == [2]
+    assert "epoch_skipped_loss" not in steps
 
 
 class FakeTrainer(keras.Model):

@@ -159,6 +159,10 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
+    """The final evaluation attacks the float32 model evaluate.py loads, and the caller's
+    precision policy is back when train returns."""
+    import keras
+
     from fbat_tf import classifiers, data, training
 
     seen = {}
@@ -171,7 +175,10 @@ def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, mon
     monkeypatch.setattr(training, "evaluate_test", spy)
     workdir = str(tmp_path / "run")
     config = fashion_mnist_config(workdir, max_train_examples=128, precision="mixed_bfloat16")
+    keras.mixed_precision.set_global_policy("mixed_float16")  # the caller's
     train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    keras.mixed_precision.set_global_policy("float32")  # as evaluate.py builds the model
     tested = seen["classifier"]
     assert tested.compute_dtype == "float32"
     loaded, _ = classifiers.load_classifier(workdir)  # what evaluate.py attacks
@@ -356,7 +363,7 @@ def test_a_diverging_run_says_so_keeps_what_it_had_and_is_not_redone(tmp_path):
 def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypatch):
     """In-process: a learning rate that jumps to 1e6 in epoch 2. The run raises Diverged; the
     best checkpoint and the last (resumable) one are epoch 1's; a second call raises again
-    without training."""
+    without training; the caller's precision policy is back in both cases."""
     import keras
 
     from fbat_tf import schedules, training
@@ -369,8 +376,10 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
     monkeypatch.setattr(schedules, "create", jump)
     workdir = tmp_path / "run"
     config = fashion_mnist_config(str(workdir), epochs=3)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
     with pytest.raises(training.Diverged, match="training diverged: (in|after) epoch 2") as error:
         train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "diverged" and results["divergence"]["epoch"] == 2
     assert error.value.results["divergence"] == results["divergence"]
@@ -386,5 +395,6 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     with pytest.raises(training.Diverged, match="holds a run that diverged"):
         train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
     after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     assert before == after
