@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -98,6 +99,10 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     workdir = tmp_path / "run"
     result = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Only the run's own lines, warnings and errors: no absl INFO line of Python code (the
+    # export's "Assets written to", ...) without --verbosity.
+    info = re.compile(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", re.MULTILINE)
+    assert not info.findall(result.stdout + result.stderr), result.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]
