@@ -8,7 +8,9 @@ AutoAttack (and its parts) and transfer attacks, at one or several ε.
 
 `--model_path` is a training run directory, a .keras file or an exported SavedModel version
 directory. Prints a Markdown table, writes JSON (never over an existing file) and, with several
-ε, a robustness-vs-ε plot next to it. Every adversarial batch is checked to lie in C.
+ε, a robustness-vs-ε plot next to it. Every adversarial batch is checked to lie in C. A model
+that gives NaN or infinite logits, on clean inputs (told before any attack, with how many
+examples) or on adversarial ones, is refused with a message and nothing is written.
 `--strategy` splits each global batch over the replicas of a tf.distribute strategy and sums the
 counts (BUILD.md); only the chief of several workers writes.
 
@@ -133,13 +135,17 @@ def main(argv: list[str]) -> None:
     )
     try:
         classifiers.check_logits(classifier, next(iter(split))[0][:64])
+        classifiers.check_finite(classifier, split)
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
     jit = device.resolve_jit_compile(common.JIT_COMPILE.value)
     built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
-    results = evaluation.evaluate(
-        classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
-    )
+    try:
+        results = evaluation.evaluate(
+            classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
+        )
+    except evaluation.NonFiniteError as error:  # met under attack: nothing is written
+        sys.exit(f"\nerror: {model_path}: {error}")
     # Summed over every replica and worker.
     breakdown = results.pop("per_attack")
     seconds = results.pop("per_attack_seconds")

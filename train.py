@@ -5,7 +5,11 @@
 
 Flags are in flags/train.py and flags/common.py. Bad values fail before any work. Restarting
 with the same flags and --workdir resumes; an existing run directory with other flags is
-refused, and a finished run is not redone.
+refused, and a finished run is not redone. A run that diverges stops with a message that says
+so, keeps what it had, and exits non-zero; it is not redone either.
+
+Only the run's own lines, warnings and errors are printed; `--verbosity=0` (absl's flag) also
+shows TensorFlow's and absl's INFO lines.
 
 Like evaluate.py, this script turns on TensorFlow's oneDNN CPU kernels (off by default on x86
 CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BUILD.md.
@@ -20,7 +24,7 @@ import sys
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads
 
-from absl import app  # noqa: E402
+from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf.run import Run  # noqa: E402
@@ -64,7 +68,7 @@ def _default_word(name: str) -> str:
 
 
 def check_workdir(workdir: str, current: dict[str, str]) -> str:
-    """'new', 'resume' or 'complete'; ValueError for a run with other flags.
+    """'new', 'resume', 'complete' or 'diverged'; ValueError for a run with other flags.
 
     A flag that the run's flags.txt does not name is either one it left unset or one added
     since; either way the run behaved as the flag's default does (a new flag's default keeps
@@ -93,6 +97,8 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
             + "; ".join(differing)
             + "). Use a new --workdir, or the same flags to resume."
         )
+    if run.is_diverged():
+        return "diverged"
     return "complete" if run.is_complete() else "resume"
 
 
@@ -130,9 +136,19 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     return TrainConfig(**given)
 
 
+def quiet_unless_asked() -> None:
+    """Without --verbosity, absl's and TensorFlow's INFO lines (absl turns them on once flags
+    are parsed; TensorFlow's C++ logs before TensorFlow loads) are left out."""
+    if FLAGS["verbosity"].present:
+        return
+    logging.set_verbosity(logging.WARNING)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    quiet_unless_asked()
     # The run directory first: a finished run, or one with other flags, is told at once,
     # before TensorFlow loads.
     workdir = train_flags.WORKDIR.value or default_workdir()
@@ -146,6 +162,9 @@ def main(argv: list[str]) -> None:
         if _chief():
             export_once(workdir)
         return
+    if state == "diverged":
+        message = Run(workdir).divergence_message()
+        sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
     from fbat_tf import data, methods
 
@@ -165,9 +184,12 @@ def main(argv: list[str]) -> None:
         with open(Run(config.workdir).flags_path, "w") as f:
             f.writelines(f"{line}\n" for line in current.values() if line)
 
-    from fbat_tf.training import train
+    from fbat_tf.training import Diverged, train
 
-    results = train(config)
+    try:
+        results = train(config)
+    except Diverged as error:
+        sys.exit(f"error: {error}")
     final = results["final"]
     autoattack = (
         f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"

@@ -1,22 +1,30 @@
 """Callbacks of a training run: robust validation with best-model selection, a catastrophic-
-overfitting guard, timing, per-epoch results, and the resumable last checkpoint.
+overfitting guard, divergence, timing, per-epoch results, and the resumable last checkpoint.
 
     run = Run(workdir)
+    divergence = Divergence(steps_per_epoch)
     callbacks = [
         EpochTiming(examples_per_epoch),
         RobustValidation(val_ds, PGD(eps, steps=10, restarts=1), best_path=run.best_weights),
+        divergence,                                       # after validation: it reads its logs
         ResultsLog(run.results_path, payload),
         TensorBoard(run.tensorboard_dir),                 # after them: it sees what they logged
-        ResumeCheckpoint(trainer, run.last_checkpoint_dir),  # last: an epoch it holds is logged
+        ResumeCheckpoint(trainer, run.last_checkpoint_dir, divergence),  # last, as below
+        Progress(),                                       # the epoch's line shows every log
     ]
+    trainer.fit(...)
+    divergence.outcome                                    # None, or what made the run diverge
 
 The validation callbacks write into the epoch's `logs` dict under `val_*` keys, so the
-TensorBoard callback, which runs after them, puts them in its validation/ directory.
+TensorBoard callback, which runs after them, puts them in its validation/ directory. The
+resumable checkpoint comes after the logs, so an epoch it holds is logged; it does not hold an
+epoch in which the run diverged.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -29,22 +37,34 @@ from absl import logging
 
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
-from fbat_tf.evaluation import evaluate
+from fbat_tf.evaluation import NonFiniteError, evaluate
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so readers never see half a file."""
+    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
+    or infinite number is written as null (JSON has no such numbers)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=_json_default)
+        json.dump(_finite(payload), f, indent=2, default=_json_default, allow_nan=False)
     os.replace(tmp, path)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with each non-finite float, at any depth, replaced by None."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if isinstance(value, float | np.floating) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic | np.ndarray):
-        return value.tolist()
+        return _finite(value.tolist())
     if isinstance(value, tf.Tensor):
-        return value.numpy().tolist()
+        return _finite(value.numpy().tolist())
     raise TypeError(f"not JSON serializable: {type(value)}")
 
 
@@ -65,7 +85,10 @@ class RobustValidation(keras.callbacks.Callback):
       ε = 76/255 (Fast-BAT at 76 the largest) but the collapsed Fast-AT models at 64 and 76,
       which have 0.38 to 0.58: 0.3 lies between.
     It warns, logs `val_overfitting` = 1, and stops training when `stop_on_overfitting` is
-    set; `val_fgsm_accuracy` is logged every epoch. Every epoch attacks with the same seeds
+    set; `val_fgsm_accuracy` is logged every epoch. A model that gives non-finite logits on
+    validation examples cannot be validated: the epoch logs `val_nonfinite_examples` (how many
+    in the batch where evaluation met them) instead of accuracies, and training stops (the
+    Divergence callback names it). Every epoch attacks with the same seeds
     (`seed`, as `evaluate` derives them per batch), so epochs differ by their weights alone, and
     a resumed run validates as the uninterrupted one.
     """
@@ -103,7 +126,13 @@ class RobustValidation(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
         attacks = {"pgd": (self.eps, self.attack), "fgsm": (self.eps, self.single_step)}
-        result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
+        try:
+            result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
+        except NonFiniteError as error:
+            logging.warning("epoch %d: validation stopped: %s", epoch + 1, error)
+            logs["val_nonfinite_examples"] = float(error.examples)
+            self.model.stop_training = True
+            return
         robust = result["robust_accuracy"]["pgd"]
         single_step = result["robust_accuracy"]["fgsm"]
         logs["val_loss"] = result["loss"]
@@ -153,16 +182,40 @@ class RobustValidation(keras.callbacks.Callback):
 
 
 class TensorBoard(keras.callbacks.TensorBoard):
-    """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is.
+    """Keras' TensorBoard callback whose epoch curves are written whatever `update_freq` is,
+    whose batch curves go on from where a resumed run's stopped, and which writes no
+    non-finite value (an epoch whose batches were all skipped has no loss point).
 
     With an integer `update_freq`, Keras records every summary under a gate that is open only on
     steps that are multiples of it, its own epoch summaries included, so an epoch that ends off
     that cadence writes no epoch point at all (tensorflow/tensorboard#4975).
+
+    The x-axis of the epoch curves (`epoch_*`) is the epoch counted from 0 (results.json's
+    epoch 1 is step 0); that of the batch curves (`batch_*`) the batch counted from 1 since the
+    run began, `first_batch` being the batches finished before this process (a resumed run's).
     """
+
+    def __init__(self, *args, first_batch: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.first_batch = first_batch
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        super().on_train_begin(logs)
+        self._global_train_batch = self.first_batch
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        super().on_train_batch_end(batch, _finite_logs(logs))
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         with tf.summary.record_if(True):
-            super().on_epoch_end(epoch, logs)
+            super().on_epoch_end(epoch, _finite_logs(logs))
+
+
+def _finite_logs(logs: dict | None) -> dict | None:
+    """The logs without their non-finite values (a copy; the shared dict is left as it is)."""
+    if logs is None:
+        return None
+    return {k: v for k, v in logs.items() if not isinstance(v, float) or math.isfinite(v)}
 
 
 class EpochTiming(keras.callbacks.Callback):
@@ -210,14 +263,93 @@ class StopAfterBatches(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class Progress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, whose line for an epoch that ended early (StopAfterBatches,
+    divergence) counts the batches that ran, "10/20", not the epoch's planned steps.
+
+    Put it last in the callbacks, so that the epoch's line shows what the others logged."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.progbar is not None and self.target is not None and 0 < self.seen < self.target:
+            self.progbar.update(self.seen, list((logs or {}).items()), finalize=True)
+            return
+        super().on_epoch_end(epoch, logs)
+
+
+class Divergence(keras.callbacks.Callback):
+    """Stops a run that diverges, and says what happened in `outcome`.
+
+    A run diverges when more than `max_skipped_fraction` of the steps of an epoch
+    (`steps_per_epoch` batches, each tried `replays` times: Free-AT's m) were skipped because
+    something they would write was not finite (the trainer's `nonfinite_batches` metric;
+    checked after every batch, so such an epoch stops as soon as it is past the limit), or when
+    validation met non-finite logits (`val_nonfinite_examples`, logged by RobustValidation).
+    The epoch still ends, so its logs are recorded; ResumeCheckpoint does not save it.
+    `outcome` is then a dict: `epoch` (from 1), `reason` ("skipped_batches" or "validation"),
+    `nonfinite_batches` and `steps` (skipped and tried in that epoch), `max_skipped_fraction`,
+    `val_nonfinite_examples`, and `last_finite_loss` (the loss of the latest applied batch,
+    None if there was none).
+    """
+
+    def __init__(self, steps_per_epoch: int, max_skipped_fraction: float = 0.25, replays: int = 1):
+        super().__init__()
+        if not 0.0 <= max_skipped_fraction <= 1.0:
+            raise ValueError(
+                f"max_skipped_fraction must be in [0, 1], got {max_skipped_fraction!r}"
+            )
+        self.steps_per_epoch = steps_per_epoch
+        self.max_skipped_fraction = max_skipped_fraction
+        self.replays = replays
+        self.outcome: dict[str, Any] | None = None
+        self._batches = 0
+        self._skipped = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._batches = self._skipped = 0
+
+    def _too_many(self) -> bool:
+        return self._skipped > self.max_skipped_fraction * self.steps_per_epoch * self.replays
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._batches = batch + 1
+        self._skipped = int((logs or {}).get("nonfinite_batches", 0))
+        if self._too_many():
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs or {}
+        nonfinite = int(logs.get("val_nonfinite_examples", 0))
+        if not (self._too_many() or nonfinite):
+            return
+        last = float(getattr(self.model, "last_finite_loss", float("nan")))
+        self.outcome = {
+            "epoch": epoch + 1,
+            "reason": "skipped_batches" if self._too_many() else "validation",
+            "nonfinite_batches": self._skipped,
+            "steps": self._batches * self.replays,
+            "max_skipped_fraction": self.max_skipped_fraction,
+            "val_nonfinite_examples": nonfinite,
+            "last_finite_loss": last if math.isfinite(last) else None,
+        }
+        self.model.stop_training = True
+
+
 class ResumeCheckpoint(keras.callbacks.Callback):
     """Saves every piece of training state each epoch: weights and batch-norm statistics, the
     optimizer, the trainer's seed counter, the method's own state (Free-AT's δ) and the
     finished-epoch count (tf.train checkpoints: a partly written one is never the latest), and
-    restores them on resume."""
+    restores them on resume. An epoch in which `divergence` found the run diverged is not
+    saved: the last checkpoint stays that of the epoch before."""
 
-    def __init__(self, trainer: keras.Model, directory: str, keep: int = 2):
+    def __init__(
+        self,
+        trainer: keras.Model,
+        directory: str,
+        divergence: Divergence | None = None,
+        keep: int = 2,
+    ):
         super().__init__()
+        self.divergence = divergence
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="finished_epochs")
         self.checkpoint = tf.train.Checkpoint(
             classifier=trainer.classifier,
@@ -243,12 +375,15 @@ class ResumeCheckpoint(keras.callbacks.Callback):
         return int(self.epoch.numpy())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if self.divergence is not None and self.divergence.outcome is not None:
+            return
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)
 
 
 class ResultsLog(keras.callbacks.Callback):
-    """Appends each epoch's logs to results.json's `history` (atomically rewritten)."""
+    """Appends each epoch's logs to results.json's `history` (atomically rewritten); a value
+    that is not finite (the loss of an epoch whose batches were all skipped) is null."""
 
     def __init__(self, path: str, payload: dict[str, Any]):
         super().__init__()

@@ -3,6 +3,7 @@
     classifier, config = load_classifier("runs/fmnist")   # the run's selected weights
     classifier, known = load_model(path)                  # a run, SavedModel or .keras file
     check_logits(classifier, x)                           # refuses softmax outputs
+    check_finite(classifier, dataset)                     # refuses NaN or infinite logits
     graph = InferenceGraph(classifier)                    # weights folded into constants
 
 Every classifier here is called as `classifier(x, training=False)` and returns logits,
@@ -135,4 +136,29 @@ def check_logits(classifier: Callable, x: tf.Tensor) -> None:
             "after a softmax), but the attacks need logits: evaluate the model without its final "
             "softmax, e.g. keras.Model(model.inputs, model.layers[-1].input) when the softmax "
             "is a layer of its own, or rebuild the last Dense layer with activation=None"
+        )
+
+
+def check_finite(classifier: Callable, dataset: tf.data.Dataset) -> None:
+    """Raise ValueError naming how many examples of `dataset` give NaN or infinite logits on
+    their clean inputs (and how many of them have non-finite pixels). Such an example can be
+    counted neither right nor wrong, so an evaluation that meets one stops; this tells it at
+    once, for the whole set, before any attack. One inference pass over the set."""
+    examples = nonfinite = bad_pixels = 0
+    for x, _ in dataset:
+        logits = tf.reshape(tf.cast(classifier(x, training=False), tf.float32), [len(x), -1])
+        pixels = tf.reshape(tf.cast(x, tf.float32), [len(x), -1])
+        examples += len(x)
+        nonfinite += int(
+            tf.reduce_sum(tf.cast(~tf.reduce_all(tf.math.is_finite(logits), 1), tf.int32))
+        )
+        bad_pixels += int(
+            tf.reduce_sum(tf.cast(~tf.reduce_all(tf.math.is_finite(pixels), 1), tf.int32))
+        )
+    if nonfinite or bad_pixels:
+        raise ValueError(
+            f"{nonfinite} of the {examples} examples give non-finite logits (NaN or infinite) "
+            f"on their clean inputs ({bad_pixels} have non-finite pixels); an example whose "
+            "logits are not finite can be counted neither right nor wrong, so nothing was "
+            "attacked. The model is broken for these inputs (a run that diverged?)."
         )

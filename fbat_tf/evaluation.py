@@ -32,6 +32,23 @@ from fbat_tf.constraints import check_in_ball
 POOL_BYTES = 1 << 30
 
 
+class NonFiniteError(ValueError):
+    """An example whose input or logits are not finite, met by `evaluate`: it can be counted
+    neither right nor wrong (argmax of NaN is arbitrary), so the evaluation stops there.
+    `examples` is how many examples of the batch have non-finite logits."""
+
+    def __init__(self, message: str, examples: int):
+        super().__init__(message)
+        self.examples = examples
+
+
+def _nonfinite_rows(values: tf.Tensor) -> tf.Tensor:
+    """How many examples (rows) of a batch hold a NaN or an infinity, as float32."""
+    flat = tf.reshape(tf.cast(values, tf.float32), [tf.shape(values)[0], -1])
+    finite = tf.reduce_all(tf.math.is_finite(flat), axis=1)
+    return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32))
+
+
 class TransferAttack(Attack):
     """Adversarial examples crafted on a source model, whatever model they are then fed to."""
 
@@ -88,7 +105,9 @@ def evaluate(
 ) -> dict[str, Any]:
     """Clean loss and accuracy, and robust accuracy and time of each named (ε, attack).
 
-    Every adversarial batch is checked to lie in C before it counts. `progress` shows a bar
+    Every adversarial batch is checked to lie in C before it counts. An example whose clean
+    input, clean logits, adversarial point or adversarial logits are not finite raises
+    NonFiniteError, naming how many, before its batch is attacked or counted. `progress` shows a bar
     over the batches with the running accuracies. For an attack with parts (AutoAttack),
     "per_attack" gives the accuracy after each part and "per_attack_seconds" the time each took.
     "per_batch" holds each global batch's own "examples", "clean_accuracy" and
@@ -123,6 +142,8 @@ def evaluate(
             "correct": tf.reduce_sum(correct(logits, y)),
             "loss": tf.reduce_sum(cross_entropy(logits, y)),
             "examples": tf.cast(tf.shape(x)[0], tf.float32),
+            "nonfinite_inputs": _nonfinite_rows(x),
+            "nonfinite_logits": _nonfinite_rows(logits),
         }
 
     def part_counts(breakdown: dict) -> dict[str, tf.Tensor]:
@@ -149,11 +170,24 @@ def evaluate(
             x_adv, breakdown = attack(classifier, x, y, seed_, batch_size=size, progress=progress_)
         else:
             x_adv, breakdown = attack(classifier, x, y, seed_)
+        nonfinite = int(_nonfinite_rows(x_adv))
+        if nonfinite:
+            raise NonFiniteError(
+                f"the attack's points are not finite for {nonfinite} examples (NaN or infinite "
+                "input gradients of the model there)",
+                nonfinite,
+            )
         check_in_ball(x_adv, x, eps)
-        hits = [
-            correct(classifier(x_adv[i : i + size], training=False), y[i : i + size])
-            for i in range(0, int(x.shape[0]), size)
+        logits = [
+            classifier(x_adv[i : i + size], training=False) for i in range(0, int(x.shape[0]), size)
         ]
+        nonfinite = sum(int(_nonfinite_rows(v)) for v in logits)
+        if nonfinite:
+            raise NonFiniteError(
+                f"{nonfinite} adversarial examples give non-finite logits (NaN or infinite)",
+                nonfinite,
+            )
+        hits = [correct(v, y[i * size : (i + 1) * size]) for i, v in enumerate(logits)]
         hits = tf.concat(hits, 0) if hits else tf.zeros([0])
         robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
         robust = tf.pad(robust, [[0, len(shards) - robust.shape[0]]])  # empty last shards
@@ -216,6 +250,13 @@ def evaluate(
     batched = strategy.experimental_distribute_dataset(dataset.with_options(options))
     for batch, (x, y) in enumerate(batched):
         counts = summed(clean_counts, x, y)
+        if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
+            raise NonFiniteError(
+                f"batch {batch}: {counts['nonfinite_logits']:.0f} of {counts['examples']:.0f} "
+                "examples give non-finite logits (NaN or infinite) on clean inputs, "
+                f"{counts['nonfinite_inputs']:.0f} have non-finite pixels",
+                int(counts["nonfinite_logits"]),
+            )
         clean += counts["correct"]
         loss += counts["loss"]
         total += counts["examples"]

@@ -2,6 +2,7 @@
 
     run = Run("runs/demo")
     run.is_run(), run.is_complete()        # results.json present / its status "complete"
+    run.is_diverged()                      # its status "diverged"; run.divergence_message()
     run.config()                           # the saved TrainConfig fields, from results.json
     classifier = run.build_classifier()    # the architecture, with the selected weights
 
@@ -101,6 +102,53 @@ class Run:
     def is_complete(self) -> bool:
         results = self.read_results()
         return results is not None and results.get("status") == "complete"
+
+    def is_diverged(self) -> bool:
+        results = self.read_results()
+        return results is not None and results.get("status") == "diverged"
+
+    def divergence_message(self, results: dict[str, Any] | None = None) -> str:
+        """What a diverged run's results.json (or `results`) says of it, in words, with what to
+        try and how to start over: "in epoch 3, 40 of the 100 steps it tried were skipped
+        ...; the last finite training loss was ... Try a lower --lr_max ..."."""
+        results = self.results() if results is None else results
+        outcome = results["divergence"]
+        config = results.get("config", {})
+        epoch = outcome["epoch"]
+        if outcome["reason"] == "skipped_batches":
+            what = (
+                f"in epoch {epoch}, {outcome['nonfinite_batches']} of the {outcome['steps']} "
+                "steps it tried were skipped because their loss, gradients or batch-norm "
+                "statistics were not finite (--max_skipped_fraction allows "
+                f"{outcome['max_skipped_fraction']:g} of an epoch's steps)"
+            )
+        else:
+            what = (
+                f"after epoch {epoch}, validation met {outcome['val_nonfinite_examples']} "
+                "examples whose logits are not finite"
+            )
+        last = outcome["last_finite_loss"]
+        last = (
+            "no batch was applied since it started or resumed"
+            if last is None
+            else f"the last finite training loss was {last:.4g}"
+        )
+        remedies = [f"a lower --lr_max (it was {config.get('lr_max', float('nan')):g})"]
+        precision = config.get("precision", "float32")
+        if precision != "float32":
+            remedies.append(f"--precision=float32 (it ran in {precision})")
+        best = (
+            f"the best checkpoint so far ({self.best_weights})"
+            if self.has_best_weights()
+            else "no best checkpoint (no epoch's model passed validation)"
+        )
+        return (
+            f"{what}; {last}. Try {' or '.join(remedies)}. This is not "
+            "catastrophic overfitting: --stop_on_overfitting plays no part in it. "
+            f'{self.workdir} keeps the history so far ({RESULTS}, status "diverged"), {best} '
+            "and the TensorBoard logs, and is not trained again: to start over, use another "
+            "--workdir or delete it."
+        )
 
     def results(self) -> dict[str, Any]:
         """results.json, or FileNotFoundError naming the directory."""

@@ -21,9 +21,18 @@ optimizer skips, and is checkpointed with the weights, so a step is reproducible
 batch, seed, counter), a resumed run continues the same stream, and each replica of a
 distributed step draws its own noise.
 
-A batch whose loss is not finite (non-finite logits or δ) is skipped on every replica: no
-optimizer step, and the batch-norm statistics and method state it wrote are restored; the count
-is logged as `nonfinite_batches`.
+A batch is applied only if everything it would write is finite: its loss, its weight gradients
+(weight decay included), and the state its passes wrote (batch-norm moving statistics,
+Free-AT's δ). Otherwise it is skipped on every replica: no optimizer step, no slot update, and
+that state is put back. A finite loss does not make a batch safe: a model whose activations
+overflow can give a finite loss with infinite moving variances, and a layer like sqrt(relu(·))
+a finite loss with NaN gradients. Under a `LossScaleOptimizer` a skipped batch also lowers the
+loss scale, as the optimizer does for its own non-finite gradients: an attack pass that
+overflows (non-finite δ) would otherwise be skipped at the same scale forever.
+
+The epoch's metrics are over the applied batches: `loss` and the method's other logs are their
+means (NaN when none was applied, not 0), and `nonfinite_batches` counts the epoch's skipped
+ones. `last_finite_loss` holds the loss of the latest applied batch.
 """
 
 from __future__ import annotations
@@ -77,7 +86,8 @@ class AdversarialTrainer(keras.Model):
             name="seed_counter",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
-        # Batches skipped because their logits or δ were not finite (logged per epoch).
+        # Batches skipped because something they would write was not finite, in all (each
+        # epoch's count is the `nonfinite_batches` metric).
         self.nonfinite_batches = tf.Variable(
             0,
             dtype=tf.int64,
@@ -85,10 +95,19 @@ class AdversarialTrainer(keras.Model):
             name="nonfinite_batches",
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
         )
+        # The loss of the latest applied batch (first replica's share), NaN before any.
+        self.last_finite_loss = tf.Variable(
+            float("nan"),
+            dtype=tf.float32,
+            trainable=False,
+            name="last_finite_loss",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
         self._gradients = tf.function(
             self._method_gradients, jit_compile=self.jit_compile_gradients, autograph=False
         )
-        self.trackers = {name: keras.metrics.Mean(name=name) for name in method.log_names}
+        self.trackers = {name: AppliedMean(name=name) for name in method.log_names}
+        self.skipped = keras.metrics.Sum(name="nonfinite_batches")
         self.eval_loss = keras.metrics.Mean(name="loss")
         self.eval_accuracy = keras.metrics.Mean(name="accuracy")
 
@@ -100,7 +119,7 @@ class AdversarialTrainer(keras.Model):
 
     @property
     def metrics(self):
-        return [*self.trackers.values(), self.eval_loss, self.eval_accuracy]
+        return [*self.trackers.values(), self.skipped, self.eval_loss, self.eval_accuracy]
 
     def step_seed(self) -> tf.Tensor:
         """This step's seed on this replica: fold_in([seed, counter], replica index), int32."""
@@ -148,32 +167,43 @@ class AdversarialTrainer(keras.Model):
             saved = [tf.identity(v) for v in state]
             grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
             self.seed_counter.assign_add(1)
-            # Non-finite logits or δ make the (float32, unscaled) loss non-finite; on any
-            # replica, the step is skipped on all of them.
-            bad = _on_any_replica(tf.logical_not(tf.math.is_finite(logs["loss"])))
             if self.weight_decay:
                 # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.
                 grads = [
                     g + tf.cast(self.weight_decay * loss_scale, g.dtype) * tf.cast(w, g.dtype)
                     for g, w in zip(grads, weights, strict=True)
                 ]
+            # Everything the batch would write, and its loss (non-finite logits or δ); on any
+            # replica, the step is skipped on all of them.
+            bad = _on_any_replica(tf.logical_not(_all_finite([logs["loss"], *grads, *state])))
             self._apply_unless(bad, grads, weights)
 
             tf.cond(bad, functools.partial(_assign, state, saved), lambda: tf.constant(False))
             self.nonfinite_batches.assign_add(tf.cast(bad, tf.int64))
+            self.skipped.update_state(tf.cast(bad, tf.float32))
+            loss = tf.cast(logs["loss"], tf.float32)
+            self.last_finite_loss.assign(tf.where(bad, self.last_finite_loss, loss))
             keep = 1.0 - tf.cast(bad, tf.float32)
             for name, tracker in self.trackers.items():
                 value = tf.cast(logs[name], tf.float32)
                 tracker.update_state(tf.where(bad, 0.0, value), sample_weight=keep)
         logs = {name: tracker.result() for name, tracker in self.trackers.items()}
-        logs["nonfinite_batches"] = tf.cast(self.nonfinite_batches, tf.float32)
+        logs["nonfinite_batches"] = self.skipped.result()
         return self._logs(logs)
 
     def _apply_unless(self, skip: tf.Tensor, grads, weights) -> None:
-        """The optimizer step, or nothing where `skip` (the same on every replica).
+        """The optimizer step, or nothing where `skip` (the same on every replica); a loss-scaled
+        optimizer lowers its scale where `skip`.
 
         A conditional step under a distribution strategy that needs `merge_call` runs its
         condition in the cross-replica context, as Keras' LossScaleOptimizer does."""
+
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # It skips a step whose gradients are not finite and halves its scale, under any
+            # strategy: a skipped batch is handed to it as one, its first gradient made NaN.
+            first = tf.where(skip, tf.constant(float("nan"), grads[0].dtype), grads[0])
+            self.optimizer.apply([first, *grads[1:]], weights)
+            return
 
         def apply(grads, weights):
             self.optimizer.apply(grads, weights)
@@ -204,6 +234,22 @@ class AdversarialTrainer(keras.Model):
         return self._logs(
             {"loss": self.eval_loss.result(), "accuracy": self.eval_accuracy.result()}
         )
+
+
+class AppliedMean(keras.metrics.Mean):
+    """The mean over the batches given a weight; NaN while none was, where Keras' Mean says 0
+    (an epoch whose batches were all skipped has no loss, not a loss of 0)."""
+
+    def result(self):
+        count = tf.cast(self.count, self.dtype)
+        return tf.where(count > 0, tf.math.divide_no_nan(self.total, count), float("nan"))
+
+
+def _all_finite(tensors) -> tf.Tensor:
+    """True when every element of every floating-point tensor is finite (others are)."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    checks = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t.dtype.is_floating]
+    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
 
 
 def _assign(variables, values) -> tf.Tensor:

@@ -4,6 +4,13 @@
                          model="small_cnn", eps=8 / 255, epochs=5)
     results = train(config)          # also writes results.json, checkpoints/, tensorboard/
 
+A run that diverges (too many batches skipped as non-finite in an epoch, or non-finite
+validation logits: callbacks.Divergence) stops there and raises Diverged, whose message says
+what happened and what to try; its workdir keeps results.json (status "diverged", the history
+so far and a "divergence" record), the best checkpoint so far, the last checkpoint of the epoch
+before and the TensorBoard logs. Training a workdir whose run diverged raises Diverged again:
+it is not redone.
+
 A workdir that holds a checkpoint is resumed from its last finished epoch, exactly: the
 checkpoint holds every piece of training state (weights, batch-norm statistics, optimizer, seed
 counter, Free-AT's δ), and the training data is a stream whose order is a function of the seed
@@ -38,7 +45,9 @@ from fbat_tf import (
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
+    Divergence,
     EpochTiming,
+    Progress,
     ResultsLog,
     ResumeCheckpoint,
     RobustValidation,
@@ -82,6 +91,7 @@ class TrainConfig:
     eval_autoattack: bool = True
     strategy: str = "default"
     stop_on_overfitting: bool = False
+    max_skipped_fraction: float = 0.25
     precision: str = "float32"
     jit_compile: bool = True
     seed: int = 0
@@ -124,6 +134,15 @@ def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimi
     return optimizer
 
 
+class Diverged(RuntimeError):
+    """A run that diverged: its message says where, why and what to try; `results` is what
+    results.json holds."""
+
+    def __init__(self, message: str, results: dict[str, Any]):
+        super().__init__(message)
+        self.results = results
+
+
 def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
     if os.path.exists(path):
         with open(path) as f:
@@ -132,26 +151,37 @@ def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
-    """Train, select the best validation-robust checkpoint, evaluate it on the test split."""
-    # Created first: a multi-worker strategy must exist before other TensorFlow work.
-    strategy = distribute.create_strategy(config.strategy)
-    if distribute.is_chief(strategy):
-        return _train(config, strategy)
-    # Every worker runs the callbacks; only the chief writes into the shared workdir. The others
-    # resume from the chief's checkpoint and write into a scratch directory, removed at the end.
-    scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+    """Train, select the best validation-robust checkpoint, evaluate it on the test split.
+
+    Raises Diverged for a run that diverges, or diverged before in this workdir. The global
+    Keras precision policy is the caller's again when it returns or raises."""
+    policy = keras.mixed_precision.global_policy()
     try:
-        return _train(dataclasses.replace(config, workdir=scratch), strategy, config.workdir)
+        # Created first: a multi-worker strategy must exist before other TensorFlow work.
+        strategy = distribute.create_strategy(config.strategy)
+        if distribute.is_chief(strategy):
+            return _train(config, strategy)
+        # Every worker runs the callbacks; only the chief writes into the shared workdir. The
+        # others resume from the chief's checkpoint and write into a scratch directory, removed
+        # at the end.
+        scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+        try:
+            return _train(dataclasses.replace(config, workdir=scratch), strategy, config.workdir)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        keras.mixed_precision.set_global_policy(policy)
 
 
 def _train(
     config: TrainConfig, strategy: tf.distribute.Strategy, resume_from: str | None = None
 ) -> dict[str, Any]:
+    run = Run(config.workdir)
+    if run.is_diverged():
+        message = f"{config.workdir} holds a run that diverged: {run.divergence_message()}"
+        raise Diverged(message, run.results())
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
-    run = Run(config.workdir)
     os.makedirs(run.checkpoints_dir, exist_ok=True)
     results_path = run.results_path
     best_path = run.best_weights
@@ -228,9 +258,11 @@ def _train(
         jit_compile=config.jit_compile,
     )
     tensorboard_dir = run.tensorboard_dir
-    # Order matters: validation writes into the epoch's logs before they are recorded, and
-    # the resumable checkpoint comes last, so an epoch it holds is in results.json and
-    # TensorBoard too.
+    divergence = Divergence(steps_per_epoch, config.max_skipped_fraction, method.replays)
+    resume.divergence = divergence
+    # Order matters: validation writes into the epoch's logs before divergence reads them and
+    # before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
+    # is in results.json and TensorBoard too, and the progress line last, to show them all.
     callbacks = [
         EpochTiming(config.batch_size * method.replays),
         RobustValidation(
@@ -243,14 +275,16 @@ def _train(
             best_robust_accuracy=best_so_far,
             seed=config.seed,
         ),
+        divergence,
         ResultsLog(results_path, payload),
         TensorBoard(
             tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
+            first_batch=initial_epoch * steps_per_epoch,
         ),
-        keras.callbacks.TerminateOnNaN(),
         resume,
+        Progress(),
     ]
     if batches < epochs * steps_per_epoch:
         callbacks.insert(0, StopAfterBatches(batches, steps_per_epoch))
@@ -265,9 +299,14 @@ def _train(
             shuffle=False,  # the training split is shuffled by data.load
         )
 
+    payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
+    if divergence.outcome is not None:
+        payload["status"] = "diverged"
+        payload["divergence"] = divergence.outcome
+        write_json_atomic(results_path, payload)
+        raise Diverged(f"training diverged: {run.divergence_message(payload)}", payload)
     if os.path.exists(best_path):
         classifier.load_weights(best_path)
-    payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
     # The test numbers are those of the float32 model, as evaluate.py and the export compute.
     keras.mixed_precision.set_global_policy("float32")
     float32_classifier = _build_classifier(config, info)
@@ -275,10 +314,13 @@ def _train(
     payload["final"] = evaluate_test(float32_classifier, config)
     payload["status"] = "complete"
     write_json_atomic(results_path, payload)
+    # On the epoch curves' axis (epochs from 0), at the epoch of the model they measure.
+    selected = [h["epoch"] for h in payload["history"] if h.get("val_best")]
+    step = (selected or [len(payload["history"])])[-1] - 1
     with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
         for name, value in payload["final"].items():
             if isinstance(value, float):
-                tf.summary.scalar(name, value, step=int(trainer.optimizer.iterations.numpy()))
+                tf.summary.scalar(name, value, step=max(step, 0))
     return payload
 
 

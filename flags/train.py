@@ -124,6 +124,15 @@ STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "Stop when the catastrophic-overfitting guard fires (it always warns and logs).",
 )
 
+MAX_SKIPPED_FRACTION = flags.DEFINE_float(
+    "max_skipped_fraction",
+    0.25,
+    "Stop the run as diverged when more than this fraction of an epoch's steps are skipped "
+    "because their loss, gradients or batch-norm statistics are not finite.",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
+
 STRATEGY = common.STRATEGY  # defined with the flags shared with evaluate.py
 flags.register_multi_flags_validator(
     ["method", "strategy"],

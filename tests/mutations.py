@@ -165,8 +165,8 @@ MUTATIONS = [
         "T10",
         "a non-chief worker writes into the workdir",
         "fbat_tf/training.py",
-        "    if distribute.is_chief(strategy):\n        return _train(config, strategy)",
-        "    if True:\n        return _train(config, strategy)",
+        "        if distribute.is_chief(strategy):\n            return _train(config, strategy)",
+        "        if True:\n            return _train(config, strategy)",
         (
             "tests/test_distribute.py::test_a_non_chief_worker_trains_without_writing_into_the_workdir",
         ),
@@ -175,8 +175,9 @@ MUTATIONS = [
         "T11",
         "epoch-level TensorBoard scalars lost off the batch cadence",
         "fbat_tf/callbacks.py",
-        "        with tf.summary.record_if(True):\n            super().on_epoch_end(epoch, logs)",
-        "        if True:\n            super().on_epoch_end(epoch, logs)",
+        "        with tf.summary.record_if(True):\n"
+        "            super().on_epoch_end(epoch, _finite_logs(logs))",
+        "        if True:\n            super().on_epoch_end(epoch, _finite_logs(logs))",
         ("tests/test_tensorboard.py",),
     ),
     Mutation(
@@ -327,6 +328,25 @@ MUTATIONS = [
         "size = max(batch_size or n, 1)",
         "size = max(n, 1)",
         ("tests/test_autoattack.py",),
+    ),
+    Mutation(
+        "O17",
+        "a batch is skipped for a non-finite loss only (not its gradients or statistics)",
+        "fbat_tf/trainer.py",
+        '_all_finite([logs["loss"], *grads, *state])',
+        '_all_finite([logs["loss"]])',
+        (
+            "tests/test_trainer.py::test_a_finite_loss_with_infinite_moving_variance_is_skipped",
+            "tests/test_trainer.py::test_nan_gradients_under_a_finite_loss_are_skipped",
+        ),
+    ),
+    Mutation(
+        "O18",
+        "a skipped batch leaves the loss scale where it was",
+        "fbat_tf/trainer.py",
+        "if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):",
+        "if False:",
+        ("tests/test_trainer.py::test_the_loss_scale_comes_down_when_the_attack_pass_overflows",),
     ),
 ]
 

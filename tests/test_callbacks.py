@@ -3,14 +3,26 @@ guard, driven by attacks whose effect is known in closed form on a linear model.
 
 from __future__ import annotations
 
+import glob
+import json
 import logging
+import math
+import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from fbat_tf import schedules
-from fbat_tf.callbacks import EpochTiming, RobustValidation
+from fbat_tf.callbacks import (
+    Divergence,
+    EpochTiming,
+    Progress,
+    RobustValidation,
+    StopAfterBatches,
+    TensorBoard,
+    write_json_atomic,
+)
 from tests.helpers import linear_model
 
 EPS = 0.3
@@ -179,3 +191,98 @@ def test_guard_fires_from_the_first_epoch_when_the_single_step_attack_is_masked(
     honest.on_epoch_end(0, logs)
     assert logs["val_fgsm_accuracy"] == worst and logs["val_robust_accuracy"] == worst
     assert logs["val_overfitting"] == 0.0
+
+
+def test_an_epoch_cut_short_shows_the_batches_that_ran(capsys):
+    """Free-AT's last epoch stops after the batches its step budget allows: its line says 3/5,
+    not 5/5."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((5, 2), np.float32)
+    callbacks = [StopAfterBatches(3, 5), Progress()]
+    model.fit(x, x[:, :1], batch_size=1, epochs=1, verbose=2, callbacks=callbacks)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("3/5 - "), line
+
+
+def test_json_has_null_where_a_number_is_not_finite(tmp_path):
+    path = str(tmp_path / "r.json")
+    write_json_atomic(path, {"loss": float("nan"), "x": [1.0, np.float32("inf")], "n": 2})
+    with open(path) as f:
+        text = f.read()
+    assert json.loads(text) == {"loss": None, "x": [1.0, None], "n": 2}
+    assert "NaN" not in text and "Infinity" not in text
+
+
+def _steps(directory: str) -> dict[str, list[int]]:
+    steps: dict[str, list[int]] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    return steps
+
+
+class Poison(keras.callbacks.Callback):
+    """Puts a NaN into every epoch's logs, as an epoch whose batches were all skipped has."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["skipped_loss"] = float("nan")
+
+
+def test_tensorboard_axes_go_on_after_a_resume_and_skip_non_finite_values(tmp_path):
+    """Batch curves are numbered from the batches a resumed run had already trained; epoch
+    curves by epoch; a non-finite value is left out, the others written."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((3, 2), np.float32)
+    board = TensorBoard(str(tmp_path), update_freq=1, write_graph=False, first_batch=6)
+    model.fit(
+        x, x[:, :1], batch_size=1, epochs=3, initial_epoch=2, verbose=0, callbacks=[Poison(), board]
+    )
+    steps = _steps(str(tmp_path / "train"))
+    assert steps["batch_loss"] == [7, 8, 9]
+    assert steps["epoch_loss"] == [2]
+    assert "epoch_skipped_loss" not in steps
+
+
+class FakeTrainer(keras.Model):
+    last_finite_loss = tf.Variable(3.5)
+
+
+def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
+    model = FakeTrainer()
+    guard = Divergence(steps_per_epoch=8, max_skipped_fraction=0.25)
+    guard.set_model(model)
+    model.stop_training = False
+    guard.on_epoch_begin(0)
+    for batch, skipped in enumerate([0, 1, 2, 2]):  # at most 2 of 8 allowed
+        guard.on_train_batch_end(batch, {"nonfinite_batches": float(skipped)})
+    assert not model.stop_training
+    guard.on_epoch_end(0, {"nonfinite_batches": 2.0})
+    assert guard.outcome is None
+    guard.on_epoch_begin(1)
+    guard.on_train_batch_end(0, {"nonfinite_batches": 1.0})
+    guard.on_train_batch_end(1, {"nonfinite_batches": 2.0})
+    guard.on_train_batch_end(2, {"nonfinite_batches": 3.0})
+    assert model.stop_training
+    guard.on_epoch_end(1, {"nonfinite_batches": 3.0})
+    assert guard.outcome == {
+        "epoch": 2,
+        "reason": "skipped_batches",
+        "nonfinite_batches": 3,
+        "steps": 3,
+        "max_skipped_fraction": 0.25,
+        "val_nonfinite_examples": 0,
+        "last_finite_loss": 3.5,
+    }
+
+    validation = Divergence(steps_per_epoch=8)
+    validation.set_model(model)
+    validation.on_epoch_begin(0)
+    validation.on_train_batch_end(0, {"nonfinite_batches": 0.0})
+    validation.on_epoch_end(0, {"nonfinite_batches": 0.0, "val_nonfinite_examples": 5.0})
+    assert validation.outcome["reason"] == "validation"
+    assert validation.outcome["val_nonfinite_examples"] == 5
+    assert math.isclose(validation.outcome["last_finite_loss"], 3.5)

@@ -147,3 +147,81 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     assert f"AutoAttack (standard), 32 examples: clean {100 * after['clean']:.2f}%" in result.stdout
     assert f"apgd-ce on the {clean} examples still robust" in result.stdout
     assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout
+
+
+CENTRE = 14 * 28 + 14  # the pixel the model below reads
+
+
+def nan_above(threshold_pixel: float = 0.5, shape=(28, 28, 1), pixel: int = CENTRE):
+    """Logits exp(a·x_p) − exp(a·x_p), with a such that exp overflows float32 when the pixel
+    x_p exceeds `threshold_pixel`: 0 below it, ∞ − ∞ = NaN above."""
+    scale = 88.8 / threshold_pixel  # float32 exp overflows past 88.72
+    inputs = keras.Input(shape)
+    flat = keras.layers.Flatten()(inputs)
+    pair = keras.layers.Dense(2, activation="exponential")(flat)
+    model = keras.Model(inputs, keras.layers.Dense(10)(pair))
+    size = int(np.prod(shape))
+    kernel = np.zeros((size, 2), np.float32)
+    kernel[pixel] = scale
+    model.layers[2].set_weights([kernel, np.zeros(2, np.float32)])
+    out = np.zeros((2, 10), np.float32)
+    out[0], out[1] = 1.0, -1.0
+    model.layers[3].set_weights([out, np.zeros(10, np.float32)])
+    return model, scale
+
+
+def test_evaluate_py_refuses_a_model_with_non_finite_logits_and_says_how_many(tmp_path):
+    from fbat_tf import data
+
+    model, scale = nan_above()
+    path = str(tmp_path / "nan.keras")
+    model.save(path)
+    x, _ = next(iter(data.load("fashion_mnist", "test", batch_size=32, max_examples=32)))
+    # Independently: the examples whose pixel overflows exp in float32.
+    with np.errstate(over="ignore"):
+        expected = int(np.sum(~np.isfinite(np.exp(np.float32(scale) * x.numpy()[:, 14, 14, 0]))))
+    assert 0 < expected < 32
+    results = tmp_path / "eval.json"
+    result = run_evaluate(
+        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"error: {path}: {expected} of the 32 examples give non-finite")
+    assert "nothing was attacked" in message
+    assert not results.exists()
+
+
+class NudgeAttack:
+    """Moves every pixel up by ε (within the box): an attack whose effect is known."""
+
+    def __init__(self, eps):
+        self.eps = eps
+
+    def __call__(self, model, x, y, seed):
+        return tf.clip_by_value(x + self.eps, 0.0, 1.0), {}
+
+
+class NaNAttack(NudgeAttack):
+    def __call__(self, model, x, y, seed):
+        return x + np.float32(np.nan), {}
+
+
+def test_evaluate_counts_no_non_finite_input_or_output():
+    """In-process: non-finite clean logits stop the evaluation before any attack; so do
+    non-finite adversarial points and non-finite adversarial logits, each named."""
+    from fbat_tf.evaluation import NonFiniteError, evaluate
+
+    model, _ = nan_above(0.5, shape=(4,), pixel=0)
+    x = np.array([[0.2, 0, 0, 0], [0.45, 0, 0, 0], [0.9, 0, 0, 0], [0.3, 0, 0, 0]], np.float32)
+    y = np.zeros(4, np.int32)
+    finite = tf.data.Dataset.from_tensor_slices((x[[0, 1, 3]], y[:3])).batch(3)
+    assert evaluate(model, finite, {"none": (0.01, NudgeAttack(0.0))})["examples"] == 3
+    with pytest.raises(NonFiniteError, match="1 of 4 examples give non-finite logits") as error:
+        evaluate(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(4), {})
+    assert error.value.examples == 1
+    with pytest.raises(NonFiniteError, match="1 adversarial examples give non-finite logits"):
+        evaluate(model, finite, {"nudge": (0.1, NudgeAttack(0.1))})  # 0.45 + 0.1 > 0.5
+    with pytest.raises(NonFiniteError, match="the attack's points are not finite for 3"):
+        evaluate(model, finite, {"nan": (0.1, NaNAttack(0.1))})

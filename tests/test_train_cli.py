@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -98,6 +99,10 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     workdir = tmp_path / "run"
     result = run_train("--method=fastbat", f"--workdir={workdir}", *TINY_RUN)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Only the run's own lines, warnings and errors: no absl INFO line of Python code (the
+    # export's "Assets written to", ...) without --verbosity.
+    info = re.compile(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", re.MULTILINE)
+    assert not info.findall(result.stdout + result.stderr), result.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]
@@ -159,6 +164,10 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
+    """The final evaluation attacks the float32 model evaluate.py loads, and the caller's
+    precision policy is back when train returns."""
+    import keras
+
     from fbat_tf import classifiers, data, training
 
     seen = {}
@@ -171,7 +180,10 @@ def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, mon
     monkeypatch.setattr(training, "evaluate_test", spy)
     workdir = str(tmp_path / "run")
     config = fashion_mnist_config(workdir, max_train_examples=128, precision="mixed_bfloat16")
+    keras.mixed_precision.set_global_policy("mixed_float16")  # the caller's
     train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    keras.mixed_precision.set_global_policy("float32")  # as evaluate.py builds the model
     tested = seen["classifier"]
     assert tested.compute_dtype == "float32"
     loaded, _ = classifiers.load_classifier(workdir)  # what evaluate.py attacks
@@ -299,3 +311,95 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
     again = run_train("--method=fastbat", "--noexport", f"--workdir={tmp_path}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "finished run" in again.stdout
+
+
+DIVERGING = [
+    "--method=fastbat",
+    "--dataset=fashion_mnist",
+    "--model=small_cnn",
+    "--eps=8",
+    "--epochs=1",
+    "--steps_per_epoch=5",
+    "--batch_size=32",
+    "--eval_examples=100",
+    "--noeval_autoattack",
+    "--lr_max=1e6",
+]
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_a_diverging_run_says_so_keeps_what_it_had_and_is_not_redone(tmp_path):
+    """The command a user typed at lr 1e6: it stops with a message naming divergence and what
+    to try (no traceback), exits non-zero, and leaves results.json (status "diverged", the
+    history) and TensorBoard logs; the same command again says so and writes nothing."""
+    workdir = tmp_path / "run"
+    result = run_train(*DIVERGING, f"--workdir={workdir}")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: training diverged: in epoch 1"), result.stderr[-3000:]
+    for named in ("--lr_max", "--stop_on_overfitting", "last finite training loss"):
+        assert named in message
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["status"] == "diverged"
+    assert [h["epoch"] for h in results["history"]] == [1]
+    outcome = results["divergence"]
+    assert outcome["epoch"] == 1
+    assert outcome["nonfinite_batches"] >= 1 or outcome["val_nonfinite_examples"] >= 1
+    assert results["history"][0]["nonfinite_batches"] == outcome["nonfinite_batches"]
+    assert "final" not in results
+    best = workdir / "checkpoints" / "best.weights.h5"
+    assert best.exists() == ("the best checkpoint so far" in message)
+    assert glob.glob(str(workdir / "tensorboard" / "train" / "events.out.tfevents.*"))
+    assert not (workdir / "export").exists()
+
+    before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    again = run_train(*DIVERGING, f"--workdir={workdir}")
+    assert again.returncode != 0
+    assert "Traceback" not in again.stderr
+    message = again.stderr.strip().splitlines()[-1]
+    assert "holds a run with these flags that diverged: in epoch 1" in message
+    assert "another --workdir or delete it" in message
+    after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    assert before == after
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypatch):
+    """In-process: a learning rate that jumps to 1e6 in epoch 2. The run raises Diverged; the
+    best checkpoint and the last (resumable) one are epoch 1's; a second call raises again
+    without training; the caller's precision policy is back in both cases."""
+    import keras
+
+    from fbat_tf import schedules, training
+
+    steps = 4  # 256 examples in batches of 64
+
+    def jump(name, lr_max, total_steps):
+        return keras.optimizers.schedules.PiecewiseConstantDecay([steps - 1], [0.01, 1e6])
+
+    monkeypatch.setattr(schedules, "create", jump)
+    workdir = tmp_path / "run"
+    config = fashion_mnist_config(str(workdir), epochs=3)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    with pytest.raises(training.Diverged, match="training diverged: (in|after) epoch 2") as error:
+        train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["status"] == "diverged" and results["divergence"]["epoch"] == 2
+    assert error.value.results["divergence"] == results["divergence"]
+    assert [h["epoch"] for h in results["history"]] == [1, 2]
+    assert results["history"][0]["val_best"] == 1.0
+    assert "the best checkpoint so far" in str(error.value)
+    assert (workdir / "checkpoints" / "best.weights.h5").exists()
+    last = tf.train.latest_checkpoint(str(workdir / "checkpoints" / "last"))
+    assert last.endswith("ckpt-1")
+    reader = tf.train.load_checkpoint(last)
+    assert int(reader.get_tensor("epoch/.ATTRIBUTES/VARIABLE_VALUE")) == 1
+
+    before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    with pytest.raises(training.Diverged, match="holds a run that diverged"):
+        train(config)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
+    assert before == after

@@ -308,3 +308,151 @@ def test_fit_traces_the_step_and_the_gradient_once(method, monkeypatch):
     assert len(history.history["loss"]) == 2
     assert int(trainer.optimizer.iterations) == 8
     assert traced == {"train_step": 1, "gradients": 1}
+
+
+def written_state(trainer: AdversarialTrainer) -> list[tuple[str, np.ndarray]]:
+    """Every value a batch can write: weights, moving statistics, optimizer slots and
+    counters, method state."""
+    variables = trainer.classifier.variables + trainer.optimizer.variables
+    variables += list(trainer.method.variables().values())
+    return [(v.path, v.numpy().copy()) for v in variables]
+
+
+def assert_all_finite(trainer: AdversarialTrainer) -> None:
+    bad = [name for name, value in written_state(trainer) if not np.isfinite(value).all()]
+    assert not bad, f"non-finite values in {bad}"
+
+
+def test_fastbat_at_a_learning_rate_of_1e6_writes_no_non_finite_value():
+    """The small CNN at lr 1e6, batches of 3: within a few steps a batch gives a finite loss
+    but infinite moving variances (found on Fashion-MNIST as a user would run it). That batch
+    and those after it are skipped and counted; nothing non-finite is written anywhere."""
+    from fbat_tf import models
+
+    keras.utils.set_random_seed(0)
+    classifier = models.build(
+        "small_cnn", num_classes=10, input_shape=(28, 28, 1), mean=0.3, std=0.3, width=4
+    )
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (15, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 15).astype(np.int32)
+    trainer = AdversarialTrainer(
+        classifier, methods.create("fastbat", eps=8 / 255), jit_compile=False
+    )
+    trainer.compile(optimizer=keras.optimizers.SGD(1e6, momentum=0.9))
+    history = trainer.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(3), epochs=1, verbose=0)
+    assert_all_finite(trainer)
+    skipped = int(trainer.nonfinite_batches.numpy())
+    assert skipped >= 1
+    assert history.history["nonfinite_batches"] == [float(skipped)]
+    assert int(trainer.optimizer.iterations.numpy()) + skipped == 5
+    assert np.isfinite(float(trainer.last_finite_loss.numpy()))
+
+
+def test_a_finite_loss_with_infinite_moving_variance_is_skipped():
+    """Convolution outputs near 1e20 overflow the batch variance: batch norm then outputs
+    zeros (a finite loss, log 3) and its moving variance would become infinite."""
+    classifier = tiny_classifier()
+    kernel = classifier.layers[0].kernel
+    kernel.assign(tf.fill(kernel.shape, 1e20))
+    x, y = next(iter(dataset(8, 8)))
+    # Independently: the loss of the batch is finite, its batch variance is not.
+    hidden = classifier.layers[0](x)
+    assert not np.isfinite(tf.math.reduce_variance(hidden, axis=[0, 1, 2]).numpy()).all()
+    logits = classifier(x, training=False)
+    assert np.isfinite(logits.numpy()).all()
+    trainer = AdversarialTrainer(classifier, methods.create("standard"), jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9))
+    trainer.optimizer.build(classifier.trainable_variables)
+    before = written_state(trainer)
+    trainer.fit(tf.data.Dataset.from_tensors((x, y)), verbose=0)
+    for (name, a), (_, b) in zip(before, written_state(trainer), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert int(trainer.nonfinite_batches.numpy()) == 1
+
+
+class SqrtRelu(keras.layers.Layer):
+    """sqrt(relu(·)): finite outputs, an infinite derivative at 0, so NaN gradients (0·∞)
+    wherever relu cuts."""
+
+    def call(self, inputs):
+        return tf.sqrt(tf.nn.relu(inputs))
+
+
+def test_nan_gradients_under_a_finite_loss_are_skipped():
+    keras.utils.set_random_seed(0)
+    classifier = keras.Sequential(
+        [
+            keras.Input(SHAPE),
+            keras.layers.Conv2D(4, 3, padding="same"),
+            SqrtRelu(),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3),
+        ]
+    )
+    batches = dataset(16, 8)
+    # Independently: the first batch's loss is finite, its weight gradients are not.
+    x, y = next(iter(batches))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(y, classifier(x), from_logits=True)
+        )
+    grads = tape.gradient(loss, classifier.trainable_variables)
+    assert np.isfinite(loss.numpy())
+    assert not all(np.isfinite(g.numpy()).all() for g in grads)
+
+    trainer = AdversarialTrainer(classifier, methods.create("standard"), jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9))
+    trainer.optimizer.build(classifier.trainable_variables)
+    before = written_state(trainer)
+    history = trainer.fit(batches, epochs=1, verbose=0)
+    for (name, a), (_, b) in zip(before, written_state(trainer), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert int(trainer.nonfinite_batches.numpy()) == 2
+    assert history.history["nonfinite_batches"] == [2.0]
+
+
+def test_an_epoch_s_metrics_are_over_its_applied_batches_and_nan_when_none_was():
+    """An epoch of one good and one NaN batch reports the good batch's loss (computed here
+    independently); an epoch of NaN batches reports NaN, not 0, and its skip count."""
+    classifier = tiny_classifier()
+    x, y = next(iter(dataset(8, 8)))
+    nan = np.full_like(x.numpy(), np.nan)
+    expected = tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(
+            y, tiny_classifier()(x, training=True), from_logits=True
+        )
+    )
+    trainer = AdversarialTrainer(classifier, methods.create("standard"), jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01))
+    mixed = tf.data.Dataset.from_tensor_slices((np.stack([x, nan]), np.stack([y, y])))
+    history = trainer.fit(mixed, epochs=1, verbose=0)
+    np.testing.assert_allclose(history.history["loss"], [float(expected)], rtol=1e-5)
+    assert history.history["nonfinite_batches"] == [1.0]
+
+    skipped = tf.data.Dataset.from_tensor_slices((np.stack([nan, nan]), np.stack([y, y])))
+    history = trainer.fit(skipped, epochs=1, verbose=0)
+    assert np.isnan(history.history["loss"][0]) and np.isnan(history.history["adv_accuracy"][0])
+    assert history.history["nonfinite_batches"] == [2.0]
+
+
+@pytest.mark.parametrize("name", ["fastat", "fastbat"])
+def test_the_loss_scale_comes_down_when_the_attack_pass_overflows(name):
+    """Under mixed_float16 at an initial scale of 2^28 the float16 attack pass overflows (δ is
+    NaN): those batches are skipped and each halves the scale, as the optimizer does for its
+    own non-finite gradients, until steps are taken."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    trainer = AdversarialTrainer(
+        tiny_classifier(), methods.create(name, eps=8 / 255), jit_compile=False
+    )
+    optimizer = keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.01), initial_scale=2.0**28
+    )
+    trainer.compile(optimizer=optimizer)
+    trainer.fit(dataset(128, 8), epochs=1, verbose=0)
+    skipped, steps = int(trainer.nonfinite_batches.numpy()), int(optimizer.iterations.numpy())
+    assert skipped + steps == 16
+    assert steps > 0
+    # Each skip halved the scale; no growth in 16 steps (dynamic_growth_steps is 2000).
+    assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** (28 - skipped)
+    assert_all_finite(trainer)

@@ -1,0 +1,68 @@
+"""README's demo numbers are what its commands give: its Results table is the recorded runs in
+results/demo/, made by committed code with the demo's flag file. Rerunning them to check that
+the current code still gives them is tests/demo.py (about 10 minutes, outside the suite)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+
+from tests.demo import FLAGFILE, ROOT, RUNS, readme_rows, recorded_path, table_row
+
+# Set by the machine or the command line, not by the flag file.
+NOT_FROM_FLAGS = ("workdir", "verbose", "data_dir", "download")
+
+
+def _readme() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
+
+def _recorded(name: str) -> dict:
+    with open(recorded_path(name)) as f:
+        return json.load(f)
+
+
+def test_readme_results_table_is_the_recorded_demo_runs():
+    rows = readme_rows(_readme())
+    assert set(rows) == set(RUNS)
+    for name in RUNS:
+        assert rows[name] == table_row(_recorded(name)), name
+    # What the first command prints at its end, as "Two commands" quotes it.
+    final = _recorded("fastbat")["final"]
+    line = (
+        f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
+        f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} {final['test_pgd_robust_accuracy']:.4f}"
+    )
+    assert f"It ends with `{line}`" in _readme()
+    # The revision the table names is the one that made the runs.
+    revision = _recorded("fastbat")["code"]["revision"]
+    assert _recorded("standard")["code"]["revision"] == revision
+    assert f"at revision {revision[:7]};" in " ".join(_readme().split())
+
+
+def test_the_recorded_runs_are_the_demo_commands_at_a_committed_revision():
+    from absl import flags
+
+    import train
+
+    for name, extra in RUNS.items():
+        results = _recorded(name)
+        assert results["status"] == "complete"
+        assert re.fullmatch("[0-9a-f]{40}", results["code"]["revision"] or "")
+        assert results["code"]["dirty"] is False
+        values = copy.deepcopy(flags.FLAGS)
+        values(["train.py", f"--flagfile={os.path.join(ROOT, FLAGFILE)}", *extra])
+        config = train.config_from_flags("unused", values).__dict__
+        recorded = results["config"]
+        for key in set(recorded) - set(NOT_FROM_FLAGS):
+            assert recorded[key] == config[key], (name, key)
+
+
+def test_readme_s_words_on_the_standard_run_are_its_last_epoch():
+    last = _recorded("standard")["history"][-1]
+    clean, robust = (f"{100 * last[k]:.1f}%" for k in ("val_clean_accuracy", "val_robust_accuracy"))
+    text = " ".join(_readme().split())
+    assert f"its last epoch reaches {clean} clean but {robust} PGD-10 validation accuracy" in text
