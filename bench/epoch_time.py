@@ -19,12 +19,16 @@ import tempfile
 import time
 
 from absl import app, flags
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from children import report, run_per_method, write_json  # noqa: E402
+from harness import (
+    command_line,
+    define_rounds,
+    describe,
+    load_average,
+    machine,
+    publish,
+    report,
+    run_per_method,
+)
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
 
@@ -40,9 +44,7 @@ _ONEDNN = flags.DEFINE_bool(
     True,
     "TF_ENABLE_ONEDNN_OPTS for the children: 1 as train.py sets it by default, or 0.",
 )
-_ROUNDS = flags.DEFINE_integer(
-    "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
-)
+_ROUNDS = define_rounds()
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: train this method one epoch, print JSON.")
 
@@ -107,7 +109,8 @@ def main(argv: list[str]) -> None:
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value else "0"  # the children's
-    results, device = run_per_method(__file__, _METHODS.value, _ROUNDS.value), ""
+    with load_average() as load:
+        results, device = run_per_method(__file__, _METHODS.value, _ROUNDS.value), ""
     for name, measured in results.items():
         device = measured.pop("device")
         print(f"{name}: {measured['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
@@ -119,19 +122,21 @@ def main(argv: list[str]) -> None:
         "train_examples": _EXAMPLES.value,
         "onednn": _ONEDNN.value,
         "rounds": _ROUNDS.value,
-        "command": "python bench/epoch_time.py " + " ".join(sys.argv[1:]),
+        "command": command_line(),
+        "machine": machine(),
+        "load_average_1min": load,
         "pipeline_images_per_s": pipeline_throughput(),
         "results": results,
     }
-    print(markdown_table(summary))
-    write_json(_JSON.value, summary)
+    publish(markdown_table(summary), summary, _JSON.value)
 
 
 def markdown_table(summary: dict) -> str:
     lines = [
         f"{summary['dataset']}, {summary['model']}, batch {summary['batch_size']}, "
         f"{summary['train_examples']} training examples, {summary['device']}, "
-        f"oneDNN {'on' if summary['onednn'] else 'off'}",
+        f"oneDNN {'on' if summary['onednn'] else 'off'}, "
+        + describe(summary["machine"], summary["load_average_1min"]),
         "",
         "| what | epoch time (s) | images/s |",
         "|---|---|---|",

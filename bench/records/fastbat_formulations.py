@@ -1,6 +1,6 @@
 """Time exact formulations of Fast-BAT's gradient side by side, beside Fast-AT's.
 
-    python bench/fastbat_formulations.py --json=bench/results/fastbat_formulations_cpu.json
+    python bench/records/fastbat_formulations.py --json=bench/results/fastbat_formulations_cpu.json
 
 Step 5 of Fast-BAT needs g2 = ∇θ ⟨∇δ ℓ(θ, z), u⟩, a mixed second derivative along u = H ⊙ v.
 The formulations timed here all compute it exactly:
@@ -32,10 +32,9 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
+from harness import command_line, describe, in_turns, load_average, machine, publish  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", "preact_resnet18", "Architecture.")
 _WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
@@ -154,19 +153,22 @@ def main(argv: list[str]) -> None:
         for name in formulations()
     }
     del functions["upper_level_only"]
-    times = {name: [] for name in functions}
-    load_before = os.getloadavg()[0]
-    for _ in range(_REPEATS.value):
-        for name, function in functions.items():
+
+    def timed(function):
+        def call() -> float:
             start = time.perf_counter()
             function(x, y, seed)[0].numpy()
-            times[name].append(time.perf_counter() - start)
-    load_after = os.getloadavg()[0]
+            return time.perf_counter() - start
+
+        return call
+
+    with load_average() as load:
+        calls = {name: timed(function) for name, function in functions.items()}
+        times = in_turns(calls, _REPEATS.value)
     median = {name: statistics.median(values) for name, values in times.items()}
     report = {
         "device": device.describe(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
+        "machine": machine(),
         "model": f"{_MODEL.value} width {_WIDTH.value}",
         "batch_size": _BATCH.value,
         "image_size": _IMAGE.value,
@@ -174,25 +176,23 @@ def main(argv: list[str]) -> None:
         "batch_norm": _BATCH_NORM.value,
         "precision": "float32",
         "repeats": _REPEATS.value,
-        "load_average_1min": {"before": load_before, "after": load_after},
-        "command": "python bench/fastbat_formulations.py " + " ".join(sys.argv[1:]),
+        "load_average_1min": load,
+        "command": command_line(),
         "time_s": median,
         "first_call_s": compile_s,
         "ratio_to_fastat": {name: value / median["fastat"] for name, value in median.items()},
         "difference_relative_to_implicit_term": agreement,
     }
-    print(markdown_table(report))
-    write_json(_JSON.value, report)
+    publish(markdown_table(report), report, _JSON.value)
 
 
 def markdown_table(report: dict) -> str:
-    load = report["load_average_1min"]
     lines = [
         f"{report['model']}{'' if report['batch_norm'] else ' without batch norm'}, "
         f"batch {report['batch_size']}, {report['image_size']}px, "
-        f"{report['device']}, float32, XLA {report['jit_compile']}, TF {report['tensorflow']}; "
-        f"median of {report['repeats']} interleaved calls of the gradient function, 1-min load "
-        f"average {load['before']:.1f} → {load['after']:.1f}",
+        f"{report['device']}, float32, XLA {report['jit_compile']}, "
+        f"{describe(report['machine'], report['load_average_1min'])}; "
+        f"median of {report['repeats']} interleaved calls of the gradient function",
         "",
         "| gradient | time (s) | × Fast-AT | ‖g − g_nested‖ / ‖c·g2‖ |",
         "|---|---|---|---|",
