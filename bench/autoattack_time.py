@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from absl import app, flags
-from harness import command_line, describe, machine, publish, run_evaluate
+from harness import command_line, describe, machine, publish, run_evaluate, table
 
 _MODEL_PATH = flags.DEFINE_string(
     "model_path", "runs/fmnist-fastbat", "Training run directory, .keras file or SavedModel."
@@ -75,25 +75,26 @@ def main(argv: list[str]) -> None:
 
 
 def markdown_table(report: dict) -> str:
-    lines = [
+    heading = (
         f"`{report['evaluate_command']}`: AutoAttack standard at ε = {report['eps_255']:g}/255 "
         f"on the first {report['examples']} {report['dataset']} test examples; "
         f"{report['device']}, oneDNN {report['onednn']}, "
-        + describe(report["machine"], report["load_average_1min"]),
-        "",
-        "| stage | robust accuracy | time (s) |",
-        "|---|---|---|",
-        f"| clean | {report['clean_accuracy']:.4f} | |",
-    ]
-    for name, seconds in report["seconds_per_attack"].items():
-        accuracy = report["robust_accuracy_after"][name]
-        lines.append(f"| after {name} | {accuracy:.4f} | {seconds:.1f} |")
-    lines.append(
-        f"| **AutoAttack** | **{report['robust_accuracy']:.4f}** | "
-        f"**{report['autoattack_time_s']:.1f}** |"
+        + describe(report["machine"], report["load_average_1min"])
     )
-    lines.append(f"| whole evaluate.py run (wall) | | {report['wall_time_s']:.1f} |")
-    return "\n".join(lines)
+    rows = [["clean", f"{report['clean_accuracy']:.4f}", ""]]
+    for name, seconds in report["seconds_per_attack"].items():
+        rows.append(
+            [f"after {name}", f"{report['robust_accuracy_after'][name]:.4f}", f"{seconds:.1f}"]
+        )
+    rows.append(
+        [
+            "**AutoAttack**",
+            f"**{report['robust_accuracy']:.4f}**",
+            f"**{report['autoattack_time_s']:.1f}**",
+        ]
+    )
+    rows.append(["whole evaluate.py run (wall)", "", f"{report['wall_time_s']:.1f}"])
+    return table(heading, ["stage", "robust accuracy", "time (s)"], rows)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from harness import (
     publish,
     report,
     run_per_method,
+    table,
 )
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
@@ -132,19 +133,16 @@ def main(argv: list[str]) -> None:
 
 
 def markdown_table(summary: dict) -> str:
-    lines = [
+    heading = (
         f"{summary['dataset']}, {summary['model']}, batch {summary['batch_size']}, "
         f"{summary['train_examples']} training examples, {summary['device']}, "
         f"oneDNN {'on' if summary['onednn'] else 'off'}, "
-        + describe(summary["machine"], summary["load_average_1min"]),
-        "",
-        "| what | epoch time (s) | images/s |",
-        "|---|---|---|",
-        f"| input pipeline alone | | {summary['pipeline_images_per_s']:.0f} |",
-    ]
+        + describe(summary["machine"], summary["load_average_1min"])
+    )
+    rows = [["input pipeline alone", "", f"{summary['pipeline_images_per_s']:.0f}"]]
     for name, r in summary["results"].items():
-        lines.append(f"| {name} | {r['epoch_time_s']:.1f} | {r['images_per_s']:.0f} |")
-    return "\n".join(lines)
+        rows.append([name, f"{r['epoch_time_s']:.1f}", f"{r['images_per_s']:.0f}"])
+    return table(heading, ["what", "epoch time (s)", "images/s"], rows)
 
 
 if __name__ == "__main__":

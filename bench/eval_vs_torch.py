@@ -55,6 +55,7 @@ from harness import (
     report,
     run_child,
     run_evaluate,
+    table,
 )
 
 # Both sides' batch size, passed to evaluate.py as --batch_size (also its default).
@@ -334,46 +335,50 @@ def markdown_table(report: dict) -> str:
     fbat, torch_side = report["fbat_tf"], report["torch"]
     pgd = f"PGD-{report['pgd_steps']}-{report['pgd_restarts']}"
     load = fbat["load_average_1min"]
-    lines = [
+    heading = (
         f"{report['model']} ({report['train']}; clean {100 * fbat['clean_accuracy']:.1f}%), "
         f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
-        f"batches of {report['batch_size']}, {describe(report['machine'])}, "
+        f"batches of {report['batch_size']}, {describe(report['machine'], torch=True)}, "
         f"pyautoattack {report['versions']['pyautoattack']}; times are medians of "
         f"{report['rounds']} round(s) run in turns. "
         f"`{report['evaluate_command']}`: "
         f"{fbat['wall_time_s']:.1f} s wall (1-min load average {load['before']:.1f} → "
         f"{load['after']:.1f}); logits of the torch copy within "
-        f"{torch_side['logits_max_abs_diff']:.1e} of Keras'.",
-        "",
-        "| attack | fbat-tf time (s) | PyTorch time (s) | fbat-tf / PyTorch | target | met "
-        "| fbat-tf robust acc. | PyTorch robust acc. | ratio per round |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{torch_side['logits_max_abs_diff']:.1e} of Keras'."
+    )
+    attacks = [
+        [
+            name,
+            f"{fbat[f'{attack}_time_s']:.1f}",
+            f"{torch_side[f'{attack}_time_s']:.1f}",
+            f"{report['ratio_fbat_tf_over_torch'][attack]:.2f}",
+            f"≤ {report['targets'][attack]:g}×",
+            "yes" if report["targets_met"][attack] else "**no**",
+            f"{100 * fbat[f'{attack}_robust_accuracy']:.1f}%",
+            f"{100 * torch_side[f'{attack}_robust_accuracy']:.1f}%",
+            ", ".join(f"{r:.2f}" for r in report["ratio_per_round"][attack]),
+        ]
+        for attack, name in (("pgd", pgd), ("autoattack", "AutoAttack standard"))
     ]
-    for attack, name in (("pgd", pgd), ("autoattack", "AutoAttack standard")):
-        target = report["targets"][attack]
-        lines.append(
-            f"| {name} | {fbat[f'{attack}_time_s']:.1f} | {torch_side[f'{attack}_time_s']:.1f} | "
-            f"{report['ratio_fbat_tf_over_torch'][attack]:.2f} | ≤ {target:g}× | "
-            f"{'yes' if report['targets_met'][attack] else '**no**'} | "
-            f"{100 * fbat[f'{attack}_robust_accuracy']:.1f}% | "
-            f"{100 * torch_side[f'{attack}_robust_accuracy']:.1f}% | "
-            + ", ".join(f"{r:.2f}" for r in report["ratio_per_round"][attack])
-            + " |"
-        )
-    lines += [
-        "",
-        "| AutoAttack part | fbat-tf time (s) | PyTorch time (s) | fbat-tf robust acc. after "
-        "| PyTorch robust acc. after |",
-        "|---|---|---|---|---|",
+    parts = [
+        [
+            part,
+            f"{fbat['autoattack_seconds'].get(part, 0.0):.1f}",
+            f"{torch_side['autoattack_seconds'][part]:.1f}",
+            f"{100 * fbat['autoattack_per_attack'][part]:.1f}%",
+            f"{100 * torch_side['autoattack_per_attack'][part]:.1f}%",
+        ]
+        for part in AUTOATTACK_PARTS
     ]
-    for part in AUTOATTACK_PARTS:
-        lines.append(
-            f"| {part} | {fbat['autoattack_seconds'].get(part, 0.0):.1f} | "
-            f"{torch_side['autoattack_seconds'][part]:.1f} | "
-            f"{100 * fbat['autoattack_per_attack'][part]:.1f}% | "
-            f"{100 * torch_side['autoattack_per_attack'][part]:.1f}% |"
-        )
-    return "\n".join(lines)
+    times = ["fbat-tf time (s)", "PyTorch time (s)"]
+    columns = ["attack", *times, "fbat-tf / PyTorch", "target", "met", "fbat-tf robust acc."]
+    columns += ["PyTorch robust acc.", "ratio per round"]
+    after = ["fbat-tf robust acc. after", "PyTorch robust acc. after"]
+    return (
+        table(heading, columns, attacks)
+        + "\n\n"
+        + table(None, ["AutoAttack part", *times, *after], parts)
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ steps and the memory they take, the machine and its load, the command line and t
     medians = run_per_method(__file__, ["fastat", "fastbat"], rounds=3)   # {name: medians}
     measured = timed_steps(step, warmup=2, repeats=5, batch_size=64)   # time, memory
     with load_average() as load: ...                        # load["before"], load["after"]
+    markdown = table("A heading", ["method", "time (s)"], [["fastat", "0.41"]])
     publish(markdown, summary, "bench/results/x.json")      # print the table, write the JSON
 
 A child is the calling script run again with `--child=<name>`; it prints one line
@@ -272,13 +273,11 @@ def load_average() -> Iterator[dict]:
         load["after"] = os.getloadavg()[0]
 
 
-def describe(machine: dict, load: dict | None = None) -> str:
-    """The machine (and the load around a measurement) for a table's heading."""
-    versions = ", ".join(
-        f"{label} {machine[key]}"
-        for key, label in (("tensorflow", "TF"), ("keras", "Keras"), ("torch", "torch"))
-        if machine.get(key)
-    )
+def describe(machine: dict, load: dict | None = None, torch: bool = False) -> str:
+    """The machine (and the load around a measurement) for a table's heading; `torch`: with
+    PyTorch's version."""
+    packages = (("tensorflow", "TF"), ("keras", "Keras"), ("torch", "torch"))[: 3 if torch else 2]
+    versions = ", ".join(f"{label} {machine[key]}" for key, label in packages if machine.get(key))
     text = f"{machine['cpu_count']} CPU cores, {versions}"
     if load:
         text += f", 1-min load average {load['before']:.1f} → {load['after']:.1f}"
@@ -286,6 +285,14 @@ def describe(machine: dict, load: dict | None = None) -> str:
 
 
 # The command and the output.
+
+
+def table(heading: str | None, columns: list[str], rows: list[list[object]]) -> str:
+    """A heading line (if any), then a Markdown table: its columns' names, one line per row."""
+    lines = [] if heading is None else [heading, ""]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["|" + "".join(f" {cell} |" if str(cell) else " |" for cell in row) for row in rows]
+    return "\n".join(lines)
 
 
 def command_line() -> str:

@@ -40,6 +40,7 @@ from harness import (
     parse_variant,
     publish,
     report,
+    table,
     timed_steps,
     variant_label,
 )
@@ -233,29 +234,34 @@ def markdown_table(summary: dict) -> str:
     s = summary["setting"]
     onednn = {"1": ", oneDNN on", "0": ", oneDNN off"}.get(s["onednn"], "")
     threads = "" if isinstance(s["threads"], str) else f", {s['threads']} thread(s)"
-    lines = [
+    heading = (
         f"{s['model']} width {s['width']}, batch {s['batch_size']}, "
         f"{'×'.join(map(str, s['input_shape']))}, {s['device']}, {s['dtype']}, "
         f"XLA {s['xla']}{onednn}{threads}, {describe(s['machine'], s['load_average_1min'])}; "
         f"median of {s['repeats']} steps after {s['warmup']} warm-up"
-        + (f", median over {s['rounds']} rounds in turns" if s["rounds"] > 1 else ""),
-        "",
-        "| method | step time (s) | images/s | × Fast-AT time | steps per batch "
-        "| batch pass (s) | peak memory (MB) | step memory (MB) | × Fast-AT step memory |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        + (f", median over {s['rounds']} rounds in turns" if s["rounds"] > 1 else "")
+    )
 
     def cell(value: float | None, digits: int) -> str:
         return "" if value is None else f"{value:.{digits}f}"
 
-    for name, r in summary["methods"].items():
-        lines.append(
-            f"| {name} | {r['step_seconds']:.3f} | {r['images_per_second']:.0f} | "
-            f"{cell(r.get('ratio_to_fastat'), 2)} | {r['optimizer_steps_per_batch']} | "
-            f"{r['batch_pass_seconds']:.3f} | {r['peak_memory_mb']:.0f} | "
-            f"{r['step_memory_mb']:.0f} | {cell(r.get('memory_ratio_to_fastat'), 2)} |"
-        )
-    return "\n".join(lines)
+    rows = [
+        [
+            name,
+            f"{r['step_seconds']:.3f}",
+            f"{r['images_per_second']:.0f}",
+            cell(r.get("ratio_to_fastat"), 2),
+            r["optimizer_steps_per_batch"],
+            f"{r['batch_pass_seconds']:.3f}",
+            f"{r['peak_memory_mb']:.0f}",
+            f"{r['step_memory_mb']:.0f}",
+            cell(r.get("memory_ratio_to_fastat"), 2),
+        ]
+        for name, r in summary["methods"].items()
+    ]
+    columns = ["method", "step time (s)", "images/s", "× Fast-AT time", "steps per batch"]
+    columns += ["batch pass (s)", "peak memory (MB)", "step memory (MB)", "× Fast-AT step memory"]
+    return table(heading, columns, rows)
 
 
 if __name__ == "__main__":

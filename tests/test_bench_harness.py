@@ -40,3 +40,10 @@ def test_calls_take_turns_and_alternate_on_request():
 def test_numbers_are_medians_over_rounds_and_the_rest_the_first_round():
     rounds = [{"s": 3.0, "n": 1, "ok": True}, {"s": 1.0, "n": 1, "ok": False}, {"s": 2.0, "n": 1}]
     assert harness.median_of(rounds) == {"s": 2.0, "n": 1, "ok": True}
+
+
+def test_a_table_has_its_heading_columns_and_rows():
+    assert harness.table("Heading", ["method", "s"], [["fastat", "0.41"], ["free", ""]]) == (
+        "Heading\n\n| method | s |\n|---|---|\n| fastat | 0.41 |\n| free | |"
+    )
+    assert harness.table(None, ["a"], [[1]]) == "| a |\n|---|\n| 1 |"

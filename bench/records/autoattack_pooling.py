@@ -29,7 +29,7 @@ from absl import app, flags  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
 from fmnist_mlp import mlp  # noqa: E402
-from harness import command_line, describe, in_turns, machine, publish  # noqa: E402
+from harness import command_line, describe, in_turns, machine, publish, table  # noqa: E402
 
 PARTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 
@@ -106,27 +106,25 @@ def main(argv: list[str]) -> None:
 
 def markdown_table(summary: dict) -> str:
     median = summary["median"]
-    lines = [
+    heading = (
         f"AutoAttack standard, {summary['model']}, first {summary['examples']} Fashion-MNIST "
         f"test images, ε = {summary['eps_255']:g}/255, batches of {summary['batch_size']}, "
         f"{describe(summary['machine'])}; medians of "
-        f"{summary['rounds']} rounds in turns (s)",
-        "",
-        "| | pooled | per batch | per batch / pooled |",
-        "|---|---|---|---|",
-        f"| AutoAttack | {median['pooled']['time_s']:.1f} | {median['per batch']['time_s']:.1f} "
-        f"| {median['per batch']['time_s'] / median['pooled']['time_s']:.2f} |",
-    ]
+        f"{summary['rounds']} rounds in turns (s)"
+    )
+    pooled, alone = median["pooled"]["time_s"], median["per batch"]["time_s"]
+    rows = [["AutoAttack", f"{pooled:.1f}", f"{alone:.1f}", f"{alone / pooled:.2f}"]]
     for part in PARTS:
         pooled, alone = median["pooled"]["seconds"][part], median["per batch"]["seconds"][part]
-        ratio = f"{alone / pooled:.2f}" if pooled else ""
-        lines.append(f"| {part} | {pooled:.1f} | {alone:.1f} | {ratio} |")
+        rows.append(
+            [part, f"{pooled:.1f}", f"{alone:.1f}", f"{alone / pooled:.2f}" if pooled else ""]
+        )
     accuracies = ", ".join(
         f"{mode} {' / '.join(f'{100 * a:.1f}%' for a in m['robust_accuracy'])}"
         for mode, m in median.items()
     )
-    lines += ["", f"Robust accuracy per round: {accuracies}."]
-    return "\n".join(lines)
+    columns = ["", "pooled", "per batch", "per batch / pooled"]
+    return table(heading, columns, rows) + f"\n\nRobust accuracy per round: {accuracies}."
 
 
 if __name__ == "__main__":

@@ -34,7 +34,15 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from harness import command_line, describe, in_turns, load_average, machine, publish  # noqa: E402
+from harness import (  # noqa: E402
+    command_line,
+    describe,
+    in_turns,
+    load_average,
+    machine,
+    publish,
+    table,
+)
 
 _MODEL = flags.DEFINE_string("model", "preact_resnet18", "Architecture.")
 _WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
@@ -187,23 +195,25 @@ def main(argv: list[str]) -> None:
 
 
 def markdown_table(report: dict) -> str:
-    lines = [
+    heading = (
         f"{report['model']}{'' if report['batch_norm'] else ' without batch norm'}, "
         f"batch {report['batch_size']}, {report['image_size']}px, "
         f"{report['device']}, float32, XLA {report['jit_compile']}, "
         f"{describe(report['machine'], report['load_average_1min'])}; "
-        f"median of {report['repeats']} interleaved calls of the gradient function",
-        "",
-        "| gradient | time (s) | × Fast-AT | ‖g − g_nested‖ / ‖c·g2‖ |",
-        "|---|---|---|---|",
-    ]
+        f"median of {report['repeats']} interleaved calls of the gradient function"
+    )
+    rows = []
     for name, seconds in report["time_s"].items():
         difference = report["difference_relative_to_implicit_term"].get(name)
-        lines.append(
-            f"| {name} | {seconds:.3f} | {report['ratio_to_fastat'][name]:.2f} | "
-            f"{'' if difference is None else f'{difference:.1e}'} |"
+        rows.append(
+            [
+                name,
+                f"{seconds:.3f}",
+                f"{report['ratio_to_fastat'][name]:.2f}",
+                "" if difference is None else f"{difference:.1e}",
+            ]
         )
-    return "\n".join(lines)
+    return table(heading, ["gradient", "time (s)", "× Fast-AT", "‖g − g_nested‖ / ‖c·g2‖"], rows)
 
 
 if __name__ == "__main__":

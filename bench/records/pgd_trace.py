@@ -31,7 +31,7 @@ from absl import app, flags  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
 from fmnist_mlp import mlp  # noqa: E402
-from harness import ROOT, command_line, describe, machine, publish  # noqa: E402
+from harness import ROOT, command_line, describe, machine, publish, table  # noqa: E402
 
 _BEFORE = flags.DEFINE_string(
     "before", "9728a09~1", "Git revision whose fbat_tf/attacks/pgd.py is the 'before' row."
@@ -143,21 +143,23 @@ def main(argv: list[str]) -> None:
 
 
 def markdown_table(report: dict) -> str:
-    lines = [
+    heading = (
         f"{report['model']} ({report['train']}; clean {100 * report['clean_accuracy']:.1f}%), "
         f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
-        f"{describe(report['machine'])}; before = {report['before_revision']}",
-        "",
-        "| PGD | XLA | version | first call (s) | later call (s) | trace (s) | robust acc. |",
-        "|---|---|---|---|---|---|---|",
+        f"{describe(report['machine'])}; before = {report['before_revision']}"
+    )
+    columns = ["PGD", "XLA", "version", "first call (s)", "later call (s)", "trace (s)"]
+    rows = [
+        [
+            f"{row['steps']}-{row['restarts']}",
+            "yes" if row["jit_compile"] else "no",
+            row["version"],
+            *(f"{row[key]:.2f}" for key in ("first_call_s", "later_call_s", "trace_s")),
+            f"{100 * row['robust_accuracy']:.1f}%",
+        ]
+        for row in report["rows"]
     ]
-    for row in report["rows"]:
-        lines.append(
-            f"| {row['steps']}-{row['restarts']} | {'yes' if row['jit_compile'] else 'no'} | "
-            f"{row['version']} | {row['first_call_s']:.2f} | {row['later_call_s']:.2f} | "
-            f"{row['trace_s']:.2f} | {100 * row['robust_accuracy']:.1f}% |"
-        )
-    return "\n".join(lines)
+    return table(heading, [*columns, "robust acc."], rows)
 
 
 if __name__ == "__main__":
