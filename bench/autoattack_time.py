@@ -13,21 +13,10 @@ from evaluate.py's JSON, the robust accuracy after each attack, the machine's lo
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import subprocess
-import sys
-import tempfile
-import time
 
 from absl import app, flags
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from children import write_json  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import command_line, describe, machine, publish, run_evaluate, table
 
 _MODEL_PATH = flags.DEFINE_string(
     "model_path", "runs/fmnist-fastbat", "Training run directory, .keras file or SavedModel."
@@ -53,27 +42,14 @@ def main(argv: list[str]) -> None:
     env.pop("TF_ENABLE_ONEDNN_OPTS", None)
     if _ONEDNN.value != "default":
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value == "on" else "0"
-    with tempfile.TemporaryDirectory() as scratch:
-        results_path = os.path.join(scratch, "eval.json")
-        command = [
-            sys.executable,
-            os.path.join(ROOT, "evaluate.py"),
-            f"--model_path={_MODEL_PATH.value}",
-            "--attacks=autoattack",
-            f"--n_examples={_N_EXAMPLES.value}",
-            f"--batch_size={_BATCH.value}",
-            f"--{'' if _FOLD.value else 'no'}fold_weights",
-            f"--results={results_path}",
-        ]
-        load_before = os.getloadavg()[0]
-        start = time.perf_counter()
-        child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-        wall = time.perf_counter() - start
-        load_after = os.getloadavg()[0]
-        if child.returncode != 0:
-            sys.exit(f"error: evaluate.py failed:\n{child.stderr[-3000:]}")
-        with open(results_path) as f:
-            evaluated = json.load(f)
+    arguments = [
+        f"--model_path={_MODEL_PATH.value}",
+        "--attacks=autoattack",
+        f"--n_examples={_N_EXAMPLES.value}",
+        f"--batch_size={_BATCH.value}",
+        f"--{'' if _FOLD.value else 'no'}fold_weights",
+    ]
+    wall, load, evaluated = run_evaluate(arguments, env)
     (key,) = evaluated["robust_accuracy"]
     report = {
         "model_path": _MODEL_PATH.value,
@@ -90,37 +66,35 @@ def main(argv: list[str]) -> None:
         "robust_accuracy": evaluated["robust_accuracy"][key],
         "robust_accuracy_after": evaluated["autoattack_per_attack"][key],
         "device": evaluated["device"],
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "load_average_1min": {"before": load_before, "after": load_after},
-        "evaluate_command": "python evaluate.py " + " ".join(command[2:-1]),
-        "command": "python bench/autoattack_time.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "load_average_1min": load,
+        "evaluate_command": "python evaluate.py " + " ".join(arguments),
+        "command": command_line(),
     }
-    print(markdown_table(report))
-    write_json(_JSON.value, report)
+    publish(markdown_table(report), report, _JSON.value)
 
 
 def markdown_table(report: dict) -> str:
-    load = report["load_average_1min"]
-    lines = [
+    heading = (
         f"`{report['evaluate_command']}`: AutoAttack standard at ε = {report['eps_255']:g}/255 "
         f"on the first {report['examples']} {report['dataset']} test examples; "
-        f"{report['device']}, {report['cpu_count']} cores, oneDNN {report['onednn']}, "
-        f"1-min load average {load['before']:.1f} → {load['after']:.1f}",
-        "",
-        "| stage | robust accuracy | time (s) |",
-        "|---|---|---|",
-        f"| clean | {report['clean_accuracy']:.4f} | |",
-    ]
-    for name, seconds in report["seconds_per_attack"].items():
-        accuracy = report["robust_accuracy_after"][name]
-        lines.append(f"| after {name} | {accuracy:.4f} | {seconds:.1f} |")
-    lines.append(
-        f"| **AutoAttack** | **{report['robust_accuracy']:.4f}** | "
-        f"**{report['autoattack_time_s']:.1f}** |"
+        f"{report['device']}, oneDNN {report['onednn']}, "
+        + describe(report["machine"], report["load_average_1min"])
     )
-    lines.append(f"| whole evaluate.py run (wall) | | {report['wall_time_s']:.1f} |")
-    return "\n".join(lines)
+    rows = [["clean", f"{report['clean_accuracy']:.4f}", ""]]
+    for name, seconds in report["seconds_per_attack"].items():
+        rows.append(
+            [f"after {name}", f"{report['robust_accuracy_after'][name]:.4f}", f"{seconds:.1f}"]
+        )
+    rows.append(
+        [
+            "**AutoAttack**",
+            f"**{report['robust_accuracy']:.4f}**",
+            f"**{report['autoattack_time_s']:.1f}**",
+        ]
+    )
+    rows.append(["whole evaluate.py run (wall)", "", f"{report['wall_time_s']:.1f}"])
+    return table(heading, ["stage", "robust accuracy", "time (s)"], rows)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,17 @@ import tempfile
 import time
 
 from absl import app, flags
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from children import report, run_per_method, write_json  # noqa: E402
+from harness import (
+    command_line,
+    define_rounds,
+    describe,
+    load_average,
+    machine,
+    publish,
+    report,
+    run_per_method,
+    table,
+)
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
 
@@ -40,9 +45,7 @@ _ONEDNN = flags.DEFINE_bool(
     True,
     "TF_ENABLE_ONEDNN_OPTS for the children: 1 as train.py sets it by default, or 0.",
 )
-_ROUNDS = flags.DEFINE_integer(
-    "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
-)
+_ROUNDS = define_rounds()
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: train this method one epoch, print JSON.")
 
@@ -107,7 +110,8 @@ def main(argv: list[str]) -> None:
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {ALL_METHODS}")
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value else "0"  # the children's
-    results, device = run_per_method(__file__, _METHODS.value, _ROUNDS.value), ""
+    with load_average() as load:
+        results, device = run_per_method(__file__, _METHODS.value, _ROUNDS.value), ""
     for name, measured in results.items():
         device = measured.pop("device")
         print(f"{name}: {measured['epoch_time_s']:.1f} s/epoch", file=sys.stderr)
@@ -119,27 +123,26 @@ def main(argv: list[str]) -> None:
         "train_examples": _EXAMPLES.value,
         "onednn": _ONEDNN.value,
         "rounds": _ROUNDS.value,
-        "command": "python bench/epoch_time.py " + " ".join(sys.argv[1:]),
+        "command": command_line(),
+        "machine": machine(),
+        "load_average_1min": load,
         "pipeline_images_per_s": pipeline_throughput(),
         "results": results,
     }
-    print(markdown_table(summary))
-    write_json(_JSON.value, summary)
+    publish(markdown_table(summary), summary, _JSON.value)
 
 
 def markdown_table(summary: dict) -> str:
-    lines = [
+    heading = (
         f"{summary['dataset']}, {summary['model']}, batch {summary['batch_size']}, "
         f"{summary['train_examples']} training examples, {summary['device']}, "
-        f"oneDNN {'on' if summary['onednn'] else 'off'}",
-        "",
-        "| what | epoch time (s) | images/s |",
-        "|---|---|---|",
-        f"| input pipeline alone | | {summary['pipeline_images_per_s']:.0f} |",
-    ]
+        f"oneDNN {'on' if summary['onednn'] else 'off'}, "
+        + describe(summary["machine"], summary["load_average_1min"])
+    )
+    rows = [["input pipeline alone", "", f"{summary['pipeline_images_per_s']:.0f}"]]
     for name, r in summary["results"].items():
-        lines.append(f"| {name} | {r['epoch_time_s']:.1f} | {r['images_per_s']:.0f} |")
-    return "\n".join(lines)
+        rows.append([name, f"{r['epoch_time_s']:.1f}", f"{r['images_per_s']:.0f}"])
+    return table(heading, ["what", "epoch time (s)", "images/s"], rows)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ time from evaluate.py's JSON (first-call tracing included), and the child's wall
 and loading too) is reported beside it.
 
 PyTorch, in a child process of its own: the Keras weights are copied into an equal torch.nn
-MLP (the logits are checked to agree), then, on the same batches of 128: a plain PyTorch
-PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (step ε/4, uniform start in C, signed steps
-on the summed cross-entropy, per example the first restart that breaks it, later restarts only
-on the examples still robust), and pyautoattack's AutoAttack, the PyTorch reference, version
-"standard", L∞. The two sides run one after the other, never at the same time (`--rounds=R`:
-R times in turns, medians reported); the 1-minute load average before and after each is
-recorded, since other processes skew CPU timings. Writes JSON and prints a Markdown table with
+MLP (`torch_reference.mlp`; the logits are checked to agree), then, on the same batches of 128:
+a plain PyTorch PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (`torch_reference.pgd`:
+step ε/4, uniform start in C, signed steps on the summed cross-entropy, per example the first
+restart that breaks it, later restarts only on the examples still robust), and
+pyautoattack's AutoAttack, the PyTorch reference, version "standard", L∞. The two sides run
+one after the other, never at the same time (`--rounds=R`: R times in turns, medians
+reported); the 1-minute load average before and after each is recorded, since other
+processes skew CPU timings. Writes JSON and prints a Markdown table with
 the issue's targets: PGD-50-10 in at most 3× the PyTorch loop's time, AutoAttack in at most
 1.0× the reference's.
 
@@ -34,22 +35,29 @@ from evaluate.py while it runs, which made its AutoAttack 1.3× slower. PyTorch 
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 
+import torch_reference as reference
 from absl import app, flags
+from fmnist_mlp import mlp
+from harness import (
+    command_line,
+    define_rounds,
+    describe,
+    in_turns,
+    load_average,
+    machine,
+    median_of,
+    publish,
+    report,
+    run_child,
+    run_evaluate,
+    table,
+)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from children import median_of, report, run_child, write_json  # noqa: E402
-from fmnist_mlp import mlp  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Both sides' batch size, passed to evaluate.py as --batch_size (also its default).
 EVALUATE_BATCH_SIZE = 128
 # The issue's targets: fbat-tf's time over PyTorch's.
@@ -71,12 +79,9 @@ _OMP_WAIT = flags.DEFINE_enum(
     "OMP_WAIT_POLICY of the PyTorch side's OpenMP threads (environment: as the environment "
     "has it, PyTorch's default). See the module docstring.",
 )
-_ROUNDS = flags.DEFINE_integer(
-    "rounds",
-    1,
+_ROUNDS = define_rounds(
     "Times the two sides run, in turns (fbat-tf, PyTorch, fbat-tf, ...); the table gives the "
-    "median of each time over the rounds, and each round's ratio.",
-    lower_bound=1,
+    "median of each time over the rounds, and each round's ratio."
 )
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _TORCH_CHILD = flags.DEFINE_string(
@@ -84,13 +89,9 @@ _TORCH_CHILD = flags.DEFINE_string(
 )
 
 
-def run_evaluate(
-    model_path: str, results_path: str, env: dict[str, str]
-) -> tuple[list[str], float, dict]:
-    """evaluate.py on the .keras file in a child process: (command, wall time, its JSON)."""
-    command = [
-        sys.executable,
-        os.path.join(ROOT, "evaluate.py"),
+def evaluate_arguments(model_path: str) -> list[str]:
+    """evaluate.py's flags for the .keras file: the same attacks, points and batches."""
+    return [
         f"--model_path={model_path}",
         "--dataset=fashion_mnist",
         "--attacks=pgd,autoattack",
@@ -99,101 +100,7 @@ def run_evaluate(
         f"--n_examples={_N.value}",
         f"--batch_size={EVALUATE_BATCH_SIZE}",
         f"--eps={_EPS.value:g}",
-        f"--results={results_path}",
     ]
-    env = dict(env, TF_CPP_MIN_LOG_LEVEL="2")
-    start = time.perf_counter()
-    child = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    wall = time.perf_counter() - start
-    if child.returncode != 0:
-        sys.exit(f"error: evaluate.py failed:\n{child.stderr[-3000:]}")
-    with open(results_path) as f:
-        return command, wall, json.load(f)
-
-
-def torch_mlp(model):
-    """A torch.nn copy of the Keras MLP: Flatten, then Dense layers as Linear (ReLU between)."""
-    import keras
-    import torch
-
-    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
-    modules = [torch.nn.Flatten()]
-    for index, layer in enumerate(dense):
-        activation = layer.get_config()["activation"]
-        expected = "linear" if index == len(dense) - 1 else "relu"
-        if activation != expected:
-            raise ValueError(f"{layer.name}: activation {activation!r}, expected {expected!r}")
-        kernel, bias = layer.get_weights()  # kernel [in, out]; torch's weight is [out, in]
-        linear = torch.nn.Linear(*kernel.shape)
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(kernel.T.copy()))
-            linear.bias.copy_(torch.from_numpy(bias))
-        modules.append(linear)
-        if expected == "relu":
-            modules.append(torch.nn.ReLU())
-    copy = torch.nn.Sequential(*modules).eval()
-    for parameter in copy.parameters():
-        parameter.requires_grad_(False)  # the attacks differentiate the input only
-    return copy
-
-
-def project(delta, x, eps: float):
-    """P_C in torch: clip δ to [-ε, ε], then to [-x, 1 - x] (fbat_tf/constraints.py)."""
-    import torch
-
-    return torch.clamp(torch.clamp(delta, -eps, eps), min=-x, max=1.0 - x)
-
-
-def torch_pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
-    """PGD-K-R on one batch, as fbat_tf/attacks/pgd.py does it without XLA.
-
-    Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch, K signed steps on the summed
-    cross-entropy, each projected. The first restart attacks every example; each later one only
-    the examples no restart has broken yet, and none runs once all are broken. Per example the
-    result is the first restart's point that misclassifies it, or else the first restart's point.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    step_size = eps / 4
-    best = x.clone()
-    robust = torch.ones(len(x), dtype=torch.bool)
-    for restart in range(restarts):
-        if restart and not robust.any():
-            break
-        start = project(torch.empty_like(x).uniform_(-eps, eps, generator=generator), x, eps)
-        rows = robust.nonzero()[:, 0]
-        x_rows, y_rows, delta = x[rows], y[rows], start[rows]
-        for _ in range(steps):
-            delta.requires_grad_(True)
-            loss = F.cross_entropy(model(x_rows + delta), y_rows, reduction="sum")
-            (grad,) = torch.autograd.grad(loss, delta)
-            delta = project(delta.detach() + step_size * grad.sign(), x_rows, eps)
-        x_adv = x_rows + delta
-        with torch.no_grad():
-            broken = model(x_adv).argmax(1) != y_rows
-        take = broken if restart else torch.ones_like(broken)
-        best[rows[take]] = x_adv[take]
-        robust[rows[broken]] = False
-    return best
-
-
-def check_in_ball(x_adv, x, eps: float, name: str) -> None:
-    """As evaluate.py does before counting: ‖x_adv − x‖∞ ≤ ε + 1e-6, x_adv in [0, 1], finite."""
-    import torch
-
-    distance = float((x_adv - x).abs().max())
-    low, high = float(x_adv.min()), float(x_adv.max())
-    finite = bool(torch.isfinite(x_adv).all())
-    if not finite or distance > eps + 1e-6 or low < -1e-6 or high > 1 + 1e-6:
-        raise AssertionError(f"{name}: points outside C (‖δ‖∞ = {distance:.3g}, ε = {eps:.3g})")
-
-
-def accuracy(model, x, y) -> float:
-    import torch
-
-    with torch.no_grad():
-        return int((model(x).argmax(1) == y).sum()) / len(y)
 
 
 def time_parts(adversary, model) -> tuple[dict[str, float], dict[str, int]]:
@@ -218,20 +125,11 @@ def time_parts(adversary, model) -> tuple[dict[str, float], dict[str, int]]:
     return seconds, broken
 
 
-def to_torch(x_nhwc, y_int):
-    """The images NCHW and the labels int64, as torch tensors."""
-    import torch
-
-    # Keras flattens NHWC 28×28×1, torch NCHW 1×28×28: with one channel the order is the same.
-    x = torch.from_numpy(x_nhwc.transpose(0, 3, 1, 2).copy())
-    return x, torch.from_numpy(y_int.astype("int64"))
-
-
 def compare_logits(model, net, x_nhwc, y_int) -> dict:
     """The Keras MLP's logits against its torch copy's on the attacked images."""
     import torch
 
-    x, _ = to_torch(x_nhwc, y_int)
+    x, _ = reference.to_torch(x_nhwc, y_int)
     with torch.no_grad():
         torch_logits = net(x).numpy()
     keras_logits = model(x_nhwc, training=False).numpy()
@@ -248,41 +146,39 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
     import torch
     from pyautoattack import AutoAttack
 
-    x, y = to_torch(x_nhwc, y_int)
+    x, y = reference.to_torch(x_nhwc, y_int)
     batches = range(0, len(x), EVALUATE_BATCH_SIZE)
     generator = torch.Generator().manual_seed(0)
-    load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    x_pgd = torch.cat(
-        [
-            torch_pgd(
-                net,
-                x[i : i + EVALUATE_BATCH_SIZE],
-                y[i : i + EVALUATE_BATCH_SIZE],
-                eps,
-                _STEPS.value,
-                _RESTARTS.value,
-                generator,
-            )
-            for i in batches
-        ]
-    )
-    pgd_seconds = time.perf_counter() - start
-    pgd_load = {"before": load_before, "after": os.getloadavg()[0]}
-    check_in_ball(x_pgd, x, eps, "PyTorch PGD")
+    with load_average() as pgd_load:
+        start = time.perf_counter()
+        x_pgd = torch.cat(
+            [
+                reference.pgd(
+                    net,
+                    x[i : i + EVALUATE_BATCH_SIZE],
+                    y[i : i + EVALUATE_BATCH_SIZE],
+                    eps,
+                    _STEPS.value,
+                    _RESTARTS.value,
+                    generator,
+                )
+                for i in batches
+            ]
+        )
+        pgd_seconds = time.perf_counter() - start
+    reference.check_in_ball(x_pgd, x, eps, "PyTorch PGD")
     print(f"PyTorch PGD: {pgd_seconds:.1f} s", flush=True)
 
     adversary = AutoAttack(net, eps=eps, norm="Linf", version="standard", seed=0, device="cpu")
     seconds, broken = time_parts(adversary, net)
-    load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    x_aa, _ = adversary.run_standard_evaluation(x, y, batch_size=EVALUATE_BATCH_SIZE)
-    aa_seconds = time.perf_counter() - start
-    aa_load = {"before": load_before, "after": os.getloadavg()[0]}
-    check_in_ball(x_aa, x, eps, "pyautoattack")
+    with load_average() as aa_load:
+        start = time.perf_counter()
+        x_aa, _ = adversary.run_standard_evaluation(x, y, batch_size=EVALUATE_BATCH_SIZE)
+        aa_seconds = time.perf_counter() - start
+    reference.check_in_ball(x_aa, x, eps, "pyautoattack")
     print(f"pyautoattack: {aa_seconds:.1f} s", flush=True)
 
-    clean = accuracy(net, x, y)
+    clean = reference.accuracy(net, x, y)
     after, robust = {"clean": clean}, round(clean * len(x))
     for name in AUTOATTACK_PARTS:
         robust -= broken[name]
@@ -290,10 +186,10 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
     return {
         "clean_accuracy": clean,
         "pgd_time_s": pgd_seconds,
-        "pgd_robust_accuracy": accuracy(net, x_pgd, y),
+        "pgd_robust_accuracy": reference.accuracy(net, x_pgd, y),
         "pgd_load_average_1min": pgd_load,
         "autoattack_time_s": aa_seconds,
-        "autoattack_robust_accuracy": accuracy(net, x_aa, y),
+        "autoattack_robust_accuracy": reference.accuracy(net, x_aa, y),
         "autoattack_seconds": seconds,
         "autoattack_per_attack": after,
         "autoattack_load_average_1min": aa_load,
@@ -302,17 +198,15 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
     }
 
 
-def run_fbat_tf(model_path: str, results_path: str, user_env: dict[str, str]) -> dict:
+def run_fbat_tf(model_path: str, user_env: dict[str, str]) -> dict:
     """One evaluate.py run in a child process, as the report's fbat-tf side."""
-    load_before = os.getloadavg()[0]
-    command, wall, evaluated = run_evaluate(model_path, results_path, user_env)
-    load_after = os.getloadavg()[0]
+    env = dict(user_env, TF_CPP_MIN_LOG_LEVEL="2")
+    wall, load, evaluated = run_evaluate(evaluate_arguments(model_path), env)
     if evaluated["examples"] != _N.value:
         sys.exit(f"error: evaluate.py attacked {evaluated['examples']} examples, not {_N.value}")
     pgd_key, aa_key = f"pgd@{_EPS.value:g}", f"autoattack@{_EPS.value:g}"
     print(f"fbat-tf (evaluate.py): {wall:.1f} s wall", flush=True)
     return {
-        "command": command,
         "wall_time_s": wall,
         "clean_accuracy": evaluated["clean_accuracy"],
         "pgd_time_s": evaluated["time_s"][pgd_key],
@@ -321,7 +215,7 @@ def run_fbat_tf(model_path: str, results_path: str, user_env: dict[str, str]) ->
         "autoattack_robust_accuracy": evaluated["robust_accuracy"][aa_key],
         "autoattack_seconds": evaluated["autoattack_seconds"][aa_key],
         "autoattack_per_attack": evaluated["autoattack_per_attack"][aa_key],
-        "load_average_1min": {"before": load_before, "after": load_after},
+        "load_average_1min": load,
         "device": evaluated["device"],
     }
 
@@ -349,7 +243,7 @@ def torch_child(scratch: str) -> None:
     points = np.load(os.path.join(scratch, "points.npz"))
     x, y = points["x"], points["y"]
     torch.set_num_threads(_THREADS.value or os.cpu_count())
-    net = torch_mlp(model)
+    net = reference.mlp(model)
     result = dict(compare_logits(model, net, x, y), **run_torch(net, x, y, _EPS.value / 255))
     result["versions"] = {"torch": torch.__version__, "pyautoattack": pyautoattack.__version__}
     report(result)
@@ -375,9 +269,7 @@ def main(argv: list[str]) -> None:
     load = os.getloadavg()[0]
     if load > os.cpu_count():
         print(f"warning: 1-min load average {load:.1f} on {os.cpu_count()} cores skews timings")
-    import keras
     import numpy as np
-    import tensorflow as tf
 
     from fbat_tf import data
 
@@ -388,23 +280,22 @@ def main(argv: list[str]) -> None:
     )
     x, y = x.numpy(), y.numpy()
 
-    rounds = []
     with tempfile.TemporaryDirectory() as scratch:
         model_path = os.path.join(scratch, "mlp.keras")
         model.save(model_path)
         np.savez(os.path.join(scratch, "points.npz"), x=x, y=y)
-        for index in range(_ROUNDS.value):
-            print(f"round {index + 1} of {_ROUNDS.value}", flush=True)
-            results_path = os.path.join(scratch, f"eval-{index}.json")
-            fbat = run_fbat_tf(model_path, results_path, dict(os.environ))
-            rounds.append({"fbat_tf": fbat, "torch": run_torch_child(scratch)})
+        sides = in_turns(
+            {
+                "fbat_tf": lambda: run_fbat_tf(model_path, dict(os.environ)),
+                "torch": lambda: run_torch_child(scratch),
+            },
+            _ROUNDS.value,
+        )
+    rounds = [dict(zip(sides, pair, strict=True)) for pair in zip(*sides.values(), strict=True)]
     versions = rounds[0]["torch"]["versions"]
     for r in rounds:
         del r["torch"]["versions"]
     fbat, torch_side = median_side(rounds, "fbat_tf"), median_side(rounds, "torch")
-    command = fbat.pop("command")
-    for r in rounds:
-        del r["fbat_tf"]["command"]
     ratios = {
         attack: fbat[f"{attack}_time_s"] / torch_side[f"{attack}_time_s"] for attack in TARGETS
     }
@@ -430,70 +321,64 @@ def main(argv: list[str]) -> None:
         "per_round": rounds,
         "targets": TARGETS,
         "targets_met": {attack: ratios[attack] <= TARGETS[attack] for attack in TARGETS},
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "niceness": os.nice(0),
-        "versions": {
-            "python": platform.python_version(),
-            "tensorflow": tf.__version__,
-            "keras": keras.__version__,
-            **versions,
-        },
-        "evaluate_command": "python evaluate.py --model_path=<tmp>/mlp.keras "
-        + " ".join(command[3:-1])
+        "machine": machine(),
+        "versions": versions,
+        "evaluate_command": "python evaluate.py "
+        + " ".join(evaluate_arguments("<tmp>/mlp.keras"))
         + " --results=<tmp>/eval.json",
-        "command": "python bench/eval_vs_torch.py " + " ".join(sys.argv[1:]),
+        "command": command_line(),
     }
-    print(markdown_table(report))
-    write_json(_JSON.value, report)
+    publish(markdown_table(report), report, _JSON.value)
 
 
 def markdown_table(report: dict) -> str:
     fbat, torch_side = report["fbat_tf"], report["torch"]
     pgd = f"PGD-{report['pgd_steps']}-{report['pgd_restarts']}"
     load = fbat["load_average_1min"]
-    versions = report["versions"]
-    lines = [
+    heading = (
         f"{report['model']} ({report['train']}; clean {100 * fbat['clean_accuracy']:.1f}%), "
         f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
-        f"batches of {report['batch_size']}, {report['cpu_count']} CPU cores, "
-        f"TF {versions['tensorflow']}, Keras {versions['keras']}, torch {versions['torch']}, "
-        f"pyautoattack {versions['pyautoattack']}; times are medians of {report['rounds']} "
-        "round(s) run in turns. "
+        f"batches of {report['batch_size']}, {describe(report['machine'], torch=True)}, "
+        f"pyautoattack {report['versions']['pyautoattack']}; times are medians of "
+        f"{report['rounds']} round(s) run in turns. "
         f"`{report['evaluate_command']}`: "
         f"{fbat['wall_time_s']:.1f} s wall (1-min load average {load['before']:.1f} → "
         f"{load['after']:.1f}); logits of the torch copy within "
-        f"{torch_side['logits_max_abs_diff']:.1e} of Keras'.",
-        "",
-        "| attack | fbat-tf time (s) | PyTorch time (s) | fbat-tf / PyTorch | target | met "
-        "| fbat-tf robust acc. | PyTorch robust acc. | ratio per round |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{torch_side['logits_max_abs_diff']:.1e} of Keras'."
+    )
+    attacks = [
+        [
+            name,
+            f"{fbat[f'{attack}_time_s']:.1f}",
+            f"{torch_side[f'{attack}_time_s']:.1f}",
+            f"{report['ratio_fbat_tf_over_torch'][attack]:.2f}",
+            f"≤ {report['targets'][attack]:g}×",
+            "yes" if report["targets_met"][attack] else "**no**",
+            f"{100 * fbat[f'{attack}_robust_accuracy']:.1f}%",
+            f"{100 * torch_side[f'{attack}_robust_accuracy']:.1f}%",
+            ", ".join(f"{r:.2f}" for r in report["ratio_per_round"][attack]),
+        ]
+        for attack, name in (("pgd", pgd), ("autoattack", "AutoAttack standard"))
     ]
-    for attack, name in (("pgd", pgd), ("autoattack", "AutoAttack standard")):
-        target = report["targets"][attack]
-        lines.append(
-            f"| {name} | {fbat[f'{attack}_time_s']:.1f} | {torch_side[f'{attack}_time_s']:.1f} | "
-            f"{report['ratio_fbat_tf_over_torch'][attack]:.2f} | ≤ {target:g}× | "
-            f"{'yes' if report['targets_met'][attack] else '**no**'} | "
-            f"{100 * fbat[f'{attack}_robust_accuracy']:.1f}% | "
-            f"{100 * torch_side[f'{attack}_robust_accuracy']:.1f}% | "
-            + ", ".join(f"{r:.2f}" for r in report["ratio_per_round"][attack])
-            + " |"
-        )
-    lines += [
-        "",
-        "| AutoAttack part | fbat-tf time (s) | PyTorch time (s) | fbat-tf robust acc. after "
-        "| PyTorch robust acc. after |",
-        "|---|---|---|---|---|",
+    parts = [
+        [
+            part,
+            f"{fbat['autoattack_seconds'].get(part, 0.0):.1f}",
+            f"{torch_side['autoattack_seconds'][part]:.1f}",
+            f"{100 * fbat['autoattack_per_attack'][part]:.1f}%",
+            f"{100 * torch_side['autoattack_per_attack'][part]:.1f}%",
+        ]
+        for part in AUTOATTACK_PARTS
     ]
-    for part in AUTOATTACK_PARTS:
-        lines.append(
-            f"| {part} | {fbat['autoattack_seconds'].get(part, 0.0):.1f} | "
-            f"{torch_side['autoattack_seconds'][part]:.1f} | "
-            f"{100 * fbat['autoattack_per_attack'][part]:.1f}% | "
-            f"{100 * torch_side['autoattack_per_attack'][part]:.1f}% |"
-        )
-    return "\n".join(lines)
+    times = ["fbat-tf time (s)", "PyTorch time (s)"]
+    columns = ["attack", *times, "fbat-tf / PyTorch", "target", "met", "fbat-tf robust acc."]
+    columns += ["PyTorch robust acc.", "ratio per round"]
+    after = ["fbat-tf robust acc. after", "PyTorch robust acc. after"]
+    return (
+        table(heading, columns, attacks)
+        + "\n\n"
+        + table(None, ["AutoAttack part", *times, *after], parts)
+    )
 
 
 if __name__ == "__main__":

@@ -2,44 +2,62 @@
 
     python bench/step_time.py --model=preact_resnet18 --width=16 --batch_size=64 \
         --image_size=32 --jit_compile=true --precision=float32 --json=bench/results/step_time.json
+    python bench/step_time.py --methods=fastat,fastbat,fastbat:ig=none   # a method's options
 
-Each method runs in its own child process (so that its peak memory is its own), one after the
-other on the same machine: build the model and `AdversarialTrainer`, warm up (tracing and XLA
-compilation), then time `--repeats` steps of `train_on_batch`, which returns numbers and so
-waits for the step to finish. Reports the median step time, images/s and peak memory (GPU: the
-allocator's peak; CPU: the child's peak resident set, and what the steps added to the resident
-set of the built process), the ratios to Fast-AT, writes JSON and prints a Markdown table.
-`--profile_steps=N` then runs N more steps under TensorFlow's profiler and adds the kernel time
-per kind of operation (bench/profiles.py) to each method's numbers; use it without XLA.
+A method is named as `train.py --method` names it, optionally with options of its constructor
+after colons (`fastbat:ig=none`, `pgd:steps=10`, `free:replays=4:alpha=0.01`); `fastbat_bob`
+and `fastbat_fob` are Fast-BAT with implicit_autodiff backward_over_backward and
+forward_over_backward. Each method runs in its own child process (so that its peak memory is its
+own), one after the other on the same machine (`--rounds=R`: R times in turns, medians over the
+rounds): build the model and `AdversarialTrainer`, warm up (tracing and XLA compilation), then
+time `--repeats` calls of `train_on_batch`, which returns numbers and so waits for the step to
+finish. Reports per method the median optimizer step time (Free-AT's call makes m optimizer
+steps, one per replay of the batch: its step is a call's time / m, and "batch pass" is the
+whole call, the cost of passing each of the batch's examples through training once), each
+round's, images/s, peak memory (GPU: the allocator's peak; CPU: the child's peak resident set,
+and what the steps added to the resident set of the built process) and the ratios to Fast-AT;
+writes JSON ("methods": {name: {"step_seconds": ...}}, "setting": {...}) and prints a Markdown
+table. `--profile_steps=N` then runs N more steps under TensorFlow's profiler and adds the
+kernel time per kind of operation (bench/profiles.py) to each method's numbers; use it without
+XLA.
 """
 
 from __future__ import annotations
 
 import os
-import resource
-import statistics
 import sys
-import time
 
 from absl import app, flags
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from children import report, run_per_method, write_json  # noqa: E402
+from harness import (
+    children_in_turns,
+    command_line,
+    define_rounds,
+    define_steps,
+    describe,
+    load_average,
+    machine,
+    median_of,
+    parse_variant,
+    publish,
+    report,
+    table,
+    timed_steps,
+    variant_label,
+)
 
 ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
 # Fast-BAT with each implicit_autodiff mode named explicitly ("fastbat" itself is "auto").
-VARIANTS = {
-    "fastbat_bob": ("fastbat", {"implicit_autodiff": "backward_over_backward"}),
-    "fastbat_fob": ("fastbat", {"implicit_autodiff": "forward_over_backward"}),
+ALIASES = {
+    "fastbat_bob": "fastbat:implicit_autodiff=backward_over_backward",
+    "fastbat_fob": "fastbat:implicit_autodiff=forward_over_backward",
 }
 
 _METHODS = flags.DEFINE_list(
     "methods",
     ALL_METHODS,
-    "Methods to time; fastbat_bob and fastbat_fob are Fast-BAT with implicit_autodiff "
-    "backward_over_backward and forward_over_backward.",
+    "Methods to time, each optionally with options (fastbat:ig=none); fastbat_bob and "
+    "fastbat_fob are Fast-BAT with implicit_autodiff backward_over_backward and "
+    "forward_over_backward.",
 )
 _MODEL = flags.DEFINE_string("model", "preact_resnet18", "Architecture.")
 _WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
@@ -50,11 +68,15 @@ _JIT = flags.DEFINE_enum("jit_compile", "true", ["auto", "true", "false"], "XLA.
 _PRECISION = flags.DEFINE_enum(
     "precision", "float32", ["auto", "float32", "mixed_float16", "mixed_bfloat16"], "Policy."
 )
-_REPEATS = flags.DEFINE_integer("repeats", 20, "Timed steps.")
-_WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed steps first.")
-_ROUNDS = flags.DEFINE_integer(
-    "rounds", 1, "Child processes per method, taking turns; numbers are medians.", lower_bound=1
+_ONEDNN = flags.DEFINE_enum(
+    "onednn",
+    "environment",
+    ["environment", "on", "off"],
+    "TF_ENABLE_ONEDNN_OPTS for the children: as the environment has it, 1 (as train.py sets "
+    "it) or 0.",
 )
+_REPEATS, _WARMUP = define_steps(repeats=20, warmup=3)
+_ROUNDS = define_rounds()
 _PROFILE = flags.DEFINE_integer(
     "profile_steps",
     0,
@@ -74,13 +96,7 @@ _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this one method and print JSON.")
 
 
-def _resident_mb() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def time_method(method_name: str) -> dict:
+def time_method(variant: str) -> dict:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -97,7 +113,7 @@ def time_method(method_name: str) -> dict:
     keras.utils.set_random_seed(0)
     shape = (_IMAGE.value, _IMAGE.value, _CHANNELS.value)
     classifier = models.build(_MODEL.value, 10, shape, mean=0.5, std=0.25, width=_WIDTH.value)
-    name, options = VARIANTS.get(method_name, (method_name, {}))
+    name, options = parse_variant(ALIASES.get(variant, variant))
     method = methods.create(name, eps=8 / 255, **options)
     method.build((_BATCH.value, *shape))
     trainer = AdversarialTrainer(
@@ -110,114 +126,142 @@ def time_method(method_name: str) -> dict:
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (_BATCH.value, *shape)).astype(np.float32)
     y = rng.integers(0, 10, _BATCH.value).astype(np.int32)
-    resident_before = _resident_mb()
-    for _ in range(_WARMUP.value):
-        trainer.train_on_batch(x, y)
-    gpu = tf.config.list_physical_devices("GPU")
-    if gpu:
-        tf.config.experimental.reset_memory_stats("GPU:0")
-    times = []
-    for _ in range(_REPEATS.value):
-        start = time.perf_counter()
-        trainer.train_on_batch(x, y)  # returns numpy logs: the step has finished
-        times.append(time.perf_counter() - start)
-    if gpu:
-        peak_mb = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-        step_mb = peak_mb
-    else:
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        # What the steps added to the process built so far (model, data, TF runtime).
-        step_mb = peak_mb - resident_before
-    # Free-AT takes m optimizer steps per call; report the time of one optimizer step.
-    step = statistics.median(times) / method.replays
-    profile = {}
+
+    def step():
+        return trainer.train_on_batch(x, y)  # returns numpy logs: the step has finished
+
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    # Free-AT takes m optimizer steps per call: the time of one optimizer step is a call's / m.
+    measured = timed_steps(
+        step, _WARMUP.value, _REPEATS.value, _BATCH.value, method.replays, gpu=gpu
+    )
     if _PROFILE.value:
         from profiles import tf_profile
 
-        profile = {"profile": tf_profile(lambda: trainer.train_on_batch(x, y), _PROFILE.value)}
+        measured["profile"] = tf_profile(step, _PROFILE.value)
     return {
-        **profile,
-        "step_time_s": step,
-        "images_per_s": _BATCH.value / step,
-        "peak_memory_mb": peak_mb,
-        "step_memory_mb": step_mb,
+        **measured,
+        "optimizer_steps_per_batch": method.replays,
+        "method": {"title": method.title, **method.config()},
         "device": device.describe(),
         "precision": precision,
         "jit_compile": device.resolve_jit_compile(_JIT.value),
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "tf_threads": _THREADS.value or None,
     }
 
 
+def method_entry(rounds: list[dict], batch_size: int) -> dict:
+    """One method's numbers in the JSON: medians over the rounds, and each round's step."""
+    merged = median_of(rounds)
+    steps = rounds[0]["optimizer_steps_per_batch"]
+    entry = {
+        "step_seconds": merged["step_time_s"],
+        "round_step_seconds": [r["step_time_s"] for r in rounds],
+        "images_per_second": batch_size / merged["step_time_s"],
+        "optimizer_steps_per_batch": steps,
+        "batch_pass_seconds": merged["step_time_s"] * steps,
+        "batch_pass_images_per_second": batch_size / (merged["step_time_s"] * steps),
+        "peak_memory_mb": merged["peak_memory_mb"],
+        "step_memory_mb": merged["step_memory_mb"],
+        "method": merged["method"],
+    }
+    if "profile" in merged:
+        entry["profile"] = merged["profile"]
+    return entry
+
+
 def main(argv: list[str]) -> None:
     if _CHILD.value:
         report(time_method(_CHILD.value))
         return
-    known = ALL_METHODS + list(VARIANTS)
-    unknown = sorted(set(_METHODS.value) - set(known))
+    known = ALL_METHODS + list(ALIASES)
+    unknown = sorted(
+        {v for v in _METHODS.value if parse_variant(ALIASES.get(v, v))[0] not in known}
+    )
     if unknown:
         sys.exit(f"error: --methods has unknown name(s) {unknown}; choose from {known}")
-    results, meta = run_per_method(__file__, _METHODS.value, _ROUNDS.value), {}
-    for name, measured in results.items():
-        meta = {
-            k: measured.pop(k)
-            for k in ("device", "precision", "jit_compile", "tensorflow", "keras")
-        }
-        print(f"{name}: {measured['step_time_s']:.3f} s/step", file=sys.stderr)
-    reference = results.get("fastat", {}).get("step_time_s")
+    if _ONEDNN.value != "environment":
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if _ONEDNN.value == "on" else "0"
+    with load_average() as load:
+        runs = children_in_turns(__file__, _METHODS.value, _ROUNDS.value)
+    labels = {v: v if v in ALIASES else variant_label(v) for v in _METHODS.value}
+    results = {labels[v]: method_entry(rounds, _BATCH.value) for v, rounds in runs.items()}
+    first = next(iter(runs.values()))[0]
+    for name, entry in results.items():
+        print(f"{name}: {entry['step_seconds']:.3f} s/step", file=sys.stderr)
+    fastat = results.get("fastat")
+    for entry in results.values():
+        if fastat:
+            entry["ratio_to_fastat"] = entry["step_seconds"] / fastat["step_seconds"]
+            entry["memory_ratio_to_fastat"] = entry["step_memory_mb"] / fastat["step_memory_mb"]
     summary = {
-        **meta,
-        "model": f"{_MODEL.value} width {_WIDTH.value}",
-        "batch_size": _BATCH.value,
-        "image_size": _IMAGE.value,
-        "repeats": _REPEATS.value,
-        "rounds": _ROUNDS.value,
-        "command": "python bench/step_time.py " + " ".join(sys.argv[1:]),
-        "results": results,
-        "ratio_to_fastat": {name: r["step_time_s"] / reference for name, r in results.items()}
-        if reference
-        else {},
+        "setting": {
+            "model": _MODEL.value,
+            "width": _WIDTH.value,
+            "batch_size": _BATCH.value,
+            "input_shape": [_IMAGE.value, _IMAGE.value, _CHANNELS.value],
+            "classes": 10,
+            "eps": 8 / 255,
+            "optimizer": "SGD, learning rate 0.01, momentum 0.9",
+            "device": first["device"],
+            "dtype": first["precision"],
+            "xla": first["jit_compile"],
+            "onednn": first["onednn"],
+            "threads": first["tf_threads"] or "TensorFlow's defaults",
+            "warmup": _WARMUP.value,
+            "repeats": _REPEATS.value,
+            "rounds": _ROUNDS.value,
+            "machine": machine(),
+            "load_average_1min": load,
+        },
+        "command": command_line(),
+        "methods": results,
     }
-    if reference and "fastat" in results:
-        fastat_memory = results["fastat"]["step_memory_mb"]
-        summary["memory_ratio_to_fastat"] = {
-            name: r["step_memory_mb"] / fastat_memory for name, r in results.items()
-        }
-    print(markdown_table(summary))
+    markdown = markdown_table(summary)
     profiled = {name: r["profile"] for name, r in results.items() if "profile" in r}
     if profiled:
         from profiles import markdown_table as profile_table
 
-        print("\nSeconds per step by kind of operation (TensorFlow's profiler):\n")
-        print(profile_table(profiled))
-    write_json(_JSON.value, summary)
+        markdown += "\n\nSeconds per step by kind of operation (TensorFlow's profiler):\n\n"
+        markdown += profile_table(profiled)
+    publish(markdown, summary, _JSON.value)
 
 
 def markdown_table(summary: dict) -> str:
-    lines = [
-        f"{summary['model']}, batch {summary['batch_size']}, {summary['image_size']}px, "
-        f"{summary['device']}, {summary['precision']}, XLA {summary['jit_compile']}, "
-        f"TF {summary['tensorflow']}, Keras {summary['keras']}; "
-        f"median of {summary['repeats']} steps"
-        + (
-            f", median over {summary['rounds']} alternating rounds" if summary["rounds"] > 1 else ""
-        ),
-        "",
-        "| method | step time (s) | images/s | peak memory (MB) | step memory (MB) "
-        "| × Fast-AT time | × Fast-AT step memory |",
-        "|---|---|---|---|---|---|---|",
+    s = summary["setting"]
+    onednn = {"1": ", oneDNN on", "0": ", oneDNN off"}.get(s["onednn"], "")
+    threads = "" if isinstance(s["threads"], str) else f", {s['threads']} thread(s)"
+    heading = (
+        f"{s['model']} width {s['width']}, batch {s['batch_size']}, "
+        f"{'×'.join(map(str, s['input_shape']))}, {s['device']}, {s['dtype']}, "
+        f"XLA {s['xla']}{onednn}{threads}, {describe(s['machine'], s['load_average_1min'])}; "
+        f"median of {s['repeats']} steps after {s['warmup']} warm-up"
+        + (f", median over {s['rounds']} rounds in turns" if s["rounds"] > 1 else "")
+    )
+
+    def cell(value: float | None, digits: int) -> str:
+        return "" if value is None else f"{value:.{digits}f}"
+
+    rows = [
+        [
+            name,
+            f"{r['step_seconds']:.3f}",
+            f"{r['images_per_second']:.0f}",
+            cell(r.get("ratio_to_fastat"), 2),
+            r["optimizer_steps_per_batch"],
+            f"{r['batch_pass_seconds']:.3f}",
+            f"{r['peak_memory_mb']:.0f}",
+            f"{r['step_memory_mb']:.0f}",
+            cell(r.get("memory_ratio_to_fastat"), 2),
+        ]
+        for name, r in summary["methods"].items()
     ]
-    for name, r in summary["results"].items():
-        ratio = summary["ratio_to_fastat"].get(name)
-        memory = summary.get("memory_ratio_to_fastat", {}).get(name)
-        lines.append(
-            f"| {name} | {r['step_time_s']:.3f} | {r['images_per_s']:.0f} | "
-            f"{r['peak_memory_mb']:.0f} | {r['step_memory_mb']:.0f} | "
-            f"{'' if ratio is None else f'{ratio:.2f}'} | "
-            f"{'' if memory is None else f'{memory:.2f}'} |"
-        )
-    return "\n".join(lines)
+    columns = ["method", "step time (s)", "images/s", "× Fast-AT time", "steps per batch"]
+    columns += ["batch pass (s)", "peak memory (MB)", "step memory (MB)", "× Fast-AT step memory"]
+    return table(heading, columns, rows)
 
 
 if __name__ == "__main__":

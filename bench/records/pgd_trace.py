@@ -1,8 +1,8 @@
 """PGD's first call (trace, compile and run) against its later calls, for PGD-5-1 and PGD-50-10,
 today's graph loops beside the unrolled PGD of an earlier revision, in one process.
 
-    python bench/pgd_trace.py --json=bench/results/pgd_trace.json
-    python bench/pgd_trace.py --before=9728a09~1 --n_examples=500 --eps=24
+    python bench/records/pgd_trace.py --json=bench/results/pgd_trace.json
+    python bench/records/pgd_trace.py --before=9728a09~1 --n_examples=500 --eps=24
 
 The model is the 784-256-128-10 ReLU MLP of the evaluation-speed measurements, on the first
 `--n_examples` real Fashion-MNIST test images at ε = `--eps`/255. Its weights come from
@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,12 +28,10 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as evaluate.py
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
+from harness import ROOT, command_line, describe, machine, publish, table  # noqa: E402
 
 _BEFORE = flags.DEFINE_string(
     "before", "9728a09~1", "Git revision whose fbat_tf/attacks/pgd.py is the 'before' row."
@@ -138,32 +135,31 @@ def main(argv: list[str]) -> None:
         "eps_255": _EPS.value,
         "clean_accuracy": clean,
         "before_revision": _BEFORE.value,
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "tensorflow": tf.__version__,
-        "command": "python bench/pgd_trace.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "command": command_line(),
         "rows": rows,
     }
-    print(markdown_table(report))
-    write_json(_JSON.value, report)
+    publish(markdown_table(report), report, _JSON.value)
 
 
 def markdown_table(report: dict) -> str:
-    lines = [
+    heading = (
         f"{report['model']} ({report['train']}; clean {100 * report['clean_accuracy']:.1f}%), "
         f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
-        f"{report['cpu_count']} CPU cores; before = {report['before_revision']}",
-        "",
-        "| PGD | XLA | version | first call (s) | later call (s) | trace (s) | robust acc. |",
-        "|---|---|---|---|---|---|---|",
+        f"{describe(report['machine'])}; before = {report['before_revision']}"
+    )
+    columns = ["PGD", "XLA", "version", "first call (s)", "later call (s)", "trace (s)"]
+    rows = [
+        [
+            f"{row['steps']}-{row['restarts']}",
+            "yes" if row["jit_compile"] else "no",
+            row["version"],
+            *(f"{row[key]:.2f}" for key in ("first_call_s", "later_call_s", "trace_s")),
+            f"{100 * row['robust_accuracy']:.1f}%",
+        ]
+        for row in report["rows"]
     ]
-    for row in report["rows"]:
-        lines.append(
-            f"| {row['steps']}-{row['restarts']} | {'yes' if row['jit_compile'] else 'no'} | "
-            f"{row['version']} | {row['first_call_s']:.2f} | {row['later_call_s']:.2f} | "
-            f"{row['trace_s']:.2f} | {100 * row['robust_accuracy']:.1f}% |"
-        )
-    return "\n".join(lines)
+    return table(heading, [*columns, "robust acc."], rows)
 
 
 if __name__ == "__main__":

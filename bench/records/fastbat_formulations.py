@@ -1,6 +1,6 @@
 """Time exact formulations of Fast-BAT's gradient side by side, beside Fast-AT's.
 
-    python bench/fastbat_formulations.py --json=bench/results/fastbat_formulations_cpu.json
+    python bench/records/fastbat_formulations.py --json=bench/results/fastbat_formulations_cpu.json
 
 Step 5 of Fast-BAT needs g2 = ∇θ ⟨∇δ ℓ(θ, z), u⟩, a mixed second derivative along u = H ⊙ v.
 The formulations timed here all compute it exactly:
@@ -32,10 +32,17 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
+from harness import (  # noqa: E402
+    command_line,
+    describe,
+    in_turns,
+    load_average,
+    machine,
+    publish,
+    table,
+)
 
 _MODEL = flags.DEFINE_string("model", "preact_resnet18", "Architecture.")
 _WIDTH = flags.DEFINE_integer("width", 16, "Base width.")
@@ -154,19 +161,22 @@ def main(argv: list[str]) -> None:
         for name in formulations()
     }
     del functions["upper_level_only"]
-    times = {name: [] for name in functions}
-    load_before = os.getloadavg()[0]
-    for _ in range(_REPEATS.value):
-        for name, function in functions.items():
+
+    def timed(function):
+        def call() -> float:
             start = time.perf_counter()
             function(x, y, seed)[0].numpy()
-            times[name].append(time.perf_counter() - start)
-    load_after = os.getloadavg()[0]
+            return time.perf_counter() - start
+
+        return call
+
+    with load_average() as load:
+        calls = {name: timed(function) for name, function in functions.items()}
+        times = in_turns(calls, _REPEATS.value)
     median = {name: statistics.median(values) for name, values in times.items()}
     report = {
         "device": device.describe(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
+        "machine": machine(),
         "model": f"{_MODEL.value} width {_WIDTH.value}",
         "batch_size": _BATCH.value,
         "image_size": _IMAGE.value,
@@ -174,36 +184,36 @@ def main(argv: list[str]) -> None:
         "batch_norm": _BATCH_NORM.value,
         "precision": "float32",
         "repeats": _REPEATS.value,
-        "load_average_1min": {"before": load_before, "after": load_after},
-        "command": "python bench/fastbat_formulations.py " + " ".join(sys.argv[1:]),
+        "load_average_1min": load,
+        "command": command_line(),
         "time_s": median,
         "first_call_s": compile_s,
         "ratio_to_fastat": {name: value / median["fastat"] for name, value in median.items()},
         "difference_relative_to_implicit_term": agreement,
     }
-    print(markdown_table(report))
-    write_json(_JSON.value, report)
+    publish(markdown_table(report), report, _JSON.value)
 
 
 def markdown_table(report: dict) -> str:
-    load = report["load_average_1min"]
-    lines = [
+    heading = (
         f"{report['model']}{'' if report['batch_norm'] else ' without batch norm'}, "
         f"batch {report['batch_size']}, {report['image_size']}px, "
-        f"{report['device']}, float32, XLA {report['jit_compile']}, TF {report['tensorflow']}; "
-        f"median of {report['repeats']} interleaved calls of the gradient function, 1-min load "
-        f"average {load['before']:.1f} → {load['after']:.1f}",
-        "",
-        "| gradient | time (s) | × Fast-AT | ‖g − g_nested‖ / ‖c·g2‖ |",
-        "|---|---|---|---|",
-    ]
+        f"{report['device']}, float32, XLA {report['jit_compile']}, "
+        f"{describe(report['machine'], report['load_average_1min'])}; "
+        f"median of {report['repeats']} interleaved calls of the gradient function"
+    )
+    rows = []
     for name, seconds in report["time_s"].items():
         difference = report["difference_relative_to_implicit_term"].get(name)
-        lines.append(
-            f"| {name} | {seconds:.3f} | {report['ratio_to_fastat'][name]:.2f} | "
-            f"{'' if difference is None else f'{difference:.1e}'} |"
+        rows.append(
+            [
+                name,
+                f"{seconds:.3f}",
+                f"{report['ratio_to_fastat'][name]:.2f}",
+                "" if difference is None else f"{difference:.1e}",
+            ]
         )
-    return "\n".join(lines)
+    return table(heading, ["gradient", "time (s)", "× Fast-AT", "‖g − g_nested‖ / ‖c·g2‖"], rows)
 
 
 if __name__ == "__main__":

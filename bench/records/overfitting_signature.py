@@ -1,7 +1,7 @@
 """The signature of catastrophic overfitting on a sweep's trained models: accuracy under FGSM
 (one signed step of size ε from x) against accuracy under the validation PGD, per cell.
 
-    python bench/overfitting_signature.py --sweep_dir=results/fashion_mnist \\
+    python bench/records/overfitting_signature.py --sweep_dir=results/fashion_mnist \\
         --json=bench/results/overfitting_signature.json
 
 A model that has overfitted catastrophically masks its gradient: the single-step attack that
@@ -18,16 +18,13 @@ from __future__ import annotations
 import glob
 import json
 import os
-import platform
 import sys
 
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
+from harness import command_line, machine, write_json  # noqa: E402
 
 _SWEEP_DIR = flags.DEFINE_string(
     "sweep_dir", "results/fashion_mnist", "A sweep's results folder (one run directory per cell)."
@@ -99,8 +96,8 @@ def main(argv: list[str]) -> None:
             )
     rows.sort(key=lambda r: (r["method"], r["eps_255"], r["cell"]))
     report = {
-        "command": " ".join(["python"] + sys.argv),
-        "machine": platform.platform(),
+        "command": command_line(),
+        "machine": machine(),
         "sweep_dir": _SWEEP_DIR.value,
         "cells": rows,
     }

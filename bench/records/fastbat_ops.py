@@ -1,7 +1,7 @@
 """Where Fast-BAT's forward-over-backward mode spends its extra work: operation counts of the
 gradient step's graph, per autodiff mode, beside Fast-AT's.
 
-    python bench/fastbat_ops.py --json=bench/results/fastbat_ops_cpu.json
+    python bench/records/fastbat_ops.py --json=bench/results/fastbat_ops_cpu.json
 
 For Fast-AT and for Fast-BAT with `implicit_autodiff=backward_over_backward` (nested tapes) and
 `forward_over_backward` (a ForwardAccumulator over the weight gradient), the method's
@@ -25,11 +25,9 @@ import sys
 
 from absl import app, flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
+from harness import command_line, describe, machine, publish  # noqa: E402
 
 _WIDTH = flags.DEFINE_integer("width", 16, "PreActResNet-18 base width.", lower_bound=1)
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Batch size.", lower_bound=1)
@@ -100,14 +98,12 @@ def count(variant: str) -> dict:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    import tensorflow as tf
-
     counts = {variant: count(variant) for variant in VARIANTS}
     stages = ("graph", "hlo", "optimized_hlo")
     totals = {v: {s: sum(counts[v][s].values()) for s in stages} for v in VARIANTS}
     lines = [
         f"PreActResNet-18 width {_WIDTH.value}, batch {_BATCH.value}, 32×32×3, float32, "
-        f"TF {tf.__version__}: operations of the method's gradient step",
+        f"{describe(machine())}: operations of the method's gradient step",
         "",
         "| variant | TF graph ops (no XLA) | HLO before optimization | HLO after (fused) |",
         "|---|---|---|---|",
@@ -130,20 +126,17 @@ def main(argv: list[str]) -> None:
         for op, change in differences[stage]:
             row = [counts[v][stage].get(op, 0) for v in VARIANTS]
             lines.append(f"| {op} | " + " | ".join(map(str, row)) + f" | {change:+d} |")
-    print("\n".join(lines))
-    write_json(
-        _JSON.value,
-        {
-            "model": "preact_resnet18",
-            "width": _WIDTH.value,
-            "batch_size": _BATCH.value,
-            "tensorflow": tf.__version__,
-            "totals": totals,
-            "counts": counts,
-            "largest_differences": {s: dict(d) for s, d in differences.items()},
-            "command": "python bench/fastbat_ops.py " + " ".join(sys.argv[1:]),
-        },
-    )
+    summary = {
+        "model": "preact_resnet18",
+        "width": _WIDTH.value,
+        "batch_size": _BATCH.value,
+        "machine": machine(),
+        "totals": totals,
+        "counts": counts,
+        "largest_differences": {s: dict(d) for s, d in differences.items()},
+        "command": command_line(),
+    }
+    publish("\n".join(lines), summary, _JSON.value)
 
 
 if __name__ == "__main__":

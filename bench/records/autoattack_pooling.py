@@ -1,7 +1,8 @@
 """What pooling the batches saves AutoAttack: each part over the survivors of every batch, against
 each batch on its own, in one process, in turns.
 
-    python bench/autoattack_pooling.py --rounds=2 --json=bench/results/autoattack_pooling.json
+    python bench/records/autoattack_pooling.py --rounds=2 \
+        --json=bench/results/autoattack_pooling.json
 
 `evaluation.evaluate` gives AutoAttack (standard) all the batches at once, and each of its parts
 attacks the examples still robust across them, `batch_size` at a time ("pooled", the default).
@@ -25,10 +26,10 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as evaluate.py sets it
 
 from absl import app, flags  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from children import write_json  # noqa: E402
 from fmnist_mlp import mlp  # noqa: E402
+from harness import command_line, describe, in_turns, machine, publish, table  # noqa: E402
 
 PARTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 
@@ -61,8 +62,6 @@ def run(classifier, dataset, eps: float, pool_bytes: int) -> dict:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    import tensorflow as tf
-
     from fbat_tf import classifiers, data, evaluation
 
     eps = _EPS.value / 255
@@ -71,21 +70,24 @@ def main(argv: list[str]) -> None:
         "fashion_mnist", "test", batch_size=_BATCH.value, max_examples=_N.value
     ).cache()
     modes = {"pooled": evaluation.POOL_BYTES, "per batch": 1}
-    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
-    for index in range(_ROUNDS.value):
-        order = list(modes) if index % 2 == 0 else list(reversed(modes))
-        for mode in order:
-            runs[mode].append(run(classifier, dataset, eps, modes[mode]))
-            print(f"round {index + 1}, {mode}: {runs[mode][-1]['time_s']:.1f} s", flush=True)
+
+    def call(mode: str):
+        def one_run() -> dict:
+            result = run(classifier, dataset, eps, modes[mode])
+            print(f"{mode}: {result['time_s']:.1f} s", flush=True)
+            return result
+
+        return one_run
+
+    runs = in_turns({mode: call(mode) for mode in modes}, _ROUNDS.value, alternate=True)
     summary = {
         "model": "fmnist_mlp.py's MLP 784-256-128-10, folded weights",
         "examples": _N.value,
         "batch_size": _BATCH.value,
         "eps_255": _EPS.value,
         "rounds": _ROUNDS.value,
-        "tensorflow": tf.__version__,
-        "cpu_count": os.cpu_count(),
-        "command": "python bench/autoattack_pooling.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "command": command_line(),
         "runs": runs,
         "median": {
             mode: {
@@ -99,33 +101,30 @@ def main(argv: list[str]) -> None:
             for mode, measured in runs.items()
         },
     }
-    print(markdown_table(summary))
-    write_json(_JSON.value, summary)
+    publish(markdown_table(summary), summary, _JSON.value)
 
 
 def markdown_table(summary: dict) -> str:
     median = summary["median"]
-    lines = [
+    heading = (
         f"AutoAttack standard, {summary['model']}, first {summary['examples']} Fashion-MNIST "
         f"test images, ε = {summary['eps_255']:g}/255, batches of {summary['batch_size']}, "
-        f"{summary['cpu_count']} CPU cores, TF {summary['tensorflow']}; medians of "
-        f"{summary['rounds']} rounds in turns (s)",
-        "",
-        "| | pooled | per batch | per batch / pooled |",
-        "|---|---|---|---|",
-        f"| AutoAttack | {median['pooled']['time_s']:.1f} | {median['per batch']['time_s']:.1f} "
-        f"| {median['per batch']['time_s'] / median['pooled']['time_s']:.2f} |",
-    ]
+        f"{describe(summary['machine'])}; medians of "
+        f"{summary['rounds']} rounds in turns (s)"
+    )
+    pooled, alone = median["pooled"]["time_s"], median["per batch"]["time_s"]
+    rows = [["AutoAttack", f"{pooled:.1f}", f"{alone:.1f}", f"{alone / pooled:.2f}"]]
     for part in PARTS:
         pooled, alone = median["pooled"]["seconds"][part], median["per batch"]["seconds"][part]
-        ratio = f"{alone / pooled:.2f}" if pooled else ""
-        lines.append(f"| {part} | {pooled:.1f} | {alone:.1f} | {ratio} |")
+        rows.append(
+            [part, f"{pooled:.1f}", f"{alone:.1f}", f"{alone / pooled:.2f}" if pooled else ""]
+        )
     accuracies = ", ".join(
         f"{mode} {' / '.join(f'{100 * a:.1f}%' for a in m['robust_accuracy'])}"
         for mode, m in median.items()
     )
-    lines += ["", f"Robust accuracy per round: {accuracies}."]
-    return "\n".join(lines)
+    columns = ["", "pooled", "per batch", "per batch / pooled"]
+    return table(heading, columns, rows) + f"\n\nRobust accuracy per round: {accuracies}."
 
 
 if __name__ == "__main__":
