@@ -19,7 +19,8 @@ before TensorFlow loads unless `--trust_model_code` says the file is trusted. A 
 TensorFlow program: evaluate only SavedModels from sources you trust.
 
 TensorFlow leaves its oneDNN CPU kernels off on x86 CPUs without AVX-512 VNNI or AMX, where they
-still make AutoAttack 1.5× faster (bench/README.md); this script turns them on unless
+still make AutoAttack 1.5× faster (bench/README.md); this script turns them on, except for
+datasets of 64×64 images and larger where they crashed (fbat_tf/onednn.py), unless
 TF_ENABLE_ONEDNN_OPTS says otherwise (it must be set before TensorFlow loads).
 """
 
@@ -28,15 +29,13 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+from absl import app, logging
+from absl import flags as absl_flags
 
-from absl import app, logging  # noqa: E402
-from absl import flags as absl_flags  # noqa: E402
-
-from fbat_tf import attacks, trust  # noqa: E402
-from fbat_tf.run import Run  # noqa: E402
-from flags import common  # noqa: E402
-from flags import evaluate as eval_flags  # noqa: E402
+from fbat_tf import attacks, onednn, trust
+from fbat_tf.run import Run
+from flags import common
+from flags import evaluate as eval_flags
 
 FLAGS = absl_flags.FLAGS
 
@@ -74,6 +73,10 @@ def main(argv: list[str]) -> None:
                 trust.check_keras_file(flag.value, eval_flags.TRUST_MODEL_CODE.value)
             except ValueError as error:
                 sys.exit(f"error: --{flag.name}: {error}")
+    # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
+    named = eval_flags.DATASET.value or (common.DATASET.value if FLAGS["dataset"].present else None)
+    run = Run(model_path)
+    onednn.choose(named or (run.config().get("dataset") if run.is_run() else None))
 
     import tempfile
 

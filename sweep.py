@@ -28,8 +28,6 @@ import subprocess
 import sys
 import time
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads, as train.py
-
 from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 

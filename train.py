@@ -12,7 +12,8 @@ Only the run's own lines, warnings and errors are printed; `--verbosity=0` (absl
 shows TensorFlow's and absl's INFO lines.
 
 Like evaluate.py, this script turns on TensorFlow's oneDNN CPU kernels (off by default on x86
-CPUs without AVX-512 VNNI or AMX) unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BUILD.md.
+CPUs without AVX-512 VNNI or AMX), except for datasets of 64×64 images and larger where they
+crashed (fbat_tf/onednn.py), unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BUILD.md.
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import dataclasses
 import os
 import sys
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads
+from absl import app, logging
+from absl import flags as absl_flags
 
-from absl import app, logging  # noqa: E402
-from absl import flags as absl_flags  # noqa: E402
-
-from fbat_tf.run import Run  # noqa: E402
-from flags import common  # noqa: E402
-from flags import train as train_flags  # noqa: E402
+from fbat_tf import onednn
+from fbat_tf.run import Run
+from flags import common
+from flags import train as train_flags
 
 FLAGS = absl_flags.FLAGS
 
@@ -149,6 +149,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     quiet_unless_asked()
+    onednn.choose(common.DATASET.value)  # before TensorFlow loads
     # The run directory first: a finished run, or one with other flags, is told at once,
     # before TensorFlow loads.
     workdir = train_flags.WORKDIR.value or default_workdir()

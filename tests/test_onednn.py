@@ -1,0 +1,30 @@
+"""The oneDNN choice by dataset (fbat_tf/onednn.py); the environment's choice wins. That
+train.py and evaluate.py make it before TensorFlow loads is shown by tests/test_paper_kits.py,
+whose Tiny-ImageNet cell crashed in most runs with the kernels on."""
+
+from __future__ import annotations
+
+import pytest
+
+from fbat_tf import onednn
+
+
+@pytest.mark.parametrize(
+    ("dataset", "environment", "expected"),
+    [
+        ("cifar10", None, "1"),
+        ("fashion_mnist", None, "1"),
+        (None, None, "1"),
+        ("tiny_imagenet", None, "0"),
+        ("imagenet", None, "0"),
+        ("tiny_imagenet", "1", "1"),
+        ("cifar10", "0", "0"),
+    ],
+)
+def test_onednn_follows_the_dataset_unless_the_environment_says(
+    dataset, environment, expected, monkeypatch
+):
+    monkeypatch.delenv(onednn.VARIABLE, raising=False)
+    if environment is not None:
+        monkeypatch.setenv(onednn.VARIABLE, environment)
+    assert onednn.choose(dataset) == expected
