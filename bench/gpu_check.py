@@ -1,0 +1,267 @@
+"""A GPU user's first command: does Fast-BAT compute the same gradient on this device under XLA,
+under the mixed policies and in both autodiff modes, and how fast are its steps here?
+
+    python bench/gpu_check.py                       # a few minutes on a GPU
+    python bench/gpu_check.py --json=bench/results/gpu_check.json
+
+On the device TensorFlow sees, with PreActResNet-18 (width 64, batch 128 on a GPU; smaller on a
+CPU) and one random CIFAR-shaped batch:
+
+1. Gradients. The reference is Fast-BAT's gradient in float32, run eagerly (backward-over-
+   backward). Against it, each other way of computing it must agree on the relative error
+   ‖g − g_ref‖ / ‖g_ref‖: in float32 (forward-over-backward eagerly, both modes under XLA)
+   within 1e-4; under mixed_bfloat16 and mixed_float16 (XLA) within 3× the error the policy
+   makes on the plain training gradient of the same model and batch (its own rounding), so that
+   what is checked is Fast-BAT's arithmetic under the policy, not the policy's precision. Every
+   way uses the same random start δ0, drawn once here, so that XLA's own random numbers do not
+   enter.
+   The check runs Fast-BAT with a small 1/λ (LAMBDA_INV) and δ0 inside the ball, so that δ* is
+   a smooth function of the input gradient: at the paper's 1/λ the projection saturates and
+   rounding flips coordinates between the bounds, which changes the attack point, not the
+   arithmetic this check is after.
+2. The defaults `auto` picks on this device (dtype policy, XLA, autodiff mode).
+3. Step times: Fast-AT's and Fast-BAT's gradient (both modes) under XLA in the policy `auto`
+   picks, medians of --repeats calls, beside the H100 figures of bench/README.md's GPU table.
+
+Parts that mean something on a GPU only (what `auto` picks there, the comparison with the H100
+figures) are reported as skipped on a CPU. Exits non-zero if a gradient check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_WIDTH = flags.DEFINE_integer("width", None, "Model width (default: 64 on a GPU, 8 on a CPU).")
+_BATCH = flags.DEFINE_integer("batch_size", None, "Batch (default: 128 on a GPU, 8 on a CPU).")
+_REPEATS = flags.DEFINE_integer("repeats", 20, "Timed calls per step after warm-up.")
+_JSON = flags.DEFINE_string("json", None, "Write the results here as JSON.")
+
+# Relative error of the whole gradient against float32 eager backward-over-backward: a number,
+# or None for "POLICY_FACTOR × the policy's error on the plain training gradient".
+TOLERANCES = {
+    ("float32", "eager", "forward_over_backward"): 1e-4,
+    ("float32", "xla", "backward_over_backward"): 1e-4,
+    ("float32", "xla", "forward_over_backward"): 1e-4,
+    ("mixed_bfloat16", "xla", "backward_over_backward"): None,
+    ("mixed_bfloat16", "xla", "forward_over_backward"): None,
+    ("mixed_float16", "xla", "backward_over_backward"): None,
+    ("mixed_float16", "xla", "forward_over_backward"): None,
+}
+POLICY_FACTOR = 3.0
+# bench/README.md's GPU table: the same steps written in JAX on an H100, PreActResNet-18 width
+# 64, batch 128, ms per step.
+H100_MS = {
+    "float32": {
+        "fastat": 7.9,
+        "fastbat backward_over_backward": 31.1,
+        "fastbat forward_over_backward": 18.1,
+    },
+    "mixed_bfloat16": {
+        "fastat": 5.0,
+        "fastbat backward_over_backward": 17.5,
+        "fastbat forward_over_backward": 11.3,
+    },
+}
+LOSS_SCALE = 2.0**15  # float16's: the weight gradients come back scaled by it
+EPS = 8 / 255
+LAMBDA_INV = 0.5 / 255
+IG_COEF = 1.0
+
+
+def relative_error(gradients, reference) -> float:
+    """‖g − g_ref‖ / ‖g_ref‖ over all weights, in float64."""
+    import numpy as np
+
+    diff = sum(
+        float(np.sum((np.float64(g) - np.float64(r)) ** 2))
+        for g, r in zip(gradients, reference, strict=True)
+    )
+    norm = sum(float(np.sum(np.float64(r) ** 2)) for r in reference)
+    return (diff / norm) ** 0.5
+
+
+def verdict(error: float, tolerance: float) -> str:
+    return "ok" if error <= tolerance else "FAIL"
+
+
+def main(argv):
+    del argv
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from fbat_tf import constraints, device, methods, models
+    from fbat_tf.methods.base import input_gradient
+    from fbat_tf.methods.fast_bat import FastBAT
+
+    on_gpu = device.gpu_compute_capability() is not None
+    width = _WIDTH.value or (64 if on_gpu else 8)
+    batch = _BATCH.value or (128 if on_gpu else 8)
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.uniform(0, 1, (batch, 32, 32, 3)), tf.float32)
+    y = tf.constant(rng.integers(0, 10, batch), tf.int32)
+    seed = tf.constant([0, 0], tf.int32)
+    delta0 = constraints.project(
+        tf.constant(rng.uniform(-EPS / 2, EPS / 2, (batch, 32, 32, 3)), tf.float32), x, EPS
+    )
+
+    class FixedStart(FastBAT):
+        """Fast-BAT whose random start is the δ0 drawn above, wherever it runs."""
+
+        def linearization_point(self, model, x, y, seed, loss_scale=None):
+            grad = input_gradient(model, x, delta0, y, loss_scale)
+            return constraints.project(delta0 + self.lambda_inv * grad, x, self.eps)
+
+    def build(policy):
+        keras.mixed_precision.set_global_policy(policy)
+        keras.utils.set_random_seed(1)
+        model = models.build("preact_resnet18", 10, (32, 32, 3), mean=0.5, std=0.25, width=width)
+        keras.mixed_precision.set_global_policy("float32")
+        return model
+
+    reference_model = build("float32")
+    weights = reference_model.get_weights()
+    print(f"device: {device.describe()}; PreActResNet-18 width {width}, batch {batch}")
+
+    def gradient(policy, jit, mode, plain=False, first_order=False):
+        model = reference_model if policy == "float32" else build(policy)
+        model.set_weights(weights)
+        if plain:  # the plain training gradient at x: the policy's own rounding
+            method = methods.create("standard", eps=EPS)
+        else:
+            method = FixedStart(
+                EPS,
+                lambda_inv=LAMBDA_INV,
+                ig_coef=0.0 if first_order else IG_COEF,
+                implicit_autodiff=mode or "auto",
+            )
+        scale = tf.constant(LOSS_SCALE if policy == "mixed_float16" else 1.0, tf.float32)
+
+        def step():
+            grads, _ = method.gradients(model, x, y, seed, scale)
+            return [tf.cast(g, tf.float32) / scale for g in grads]
+
+        run = tf.function(step, jit_compile=True) if jit else step
+        return [g.numpy() for g in run()]
+
+    results = {"device": device.describe(), "width": width, "batch_size": batch, "checks": []}
+    reference = gradient("float32", False, "backward_over_backward")
+    first_order = gradient("float32", False, None, first_order=True)
+    implicit = [r - f for r, f in zip(reference, first_order, strict=True)]
+    share = relative_error(first_order, reference)
+    results["implicit_term_share"] = share
+    print(
+        f"The implicit term c·g2 is {100 * share:.1f}% of the gradient's norm here "
+        f"(c = {IG_COEF:g}); it is checked alone too (the gradient minus first-order Fast-BAT's)."
+    )
+    plain_reference = gradient("float32", False, None, plain=True)
+    own_error = {
+        policy: relative_error(gradient(policy, True, None, plain=True), plain_reference)
+        for policy in ("mixed_bfloat16", "mixed_float16")
+    }
+    results["policy_error_on_the_plain_gradient"] = own_error
+    print(
+        "\nThe policies' own error on the plain training gradient: "
+        + ", ".join(f"{policy} {error:.2e}" for policy, error in own_error.items())
+    )
+    failed = False
+    print("\nFast-BAT's gradient against float32 eager backward-over-backward (relative error):")
+    print("| policy | execution | autodiff | gradient | implicit term | tolerance | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for (policy, execution, mode), tolerance in TOLERANCES.items():
+        if tolerance is None:
+            tolerance = POLICY_FACTOR * own_error[policy]
+        computed = gradient(policy, execution == "xla", mode)
+        error = relative_error(computed, reference)
+        # The implicit term alone, against float32 eager's: computed minus first-order.
+        alone = [
+            c - f
+            for c, f in zip(
+                computed, gradient(policy, execution == "xla", None, first_order=True), strict=True
+            )
+        ]
+        implicit_error = relative_error(alone, implicit)
+        outcome = verdict(max(error, implicit_error), tolerance)
+        failed |= outcome == "FAIL"
+        print(
+            f"| {policy} | {execution} | {mode} | {error:.2e} | {implicit_error:.2e} | "
+            f"{tolerance:.2e} | {outcome} |"
+        )
+        results["checks"].append(
+            {
+                "policy": policy,
+                "execution": execution,
+                "autodiff": mode,
+                "relative_error": error,
+                "implicit_term_relative_error": implicit_error,
+                "tolerance": tolerance,
+                "verdict": outcome,
+            }
+        )
+
+    picked = {
+        "precision": device.resolve_precision("auto"),
+        "jit_compile": device.resolve_jit_compile("auto"),
+        "implicit_autodiff": device.resolve_implicit_autodiff("auto"),
+    }
+    results["auto"] = picked
+    print(f"\n`auto` picks here: {picked}")
+    if not on_gpu:
+        print("skipped (no GPU): that `auto` picks XLA, a mixed policy and forward-over-backward")
+
+    policy = picked["precision"]
+    timed = {}
+    for name, make in (
+        ("fastat", lambda: methods.create("fastat", eps=EPS)),
+        (
+            "fastbat backward_over_backward",
+            lambda: methods.create("fastbat", eps=EPS, implicit_autodiff="backward_over_backward"),
+        ),
+        (
+            "fastbat forward_over_backward",
+            lambda: methods.create("fastbat", eps=EPS, implicit_autodiff="forward_over_backward"),
+        ),
+    ):
+        model = reference_model if policy == "float32" else build(policy)
+        method = make()
+        step = tf.function(
+            lambda model=model, method=method: method.gradients(model, x, y, seed)[0],
+            jit_compile=True,
+        )
+        for _ in range(2):
+            [g.numpy() for g in step()]
+        seconds = []
+        for _ in range(_REPEATS.value):
+            start = time.perf_counter()
+            [g.numpy() for g in step()]
+            seconds.append(time.perf_counter() - start)
+        timed[name] = 1000 * statistics.median(seconds)
+    results["step_ms"] = {"policy": policy, **timed}
+    print(f"\nGradient step time here ({policy}, XLA, median of {_REPEATS.value}), ms:")
+    h100 = H100_MS.get(policy)
+    print("| step | here | × Fast-AT | H100, JAX (bench/README.md) |")
+    print("|---|---|---|---|")
+    for name, ms in timed.items():
+        reference_ms = f"{h100[name]:.1f}" if (on_gpu and h100) else "skipped (no GPU)"
+        print(f"| {name} | {ms:.1f} | {ms / timed['fastat']:.2f} | {reference_ms} |")
+    if on_gpu and (width, batch) != (64, 128):
+        print("The H100 figures are for width 64, batch 128: compare ratios only.")
+    if _JSON.value:
+        with open(_JSON.value, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"\nresults in {_JSON.value}")
+    if failed:
+        sys.exit("error: a gradient check failed (FAIL above): do not trust runs on this device")
+    print("\nall gradient checks passed")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,46 @@
+"""bench/gpu_check.py, a GPU user's first command, runs on this CPU: every gradient check runs and
+passes, and the parts that mean something on a GPU only say they were skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
+    output = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "gpu_check.py"),
+            "--width=4",
+            "--batch_size=4",
+            "--repeats=1",
+            f"--json={output}",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "all gradient checks passed" in done.stdout
+    assert done.stdout.count("skipped (no GPU)") >= 4  # what auto picks, and each H100 figure
+    results = json.loads(output.read_text())
+    checks = {(c["policy"], c["execution"], c["autodiff"]): c for c in results["checks"]}
+    assert len(checks) == 7
+    for check in checks.values():
+        assert check["relative_error"] <= check["tolerance"]
+        assert check["implicit_term_relative_error"] <= check["tolerance"]
+        row = f"| {check['policy']} | {check['execution']} | {check['autodiff']} |"
+        assert row in done.stdout
+    # The implicit term weighs in, so that an error in it would show.
+    assert results["implicit_term_share"] > 0.05
+    # XLA in float32 agrees with eager execution far inside what the mixed policies allow.
+    assert checks["float32", "xla", "forward_over_backward"]["relative_error"] < 1e-4
+    assert set(results["step_ms"]) >= {"fastat", "fastbat forward_over_backward"}
