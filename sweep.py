@@ -31,11 +31,13 @@ import time
 from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
-import train  # noqa: E402
 from fbat_tf import sweeps  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 from fbat_tf.sweeps import claims  # noqa: E402
+from flags import common  # noqa: E402
+from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
+from flags import train as train_flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(ROOT, "configs", "sweeps")
@@ -86,7 +88,7 @@ def check(
         except absl_flags.Error as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
         try:
-            state = train.check_workdir(cell_dir, train.run_flags(values))
+            state = flag_words.check_workdir(cell_dir, flag_words.run_flags(values))
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
         if state != "complete":  # a finished run has shown that its options are valid
@@ -99,7 +101,7 @@ def check(
     from fbat_tf import data, methods
 
     for cell, cell_dir, values in to_train:
-        config = train.config_from_flags(cell_dir, values)
+        config = flag_words.config_from_flags(cell_dir, values)
         try:
             methods.create(config.method, eps=config.eps, **config.method_options)
         except ValueError as error:
@@ -221,7 +223,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     given = [
         name
-        for module in (train.train_flags, train.common)
+        for module in (train_flags, common)
         for name in (f.name for f in absl_flags.FLAGS.get_flags_for_module(module))
         if absl_flags.FLAGS[name].present and name not in SWEEP_WIDE
     ]

@@ -46,7 +46,7 @@ def test_readme_results_table_is_the_recorded_demo_runs():
 def test_the_recorded_runs_are_the_demo_commands_at_a_committed_revision():
     from absl import flags
 
-    import train
+    from flags import run as train_run
 
     for name, extra in RUNS.items():
         results = _recorded(name)
@@ -55,7 +55,7 @@ def test_the_recorded_runs_are_the_demo_commands_at_a_committed_revision():
         assert results["code"]["dirty"] is False
         values = copy.deepcopy(flags.FLAGS)
         values(["train.py", f"--flagfile={os.path.join(ROOT, FLAGFILE)}", *extra])
-        config = train.config_from_flags("unused", values).__dict__
+        config = train_run.config_from_flags("unused", values).__dict__
         recorded = results["config"]
         for key in set(recorded) - set(NOT_FROM_FLAGS):
             assert recorded[key] == config[key], (name, key)

@@ -168,3 +168,24 @@ def test_only_the_run_module_names_the_run_directory_files():
     named = [literal for path in sorted(sources) for literal in run_file_literals(path)]
     assert not named, "\n".join(named)
     assert run_file_literals(os.path.join(PACKAGE, "run.py"))  # the check sees the names
+
+
+ENTRY_POINTS = ("train", "evaluate", "sweep")
+
+
+def test_no_entry_point_imports_another():
+    """What train.py and sweep.py share lives in flags/ and the library; an entry point is a
+    program, never a library of another."""
+    imported = {}
+    for name in ENTRY_POINTS:
+        found = set()
+        for node in ast.walk(ast.parse(open(os.path.join(ROOT, f"{name}.py")).read())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+        imported[name] = found & (set(ENTRY_POINTS) - {name})
+    assert imported == dict.fromkeys(ENTRY_POINTS, set())
+    # The check sees an import: the library module the entry points share is found.
+    sweep = ast.parse(open(os.path.join(ROOT, "sweep.py")).read())
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "flags" for n in ast.walk(sweep))

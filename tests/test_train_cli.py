@@ -262,12 +262,12 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
 
     from absl import flags
 
-    import train
+    from flags import run as train_run
 
     def options(*words):
         values = copy.deepcopy(flags.FLAGS)
         values(["train.py", *words])
-        return train.config_from_flags(str(tmp_path), values).method_options
+        return train_run.config_from_flags(str(tmp_path), values).method_options
 
     fastbat = options("--method=fastbat", "--tau=1e-6", "--lambda_inv=2500", "--cg_steps=5")
     assert fastbat["tau"] == 1e-6 and fastbat["cg_steps"] == 5
@@ -286,25 +286,25 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
 
     from absl import flags
 
-    import train
+    from flags import run as train_run
 
     def current(*words):
         values = copy.deepcopy(flags.FLAGS)
         values(["train.py", "--method=fastbat", "--noexport", f"--workdir={tmp_path}", *words])
-        return train.run_flags(values)
+        return train_run.run_flags(values)
 
     words = current()
     assert words["implicit_autodiff"] == "--implicit_autodiff=auto"
     older = [word for name, word in words.items() if word and name != "implicit_autodiff"]
     (tmp_path / "flags.txt").write_text("".join(f"{word}\n" for word in older))
-    assert train.check_workdir(str(tmp_path), words) == "resume"
+    assert train_run.check_workdir(str(tmp_path), words) == "resume"
     with pytest.raises(ValueError) as error:
-        train.check_workdir(str(tmp_path), current("--implicit_autodiff=forward_over_backward"))
+        train_run.check_workdir(str(tmp_path), current("--implicit_autodiff=forward_over_backward"))
     assert "--implicit_autodiff unset -> --implicit_autodiff=forward_over_backward" in str(
         error.value
     )
     with pytest.raises(ValueError, match="--eps=8.0 -> --eps=4.0"):
-        train.check_workdir(str(tmp_path), current("--eps=4"))
+        train_run.check_workdir(str(tmp_path), current("--eps=4"))
 
     # As a user meets it: the same command on that finished run is told it is done.
     (tmp_path / "results.json").write_text('{"status": "complete"}')

@@ -304,10 +304,28 @@ def load_definition(path: str) -> Definition:
     return definition
 
 
-def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:
-    from fbat_tf.sweeps import estimate  # it builds on this module
+_ESTIMATE_KEYS = ("anchor", "seconds_per_epoch", "seconds_per_pass", "robust_fraction")
 
-    return estimate.check(path, spec)
+
+def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:
+    """The definition's "estimate" block (fbat_tf/sweeps/estimate.py), checked."""
+    if spec is None:
+        return None
+    where = f"{path}: estimate"
+    if not isinstance(spec, dict) or not {"anchor", "seconds_per_epoch"} <= set(spec):
+        raise DefinitionError(f"{where}: give at least 'anchor' and 'seconds_per_epoch'")
+    unknown = sorted(set(spec) - set(_ESTIMATE_KEYS))
+    if unknown:
+        raise DefinitionError(f"{where}: unknown keys {unknown}; known {list(_ESTIMATE_KEYS)}")
+    for key in ("seconds_per_epoch", "seconds_per_pass"):
+        value = spec.get(key, {})
+        values = value.values() if isinstance(value, dict) else [value]
+        if not all(isinstance(v, (int, float)) and v > 0 for v in values):
+            raise DefinitionError(f"{where}: {key} must be positive seconds")
+    robust = spec.get("robust_fraction", 0.5)
+    if not isinstance(robust, (int, float)) or not 0 <= robust <= 1:
+        raise DefinitionError(f"{where}: robust_fraction must be in [0, 1]")
+    return dict(spec)
 
 
 def _word(value: Any) -> str:

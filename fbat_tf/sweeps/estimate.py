@@ -18,30 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fbat_tf import attacks
-from fbat_tf.sweeps.definition import Cell, Definition, DefinitionError, expand
-
-_KEYS = ("anchor", "seconds_per_epoch", "seconds_per_pass", "robust_fraction")
-
-
-def check(path: str, spec: Any) -> dict[str, Any] | None:
-    """The definition's "estimate" block, checked; DefinitionError names what is wrong."""
-    if spec is None:
-        return None
-    where = f"{path}: estimate"
-    if not isinstance(spec, dict) or not {"anchor", "seconds_per_epoch"} <= set(spec):
-        raise DefinitionError(f"{where}: give at least 'anchor' and 'seconds_per_epoch'")
-    unknown = sorted(set(spec) - set(_KEYS))
-    if unknown:
-        raise DefinitionError(f"{where}: unknown keys {unknown}; known {list(_KEYS)}")
-    for key in ("seconds_per_epoch", "seconds_per_pass"):
-        value = spec.get(key, {})
-        values = value.values() if isinstance(value, dict) else [value]
-        if not all(isinstance(v, (int, float)) and v > 0 for v in values):
-            raise DefinitionError(f"{where}: {key} must be positive seconds")
-    robust = spec.get("robust_fraction", 0.5)
-    if not isinstance(robust, (int, float)) or not 0 <= robust <= 1:
-        raise DefinitionError(f"{where}: robust_fraction must be in [0, 1]")
-    return dict(spec)
+from fbat_tf.sweeps.definition import Cell, Definition, expand
 
 
 def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | None:

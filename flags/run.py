@@ -1,0 +1,126 @@
+"""What train.py's flags make, shared by train.py and sweep.py: the run's flag words (its
+flags.txt), the check of an existing run directory against them, and the TrainConfig.
+
+    words = run_flags(values)                       # {"eps": "--eps=8.0", "seed": "", ...}
+    state = check_workdir("runs/a", words)          # "new", "resume", "complete", "diverged"
+    config = config_from_flags("runs/a", values)    # fbat_tf.training.TrainConfig
+
+`values` are parsed flags: this process's own by default; sweep.py parses each cell's. Importing
+this module defines train.py's flags and loads no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+from absl import flags as absl_flags
+
+from fbat_tf.run import Run
+from flags import common
+from flags import train as train_flags
+
+FLAGS = absl_flags.FLAGS
+
+
+def run_flags(values: absl_flags.FlagValues = FLAGS) -> dict[str, str]:
+    """This program's own flags as command-line words (flag-file lines); unset ones are ''.
+
+    `values`: parsed flags (default: this process's own; sweep.py passes each cell's)."""
+    names = [f.name for f in FLAGS.get_flags_for_module(train_flags)]
+    names += [f.name for f in FLAGS.get_flags_for_module(common)]
+    return {name: values[name].serialize() for name in sorted(set(names))}
+
+
+def default_workdir(values: absl_flags.FlagValues = FLAGS) -> str:
+    eps = f"{values.eps:g}"
+    return os.path.join("runs", f"{values.method}-{values.dataset}-{values.model}-eps{eps}")
+
+
+def _saved_flags(path: str, names: list[str]) -> dict[str, str]:
+    """The words of flags.txt by flag name (absent: '')."""
+    with open(path) as f:
+        lines = [line.strip() for line in f if line.startswith("--")]
+    saved = dict.fromkeys(names, "")
+    for line in lines:
+        word = line[2:].split("=", 1)[0]
+        name = word[2:] if word.startswith("no") and word[2:] in saved else word
+        saved[name] = line
+    return saved
+
+
+def _default_word(name: str) -> str:
+    """The flag `name` at its default, as a command-line word ('' for a None default)."""
+    flag = copy.deepcopy(FLAGS[name])
+    flag.value = flag.default
+    return flag.serialize()
+
+
+def check_workdir(workdir: str, current: dict[str, str]) -> str:
+    """'new', 'resume', 'complete' or 'diverged'; ValueError for a run with other flags.
+
+    A flag that the run's flags.txt does not name is either one it left unset or one added
+    since; either way the run behaved as the flag's default does (a new flag's default keeps
+    the behaviour from before it), so it differs only where the current value is not the
+    default."""
+    run = Run(workdir)
+    if not os.path.exists(run.flags_path):
+        if os.path.isdir(workdir) and os.listdir(workdir):
+            raise ValueError(
+                f"--workdir={workdir} exists, is not empty and holds no "
+                f"{os.path.basename(run.flags_path)}"
+            )
+        return "new"
+    saved = _saved_flags(run.flags_path, list(current))
+    ignored = set(train_flags.NOT_RUN_DEFINING) | {"workdir"}
+    differing = [
+        f"{saved[name] or f'--{name} unset'} -> {current[name] or f'--{name} unset'}"
+        for name in current
+        if name not in ignored
+        and saved[name] != current[name]
+        and (saved[name] or current[name] != _default_word(name))
+    ]
+    if differing:
+        raise ValueError(
+            f"--workdir={workdir} holds a run with other flags ("
+            + "; ".join(differing)
+            + "). Use a new --workdir, or the same flags to resume."
+        )
+    if run.is_diverged():
+        return "diverged"
+    return "complete" if run.is_complete() else "resume"
+
+
+# Method options spelt otherwise on the command line than in the method's constructor.
+OPTION_FLAGS = {"pgd": {"steps": "attack_steps"}, "free": {"replays": "free_replays"}}
+
+
+def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
+    """The run's TrainConfig: each field from the flag of its name, and each option of the
+    method (a parameter of its constructor) from the flag of its name; only the unit
+    conversions are written out. A new method option is its parameter plus its flag."""
+    from fbat_tf import device, methods
+    from fbat_tf.training import TrainConfig
+
+    convert = {
+        "lambda_inv": lambda value: None if value is None else value / 255,
+        "implicit_autodiff": device.resolve_implicit_autodiff,
+    }
+    spelt = OPTION_FLAGS.get(values.method, {})
+    options = {
+        option: convert.get(option, lambda value: value)(values[spelt.get(option, option)].value)
+        for option in methods.option_names(values.method)
+        if spelt.get(option, option) in values
+    }
+    fields = {field.name for field in dataclasses.fields(TrainConfig)}
+    given = {name: values[name].value for name in fields if name in values}
+    given.update(
+        workdir=workdir,
+        eps=values.eps / 255,
+        method_options=options,
+        precision=device.resolve_precision(values.precision),
+        jit_compile=device.resolve_jit_compile(values.jit_compile),
+        verbose=int(values.verbose),
+    )
+    return TrainConfig(**given)
