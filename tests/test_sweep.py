@@ -317,7 +317,8 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     assert "| 2; – |" in rows[("| fastat", "16")]  # CO flagged at epoch 2 of seed 0
     assert "| 15.5 ± 20.5 |" in rows[("| fastat", "16")]  # PGD at 16: 1% and 30%
     assert "## PGD-2-2 accuracy (%) across budgets" in table
-    for kind in sweeps.PLOTS:
+    assert "robust_vs_cost" not in paths  # no step times given
+    for kind in set(sweeps.PLOTS) - {"robust_vs_cost"}:
         with open(paths[kind], "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
         assert os.path.getsize(paths[kind]) > 10_000
@@ -483,3 +484,49 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
     assert record["pgd"]["robust_accuracy"] == {"8": 0.5, "16": 0.2, "24": 0.05}
     assert record["pgd"]["sources"]["24"] == extra
     assert record["pgd"]["sources"]["8"] == os.path.join(first, sweeps.EVAL_PGD)
+
+
+def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_noise():
+    """Cost = the run's optimizer steps × its variant's bench step time; the Pareto front and
+    the cheapest variant within the pooled seed noise of the most robust, by hand."""
+    from fbat_tf.sweeps import report as sweep_report
+
+    def cell(variant, method, cost_variant, steps, robust, seed=0):
+        return {
+            "variant": variant,
+            "method": method,
+            "eps": 8.0,
+            "seed": seed,
+            "train": {"cost_variant": cost_variant, "optimizer_steps": steps},
+            "autoattack": {"robust_accuracy": {"8": robust}},
+        }
+
+    report = {
+        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
+        "cost": {"step_seconds": {"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3}},
+        "cells": [
+            cell("fastat", "fastat", "fastat", 100, 0.40),
+            cell("pgd", "pgd", "pgd", 100, 0.50, 0),
+            cell("pgd", "pgd", "pgd", 100, 0.48, 1),
+            cell("fastbat", "fastbat", "fastbat", 100, 0.505, 0),
+            cell("fastbat", "fastbat", "fastbat", 100, 0.515, 1),
+            cell("other", "other", "unpriced", 100, 0.9),  # no step time: left out
+        ],
+    }
+    # Pooled std over the two repeated variants: sqrt((0.0002 + 0.00005) / 2).
+    noise = sweep_report.seed_noise(report)
+    assert noise == pytest.approx(((0.02**2 / 2 + 0.01**2 / 2) / 2) ** 0.5)
+    rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
+    assert set(rows) == {"fastat", "pgd", "fastbat"}
+    assert rows["fastat"]["cost_seconds"] == pytest.approx(10.0)
+    assert rows["pgd"]["cost_seconds"] == pytest.approx(12.0)
+    assert rows["fastbat"]["robust"] == pytest.approx(0.51)
+    assert [r["pareto"] for r in (rows["fastat"], rows["pgd"], rows["fastbat"])] == [True] * 3
+    # Best 0.51; within one noise (≈0.0112): pgd's 0.49 is not, so fastbat is the cheapest.
+    assert not rows["pgd"]["within_noise"] and rows["fastbat"]["within_noise"]
+    cheapest = sweep_report.cheapest_within_noise(list(rows.values()))
+    assert cheapest["variant"] == "fastbat"
+    report["cells"][2]["autoattack"]["robust_accuracy"]["8"] = 0.52  # pgd now 0.51 as well
+    rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
+    assert sweep_report.cheapest_within_noise(list(rows.values()))["variant"] == "pgd"
+    assert not rows["fastbat"]["pareto"]  # pgd is as robust and cheaper

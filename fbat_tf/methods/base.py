@@ -125,9 +125,20 @@ class Method:
         x_adv = tf.stop_gradient(self.perturb(model, x, y, seed, loss_scale))
         return train_on(model, x_adv, y, loss_scale)
 
+    @property
+    def cost_variant(self) -> str:
+        """The method with the options that change what a step costs, as bench/step_time.py
+        names its variants ("fastbat ig=none"): a sweep report prices a run by it."""
+        return self.name
+
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""
-        return {"name": self.name, "title": self.title or self.name, "eps": self.eps}
+        return {
+            "name": self.name,
+            "title": self.title or self.name,
+            "cost_variant": self.cost_variant,
+            "eps": self.eps,
+        }
 
 
 def fgsm_step(

@@ -60,7 +60,7 @@ _DATA_FLAGS = ("dataset", "data_dir", "download")
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
 _NAME_FIRST = ("method", "eps")
 _NAME_LAST = ("seed",)
-_KEYS = ("description", "flags", "grid", "evaluation", "paper", "estimate")
+_KEYS = ("description", "flags", "grid", "evaluation", "paper", "estimate", "cost")
 
 
 class DefinitionError(ValueError):
@@ -153,6 +153,9 @@ class Definition:
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Anchors of the GPU time estimate (fbat_tf/sweeps/estimate.py), or None.
     estimate: dict[str, Any] | None = None
+    # A bench/step_time.py JSON (path relative to the definition) that prices each cell's
+    # optimizer steps for the report's robustness-against-cost figure, or None.
+    cost: str | None = None
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -293,6 +296,7 @@ def load_definition(path: str) -> Definition:
         batch_size=batch_size,
         paper=raw.get("paper"),
         estimate=_estimate_anchors(path, raw.get("estimate")),
+        cost=raw.get("cost"),
     )
     for cell in expand(definition):
         eps = cell.flags.get("eps")

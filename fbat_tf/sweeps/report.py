@@ -146,9 +146,111 @@ def markdown(report: dict[str, Any]) -> str:
         for (variant, eps), cells in _groups(report["cells"]).items():
             row = [_percent(_attacked(cells, evaluation["name"], at)) for at in attacked_at]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
+    if "cost" in report:
+        lines += ["", *cost_table(report)]
     if "paper" in report:
         lines += ["", *paper_table(report)]
     return "\n".join(lines) + "\n"
+
+
+# Robustness against cost -------------------------------------------------------------------------
+
+
+def cell_cost(cell: dict[str, Any], report: dict[str, Any]) -> float | None:
+    """Seconds of the run's optimizer steps at the bench's measured step time (None without a
+    step time for its variant or a step count)."""
+    train = cell.get("train", {})
+    seconds = report["cost"]["step_seconds"].get(train.get("cost_variant"))
+    steps = train.get("optimizer_steps")
+    return None if seconds is None or not steps else seconds * steps
+
+
+def seed_noise(report: dict[str, Any]) -> float | None:
+    """The pooled sample std over seeds of the last evaluation at the training ε, over every
+    (variant, ε) the sweep ran with two seeds or more (fraction)."""
+    name = _evaluations(report)[-1]["name"]
+    squares = freedom = 0.0
+    for cells in _groups(report["cells"]).values():
+        values = _attacked(cells, name)
+        if len(values) > 1:
+            squares += statistics.variance(values) * (len(values) - 1)
+            freedom += len(values) - 1
+    return (squares / freedom) ** 0.5 if freedom else None
+
+
+def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
+    """Per ε: each variant's mean cost and robustness (the last evaluation, mean over seeds),
+    whether it is on the Pareto front (no other is as cheap and as robust), and whether it is
+    within seed noise of the most robust."""
+    name = _evaluations(report)[-1]["name"]
+    noise = seed_noise(report) or 0.0
+    per_eps: dict[float, list[dict[str, Any]]] = {}
+    for (variant, eps), cells in _groups(report["cells"]).items():
+        costs = [c for c in (cell_cost(cell, report) for cell in cells) if c is not None]
+        robust = _attacked(cells, name)
+        if costs and robust:
+            per_eps.setdefault(eps, []).append(
+                {
+                    "variant": _label(variant, cells),
+                    "cost_seconds": statistics.fmean(costs),
+                    "robust": statistics.fmean(robust),
+                    "seeds": len(robust),
+                }
+            )
+    for rows in per_eps.values():
+        best = max(row["robust"] for row in rows)
+        for row in rows:
+            row["pareto"] = not any(
+                other["cost_seconds"] <= row["cost_seconds"]
+                and other["robust"] >= row["robust"]
+                and (other["cost_seconds"], other["robust"]) != (row["cost_seconds"], row["robust"])
+                for other in rows
+            )
+            row["within_noise"] = row["robust"] >= best - noise
+        rows.sort(key=lambda row: row["cost_seconds"])
+    return dict(sorted(per_eps.items()))
+
+
+def cheapest_within_noise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return min((r for r in rows if r["within_noise"]), key=lambda r: r["cost_seconds"])
+
+
+def cost_table(report: dict[str, Any]) -> list[str]:
+    evaluation = _evaluations(report)[-1]
+    noise = seed_noise(report)
+    cost = report["cost"]
+    lines = [
+        f"## Robustness against cost ({evaluation['label']})",
+        "",
+        f"Cost: each run's optimizer steps × its method's step time measured side by side in "
+        f"`{cost['source']}` ({cost['setting'].get('model')}, width "
+        f"{cost['setting'].get('width')}, batch {cost['setting'].get('batch_size')}, "
+        f"{cost['setting'].get('device')}), not the runs' own wall time. Seed noise: the pooled "
+        f"std over seeds of the sweep's repeated cells, "
+        + (f"{100 * noise:.1f} points." if noise is not None else "not measured (one seed).")
+        + " Pareto: no other variant is both as cheap and as robust.",
+        "",
+        "| ε (/255) | method | cost (s) | robust (%) | Pareto | within noise of the best |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows_by_eps = cost_rows(report)
+    for eps, rows in rows_by_eps.items():
+        for row in rows:
+            lines.append(
+                f"| {eps:g} | {row['variant']} | {row['cost_seconds']:.0f} | "
+                f"{100 * row['robust']:.1f} | {'yes' if row['pareto'] else ''} | "
+                f"{'yes' if row['within_noise'] else ''} |"
+            )
+    lines += ["", "The cheapest method within seed noise of the most robust, at each ε:", ""]
+    for eps, rows in rows_by_eps.items():
+        best = max(rows, key=lambda r: r["robust"])
+        cheap = cheapest_within_noise(rows)
+        lines.append(
+            f"- ε = {eps:g}: {cheap['variant']} ({100 * cheap['robust']:.1f}%, "
+            f"{cheap['cost_seconds']:.0f} s); most robust {best['variant']} "
+            f"({100 * best['robust']:.1f}%, {best['cost_seconds']:.0f} s)"
+        )
+    return lines
 
 
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
@@ -300,6 +402,7 @@ def paper_table(report: dict[str, Any]) -> list[str]:
 # Plots ------------------------------------------------------------------------------------------
 
 PLOTS = {
+    "robust_vs_cost": "robust_vs_cost.png",
     "robust_vs_eps": "robust_vs_eps.png",
     "clean_vs_robust": "clean_vs_robust.png",
     "val_robust_per_epoch": "val_robust_per_epoch.png",
@@ -314,6 +417,60 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
+    """Per ε, each variant's robustness (the last evaluation, mean over seeds) against its
+    training cost, the Pareto front drawn, the band of seed noise under the best shaded."""
+    plt = _pyplot()
+    rows_by_eps = cost_rows(report) if "cost" in report else {}
+    panels = list(rows_by_eps) or [0.0]
+    columns = min(len(panels), 3)
+    figure, grid = plt.subplots(
+        math.ceil(len(panels) / columns),
+        columns,
+        figsize=(4.4 * columns, 3.4 * math.ceil(len(panels) / columns)),
+        squeeze=False,
+    )
+    colours = _colours(report)
+    noise = seed_noise(report) or 0.0
+    label = _evaluations(report)[-1]["label"]
+    for axes, eps in zip(grid.flat, panels, strict=False):
+        rows = rows_by_eps.get(eps, [])
+        for row in rows:
+            variant = row["variant"].split(" (")[0]
+            axes.scatter(
+                row["cost_seconds"],
+                100 * row["robust"],
+                color=colours.get(variant),
+                s=24,
+                label=row["variant"],
+                zorder=3,
+            )
+        front = [r for r in rows if r["pareto"]]
+        if front:
+            axes.step(
+                [r["cost_seconds"] for r in front],
+                [100 * r["robust"] for r in front],
+                where="post",
+                color="grey",
+                linewidth=1,
+                zorder=2,
+            )
+            best = max(r["robust"] for r in rows)
+            axes.axhspan(100 * (best - noise), 100 * best, color="grey", alpha=0.15)
+        axes.set_xscale("log")
+        axes.set_title(f"ε = {eps:g}/255", fontsize=9)
+        axes.set_xlabel("training cost (s of optimizer steps)")
+        axes.set_ylabel(f"{label} (%)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=5)
+    for axes in list(grid.flat)[len(panels) :]:
+        axes.set_visible(False)
+    figure.suptitle(
+        f"{report['sweep']}: robustness against cost (grey: Pareto front; band: seed noise)"
+    )
+    _save(figure, path)
 
 
 def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
@@ -479,15 +636,20 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     payload = dict(report)
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
+    if "cost" in report:
+        payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
     _write_text(paths["json"], json.dumps(payload, indent=2) + "\n")
     paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
     _write_text(paths["markdown"], markdown(report))
     plotters = {
+        "robust_vs_cost": plot_robust_vs_cost,
         "robust_vs_eps": plot_robust_vs_eps,
         "clean_vs_robust": plot_clean_vs_robust,
         "val_robust_per_epoch": plot_val_robust_per_epoch,
         "seconds_per_epoch": plot_seconds_per_epoch,
     }
+    if "cost" not in report:
+        del plotters["robust_vs_cost"]  # a sweep without step times has no cost to plot
     for kind, plot in plotters.items():
         paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
         plot(report, paths[kind])

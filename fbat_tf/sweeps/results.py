@@ -133,6 +133,8 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
         "optimizer_steps": results.get("optimizer_steps"),
         "code": results.get("code"),
+        # What prices the run's steps; runs before the method said so are priced by its name.
+        "cost_variant": (results.get("method") or {}).get("cost_variant", cell.method),
     }
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
     for name in ("ig_norm_ratio", "inactive_fraction"):
@@ -194,7 +196,23 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)
         report["paper"] = load_paper(path)
+    if definition.cost:
+        report["cost"] = load_cost(os.path.join(os.path.dirname(definition.path), definition.cost))
     return report
+
+
+def load_cost(path: str) -> dict[str, Any]:
+    """A bench/step_time.py result as the report uses it: each variant's step seconds, and
+    the setting and machine they were measured on."""
+    bench = _read(path)
+    if bench is None or "methods" not in bench:
+        raise DefinitionError(f"{path} is not a bench/step_time.py result with 'methods'")
+    return {
+        "source": _portable(path),
+        "setting": bench.get("setting", {}),
+        "command": bench.get("command"),
+        "step_seconds": {name: m["step_seconds"] for name, m in bench["methods"].items()},
+    }
 
 
 def load_paper(path: str) -> dict[str, Any]:
