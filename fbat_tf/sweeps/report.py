@@ -313,8 +313,10 @@ def _of_setting(report: dict[str, Any], entry: dict[str, Any]) -> bool:
     value by some cell (a CIFAR-10 sweep lists no CIFAR-100 row; a row whose method the grid
     lacks shows "not run")."""
     cells = report["cells"]
+    # A null flag is a setting the paper leaves unknown (Table 8's c): no cell can be it.
     return all(
-        any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
+        value is not None
+        and any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
         for key, value in entry.get("flags", {}).items()
     )
 
@@ -425,13 +427,7 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
     plt = _pyplot()
     rows_by_eps = cost_rows(report) if "cost" in report else {}
     panels = list(rows_by_eps) or [0.0]
-    columns = min(len(panels), 3)
-    figure, grid = plt.subplots(
-        math.ceil(len(panels) / columns),
-        columns,
-        figsize=(4.4 * columns, 3.4 * math.ceil(len(panels) / columns)),
-        squeeze=False,
-    )
+    figure, grid = _panels(plt, len(panels))
     colours = _colours(report)
     noise = seed_noise(report) or 0.0
     label = _evaluations(report)[-1]["label"]
@@ -465,12 +461,13 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
         axes.set_ylabel(f"{label} (%)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=5)
-    for axes in list(grid.flat)[len(panels) :]:
-        axes.set_visible(False)
-    figure.suptitle(
-        f"{report['sweep']}: robustness against cost (grey: Pareto front; band: seed noise)"
+    _finish(
+        figure,
+        grid,
+        len(panels),
+        f"{report['sweep']}: robustness against cost (grey: Pareto front; band: seed noise)",
+        path,
     )
-    _save(figure, path)
 
 
 def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
@@ -555,11 +552,7 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
     eps_values = sorted({c["eps"] for c in report["cells"] if "train" in c})
     if not eps_values:
         eps_values = [0.0]
-    columns = min(len(eps_values), 3)
-    rows = math.ceil(len(eps_values) / columns)
-    figure, grid = plt.subplots(
-        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True
-    )
+    figure, grid = _panels(plt, len(eps_values), sharey=True)
     colours = _colours(report)
     for axes, eps in zip(grid.flat, eps_values, strict=False):
         labelled = set()
@@ -587,12 +580,13 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
         axes.legend(fontsize=6)
     for axes in grid[:, 0]:
         axes.set_ylabel("validation PGD accuracy (%)")
-    for axes in list(grid.flat)[len(eps_values) :]:
-        axes.set_visible(False)
-    figure.suptitle(
-        f"{report['sweep']}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)"
+    _finish(
+        figure,
+        grid,
+        len(eps_values),
+        f"{report['sweep']}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)",
+        path,
     )
-    _save(figure, path)
 
 
 def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
@@ -611,6 +605,22 @@ def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
     axes.set_ylabel("seconds per epoch")
     axes.grid(alpha=0.3, axis="y")
     axes.set_title(f"{report['sweep']}: training time per epoch")
+    _save(figure, path)
+
+
+def _panels(plt, count: int, sharey: bool = False):
+    """A figure with one panel per ε, three to a row."""
+    columns = min(count, 3)
+    rows = math.ceil(count / columns)
+    return plt.subplots(
+        rows, columns, figsize=(4.3 * columns, 3.3 * rows), squeeze=False, sharey=sharey
+    )
+
+
+def _finish(figure, grid, used: int, title: str, path: str) -> None:
+    for axes in list(grid.flat)[used:]:
+        axes.set_visible(False)
+    figure.suptitle(title)
     _save(figure, path)
 
 
