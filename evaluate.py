@@ -166,18 +166,18 @@ def main(argv: list[str]) -> None:
         device=device.describe(),
         code=provenance.code(),
     )
+    from fbat_tf.attacks.autoattack import masking_gap
+
     for name, per_attack in breakdown.items():
-        gradient_robust = per_attack.get("fab-t", per_attack.get("apgd-t"))
-        if "square" in per_attack and gradient_robust is not None:
-            extra = gradient_robust - per_attack["square"]
-            if extra > 0:
-                logging.warning(
-                    "%s: Square broke %.2f%% of the examples that the gradient attacks did not; "
-                    "a sign of gradient masking",
-                    name,
-                    100 * extra,
-                )
-                results.setdefault("gradient_masking_warning", {})[name] = extra
+        extra = masking_gap(per_attack)
+        if extra is not None and extra > 0:
+            logging.warning(
+                "%s: Square broke %.2f%% of the examples that the gradient attacks did not; "
+                "a sign of gradient masking",
+                name,
+                100 * extra,
+            )
+            results.setdefault("gradient_masking_warning", {})[name] = extra
     write_json_atomic(results_path, results)
     print(f"\n{dataset} {eval_flags.SPLIT.value}, first {results['examples']} examples\n")
     print(table(results))

@@ -98,12 +98,12 @@ def check(
     if not to_evaluate:
         return None
 
-    from fbat_tf import data, methods
+    from fbat_tf import data
 
     for cell, cell_dir, values in to_train:
         config = flag_words.config_from_flags(cell_dir, values)
         try:
-            methods.create(config.method, eps=config.eps, **config.method_options)
+            flag_words.check_method(config)
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
     for dataset, data_dir, download in {

@@ -28,7 +28,13 @@ from fbat_tf import onednn
 from fbat_tf.run import Run
 from flags import common
 from flags import train as train_flags
-from flags.run import check_workdir, config_from_flags, default_workdir, run_flags
+from flags.run import (
+    check_method,
+    check_workdir,
+    config_from_flags,
+    default_workdir,
+    run_flags,
+)
 
 FLAGS = absl_flags.FLAGS
 
@@ -64,12 +70,12 @@ def main(argv: list[str]) -> None:
         message = Run(workdir).divergence_message()
         sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
-    from fbat_tf import data, methods
+    from fbat_tf import data
 
     # Checks that need more than one flag, before anything is created.
     try:
         config = config_from_flags(workdir)
-        methods.create(config.method, eps=config.eps, **config.method_options)
+        check_method(config)
         source = data.check_available(config.dataset, config.data_dir, config.download)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")

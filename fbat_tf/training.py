@@ -197,7 +197,7 @@ def _train(
     )
 
     method = methods.create(config.method, eps=config.eps, **config.method_options)
-    if method.replays > 1 and config.strategy != "default":
+    if method.single_device and config.strategy != "default":
         raise ValueError(
             f"{config.method} carries δ from batch to batch on one device; "
             f"run it with strategy 'default', not {config.strategy!r}"

@@ -116,8 +116,15 @@ flags.register_validator(
     message="--strategy=tpu: the attacks run Python and NumPy between graph calls, which a TPU "
     "replica cannot; evaluate with --strategy=default (or mirrored on GPUs)",
 )
+
+
+def _needs_source(names: list[str]) -> list[str]:
+    """The attacks asked for that craft on another model (the registry's `uses`)."""
+    return [n for n in names if n in attacks.names() and "source" in attacks.entry(n).uses]
+
+
 flags.register_multi_flags_validator(
     ["attacks", "source_model_path"],
-    lambda f: "transfer" not in f["attacks"] or f["source_model_path"] is not None,
-    message="--attacks=transfer needs --source_model_path",
+    lambda f: not _needs_source(f["attacks"]) or f["source_model_path"] is not None,
+    message="--attacks: a transfer attack crafts on --source_model_path, which is not given",
 )

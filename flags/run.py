@@ -96,6 +96,19 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
 OPTION_FLAGS = {"pgd": {"steps": "attack_steps"}, "free": {"replays": "free_replays"}}
 
 
+def check_method(config) -> None:
+    """ValueError for the method's options, or for a strategy the method cannot run under,
+    before anything is created (the method says which: `single_device`)."""
+    from fbat_tf import methods
+
+    method = methods.create(config.method, eps=config.eps, **config.method_options)
+    if method.single_device and config.strategy != "default":
+        raise ValueError(
+            f"--method={config.method} carries δ across batches on one device: use "
+            f"--strategy=default, not --strategy={config.strategy}"
+        )
+
+
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     """The run's TrainConfig: each field from the flag of its name, and each option of the
     method (a parameter of its constructor) from the flag of its name; only the unit

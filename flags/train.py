@@ -134,11 +134,6 @@ MAX_SKIPPED_FRACTION = flags.DEFINE_float(
 )
 
 STRATEGY = common.STRATEGY  # defined with the flags shared with evaluate.py
-flags.register_multi_flags_validator(
-    ["method", "strategy"],
-    lambda f: f["method"] != "free" or f["strategy"] == "default",
-    message="--method=free carries δ across batches on one device: use --strategy=default",
-)
 
 # Outputs.
 WORKDIR = flags.DEFINE_string(

@@ -379,3 +379,12 @@ def test_gradient_alignment_matches_per_example_gradients():
     expected = float(np.mean(cosines))
     assert expected < 0.95  # the model is not linear inside this ball
     assert float(gradient_alignment(model, x, y, eps, seed)) == pytest.approx(expected, abs=1e-5)
+
+
+def test_masking_gap_is_what_square_broke_beyond_the_gradient_parts():
+    from fbat_tf.attacks.autoattack import masking_gap
+
+    after = {"clean": 0.9, "apgd-ce": 0.5, "apgd-t": 0.45, "fab-t": 0.44, "square": 0.4}
+    assert masking_gap(after) == pytest.approx(0.04)
+    assert masking_gap({**after, "square": 0.44}) == pytest.approx(0.0)
+    assert masking_gap({"clean": 0.9, "apgd-ce": 0.5, "apgd-dlr": 0.48}) is None  # no Square

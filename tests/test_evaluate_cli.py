@@ -225,3 +225,9 @@ def test_evaluate_counts_no_non_finite_input_or_output():
         evaluate(model, finite, {"nudge": (0.1, NudgeAttack(0.1))})  # 0.45 + 0.1 > 0.5
     with pytest.raises(NonFiniteError, match="the attack's points are not finite for 3"):
         evaluate(model, finite, {"nan": (0.1, NaNAttack(0.1))})
+
+
+def test_a_transfer_attack_without_a_source_model_is_refused_before_tensorflow(tmp_path):
+    result = run_evaluate(f"--model_path={tmp_path}", "--attacks=pgd,transfer")
+    assert result.returncode != 0
+    assert "transfer attack crafts on --source_model_path" in result.stderr

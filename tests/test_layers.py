@@ -189,3 +189,38 @@ def test_no_entry_point_imports_another():
     # The check sees an import: the library module the entry points share is found.
     sweep = ast.parse(open(os.path.join(ROOT, "sweep.py")).read())
     assert any(isinstance(n, ast.ImportFrom) and n.module == "flags" for n in ast.walk(sweep))
+
+
+def test_no_branch_on_a_method_or_attack_name_outside_its_own_package():
+    """Methods and attacks say what others need of them (replays, single_device, log names,
+    cost_variant, options, labels); nothing outside fbat_tf/methods and fbat_tf/attacks compares
+    a name with one of theirs."""
+    from fbat_tf import attacks, catalog
+
+    names = set(catalog.METHODS) | set(attacks.names())
+    sources = [
+        path
+        for module, path in module_names().items()
+        if not module.startswith(("fbat_tf.methods", "fbat_tf.attacks"))
+    ]
+    sources += [os.path.join(ROOT, f"{name}.py") for name in ENTRY_POINTS]
+    for folder in ("flags", "export"):
+        sources += [
+            os.path.join(ROOT, folder, f)
+            for f in os.listdir(os.path.join(ROOT, folder))
+            if f.endswith(".py")
+        ]
+    found = []
+    for path in sources:
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Compare):
+                for operand in [node.left, *node.comparators]:
+                    elements = (
+                        operand.elts if isinstance(operand, (ast.Tuple, ast.List)) else [operand]
+                    )
+                    for element in elements:
+                        if isinstance(element, ast.Constant) and element.value in names:
+                            found.append(
+                                f"{os.path.relpath(path, ROOT)}:{node.lineno}: {element.value!r}"
+                            )
+    assert not found, "\n".join(found)

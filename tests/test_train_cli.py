@@ -69,6 +69,11 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
         "eps0": (["--eps=0", "--dataset=fashion_mnist"], ["--eps"]),
         "eps300": (["--eps=300", "--dataset=fashion_mnist"], ["--eps"]),
         "data_dir": (["--data_dir=/nonexistent/dir", "--dataset=fashion_mnist"], ["--data_dir"]),
+        # Free-AT says it needs one device (Method.single_device), not a flag rule by its name.
+        "free_mirrored": (
+            ["--method=free", "--strategy=mirrored", "--dataset=fashion_mnist"],
+            ["--method=free", "--strategy=default", "--strategy=mirrored"],
+        ),
         "missing": (
             ["--dataset=cifar10", f"--data_dir={tmp_path}", "--nodownload"],
             ["--data_dir", "cifar10"],

@@ -88,6 +88,16 @@ def rand_attacks(eps: float) -> dict[str, Attack]:
     }
 
 
+def masking_gap(robust_after: Mapping[str, float]) -> float | None:
+    """How many more examples (fraction) Square, the black-box part, broke than the gradient
+    parts had left robust: above 0, a sign of gradient masking. None unless the ensemble ran
+    Square after a gradient part. `robust_after`: the robust accuracy after each part."""
+    gradient_robust = robust_after.get("fab-t", robust_after.get("apgd-t"))
+    if "square" not in robust_after or gradient_robust is None:
+        return None
+    return gradient_robust - robust_after["square"]
+
+
 def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> None:
     try:
         check_in_ball(x_adv, x, eps)

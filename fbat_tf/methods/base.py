@@ -90,6 +90,9 @@ class Method:
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
     #: how reports and model cards name the method ("Fast-AT", "first-order Fast-BAT").
     title: str = ""
+    #: whether it carries state from batch to batch on one device (Free-AT's δ): it then runs
+    #: without a distribution strategy.
+    single_device: bool = False
 
     def __init__(self, eps: float):
         if not eps >= 0.0 or eps > 1.0:

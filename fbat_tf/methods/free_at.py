@@ -24,6 +24,7 @@ from fbat_tf.methods.base import Method, scaled, unscaled
 class FreeAT(Method):
     name = "free"
     title = "Free-AT"
+    single_device = True
 
     def __init__(self, eps: float, replays: int = 8, alpha: float | None = None):
         super().__init__(eps)

@@ -315,8 +315,7 @@ def _of_setting(report: dict[str, Any], entry: dict[str, Any]) -> bool:
     cells = report["cells"]
     # A null flag is a setting the paper leaves unknown (Table 8's c): no cell can be it.
     return all(
-        value is not None
-        and any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
+        value is not None and any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
         for key, value in entry.get("flags", {}).items()
     )
 
