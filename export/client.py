@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-FLOAT_SIGNATURE = "serving_default"
-UINT8_SIGNATURE = "serve_uint8"
+from fbat_tf.run import FLOAT_SIGNATURE, UINT8_SIGNATURE  # loads no TensorFlow
+
 INPUT_KEY = "images"
 
 

@@ -48,11 +48,8 @@ import tensorflow as tf
 
 from export import versions
 from fbat_tf import provenance
-from fbat_tf.run import Run
+from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
-MODEL_CARD = os.path.join("assets.extra", "model_card.json")
-FLOAT_SIGNATURE = "serving_default"
-UINT8_SIGNATURE = "serve_uint8"
 INPUT_KEY = "images"
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
 _OUT_OF_RANGE = (

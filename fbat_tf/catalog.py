@@ -29,3 +29,5 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 # Fast-BAT's choices (DESIGN.md §3).
 IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware", "none")
 LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
+# How Fast-BAT differentiates its implicit term; "auto" is resolved by device.py.
+IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")

@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import run, trust
-from fbat_tf.run import Run
+from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
 
 def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, dict[str, Any]]:
@@ -44,7 +44,7 @@ class SavedModelClassifier:
 
     def __init__(self, path: str):
         self.loaded = tf.saved_model.load(path)
-        self.signature = self.loaded.signatures["serving_default"]
+        self.signature = self.loaded.signatures[FLOAT_SIGNATURE]
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.signature(images=tf.cast(x, tf.float32))["logits"]
@@ -107,7 +107,7 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         classifier, config = load_classifier(path)
         return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        card_path = os.path.join(path, "assets.extra", "model_card.json")
+        card_path = os.path.join(path, MODEL_CARD)
         card = {}
         if os.path.exists(card_path):
             with open(card_path) as f:

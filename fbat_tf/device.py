@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from fbat_tf import catalog
+
 
 def gpu_compute_capability() -> tuple[int, int] | None:
     """The first visible GPU's compute capability, or None without a GPU."""
@@ -36,7 +38,7 @@ def resolve_jit_compile(value: str | bool) -> bool:
     return {"true": True, "false": False}[value]
 
 
-IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")
+IMPLICIT_AUTODIFF = catalog.IMPLICIT_AUTODIFF
 
 
 def resolve_implicit_autodiff(value: str, device_types: list[str] | None = None) -> str:

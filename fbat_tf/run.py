@@ -28,6 +28,10 @@ import os
 from typing import Any
 
 RESULTS = "results.json"
+# An exported SavedModel version directory (export/ writes it): its model card and signatures.
+MODEL_CARD = os.path.join("assets.extra", "model_card.json")
+FLOAT_SIGNATURE = "serving_default"
+UINT8_SIGNATURE = "serve_uint8"
 FLAGS = "flags.txt"
 CHECKPOINTS = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
@@ -166,21 +170,30 @@ class Run:
     def build_classifier(self, weights: str = "best"):
         """The run's architecture with its weights: "best" (the selected checkpoint) or the path
         of a .weights.h5 file."""
-        from fbat_tf import data, models
-
         config = self.config()
-        info = data.info(config["dataset"])
-        classifier = models.build(
-            config["model"],
-            num_classes=info.num_classes,
-            input_shape=info.image_shape,
-            mean=info.mean,
-            std=info.std,
-            activation=config["activation"],
-            width=config["width"],
+        classifier = build_architecture(
+            config["model"], config["dataset"], config["activation"], config["width"]
         )
         path = self.best_weights if weights == "best" else weights
         if not os.path.exists(path):
             raise FileNotFoundError(f"no weights at {path}")
         classifier.load_weights(path)
         return classifier
+
+
+def build_architecture(model: str, dataset: str, activation: str, width: int | None):
+    """A run's classifier, untrained: `model` for `dataset`'s classes, input shape and
+    normalization, in the global precision policy of the moment. Training builds its classifier
+    with it, and a run directory rebuilds it so."""
+    from fbat_tf import data, models
+
+    info = data.info(dataset)
+    return models.build(
+        model,
+        num_classes=info.num_classes,
+        input_shape=info.image_shape,
+        mean=info.mean,
+        std=info.std,
+        activation=activation,
+        width=width,
+    )

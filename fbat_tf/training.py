@@ -38,7 +38,6 @@ from fbat_tf import (
     distribute,
     evaluation,
     methods,
-    models,
     provenance,
     schedules,
 )
@@ -55,7 +54,7 @@ from fbat_tf.callbacks import (
     TensorBoard,
     write_json_atomic,
 )
-from fbat_tf.run import Run
+from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
 
 
@@ -108,17 +107,8 @@ def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
     return sum(1 for _ in dataset)
 
 
-def _build_classifier(config: TrainConfig, info: data.DatasetInfo) -> keras.Model:
-    """The run's classifier, in the global precision policy of the moment."""
-    return models.build(
-        config.model,
-        num_classes=info.num_classes,
-        input_shape=info.image_shape,
-        mean=info.mean,
-        std=info.std,
-        activation=config.activation,
-        width=config.width,
-    )
+def _build_classifier(config: TrainConfig) -> keras.Model:
+    return build_architecture(config.model, config.dataset, config.activation, config.width)
 
 
 def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimizer:
@@ -209,7 +199,7 @@ def _train(
     total_steps = batches * method.replays
 
     with strategy.scope():
-        classifier = _build_classifier(config, info)
+        classifier = _build_classifier(config)
         method.build((config.batch_size, *info.image_shape))
         trainer = AdversarialTrainer(
             classifier,
@@ -309,7 +299,7 @@ def _train(
         classifier.load_weights(best_path)
     # The test numbers are those of the float32 model, as evaluate.py and the export compute.
     keras.mixed_precision.set_global_policy("float32")
-    float32_classifier = _build_classifier(config, info)
+    float32_classifier = _build_classifier(config)
     float32_classifier.set_weights(classifier.get_weights())
     payload["final"] = evaluate_test(float32_classifier, config)
     payload["status"] = "complete"

@@ -74,7 +74,7 @@ CG_STEPS = flags.DEFINE_integer(
 IMPLICIT_AUTODIFF = flags.DEFINE_enum(
     "implicit_autodiff",
     "auto",
-    ["auto", "backward_over_backward", "forward_over_backward"],
+    list(catalog.IMPLICIT_AUTODIFF),
     "How Fast-BAT differentiates its implicit term (both exact). auto: forward_over_backward on "
     "GPU/TPU, backward_over_backward on CPU.",
 )

@@ -13,8 +13,14 @@ PACKAGE = os.path.join(ROOT, "fbat_tf")
 # siblings in attacks/, data/, methods/ or models/); the longest matching prefix gives a
 # module's layer.
 LAYERS = (
-    ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints", "fbat_tf.device"),
-    ("fbat_tf.distribute", "fbat_tf.schedules", "fbat_tf.attacks.losses", "fbat_tf.plots"),
+    ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints"),
+    (
+        "fbat_tf.device",
+        "fbat_tf.distribute",
+        "fbat_tf.schedules",
+        "fbat_tf.attacks.losses",
+        "fbat_tf.plots",
+    ),
     ("fbat_tf.models", "fbat_tf.data"),
     ("fbat_tf.run",),  # a run directory: its files and the classifier it holds
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
