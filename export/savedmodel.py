@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 import shutil
@@ -48,7 +47,7 @@ import tensorflow as tf
 
 from export import versions
 from fbat_tf import provenance
-from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
+from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run, finite_or_null
 
 INPUT_KEY = "images"
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
@@ -355,19 +354,8 @@ def software_versions() -> dict[str, str]:
 def _write_model_card(path: str, card: Mapping[str, Any]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(_finite_or_null(card), f, indent=2, allow_nan=False)
+        json.dump(finite_or_null(card), f, indent=2, allow_nan=False)
         f.write("\n")
-
-
-def _finite_or_null(value: Any) -> Any:
-    """NaN and infinities become null: JSON has no spelling for them that every reader takes."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {key: _finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_or_null(item) for item in value]
-    return value
 
 
 def _make_dirs(path: str) -> list[str]:

@@ -38,6 +38,7 @@ from absl import logging
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import NonFiniteError, evaluate
+from fbat_tf.run import finite_or_null
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
@@ -45,26 +46,15 @@ def write_json_atomic(path: str, payload: Any) -> None:
     or infinite number is written as null (JSON has no such numbers)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(_finite(payload), f, indent=2, default=_json_default, allow_nan=False)
+        json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
     os.replace(tmp, path)
-
-
-def _finite(value: Any) -> Any:
-    """`value` with each non-finite float, at any depth, replaced by None."""
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    if isinstance(value, float | np.floating) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic | np.ndarray):
-        return _finite(value.tolist())
+        return finite_or_null(value.tolist())
     if isinstance(value, tf.Tensor):
-        return _finite(value.numpy().tolist())
+        return finite_or_null(value.numpy().tolist())
     raise TypeError(f"not JSON serializable: {type(value)}")
 
 

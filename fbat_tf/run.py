@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import os
 from typing import Any
 
@@ -197,3 +199,15 @@ def build_architecture(model: str, dataset: str, activation: str, width: int | N
         activation=activation,
         width=width,
     )
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with each NaN or infinite float, at any depth, replaced by None: JSON has no
+    spelling for them that every reader takes (results.json, model cards, sweep.json)."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, numbers.Real) and not math.isfinite(value):  # numpy's floats too
+        return None
+    return value

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf import run
 from fbat_tf.sweeps import estimate
 
 
@@ -647,7 +648,8 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         payload["paper_vs_measured"] = paper_rows(report)
     if "cost" in report:
         payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
-    _write_text(paths["json"], json.dumps(payload, indent=2) + "\n")
+    text = json.dumps(run.finite_or_null(payload), indent=2, allow_nan=False)
+    _write_text(paths["json"], text + "\n")
     paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
     _write_text(paths["markdown"], markdown(report))
     plotters = {
