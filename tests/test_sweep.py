@@ -509,3 +509,48 @@ def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_nois
     rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
     assert sweep_report.cheapest_within_noise(list(rows.values()))["variant"] == "pgd"
     assert not rows["fastbat"]["pareto"]  # pgd is as robust and cheaper
+
+
+def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
+    """Training: cells × epochs × the anchor's seconds per epoch for the cell's method;
+    evaluation: examples × budgets × the attack's passes per example × the seconds of a pass
+    (AutoAttack's later parts on the robust fraction of the examples), by hand."""
+    from fbat_tf.sweeps import estimate
+
+    evaluation = {
+        "batch_size": 100,
+        "attacks": [
+            {
+                "attack": "pgd",
+                "eps": "grid",
+                "examples": 1000,
+                "options": {"steps": 50, "restarts": 10},
+            },
+            {"attack": "autoattack", "eps": "own", "examples": 1000},
+        ],
+    }
+    path = tmp_path / "kit.json"
+    path.write_text(
+        json.dumps(
+            {
+                "flags": {**TINY_FLAGS, "epochs": 20},
+                "grid": [{"method": ["fastat", "fastbat"], "eps": [8, 16]}],
+                "evaluation": evaluation,
+                "estimate": {
+                    "anchor": "made up",
+                    "seconds_per_epoch": {"fastat": 20.0, "fastbat": 60.0},
+                    "seconds_per_pass": 0.001,
+                    "robust_fraction": 0.5,
+                },
+            }
+        )
+    )
+    found = estimate.estimate(sweeps.load_definition(str(path)))
+    assert found["training_hours"] == pytest.approx(2 * 20 * (20 + 60) / 3600)
+    pgd = 4 * 1000 * 2 * 500 * 0.001 / 3600  # 4 cells, 2 budgets, 50 × 10 passes
+    autoattack = 4 * 1000 * 1 * (101 + 0.5 * (909 + 900 + 910 / 3 + 5000 / 3)) * 0.001 / 3600
+    assert found["evaluation_hours"] == pytest.approx(
+        {"PGD-50-10": pgd, "AutoAttack (standard)": autoattack}
+    )
+    assert found["not_estimated"] == []
+    assert "not a measurement" in estimate.describe(found)

@@ -68,6 +68,10 @@ _PGD_OPTIONS = (
     Option("restarts", 10, "PGD random restarts R.", lower_bound=1),
 )
 _AUTOATTACK = "fbat_tf.attacks.autoattack"
+# AutoAttack standard's parts: forward-backward passes per attacked example (a forward counts
+# 1/3): APGD-CE 100 iterations and a check, APGD-T 9 × 101, FAB-T 9 × 100 and 910 forward
+# checks, Square 5000 queries.
+_PART_PASSES = {"apgd-ce": 101, "apgd-t": 909, "fab-t": 900 + 910 / 3, "square": 5000 / 3}
 
 REGISTRY: dict[str, Entry] = {
     entry.name: entry
@@ -87,10 +91,12 @@ REGISTRY: dict[str, Entry] = {
             "AutoAttack ({version})",
             (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
             "aa",
-            # standard: APGD-CE on all; APGD-T (9 × 101), FAB-T (9 × 100 and its forward
-            # checks) and Square (5000 queries) on the survivors. rand: 2 × 100 × 20 draws.
+            # standard: APGD-CE on all, the other parts on the survivors. rand: 2 × 100 × 20.
             passes=lambda o, robust: (
-                101 + robust * (909 + 900 + 5910 / 3) if o["version"] == "standard" else 4000
+                _PART_PASSES["apgd-ce"]
+                + robust * sum(v for k, v in _PART_PASSES.items() if k != "apgd-ce")
+                if o["version"] == "standard"
+                else 4000
             ),
         ),
         Entry(
@@ -98,11 +104,15 @@ REGISTRY: dict[str, Entry] = {
             f"{_AUTOATTACK}:apgd_ce",
             "APGD-CE",
             uses=("jit_compile",),
-            passes=lambda o, robust: 101,
+            passes=lambda o, robust: _PART_PASSES["apgd-ce"],
         ),
-        Entry("apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T", passes=lambda o, robust: 909),
-        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T", passes=lambda o, robust: 900 + 910 / 3),
-        Entry("square", f"{_AUTOATTACK}:square", "Square", passes=lambda o, robust: 5000 / 3),
+        Entry(
+            "apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T", passes=lambda o, r: _PART_PASSES["apgd-t"]
+        ),
+        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T", passes=lambda o, r: _PART_PASSES["fab-t"]),
+        Entry(
+            "square", f"{_AUTOATTACK}:square", "Square", passes=lambda o, r: _PART_PASSES["square"]
+        ),
         Entry(
             "transfer",
             "fbat_tf.evaluation:transfer_pgd",
