@@ -120,8 +120,6 @@ def check(
 
 
 OVERRIDES_FILE = "overrides.json"
-# How often a process waiting for cells other processes hold looks again.
-WAIT_SECONDS = float(os.environ.get("FBAT_SWEEP_WAIT_SECONDS", "20"))
 
 
 def parse_overrides(words: list[str] | None) -> dict:
@@ -334,7 +332,7 @@ def main(argv: list[str]) -> None:
                 f"{', '.join(c.name for c in waiting[:3])}{', ...' if len(waiting) > 3 else ''}",
                 flush=True,
             )
-            time.sleep(WAIT_SECONDS)
+            time.sleep(sweep_flags.WAIT_SECONDS.value)
         pending = waiting
     paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")

@@ -37,3 +37,9 @@ PRINT_COMMANDS = flags.DEFINE_bool(
     "With --dry_run: print only one shell line per cell still to run (its train.py and "
     "evaluate.py commands), for a scheduler.",
 )
+WAIT_SECONDS = flags.DEFINE_float(
+    "wait_seconds",
+    20.0,
+    "How often a process waiting for the cells other sweep.py processes hold looks again.",
+    lower_bound=0.0,
+)

@@ -21,6 +21,9 @@ from fbat_tf import sweeps
 from tests.test_data import cifar_rows, make_cifar10, make_tarball, write_jpeg, write_python2_pickle
 from tests.test_sweep import COMMITTED, _mtimes, run_sweep
 
+ROOT_KITS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "sweeps"
+)
 KITS = ("paper_table2", "paper_table1", "paper_table3", "paper_lambda")
 SHORT = (
     "epochs=1,steps_per_epoch=1,batch_size=4,width=2,val_examples=4,val_attack_steps=1,"
@@ -145,8 +148,3 @@ def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path):
         for evaluation in evaluations:
             name = evaluation["attack"]
             assert cloned_cell[name]["robust_accuracy"] == cell[name]["robust_accuracy"]
-
-
-ROOT_KITS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "sweeps"
-)

@@ -172,6 +172,22 @@ def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_d
     assert all("--nodownload" in command for command in commands)
     assert "a real run would stop here" in done.stdout and "cifar10" in done.stdout
     assert not out.exists()
+    # For a scheduler: one shell line per cell, which a shell runs as it is (here train.py
+    # starts, and stops at the missing data as it would on its own).
+    printed = run_sweep(
+        f"--sweep={path}",
+        f"--sweep_dir={out}",
+        f"--data_dir={data}",
+        "--dry_run",
+        "--print_commands",
+    )
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    lines = printed.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"cd {ROOT} && ") for line in lines)
+    assert all(line.count("evaluate.py") == 2 and "train.py" in line for line in lines)
+    shell = subprocess.run(["bash", "-c", lines[0]], capture_output=True, text=True, timeout=600)
+    assert shell.returncode != 0 and "cifar10" in shell.stderr and str(data) in shell.stderr
+    assert not out.exists()
     # The real run stops at the same place, before any cell starts.
     real = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}")
     assert real.returncode != 0 and "cifar10" in real.stderr and not out.exists()
@@ -387,7 +403,7 @@ def test_paper_kit_reported_from_committed_results(tmp_path):
     done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[1/1] fastbat-eps8-seed0" in done.stdout
-    assert sweeps.cell_state(str(cell)) == "done"
+    assert sweeps.cell_state(str(cell), sweeps.load_definition(str(path))) == "done"
 
     # A fresh clone holds only the committed files of each cell: nothing runs again.
     clone = tmp_path / "clone"
@@ -465,7 +481,7 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
     assert record["pgd"]["sources"]["8"] == os.path.join(first, sweeps.EVAL_PGD)
 
 
-def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_noise():
+def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_noise(tmp_path):
     """Cost = the run's optimizer steps × its variant's bench step time; the Pareto front and
     the cheapest variant within the pooled seed noise of the most robust, by hand."""
     from fbat_tf.sweeps import report as sweep_report
@@ -481,8 +497,13 @@ def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_nois
         }
 
     report = {
+        "sweep": "made up",
         "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
-        "cost": {"step_seconds": {"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3}},
+        "cost": {
+            "source": "bench/results/x.json",
+            "setting": {"model": "small_cnn", "width": 16, "batch_size": 128, "device": "CPU"},
+            "step_seconds": {"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3},
+        },
         "cells": [
             cell("fastat", "fastat", "fastat", 100, 0.40),
             cell("pgd", "pgd", "pgd", 100, 0.50, 0),
@@ -505,6 +526,13 @@ def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_nois
     assert not rows["pgd"]["within_noise"] and rows["fastbat"]["within_noise"]
     cheapest = sweep_report.cheapest_within_noise(list(rows.values()))
     assert cheapest["variant"] == "fastbat"
+    # What the reader of sweep.md and the figure sees.
+    table = "\n".join(sweep_report.cost_table(report))
+    assert "| 8 | fastat | 10 | 40.0 | yes |  |" in table
+    assert "- ε = 8: fastbat (51.0%, 30 s); most robust fastbat (51.0%, 30 s)" in table
+    figure = tmp_path / "robust_vs_cost.png"
+    sweep_report.plot_robust_vs_cost(report, str(figure))
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
     report["cells"][2]["autoattack"]["robust_accuracy"]["8"] = 0.52  # pgd now 0.51 as well
     rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
     assert sweep_report.cheapest_within_noise(list(rows.values()))["variant"] == "pgd"

@@ -50,13 +50,14 @@ def test_a_claim_is_held_while_its_owner_lives_and_taken_over_after(tmp_path):
 
 
 def _start(definition: str, out, log):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", FBAT_SWEEP_WAIT_SECONDS="1")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(
         [
             sys.executable,
             os.path.join(ROOT, "sweep.py"),
             f"--sweep={definition}",
             f"--sweep_dir={out}",
+            "--wait_seconds=1",
         ],
         cwd=ROOT,
         env=env,

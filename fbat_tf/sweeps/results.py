@@ -12,8 +12,6 @@ from typing import Any
 from fbat_tf import run
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
-    EVAL_AUTOATTACK,
-    EVAL_PGD,
     RESULTS,
     Cell,
     Definition,
@@ -66,16 +64,14 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
-    """'done' (trained and evaluated), 'trained', 'started' or 'new'. With the definition,
-    'done' once every evaluation holds every budget it asks for; without it, once the default
-    evaluations' files exist."""
+    """'done' (trained and evaluated), 'trained', 'started' or 'new'. 'done' once every
+    evaluation of the definition holds every budget it asks for; without the definition, the
+    training's state alone ('trained' at most)."""
     cell = run.Run(cell_dir)
     if not cell.is_complete():
         return "started" if os.path.exists(cell.flags_path) else "new"
     if definition is None:
-        defaults = (EVAL_PGD, EVAL_AUTOATTACK)
-        done = all(os.path.exists(os.path.join(cell_dir, name)) for name in defaults)
-        return "done" if done else "trained"
+        return "trained"
     name = os.path.basename(os.path.normpath(cell_dir))
     found = next((c for c in expand(definition) if c.name == name), None)
     evaluated = all(
