@@ -6,8 +6,9 @@ TensorFlow 2.21 leaves its oneDNN kernels off on x86 CPUs without AVX-512 VNNI o
 they still make AutoAttack 1.5× faster (bench/README.md), so train.py and evaluate.py turn them
 on. Not for the datasets of 64×64 images and larger: there, on this stack, a training step with
 them on crashed the process (a segmentation fault, or glibc's "double free or corruption") in
-6 of 10 PreActResNet-18 runs on Tiny-ImageNet, and in none of 4 with them off nor of 4 on
-CIFAR-10 with them on. A GPU runs its convolutions without them either way. The environment's
+5 of 5 PreActResNet-18 runs on Tiny-ImageNet, and in none of 5 with them off nor of 5 on
+CIFAR-10 with them on (bench/records/onednn_crash.py, bench/results/onednn_crash.json). A GPU
+runs its convolutions without them either way. The environment's
 TF_ENABLE_ONEDNN_OPTS, where set, always wins. This module imports no TensorFlow.
 """
 
