@@ -1,7 +1,7 @@
 """A GPU user's first command: does Fast-BAT compute the same gradient on this device under XLA,
 under the mixed policies and in both autodiff modes, and how fast are its steps here?
 
-    python bench/gpu_check.py                       # a few minutes on a GPU
+    python bench/gpu_check.py                       # mostly XLA compilations
     python bench/gpu_check.py --json=bench/results/gpu_check.json
 
 On the device TensorFlow sees, with PreActResNet-18 (width 64, batch 128 on a GPU; smaller on a
