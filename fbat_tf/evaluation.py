@@ -95,6 +95,188 @@ def check_distributable(strategy: tf.distribute.Strategy) -> None:
         )
 
 
+def _pools(attack: Callable) -> bool:
+    # An attack is any callable of the interface (attacks/base.py); one that is no Attack
+    # does not pool.
+    return getattr(attack, "pools", False)
+
+
+class _Pool:
+    """The global batches an attack has been given and not yet run over: one for an attack
+    given each batch on its own, up to POOL_BYTES of inputs for one that pools (`Attack.pools`).
+    Each entry: (batch b, x, y as distributed, and their local values per replica)."""
+
+    def __init__(self, attack: Attack):
+        self.capacity = POOL_BYTES if _pools(attack) else 0
+        self.batches: list[tuple[int, Any, Any, tuple, tuple]] = []
+
+    def add(self, batch: int, x, y, strategy: tf.distribute.Strategy) -> None:
+        local = strategy.experimental_local_results
+        self.batches.append((batch, x, y, local(x), local(y)))
+
+    def full(self) -> bool:
+        held = sum(v.shape.num_elements() * v.dtype.size for *_, xs, _ in self.batches for v in xs)
+        return held >= self.capacity
+
+    def take(self, strategy: tf.distribute.Strategy) -> tuple[list, Any, Any]:
+        """[(batch b, shard size per local replica)], and x and y of them joined, per replica;
+        the pool is then empty."""
+        batches, self.batches = self.batches, []
+        index = [(batch, [int(v.shape[0]) for v in xs]) for batch, _, _, xs, _ in batches]
+        if len(batches) == 1:
+            return index, batches[0][1], batches[0][2]
+        local = len(index[0][1])  # this worker's replicas
+
+        def joined(values: list[tuple]):
+            per_replica = [tf.concat([v[i] for v in values], 0) for i in range(local)]
+            return strategy.experimental_distribute_values_from_function(
+                lambda context: per_replica[context.replica_id_in_sync_group % local]
+            )
+
+        return index, joined([b[3] for b in batches]), joined([b[4] for b in batches])
+
+
+class _Tally:
+    """Running sums of an evaluation, and its result."""
+
+    def __init__(self, attacks: Mapping[str, tuple[float, Attack]]):
+        self.clean = self.loss = self.total = 0.0
+        self.robust = dict.fromkeys(attacks, 0.0)
+        self.covered = dict.fromkeys(attacks, 0.0)  # examples each attack has counted so far
+        self.seconds = dict.fromkeys(attacks, 0.0)
+        self.parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
+        self.per_batch: list[dict[str, Any]] = []
+        self.names = list(attacks)
+
+    def add_clean(self, batch: int, counts: dict[str, float]) -> None:
+        if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
+            raise NonFiniteError(
+                f"batch {batch}: {counts['nonfinite_logits']:.0f} of {counts['examples']:.0f} "
+                "examples give non-finite logits (NaN or infinite) on clean inputs, "
+                f"{counts['nonfinite_inputs']:.0f} have non-finite pixels",
+                int(counts["nonfinite_logits"]),
+            )
+        self.clean += counts["correct"]
+        self.loss += counts["loss"]
+        self.total += counts["examples"]
+        self.per_batch.append(
+            {
+                "examples": int(counts["examples"]),
+                # a global batch holds examples; never 0
+                "clean_accuracy": counts["correct"] / max(counts["examples"], 1.0),
+                "robust_accuracy": dict.fromkeys(self.names),
+            }
+        )
+
+    def add_robust(self, name: str, index: list, counts: dict[str, Any], seconds: float) -> None:
+        """Attack `name`'s counts over the global batches in `index` (see _Pool.take)."""
+        self.seconds[name] += seconds
+        for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
+            this_batch = self.per_batch[batch]
+            this_batch["robust_accuracy"][name] = hits / max(this_batch["examples"], 1)
+            self.robust[name] += hits
+            self.covered[name] += this_batch["examples"]
+        for key, value in counts.items():
+            kind, part = key.split("/", 1)
+            per_part = self.parts[kind].setdefault(name, {})
+            per_part[part] = per_part.get(part, 0.0) + value
+
+    def running(self) -> list[tuple[str, float]]:
+        """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far."""
+        counted = [(name, self.robust[name] / n) for name, n in self.covered.items() if n]
+        return [("clean", self.clean / self.total), *counted]
+
+    def result(self, replicas: int) -> dict[str, Any]:
+        if self.total == 0:
+            raise ValueError("evaluation got an empty dataset")
+        total = self.total
+        return {
+            "examples": int(total),
+            "clean_accuracy": self.clean / total,
+            "loss": self.loss / total,
+            "robust_accuracy": {name: value / total for name, value in self.robust.items()},
+            "per_attack": {
+                name: {part: count / total for part, count in counts.items()}
+                for name, counts in self.parts["robust"].items()
+            },
+            "per_attack_seconds": self.parts["seconds"],
+            "per_batch": self.per_batch,
+            "time_s": self.seconds,
+            "replicas": replicas,
+        }
+
+
+def _clean_counts(classifier: Callable, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
+    logits = classifier(x, training=False)
+    return {
+        "correct": tf.reduce_sum(correct(logits, y)),
+        "loss": tf.reduce_sum(cross_entropy(logits, y)),
+        "examples": tf.cast(tf.shape(x)[0], tf.float32),
+        "nonfinite_inputs": _nonfinite_rows(x),
+        "nonfinite_logits": _nonfinite_rows(logits),
+    }
+
+
+def _robust_counts(
+    classifier: Callable,
+    eps: float,
+    attack: Attack,
+    index: list,
+    seed: int,
+    progress: bool,
+    x: tf.Tensor,
+    y: tf.Tensor,
+) -> dict[str, tf.Tensor]:
+    """`attack` on this replica's shards of the global batches in `index`, [(batch b, shard
+    size per local replica)], given joined: the robust count of each batch, and an ensemble's
+    robust count and seconds after each part. Seeded as batch b's first of them."""
+    context = tf.distribute.get_replica_context()
+    replica, replicas = int(context.replica_id_in_sync_group), context.num_replicas_in_sync
+    local = len(index[0][1])  # this worker's replicas
+    shards = [sizes[replica % local] for _, sizes in index]
+    # The largest shard of this worker: the batch per replica (1 where all are empty).
+    size = max(1, *(max(sizes) for _, sizes in index))
+    if _pools(attack):
+        attack = attack.in_slices(size, progress and replicas == 1)
+    batch_seed = tf.constant([seed, index[0][0] * replicas + replica], tf.int32)
+    x_adv, breakdown = attack(classifier, x, y, batch_seed)
+    nonfinite = int(_nonfinite_rows(x_adv))
+    if nonfinite:
+        raise NonFiniteError(
+            f"the attack's points are not finite for {nonfinite} examples (NaN or infinite "
+            "input gradients of the model there)",
+            nonfinite,
+        )
+    check_in_ball(x_adv, x, eps)
+    logits = [
+        classifier(x_adv[i : i + size], training=False) for i in range(0, int(x.shape[0]), size)
+    ]
+    nonfinite = sum(int(_nonfinite_rows(v)) for v in logits)
+    if nonfinite:
+        raise NonFiniteError(
+            f"{nonfinite} adversarial examples give non-finite logits (NaN or infinite)", nonfinite
+        )
+    hits = [correct(v, y[i * size : (i + 1) * size]) for i, v in enumerate(logits)]
+    hits = tf.concat(hits, 0) if hits else tf.zeros([0])
+    robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
+    counts = {"robust": tf.pad(robust, [[0, len(shards) - robust.shape[0]]])}  # empty last shards
+    for part, mask in breakdown.get("robust", {}).items():
+        counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
+    for part, spent in breakdown.get("seconds", {}).items():
+        counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
+    return counts
+
+
+def _summed(strategy: tf.distribute.Strategy, fn: Callable, *args) -> dict[str, Any]:
+    """fn run on every replica, its counts summed over replicas (and workers), as NumPy."""
+    per_replica = strategy.run(fn, args=args)
+    reduced = {
+        key: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()
+        for key, value in per_replica.items()
+    }
+    return {key: float(v) if v.ndim == 0 else v.astype(float) for key, v in reduced.items()}
+
+
 def evaluate(
     classifier: keras.Model,
     dataset: tf.data.Dataset,
@@ -117,11 +299,12 @@ def evaluate(
     are a function of the arguments alone (the same at every call, e.g. every epoch's
     validation), and on one device batch b gets [seed, b].
 
-    An attack that batches itself (AutoAttack, `batches_itself`) is instead given the batches
-    of a pool (all of them, up to POOL_BYTES of inputs) in one call per replica, with the
-    seed [seed, b·R + r] of the pool's first batch b and the replica's batch size: each of its
-    parts then attacks the examples still robust across the pool, a batch at a time, as the
-    reference re-batches its survivors before every attack. Its "per_batch" counts are kept.
+    An attack that pools (AutoAttack, `Attack.pools`) is instead given the batches of a pool
+    (all of them, up to POOL_BYTES of inputs) joined, in one call per replica, with the seed
+    [seed, b·R + r] of the pool's first batch b, as `attack.in_slices(the replica's batch
+    size)`: each of its parts then attacks the examples still robust across the pool, a batch at
+    a time, as the reference re-batches its survivors before every attack. Its "per_batch"
+    counts are kept.
 
     `strategy` (default: the current one) splits each global batch of `dataset` over its
     replicas: each replica runs the clean pass and every attack on its shard, and the counts are
@@ -134,171 +317,36 @@ def evaluate(
     check_distributable(strategy)
     batches = int(dataset.cardinality())
     bar = keras.utils.Progbar(batches if batches > 0 else None) if progress else None
-    replicas = strategy.num_replicas_in_sync
+    tally = _Tally(attacks)
+    pools = {name: _Pool(attack) for name, (_, attack) in attacks.items()}
+    clean_counts = functools.partial(_clean_counts, classifier)
 
-    def clean_counts(x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
-        logits = classifier(x, training=False)
-        return {
-            "correct": tf.reduce_sum(correct(logits, y)),
-            "loss": tf.reduce_sum(cross_entropy(logits, y)),
-            "examples": tf.cast(tf.shape(x)[0], tf.float32),
-            "nonfinite_inputs": _nonfinite_rows(x),
-            "nonfinite_logits": _nonfinite_rows(logits),
-        }
-
-    def part_counts(breakdown: dict) -> dict[str, tf.Tensor]:
-        """An ensemble's examples robust after each part, and the time each took."""
-        counts = {}
-        for part, mask in breakdown.get("robust", {}).items():
-            counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
-        for part, spent in breakdown.get("seconds", {}).items():
-            counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
-        return counts
-
-    def robust_counts(eps: float, attack: Attack, index: list, x: tf.Tensor, y: tf.Tensor):
-        """An attack on this replica's shards of the global batches in `index`, [(batch b,
-        shard size per local replica)], given joined: the robust count of each batch, and an
-        ensemble's counts per part. Seeded as batch b's first of them."""
-        replica = int(tf.distribute.get_replica_context().replica_id_in_sync_group)
-        local = len(index[0][1])  # this worker's replicas
-        shards = [sizes[replica % local] for _, sizes in index]
-        # The largest shard of this worker: the batch per replica (1 where all are empty).
-        size = max(1, *(max(sizes) for _, sizes in index))
-        seed_ = tf.constant([seed, index[0][0] * replicas + replica], tf.int32)
-        if getattr(attack, "batches_itself", False):
-            progress_ = progress and replicas == 1
-            x_adv, breakdown = attack(classifier, x, y, seed_, batch_size=size, progress=progress_)
-        else:
-            x_adv, breakdown = attack(classifier, x, y, seed_)
-        nonfinite = int(_nonfinite_rows(x_adv))
-        if nonfinite:
-            raise NonFiniteError(
-                f"the attack's points are not finite for {nonfinite} examples (NaN or infinite "
-                "input gradients of the model there)",
-                nonfinite,
-            )
-        check_in_ball(x_adv, x, eps)
-        logits = [
-            classifier(x_adv[i : i + size], training=False) for i in range(0, int(x.shape[0]), size)
-        ]
-        nonfinite = sum(int(_nonfinite_rows(v)) for v in logits)
-        if nonfinite:
-            raise NonFiniteError(
-                f"{nonfinite} adversarial examples give non-finite logits (NaN or infinite)",
-                nonfinite,
-            )
-        hits = [correct(v, y[i * size : (i + 1) * size]) for i, v in enumerate(logits)]
-        hits = tf.concat(hits, 0) if hits else tf.zeros([0])
-        robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
-        robust = tf.pad(robust, [[0, len(shards) - robust.shape[0]]])  # empty last shards
-        return {"robust": robust, **part_counts(breakdown)}
-
-    def summed(fn: Callable, *args) -> dict[str, Any]:
-        per_replica = strategy.run(fn, args=args)
-        reduced = {
-            key: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()
-            for key, value in per_replica.items()
-        }
-        return {key: float(v) if v.ndim == 0 else v.astype(float) for key, v in reduced.items()}
-
-    def run_attack(name: str, index: list, x, y) -> None:
-        """Attack `name` on the global batches in `index`; x and y hold them joined."""
+    def run(name: str) -> None:
         eps, attack = attacks[name]
+        index, x, y = pools[name].take(strategy)
         start = time.perf_counter()
-        counts = summed(functools.partial(robust_counts, eps, attack, index), x, y)
-        seconds[name] += time.perf_counter() - start
-        for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
-            per_batch[batch]["robust_accuracy"][name] = hits / max(per_batch[batch]["examples"], 1)
-            robust[name] += hits
-            covered[name] += per_batch[batch]["examples"]
-        for key, value in counts.items():
-            kind, part = key.split("/", 1)
-            per_part = parts[kind].setdefault(name, {})
-            per_part[part] = per_part.get(part, 0.0) + value
+        fn = functools.partial(_robust_counts, classifier, eps, attack, index, seed, progress)
+        counts = _summed(strategy, fn, x, y)
+        tally.add_robust(name, index, counts, time.perf_counter() - start)
 
-    def run_pooled() -> None:
-        """Each attack that batches itself, once over every batch in the pool."""
-        local = len(pool[0][1])  # this worker's replicas
-
-        def joined(values: list[list[tf.Tensor]]):
-            per_replica = [tf.concat([v[i] for v in values], 0) for i in range(local)]
-            return strategy.experimental_distribute_values_from_function(
-                lambda context: per_replica[context.replica_id_in_sync_group % local]
-            )
-
-        x, y = joined([xs for _, xs, _ in pool]), joined([ys for _, _, ys in pool])
-        index = [(batch, [int(v.shape[0]) for v in xs]) for batch, xs, _ in pool]
-        for name in pooled:
-            run_attack(name, index, x, y)
-        pool.clear()
-
-    clean = loss = total = 0.0
-    robust = dict.fromkeys(attacks, 0.0)
-    seconds = dict.fromkeys(attacks, 0.0)
-    parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
-    per_batch = []
-    # An attack that batches itself (AutoAttack) is given the batches of a pool of up to
-    # POOL_BYTES of inputs at once: each of its parts then runs over the survivors of all of
-    # them, in calls of one batch each, as the reference does over its whole set.
-    pooled = {n: v for n, v in attacks.items() if getattr(v[1], "batches_itself", False)}
-    covered = dict.fromkeys(attacks, 0)  # examples each attack has counted so far
-    pool: list[tuple[int, list[tf.Tensor], list[tf.Tensor]]] = []
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    batched = strategy.experimental_distribute_dataset(dataset.with_options(options))
-    for batch, (x, y) in enumerate(batched):
-        counts = summed(clean_counts, x, y)
-        if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
-            raise NonFiniteError(
-                f"batch {batch}: {counts['nonfinite_logits']:.0f} of {counts['examples']:.0f} "
-                "examples give non-finite logits (NaN or infinite) on clean inputs, "
-                f"{counts['nonfinite_inputs']:.0f} have non-finite pixels",
-                int(counts["nonfinite_logits"]),
-            )
-        clean += counts["correct"]
-        loss += counts["loss"]
-        total += counts["examples"]
-        examples = max(counts["examples"], 1.0)  # a global batch holds examples; never 0
-        this_batch = {
-            "examples": int(counts["examples"]),
-            "clean_accuracy": counts["correct"] / examples,
-            "robust_accuracy": dict.fromkeys(attacks),
-        }
-        per_batch.append(this_batch)
-        xs, ys = strategy.experimental_local_results(x), strategy.experimental_local_results(y)
-        for name in attacks:
-            if name not in pooled:
-                run_attack(name, [(batch, [int(v.shape[0]) for v in xs])], x, y)
-        if pooled:
-            pool.append((batch, xs, ys))
-            if sum(v.shape.num_elements() * v.dtype.size for _, xs, _ in pool for v in xs) >= (
-                POOL_BYTES
-            ):
-                run_pooled()
+    for batch, (x, y) in enumerate(
+        strategy.experimental_distribute_dataset(dataset.with_options(options))
+    ):
+        tally.add_clean(batch, _summed(strategy, clean_counts, x, y))
+        for name, pool in pools.items():
+            pool.add(batch, x, y, strategy)
+            if pool.full():
+                run(name)
         if bar is not None:
-            running = [("clean", clean / total)]
-            running += [(name, robust[name] / n) for name, n in covered.items() if n]
-            bar.add(1, values=running)
-    if pool:
-        run_pooled()
-    if total == 0:
-        raise ValueError("evaluation got an empty dataset")
-    return {
-        "examples": int(total),
-        "clean_accuracy": clean / total,
-        "loss": loss / total,
-        "robust_accuracy": {name: value / total for name, value in robust.items()},
-        "per_attack": {
-            name: {part: count / total for part, count in counts.items()}
-            for name, counts in parts["robust"].items()
-        },
-        "per_attack_seconds": parts["seconds"],
-        "per_batch": per_batch,
-        "time_s": seconds,
-        "replicas": replicas,
-    }
+            bar.add(1, values=tally.running())
+    for name, pool in pools.items():
+        if pool.batches:
+            run(name)
+    return tally.result(strategy.num_replicas_in_sync)
 
 
 def transfer_robust_accuracy(

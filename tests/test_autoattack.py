@@ -115,7 +115,7 @@ def test_each_part_attacks_the_survivors_in_slices_of_the_batch_size():
     )
     first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
-    x_adv, breakdown = attack(threshold_model(), x, y, seed=[7, 3], batch_size=3)
+    x_adv, breakdown = attack.in_slices(3)(threshold_model(), x, y, seed=[7, 3])
 
     assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10], [11]]  # 0 and 5 are clean-wrong
     assert second.seen == [[4, 6, 7], [8, 9, 10], [11]]  # 1, 2, 3 broken by the first
@@ -132,7 +132,7 @@ def test_progress_names_each_part_its_examples_and_what_it_left(capsys):
     x, y = composition_inputs()
     first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
-    attack(threshold_model(), x, y, seed=0, batch_size=3, progress=True)
+    attack.in_slices(3, progress=True)(threshold_model(), x, y, seed=0)
     out = capsys.readouterr().out
     assert "AutoAttack (custom), 12 examples: clean 83.33%" in out
     assert "first on the 10 examples still robust" in out

@@ -23,13 +23,14 @@ Cost: "standard" is model evaluations, about 1,910 forward-backward passes (APGD
 9 × 101, FAB-T 9 × 100) and 5,910 forward passes (FAB-T's checks, Square's 5000 queries) per
 example that stays robust, so its time grows with the robust accuracy. Each attack's iterations
 run in one tf.function, traced once or twice per attack (not per subset size), and cost a fixed
-few milliseconds per iteration besides the model: give it large calls (`batch_size`;
+few milliseconds per iteration besides the model: give it large calls (`in_slices`;
 `evaluation.evaluate` gives it all its batches at once). bench/autoattack_time.py times it
 through evaluate.py.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
 
@@ -106,15 +107,23 @@ def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> Non
 
 
 class AutoAttack(Attack):
-    # evaluate() gives it many batches at once and passes its batch size (see __call__).
-    batches_itself = True
+    # evaluate() gives it many batches joined, as in_slices(its batch size).
+    pools = True
 
     def __init__(
         self,
         eps: float,
         version: str = "standard",
         attacks: Mapping[str, Attack] | None = None,
+        batch_size: int | None = None,
+        progress: bool = False,
     ):
+        """`batch_size` bounds what one call of a part (and the clean pass) is given: each part
+        attacks the examples still robust in consecutive slices of at most that many, as the
+        reference does (None: all of them at once). Slice k of every part gets the seed
+        stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
+        attacked exactly as the whole batch. `progress` shows a bar over each part's calls and
+        the robust accuracy after it."""
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if version not in VERSIONS:
@@ -133,30 +142,23 @@ class AutoAttack(Attack):
             self.attacks = rand_attacks(self.eps)
         else:
             self.attacks = dict(attacks)
+        self.batch_size = batch_size
+        self.progress = progress
+
+    def in_slices(self, size: int, progress: bool = False) -> AutoAttack:
+        sliced = copy.copy(self)
+        sliced.batch_size, sliced.progress = size, progress
+        return sliced
 
     def __call__(
-        self,
-        model: keras.Model,
-        x: tf.Tensor,
-        y: tf.Tensor,
-        seed: int | tf.Tensor,
-        batch_size: int | None = None,
-        progress: bool = False,
+        self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
     ) -> tuple[tf.Tensor, Breakdown]:
-        """(x_adv, {"robust": {"clean" and each attack: bool [n]}, "seconds": {attack: s}}).
-
-        `batch_size` bounds what one call of a part (and the clean pass) is given: each part
-        attacks the examples still robust in consecutive slices of at most that many, as the
-        reference does (None: all of them at once). Slice k of every part gets the seed
-        stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
-        attacked exactly as the whole batch. `progress` shows a bar over each part's calls and
-        the robust accuracy after it.
-        """
+        """(x_adv, {"robust": {"clean" and each attack: bool [n]}, "seconds": {attack: s}})."""
         seed = constraints.as_seed(seed)
         x = tf.convert_to_tensor(x)
         y = tf.cast(tf.convert_to_tensor(y), tf.int32)
         n = int(x.shape[0])
-        size = max(batch_size or n, 1)
+        size = max(self.batch_size or n, 1)
         robust = np.concatenate(
             [
                 correct(model(x[i : i + size], training=False), y[i : i + size]).numpy() > 0.5
@@ -167,13 +169,13 @@ class AutoAttack(Attack):
         masks = {"clean": robust.copy()}
         seconds = {}
         x_adv = x.numpy().copy()
-        if progress:
+        if self.progress:
             print(f"AutoAttack ({self.version}), {n} examples: clean {_percent(robust)}")
         for name, attack in self.attacks.items():
             start = time.perf_counter()
             still_robust = np.flatnonzero(robust)
             bar = None
-            if progress and still_robust.size:
+            if self.progress and still_robust.size:
                 print(f"{name} on the {still_robust.size} examples still robust")
                 calls = -(-still_robust.size // size)
                 bar = keras.utils.Progbar(calls, stateful_metrics=["robust"], unit_name="call")
@@ -190,7 +192,7 @@ class AutoAttack(Attack):
                     bar.add(1, values=[("robust", robust.mean())])
             seconds[name] = time.perf_counter() - start
             masks[name] = robust.copy()
-            if progress:
+            if self.progress:
                 print(f"  after {name}: {_percent(robust)} robust ({seconds[name]:.1f} s)")
         return tf.convert_to_tensor(x_adv), {"robust": masks, "seconds": seconds}
 

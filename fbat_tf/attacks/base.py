@@ -8,9 +8,9 @@ called before. An evaluation passes each batch its own seed. `breakdown` is {} f
 attack; an ensemble (AutoAttack) fills it with {"robust": {part: bool [batch]}, "seconds":
 {part: float}}, what is still robust after each of its parts and the time each took.
 
-An attack with `batches_itself = True` (AutoAttack) is given many batches at once by
-`evaluation.evaluate`, and is called as `attack(model, x, y, seed, batch_size=B, progress=P)`:
-it runs its own calls on at most B examples each (the evaluation batch size).
+An attack that `pools` (AutoAttack) is given many batches joined by `evaluation.evaluate`, as
+`attack.in_slices(B, progress)`: the same attack, whose own calls take at most B examples each
+(the evaluation batch size), with the same call signature.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ class Attack:
     """Base class: a subclass writes `perturb`, the adversarial batch for one stateless seed."""
 
     eps: float
-    batches_itself: bool = False
+    # True for an ensemble that re-batches what is still robust before each part, as the
+    # reference does over its whole set (AutoAttack): an evaluation then gives it many batches
+    # joined, in one call of `in_slices(batch size)`.
+    pools: bool = False
 
     def __call__(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
@@ -39,3 +42,9 @@ class Attack:
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         """x_adv ∈ x + C for the batch (x, y)."""
         raise NotImplementedError
+
+    def in_slices(self, size: int, progress: bool = False) -> Attack:
+        """This attack for inputs of many batches joined, attacked at most `size` examples at a
+        time, showing its progress if `progress`. An attack that does not pool is given one
+        batch at a time and is returned as it is."""
+        return self
