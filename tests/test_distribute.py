@@ -81,19 +81,23 @@ print("RESULT", one, two, error, moved)
 """
 
 
-@pytest.mark.parametrize("method", ["fastbat"])
-def test_mirrored_step_equals_single_device_step(method):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+def _result(script: str, *args: str) -> list[str]:
+    """The words of the RESULT line that `script` (with the model) prints in a fresh process."""
     result = subprocess.run(
-        [sys.executable, "-c", _with_model(SCRIPT), method],
+        [sys.executable, "-c", _with_model(script), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT),
         timeout=300,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
-    _, one, two, error, _ = lines[-1].split()
+    return lines[-1].split()
+
+
+@pytest.mark.parametrize("method", ["fastbat"])
+def test_mirrored_step_equals_single_device_step(method):
+    _, one, two, error, _ = _result(SCRIPT, method)
     assert (int(one), int(two)) == (1, 2)
     assert float(error) < 1e-5
 
@@ -170,17 +174,7 @@ print("RESULT", seeds[0].tolist() != seeds[1].tolist(), error, other)
 
 
 def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    result = subprocess.run(
-        [sys.executable, "-c", _with_model(REPLICA_NOISE_SCRIPT)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
-    _, differ, error, other = lines[-1].split()
+    _, differ, error, other = _result(REPLICA_NOISE_SCRIPT)
     assert differ == "True"
     assert float(error) < 1e-5
     assert float(other) > 1e-4  # the noise matters to the step
