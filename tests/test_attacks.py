@@ -164,3 +164,25 @@ def test_check_in_ball_rejects_nan_and_infinite_points():
         x_adv = tf.tensor_scatter_nd_update(x, [[1, 2]], [bad])
         with pytest.raises(AssertionError, match="NaN or infinite"):
             check_in_ball(x_adv, x, EPS)
+
+
+def test_each_attack_traces_its_graph_once_for_every_batch_size():
+    # The last batch and a restart's survivors come in other sizes than the first batch: each
+    # would cost a second trace of the attack's graph.
+    from fbat_tf.attacks.apgd import APGD
+    from fbat_tf.attacks.fab import FAB
+    from fbat_tf.attacks.square import Square
+
+    model = linear_model((4, 4, 1), classes=3)
+    x = tf.random.stateless_uniform([7, 4, 4, 1], [0, 1])
+    y = tf.argmax(model(x), -1, output_type=tf.int32)  # every example attacked
+    attacks = {
+        "pgd": PGD(0.1, steps=2, restarts=2),
+        "apgd": APGD(0.1, steps=2),
+        "fab": FAB(0.1, steps=2, n_target_classes=1),
+        "square": Square(0.1, n_queries=2),
+    }
+    for name, attack in attacks.items():
+        for size in (7, 5, 3):
+            attack(model, x[:size], y[:size], seed=0)
+        assert attack._run.experimental_get_tracing_count() == 1, name

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.base import Attack, for_any_batch
 from fbat_tf.attacks.losses import correct, cross_entropy, dlr, dlr_targeted, input_gradient
 
 LOSSES = ("ce", "dlr", "dlr_targeted")
@@ -184,7 +184,9 @@ class APGD(Attack):
                 run_seed = tf.random.experimental.stateless_fold_in(
                     seed, restart + self.restarts * (k or 0)
                 )
-                fooled, x_best_adv, _ = self._run(model, x_sub, y_sub, target, run_seed)
+                fooled, x_best_adv, _ = for_any_batch(
+                    self._run, model, x_sub, y_sub, target, run_seed, batched=3
+                )
                 fooled = fooled.numpy()
                 x_adv[to_attack[fooled]] = x_best_adv.numpy()[fooled]
                 robust[to_attack[fooled]] = False

@@ -25,6 +25,20 @@ from fbat_tf import constraints
 Breakdown = dict[str, dict[str, Any]]
 
 
+def for_any_batch(function: Any, *args: Any, batched: int) -> Any:
+    """`function(*args)`, a tf.function traced once for every batch size: its first `batched`
+    arguments after the model (args[1:1 + batched]) are batch-first tensors, traced with the
+    batch dimension unknown. Without it the first call traces for its batch size and the first
+    other size (the last batch, the survivors of a restart) traces again, a few tenths of a
+    second each."""
+    specs = [
+        tf.TensorSpec([None, *value.shape[1:]], value.dtype) if 1 <= i <= batched else value
+        for i, value in enumerate(args)
+    ]
+    function.get_concrete_function(*specs)
+    return function(*args)
+
+
 class Attack:
     """Base class: a subclass writes `perturb`, the adversarial batch for one stateless seed."""
 

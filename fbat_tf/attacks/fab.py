@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.base import Attack, for_any_batch
 from fbat_tf.attacks.losses import as_loss_dtype, input_gradient
 
 
@@ -162,13 +162,15 @@ class FAB(Attack):
                 run_seed = tf.random.experimental.stateless_fold_in(seed, k)
                 run_seed = tf.random.experimental.stateless_fold_in(run_seed, restart)
                 x_sub = tf.gather(x, index)
-                adv, broken = self._run(
+                adv, broken = for_any_batch(
+                    self._run,
                     model,
                     x_sub,
                     tf.gather(y, index),
                     tf.gather(ranked[:, k + 1], index),
                     run_seed,
                     restart > 0,
+                    batched=3,
                 )
                 broken_index = tf.boolean_mask(index, broken)[:, None]
                 x_adv = tf.tensor_scatter_nd_update(

@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.base import Attack, for_any_batch
 from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
 
@@ -55,7 +55,8 @@ class PGD(Attack):
         )
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-        return self._run(model, tf.convert_to_tensor(x), tf.convert_to_tensor(y), seed)
+        x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+        return for_any_batch(self._run, model, x, y, seed, batched=2)
 
     def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
         # Graph loops over restarts and steps: the traced graph holds one gradient step

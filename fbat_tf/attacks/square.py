@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack
+from fbat_tf.attacks.base import Attack, for_any_batch
 
 # The reference's `p_selection` breakpoints, in queries of a 10,000-query budget: past the k-th
 # one, p = p_init / 2^k.
@@ -122,7 +122,10 @@ class Square(Attack):
                 history = np.asarray(x)[None]
             return x, history
         x_sub, y_sub = tf.gather(x, index), tf.gather(y, index)
-        x_best, frames = self._run(model, x_sub, y_sub, tf.constant(sides, tf.int32), seed, record)
+        sides = tf.constant(sides, tf.int32)
+        x_best, frames = for_any_batch(
+            self._run, model, x_sub, y_sub, sides, seed, record, batched=2
+        )
         predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
         broken = tf.not_equal(predicted, y_sub)
         broken_index = tf.boolean_mask(index, broken)[:, None]
