@@ -70,24 +70,27 @@ def project_linf_hyperplane_box(
 
     def solve_on_piece(saturated: tf.Tensor) -> tf.Tensor:
         """λ with Σ_saturated |w_i| room_i + λ·Σ_free |w_i| = needed (0 where nothing is free)."""
-        saturated_reach = tf.reduce_sum(tf.where(saturated, reach, tf.zeros_like(reach)), -1)
-        free = tf.reduce_sum(tf.where(saturated, tf.zeros_like(weight), weight), -1)
+        mask = tf.cast(saturated, reach.dtype)
+        saturated_reach = tf.reduce_sum(reach * mask, -1)
+        free = tf.reduce_sum(weight * (1.0 - mask), -1)
         safe_free = tf.where(free > 0, free, tf.ones_like(free))
         return tf.where(free > 0, (needed - saturated_reach) / safe_free, tf.zeros_like(free))
 
     def newly_saturated(lam: tf.Tensor, saturated: tf.Tensor) -> tf.Tensor:
         return tf.logical_and(room < lam[:, None], tf.logical_not(saturated))
 
-    def refine(lam: tf.Tensor, saturated: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        saturated = tf.logical_or(saturated, newly_saturated(lam, saturated))
-        return solve_on_piece(saturated), saturated
+    def refine(lam: tf.Tensor, saturated: tf.Tensor, newly: tf.Tensor):
+        saturated = tf.logical_or(saturated, newly)
+        lam = solve_on_piece(saturated)
+        return lam, saturated, newly_saturated(lam, saturated)
 
     # λ only rises, so the saturated set only grows: at most d rounds, in practice a few.
     saturated = tf.zeros_like(room, tf.bool)
-    lam, _ = tf.while_loop(
-        lambda lam, saturated: tf.reduce_any(newly_saturated(lam, saturated)),
+    lam = solve_on_piece(saturated)
+    lam, _, _ = tf.while_loop(
+        lambda lam, saturated, newly: tf.reduce_any(newly),
         refine,
-        (solve_on_piece(saturated), saturated),
+        (lam, saturated, newly_saturated(lam, saturated)),
     )
     lam = tf.maximum(lam, 0.0)
     # Infeasible rows: λ = ∞ moves every coordinate to its face, the box corner nearest the plane.

@@ -183,11 +183,8 @@ class Square(Attack):
         def searching(query, x_best, margin_min, loss_min, frames):
             return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
 
-        def search(query, x_best, margin_min, loss_min, frames):
-            # Only examples still classified correctly are queried again.
-            active = tf.where(margin_min > 0.0)
-            x_curr = tf.gather_nd(x, active)
-            x_best_curr = tf.gather_nd(x_best, active)
+        def propose(query, x_curr, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
+            """One query on the given rows: their new best points, margins and losses."""
             side = sides[query]
             position_seed, signs_seed = tf.unstack(
                 tf.random.experimental.stateless_split(
@@ -207,23 +204,39 @@ class Square(Attack):
             change = 2.0 * eps * window[None, :, :, None] * random_signs([channels], signs_seed)
             x_new = tf.clip_by_value(x_best_curr + change, x_curr - eps, x_curr + eps)
             x_new = tf.clip_by_value(x_new, 0.0, 1.0)
-            margin, loss = self._margin_and_loss(model, x_new, tf.gather_nd(y, active))
-            loss_min_curr = tf.gather_nd(loss_min, active)
-            margin_min_curr = tf.gather_nd(margin_min, active)
+            margin, loss = self._margin_and_loss(model, x_new, y_curr)
             # Accept if the loss drops or the candidate is misclassified (the reference's
             # idx_improved / idx_miscl); with the margin loss both mean a lower margin.
             lowered = loss < loss_min_curr
             accepted = tf.logical_or(lowered, margin <= 0.0)
-            loss_min = tf.tensor_scatter_nd_update(
-                loss_min, active, tf.where(lowered, loss, loss_min_curr)
-            )
-            margin_min = tf.tensor_scatter_nd_update(
-                margin_min, active, tf.where(accepted, margin, margin_min_curr)
-            )
-            x_best = tf.tensor_scatter_nd_update(
-                x_best,
-                active,
+            return (
                 tf.where(accepted[:, None, None, None], x_new, x_best_curr),
+                tf.where(accepted, margin, margin_min_curr),
+                tf.where(lowered, loss, loss_min_curr),
+            )
+
+        def on_every_row(query, x_best, margin_min, loss_min):
+            return propose(query, x, x_best, y, margin_min, loss_min)
+
+        def on_active_rows(query, x_best, margin_min, loss_min):
+            # Only examples still classified correctly are queried again.
+            active = tf.where(margin_min > 0.0)
+            proposed = propose(
+                query,
+                *(tf.gather_nd(v, active) for v in (x, x_best, y, margin_min, loss_min)),
+            )
+            return tuple(
+                tf.tensor_scatter_nd_update(v, active, new)
+                for v, new in zip((x_best, margin_min, loss_min), proposed, strict=True)
+            )
+
+        def search(query, x_best, margin_min, loss_min, frames):
+            # While no example is broken (most of the search on robust ones), every row is
+            # queried, without gathering and scattering them.
+            x_best, margin_min, loss_min = tf.cond(
+                tf.reduce_all(margin_min > 0.0),
+                lambda: on_every_row(query, x_best, margin_min, loss_min),
+                lambda: on_active_rows(query, x_best, margin_min, loss_min),
             )
             query += 1
             if record:
