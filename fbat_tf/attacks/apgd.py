@@ -230,9 +230,12 @@ class APGD(Attack):
         """One restart on one target: (fooled [batch] bool, the latest misclassified iterate,
         the step size each example took at each iteration [steps, batch])."""
         eps = tf.constant(self.eps, x.dtype)
+        # The reference's projection onto C, min(max(p, x − ε), x + ε) clamped to [0, 1], is
+        # the clip of p to these bounds, computed once.
+        lower, upper = tf.maximum(x - eps, 0.0), tf.minimum(x + eps, 1.0)
 
         def to_ball(point: tf.Tensor) -> tf.Tensor:
-            return x + constraints.project(point - x, x, eps)
+            return tf.clip_by_value(point, lower, upper)
 
         # Reference L∞ start: x + ε·u/‖u‖∞, u ~ U[-1, 1]^d, clipped to the box (drawn by the
         # project's one noise source, the same numbers as stateless_uniform on this seed).
@@ -317,8 +320,15 @@ class APGD(Attack):
             )
             # Halving restarts from the best-loss point and its gradient (reference rule).
             step_size = tf.where(halve, step_size / 2.0, step_size)
-            x_adv = tf.where(_per_example(halve, x), x_best, x_adv)
-            grad = tf.where(_per_example(halve, x), grad_best, grad)
+            # Only a checkpoint can halve: the other iterations skip the two selects.
+            x_adv, grad = tf.cond(
+                at_checkpoint,
+                lambda: (
+                    tf.where(_per_example(halve, x), x_best, x_adv),
+                    tf.where(_per_example(halve, x), grad_best, grad),
+                ),
+                lambda: (x_adv, grad),
+            )
             reduced_last_check = tf.where(at_checkpoint, halve, reduced_last_check)
             loss_best_last_check = tf.where(at_checkpoint, loss_best, loss_best_last_check)
             increases = tf.where(at_checkpoint, tf.zeros_like(increases), increases)
