@@ -22,6 +22,13 @@ def project(delta: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor) -> tf.Tensor
     return tf.clip_by_value(delta, -x, 1.0 - x)
 
 
+def delta_bounds(x: tf.Tensor, eps: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(lower, upper) with P_C(δ) = clip(δ, lower, upper), exactly: the two clips of `project`
+    are one clip to the intersection of [-ε, ε] and [-x, 1 - x], which holds 0. For a loop
+    that projects onto the same C many times."""
+    return tf.maximum(-x, -eps), tf.minimum(1.0 - x, eps)
+
+
 def as_seed(seed: int | tf.Tensor) -> tf.Tensor:
     """A stateless seed (int32 tensor of shape [2]): an int s becomes [s, 0], a seed tensor is
     kept."""

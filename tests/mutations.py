@@ -299,7 +299,7 @@ MUTATIONS = [
         "O13",
         "PGD evaluation steps leave the ε-ball",
         "fbat_tf/attacks/pgd.py",
-        "delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)",
+        "delta = tf.clip_by_value(delta + self.step_size * tf.sign(grad), lower, upper)",
         "delta = delta + self.step_size * tf.sign(grad)",
         ("tests/test_attacks.py",),
     ),

@@ -186,3 +186,16 @@ def test_each_attack_traces_its_graph_once_for_every_batch_size():
         for size in (7, 5, 3):
             attack(model, x[:size], y[:size], seed=0)
         assert attack._run.experimental_get_tracing_count() == 1, name
+
+
+def test_one_clip_to_the_delta_bounds_is_the_projection_onto_c_exactly():
+    # Deltas far outside, on and inside the ball, at pixels on the box edges and inside it.
+    from fbat_tf import constraints
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(np.concatenate([[0.0, 1.0, 0.5, 1e-3], rng.uniform(0, 1, 996)]), tf.float32)
+    for eps in (0.0, 8 / 255, 0.3, 2.0):
+        delta = tf.constant(rng.uniform(-3, 3, 1000), tf.float32)
+        lower, upper = constraints.delta_bounds(x, eps)
+        clipped = tf.clip_by_value(delta, lower, upper)
+        np.testing.assert_array_equal(clipped, constraints.project(delta, x, eps))

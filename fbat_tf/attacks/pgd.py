@@ -64,11 +64,13 @@ class PGD(Attack):
         per_example = [-1] + [1] * (len(x.shape) - 1)
 
         def attack_from(start: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            lower, upper = constraints.delta_bounds(x, self.eps)
+
             def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
                 _, grad = input_gradient(
                     lambda delta: cross_entropy(model(x + delta, training=False), y), delta
                 )
-                delta = constraints.project(delta + self.step_size * tf.sign(grad), x, self.eps)
+                delta = tf.clip_by_value(delta + self.step_size * tf.sign(grad), lower, upper)
                 # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
                 return step + 1, tf.ensure_shape(delta, start.shape)
 
