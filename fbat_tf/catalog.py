@@ -10,6 +10,9 @@ named in their own registry, `fbat_tf.attacks`, which loads no TensorFlow either
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 DATASETS = ("cifar10", "cifar100", "svhn", "tiny_imagenet", "imagenet", "mnist", "fashion_mnist")
 MODELS = (
     "preact_resnet18",
@@ -31,3 +34,16 @@ IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware", "none")
 LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
 # How Fast-BAT differentiates its implicit term; "auto" is resolved by device.py.
 IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")
+
+# The options that change what a method's step costs, each with the value the method's plain
+# name stands for. A variant is named as bench/step_time.py names it: the method, then each such
+# option that differs ("fastbat ig=none", "pgd steps=10"); a sweep report prices a run by it.
+COST_OPTIONS: dict[str, dict[str, Any]] = {"fastbat": {"ig": "hessian_free"}, "pgd": {"steps": 2}}
+
+
+def cost_variant(method: str, config: Mapping[str, Any]) -> str:
+    """The cost variant of `method` with hyper-parameters `config` (a run's recorded method
+    config: options it lacks count as their plain values)."""
+    plain = COST_OPTIONS.get(method, {})
+    differing = [f"{k}={config[k]}" for k, value in plain.items() if config.get(k, value) != value]
+    return " ".join([method, *differing])

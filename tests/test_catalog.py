@@ -54,3 +54,24 @@ def test_entry_points_define_their_flags_without_tensorflow(entry_point):
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert child.returncode == 0, child.stdout + child.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "spelled, name, options",
+    [
+        ("fastbat", "fastbat", {}),
+        ("fastbat ig=none", "fastbat", {"ig": "none"}),
+        ("fastbat ig=none", "fastbat", {"ig_coef": 0.0}),
+        ("fastbat", "fastbat", {"ig_coef": 1.0, "lambda_inv": 10.0}),
+        ("fastbat ig=hessian_aware", "fastbat", {"ig": "hessian_aware"}),
+        ("pgd", "pgd", {}),
+        ("pgd steps=10", "pgd", {"steps": 10}),
+        ("fastat", "fastat", {}),
+        ("free", "free", {"replays": 4}),
+    ],
+)
+def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name, options):
+    # bench/step_time.py names a variant "name:key=value"; its JSON keys read "name key=value".
+    method = methods.create(name, eps=8 / 255, **options)
+    assert method.cost_variant == spelled
+    assert catalog.cost_variant(name, method.config()) == spelled  # from a recorded config

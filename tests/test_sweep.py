@@ -582,3 +582,23 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
     )
     assert found["not_estimated"] == []
     assert "not a measurement" in estimate.describe(found)
+
+
+def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_config():
+    """fashion_mnist_ig's first cells ran before results.json named the cost variant: the method
+    config they recorded prices them, first-order Fast-BAT at its own step time."""
+    sweep_dir = os.path.join(ROOT, "results", "fashion_mnist_ig")
+    definition = sweeps.load_definition(os.path.join(ROOT, "configs/sweeps/fashion_mnist_ig.json"))
+    report = sweeps.collect(definition, sweep_dir)
+    legacy = 0
+    for cell in report["cells"]:
+        with open(cell["train"]["source"]) as f:
+            legacy += "cost_variant" not in json.load(f)["method"]
+        if cell["options"].get("ig") == "hessian_aware":
+            expected = "fastbat ig=hessian_aware"
+        elif cell["options"].get("ig_coef") == 0:
+            expected = "fastbat ig=none"
+        else:
+            expected = "fastbat"
+        assert cell["train"]["cost_variant"] == expected, cell["name"]
+    assert legacy >= 20  # the committed sweep holds such runs

@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import catalog, constraints
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.losses import correct, cross_entropy
 
@@ -131,8 +131,10 @@ class Method:
     @property
     def cost_variant(self) -> str:
         """The method with the options that change what a step costs, as bench/step_time.py
-        names its variants ("fastbat ig=none"): a sweep report prices a run by it."""
-        return self.name
+        names its variants ("fastbat ig=none"): a sweep report prices a run by it. The options
+        are catalog.COST_OPTIONS', read from the method's attributes of those names."""
+        options = catalog.COST_OPTIONS.get(self.name, {})
+        return catalog.cost_variant(self.name, {name: getattr(self, name) for name in options})
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""

@@ -93,11 +93,6 @@ class FastBAT(Method):
         return names + (("cg_negative_curvature",) if self.ig == "hessian_aware" else ())
 
     @property
-    def cost_variant(self) -> str:
-        # ig_coef and λ leave the computation as it is; the implicit term's form changes it.
-        return self.name if self.ig == "hessian_free" else f"{self.name} ig={self.ig}"
-
-    @property
     def title(self) -> str:
         return "first-order Fast-BAT" if self.ig == "none" else "Fast-BAT"
 

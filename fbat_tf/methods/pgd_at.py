@@ -25,11 +25,6 @@ class PGDAT(Method):
             alpha = self.eps / 2 if self.steps <= 2 else 2.0 / 255
         self.alpha = float(alpha)
 
-    @property
-    def cost_variant(self) -> str:
-        # bench/step_time.py's name for it: "pgd" is PGD-2-AT, its default.
-        return self.name if self.steps == 2 else f"{self.name} steps={self.steps}"
-
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
         def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             delta = fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale)

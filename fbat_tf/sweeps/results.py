@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from fbat_tf import run
+from fbat_tf import catalog, run
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -129,8 +129,9 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
         "optimizer_steps": results.get("optimizer_steps"),
         "code": results.get("code"),
-        # What prices the run's steps; runs before the method said so are priced by its name.
-        "cost_variant": (results.get("method") or {}).get("cost_variant", cell.method),
+        # What prices the run's steps; for runs from before the method recorded it, derived
+        # from the method config they recorded.
+        "cost_variant": _cost_variant(results.get("method") or {}, cell.method),
     }
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
     for name in ("ig_norm_ratio", "inactive_fraction"):
@@ -220,3 +221,7 @@ def load_paper(path: str) -> dict[str, Any]:
     if paper is None:
         raise DefinitionError(f"the paper numbers file {path} does not exist")
     return paper
+
+
+def _cost_variant(method: dict[str, Any], name: str) -> str:
+    return method.get("cost_variant") or catalog.cost_variant(method.get("name", name), method)
