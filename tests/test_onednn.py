@@ -24,7 +24,11 @@ from fbat_tf import onednn
 def test_onednn_follows_the_dataset_unless_the_environment_says(
     dataset, environment, expected, monkeypatch
 ):
-    monkeypatch.delenv(onednn.VARIABLE, raising=False)
+    # setenv first, so that the test leaves the process's environment as it found it: choose()
+    # writes os.environ itself, and a value left behind would reach every later test's child
+    # processes (Tiny-ImageNet's train.py with oneDNN on crashes).
+    monkeypatch.setenv(onednn.VARIABLE, "unset")
+    monkeypatch.delenv(onednn.VARIABLE)
     if environment is not None:
         monkeypatch.setenv(onednn.VARIABLE, environment)
     assert onednn.choose(dataset) == expected
