@@ -11,10 +11,14 @@ before it; here each part gets the same examples, so that the two sides' parts c
 alike). fbat-tf runs its attacks on the inference graph evaluate.py attacks (--fold_weights);
 PyTorch runs torch_reference.pgd and pyautoattack's own attack objects, configured as its
 AutoAttack "standard" configures them, on the copied MLP. Per attack and side: the first call's
-wall time (fbat-tf traces its graphs there), the next call's, and that call again under the
-framework's profiler, split into kinds of operation (bench/profiles.py); "outside kernels" is
-the wall time the kernels do not account for (Python, dispatch, the graph executor). Each side
-runs in a process of its own (`--rounds=R`: R times in turns, medians). Needs the `bench` extra.
+wall time (fbat-tf traces its graphs there) and the next call's; then a short run of the same
+attack (SHORT: PGD-5-1, APGD and FAB with 10 iterations and one target, Square with 500
+queries, on the first 128 examples) under the framework's profiler, each kind of operation's
+share of its wall time (bench/profiles.py). A profiler keeps every kernel launch in memory: a
+whole AutoAttack part under it took over 8 GB. "outside kernels" is the share the kernels do not
+account for (Python, dispatch, the graph executor; negative where kernels ran in parallel).
+Each side runs in a process of its own (`--rounds=R`: R times in turns, medians). Needs the
+`bench` extra.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ from harness import (
 
 BATCH = 128  # evaluate.py's default batch, and eval_vs_torch.py's
 ATTACKS = ("pgd", "apgd-ce", "apgd-t", "fab-t", "square")
+# The profiled runs' lengths: PGD steps (one restart), APGD and FAB iterations (one target),
+# Square queries.
+SHORT = {"pgd_steps": 5, "iterations": 10, "queries": 500}
 
 _N = flags.DEFINE_integer("n_examples", 500, "Test images attacked.", lower_bound=1)
 _EPS = flags.DEFINE_float("eps", 24.0, "ε in 1/255 units, of the training and the attacks.")
@@ -56,23 +63,25 @@ _CHILD = flags.DEFINE_enum(
 _SCRATCH = flags.DEFINE_string("scratch", None, "Internal: the saved model and points.")
 
 
-def measure(call, profile) -> dict:
-    """The first call's and the next call's wall time, and a third call under `profile`."""
+def measure(call, short, profile) -> dict:
+    """The first call's and the next call's wall time, and `short` (run once untimed) under
+    `profile`: each kind's share of its wall time."""
     start = time.perf_counter()
     call()
     first = time.perf_counter() - start
     start = time.perf_counter()
     call()
     again = time.perf_counter() - start
-    profiled = profile(call, 1)
-    kernels = sum(profiled["kinds"].values())
+    short()
+    profiled = profile(short, 1)
+    wall = profiled["wall_s"]
     return {
         "first_call_s": first,
         "call_s": again,
-        "kinds": profiled["kinds"],
-        "outside_kernels_s": profiled["wall_s"] - kernels,
-        "profiled_wall_s": profiled["wall_s"],
-        "top_ops": dict(list(profiled["ops"].items())[:8]),
+        "kind_shares": {kind: s / wall for kind, s in profiled["kinds"].items()},
+        "outside_kernels_share": 1 - sum(profiled["kinds"].values()) / wall,
+        "profiled_wall_s": wall,
+        "top_ops_s": dict(list(profiled["ops"].items())[:8]),
     }
 
 
@@ -86,26 +95,39 @@ def fbat_tf_side(x, y, model_path: str) -> dict:
     from profiles import tf_profile
 
     from fbat_tf import classifiers
+    from fbat_tf.attacks.apgd import APGD
     from fbat_tf.attacks.autoattack import AutoAttack
+    from fbat_tf.attacks.fab import FAB
     from fbat_tf.attacks.pgd import PGD
+    from fbat_tf.attacks.square import Square
 
     eps = _EPS.value / 255
     model = classifiers.InferenceGraph(keras.models.load_model(model_path, safe_mode=True))
     x, y = tf.constant(x), tf.constant(y, tf.int32)
-    pgd = PGD(eps, _STEPS.value, _RESTARTS.value)
     standard = AutoAttack(eps).attacks
+    short = {  # the profiled runs: the same attacks, shorter (SHORT in the module docstring)
+        "pgd": PGD(eps, SHORT["pgd_steps"], 1),
+        "apgd-ce": APGD(eps, "ce", steps=SHORT["iterations"]),
+        "apgd-t": APGD(eps, "dlr_targeted", steps=SHORT["iterations"], n_target_classes=1),
+        "fab-t": FAB(eps, n_target_classes=1, steps=SHORT["iterations"]),
+        "square": Square(eps, n_queries=SHORT["queries"]),
+    }
 
-    def run_pgd():
-        for b, (xb, yb) in enumerate(batches(x, y)):
-            pgd(model, xb, yb, [0, b])[0].numpy()
+    def on_batches(attack, x, y):
+        return lambda: [
+            attack(model, xb, yb, [0, b])[0].numpy() for b, (xb, yb) in enumerate(batches(x, y))
+        ]
 
-    def part(name):
-        # The part alone as AutoAttack runs it: the clean-correct examples, 128 per call.
-        alone = AutoAttack(eps, "custom", {name: standard[name]}).in_slices(BATCH)
+    def part(attack, x, y):
+        # A part alone as AutoAttack runs it: the clean-correct examples, 128 per call.
+        alone = AutoAttack(eps, "custom", {"part": attack}).in_slices(BATCH)
         return lambda: alone(model, x, y, [0, 0])[0].numpy()
 
-    calls = {"pgd": run_pgd, **{name: part(name) for name in ATTACKS[1:]}}
-    return {name: measure(call, tf_profile) for name, call in calls.items()}
+    pgd = PGD(eps, _STEPS.value, _RESTARTS.value)
+    calls = {"pgd": (on_batches(pgd, x, y), on_batches(short["pgd"], x[:BATCH], y[:BATCH]))}
+    for name in ATTACKS[1:]:
+        calls[name] = (part(standard[name], x, y), part(short[name], x[:BATCH], y[:BATCH]))
+    return {name: measure(*pair, tf_profile) for name, pair in calls.items()}
 
 
 def torch_side(x, y, model_path: str) -> dict:
@@ -124,24 +146,40 @@ def torch_side(x, y, model_path: str) -> dict:
         for xb, yb in batches(x, y):
             reference.pgd(net, xb, yb, eps, _STEPS.value, _RESTARTS.value, generator)
 
-    adversary = AutoAttack(net, eps=eps, norm="Linf", version="standard", seed=0, device="cpu")
-    adversary.apgd.loss = "ce"
-    adversary.fab.targeted = True
+    def configured(short: bool):
+        adversary = AutoAttack(net, eps=eps, norm="Linf", version="standard", seed=0, device="cpu")
+        adversary.apgd.loss = "ce"
+        adversary.fab.targeted = True
+        if short:  # SHORT in the module docstring
+            for attack in (adversary.apgd, adversary.apgd_targeted, adversary.fab):
+                attack.n_iter = SHORT["iterations"]
+            adversary.apgd_targeted.n_target_classes = adversary.fab.n_target_classes = 1
+            adversary.square.n_queries = SHORT["queries"]
+        return {
+            "apgd-ce": adversary.apgd,
+            "apgd-t": adversary.apgd_targeted,
+            "fab-t": adversary.fab,
+            "square": adversary.square,
+        }
+
     with torch.no_grad():
         clean = net(x).argmax(1) == y
     x_clean, y_clean = x[clean], y[clean]
-    attacks = {
-        "apgd-ce": adversary.apgd,
-        "apgd-t": adversary.apgd_targeted,
-        "fab-t": adversary.fab,
-        "square": adversary.square,
-    }
 
-    def part(attack):
-        return lambda: [attack.perturb(xb, yb) for xb, yb in batches(x_clean, y_clean)]
+    def part(attack, x, y):
+        return lambda: [attack.perturb(xb, yb) for xb, yb in batches(x, y)]
 
-    calls = {"pgd": run_pgd, **{name: part(attack) for name, attack in attacks.items()}}
-    return {name: measure(call, torch_profile) for name, call in calls.items()}
+    def short_pgd():
+        reference.pgd(net, x[:BATCH], y[:BATCH], eps, SHORT["pgd_steps"], 1, generator)
+
+    full, short = configured(False), configured(True)
+    calls = {"pgd": (run_pgd, short_pgd)}
+    for name in ATTACKS[1:]:
+        calls[name] = (
+            part(full[name], x_clean, y_clean),
+            part(short[name], x_clean[:BATCH], y_clean[:BATCH]),
+        )
+    return {name: measure(*pair, torch_profile) for name, pair in calls.items()}
 
 
 def child(side: str, scratch: str) -> None:
@@ -200,7 +238,7 @@ def main(argv: list[str]) -> None:
 
 def median_attack(rounds: list[dict]) -> dict:
     merged = median_of(rounds)
-    merged["kinds"] = median_of([r["kinds"] for r in rounds])
+    merged["kind_shares"] = median_of([r["kind_shares"] for r in rounds])
     return merged
 
 
@@ -210,7 +248,8 @@ def markdown_table(payload: dict) -> str:
         f"{payload['model']} ({payload['train']}), first {payload['examples']} Fashion-MNIST "
         f"test images, ε = {payload['eps_255']:g}/255, calls of {payload['batch_size']}, "
         f"{describe(payload['machine'], torch=True)}; medians of {payload['rounds']} round(s). "
-        "Seconds per attack; kinds from each framework's profiler."
+        "Seconds of the whole attack (first call, next call); the shares of a short run's wall "
+        "time (module docstring) by kind, from each framework's profiler."
     )
     label = {"pgd": payload["pgd"]}
     rows = []
@@ -222,9 +261,11 @@ def markdown_table(payload: dict) -> str:
                     side,
                     f"{measured['first_call_s']:.2f}",
                     f"{measured['call_s']:.2f}",
-                    *(f"{measured['kinds'][kind]:.2f}" for kind in ("dense", "other")),
-                    f"{measured['kinds']['copies and casts']:.2f}",
-                    f"{measured['outside_kernels_s']:.2f}",
+                    *(
+                        f"{100 * measured['kind_shares'][kind]:.0f}%"
+                        for kind in ("dense", "other", "copies and casts")
+                    ),
+                    f"{100 * measured['outside_kernels_share']:.0f}%",
                     f"{measured['call_s'] / torch_side[name]['call_s']:.2f}",
                 ]
             )
