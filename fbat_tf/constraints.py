@@ -29,6 +29,14 @@ def delta_bounds(x: tf.Tensor, eps: float | tf.Tensor) -> tuple[tf.Tensor, tf.Te
     return tf.maximum(-x, -eps), tf.minimum(1.0 - x, eps)
 
 
+def ball_bounds(x: tf.Tensor, eps: float | tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(lower, upper) with x + C = [lower, upper] per pixel: the projection of a point p onto
+    x + C, min(max(p, x − ε), x + ε) clamped to [0, 1] (as the reference attacks write it), is
+    clip(p, lower, upper) exactly, the two intervals sharing x. For a loop that projects points
+    onto the same ball many times; `delta_bounds` is its form for δ."""
+    return tf.maximum(x - eps, 0.0), tf.minimum(x + eps, 1.0)
+
+
 def as_seed(seed: int | tf.Tensor) -> tf.Tensor:
     """A stateless seed (int32 tensor of shape [2]): an int s becomes [s, 0], a seed tensor is
     kept."""

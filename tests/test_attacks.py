@@ -199,3 +199,18 @@ def test_one_clip_to_the_delta_bounds_is_the_projection_onto_c_exactly():
         lower, upper = constraints.delta_bounds(x, eps)
         clipped = tf.clip_by_value(delta, lower, upper)
         np.testing.assert_array_equal(clipped, constraints.project(delta, x, eps))
+
+
+def test_one_clip_to_the_ball_bounds_is_the_reference_projection_of_a_point_exactly():
+    # The reference attacks' min(max(p, x - eps), x + eps) clamped to [0, 1], at the box edges.
+    from fbat_tf import constraints
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([[0.0, 1.0, 0.5, 1e-3], rng.uniform(0, 1, 996)]).astype(np.float32)
+    for eps in (0.0, 8 / 255, 0.3, 2.0):
+        point = rng.uniform(-2, 3, 1000).astype(np.float32)
+        lower, upper = constraints.ball_bounds(tf.constant(x), eps)
+        expected = np.clip(
+            np.minimum(np.maximum(point, x - np.float32(eps)), x + np.float32(eps)), 0, 1
+        )
+        np.testing.assert_array_equal(tf.clip_by_value(point, lower, upper), expected)

@@ -230,9 +230,8 @@ class APGD(Attack):
         """One restart on one target: (fooled [batch] bool, the latest misclassified iterate,
         the step size each example took at each iteration [steps, batch])."""
         eps = tf.constant(self.eps, x.dtype)
-        # The reference's projection onto C, min(max(p, x − ε), x + ε) clamped to [0, 1], is
-        # the clip of p to these bounds, computed once.
-        lower, upper = tf.maximum(x - eps, 0.0), tf.minimum(x + eps, 1.0)
+        # The reference's projection onto x + C, as one clip to bounds computed once.
+        lower, upper = constraints.ball_bounds(x, eps)
 
         def to_ball(point: tf.Tensor) -> tf.Tensor:
             return tf.clip_by_value(point, lower, upper)

@@ -183,7 +183,10 @@ class Square(Attack):
         def searching(query, x_best, margin_min, loss_min, frames):
             return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
 
-        def propose(query, x_curr, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
+        # The window's pixels go back into x + C by one clip to these bounds.
+        lower, upper = constraints.ball_bounds(x, eps)
+
+        def propose(query, lower, upper, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
             """One query on the given rows: their new best points, margins and losses."""
             side = sides[query]
             position_seed, signs_seed = tf.unstack(
@@ -202,8 +205,7 @@ class Square(Attack):
             # ±2ε per channel inside the window, then back into C: each window pixel lands on
             # x ± ε (or the image bound), flipped or kept.
             change = 2.0 * eps * window[None, :, :, None] * random_signs([channels], signs_seed)
-            x_new = tf.clip_by_value(x_best_curr + change, x_curr - eps, x_curr + eps)
-            x_new = tf.clip_by_value(x_new, 0.0, 1.0)
+            x_new = tf.clip_by_value(x_best_curr + change, lower, upper)
             margin, loss = self._margin_and_loss(model, x_new, y_curr)
             # Accept if the loss drops or the candidate is misclassified (the reference's
             # idx_improved / idx_miscl); with the margin loss both mean a lower margin.
@@ -216,14 +218,14 @@ class Square(Attack):
             )
 
         def on_every_row(query, x_best, margin_min, loss_min):
-            return propose(query, x, x_best, y, margin_min, loss_min)
+            return propose(query, lower, upper, x_best, y, margin_min, loss_min)
 
         def on_active_rows(query, x_best, margin_min, loss_min):
             # Only examples still classified correctly are queried again.
             active = tf.where(margin_min > 0.0)
             proposed = propose(
                 query,
-                *(tf.gather_nd(v, active) for v in (x, x_best, y, margin_min, loss_min)),
+                *(tf.gather_nd(v, active) for v in (lower, upper, x_best, y, margin_min, loss_min)),
             )
             return tuple(
                 tf.tensor_scatter_nd_update(v, active, new)
