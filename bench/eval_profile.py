@@ -14,8 +14,8 @@ AutoAttack "standard" configures them, on the copied MLP. Per attack and side: t
 wall time (fbat-tf traces its graphs there) and the next call's; then a short run of the same
 attack (SHORT: PGD-5-1, APGD and FAB with 10 iterations and one target, Square with 500
 queries, on the first 128 examples) under the framework's profiler, each kind of operation's
-share of its wall time (bench/profiles.py). A profiler keeps every kernel launch in memory: a
-whole AutoAttack part under it took over 8 GB. "outside kernels" is the share the kernels do not
+share of its wall time (bench/profiles.py). A profiler keeps every kernel launch in memory, too
+many for a whole AutoAttack part. "outside kernels" is the share the kernels do not
 account for (Python, dispatch, the graph executor; negative where kernels ran in parallel).
 Each side runs in a process of its own (`--rounds=R`: R times in turns, medians). Needs the
 `bench` extra.
