@@ -584,9 +584,10 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
     assert "not a measurement" in estimate.describe(found)
 
 
-def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_config():
+def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_config(tmp_path):
     """fashion_mnist_ig's first cells ran before results.json named the cost variant: the method
-    config they recorded prices them, first-order Fast-BAT at its own step time."""
+    config they recorded prices them, first-order Fast-BAT at its own step time, in the report
+    sweep.py writes as in the records it reads."""
     sweep_dir = os.path.join(ROOT, "results", "fashion_mnist_ig")
     definition = sweeps.load_definition(os.path.join(ROOT, "configs/sweeps/fashion_mnist_ig.json"))
     report = sweeps.collect(definition, sweep_dir)
@@ -602,3 +603,20 @@ def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_conf
             expected = "fastbat"
         assert cell["train"]["cost_variant"] == expected, cell["name"]
     assert legacy >= 20  # the committed sweep holds such runs
+
+    # The user's view: the cost table of sweep.md, rewritten from a copy of the sweep.
+    copy = tmp_path / "fashion_mnist_ig"
+    shutil.copytree(sweep_dir, copy, ignore=shutil.ignore_patterns("*.h5", "*.png"))
+    done = run_sweep("--sweep=fashion_mnist_ig", f"--sweep_dir={copy}", "--report_only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (copy / "sweep.md").read_text().split("## Robustness against cost")[1]
+    costs = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 6 and cells[0] == "64":
+            costs.setdefault("first-order" in cells[1], set()).add(float(cells[2]))
+    with open(os.path.join(ROOT, "bench/results/method_cost_fmnist.json")) as f:
+        step = {k: v["step_seconds"] for k, v in json.load(f)["methods"].items()}
+    assert len(costs[True]) == len(costs[False]) == 1  # one price per variant, at every λ and c
+    ratio = costs[True].pop() / costs[False].pop()
+    assert ratio == pytest.approx(step["fastbat ig=none"] / step["fastbat"], rel=0.01)
