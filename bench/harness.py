@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -41,6 +42,22 @@ if ROOT not in sys.path:
 
 RESULT = "RESULT "
 T = TypeVar("T")
+
+
+def module_at(path: str, revision: str):
+    """The module in file `path` (from the repository's root) as it was at a git revision,
+    read with `git show` and imported under a name of its own, beside today's package."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    name = os.path.splitext(os.path.basename(path))[0] + "_before"
+    file = os.path.join(tempfile.mkdtemp(), f"{name}.py")
+    with open(file, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # Child processes and turns.

@@ -14,12 +14,10 @@ against PyTorch").
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 from absl import app, flags
@@ -27,7 +25,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
 from fmnist_mlp import mlp  # noqa: E402
-from harness import ROOT, command_line, describe, machine, publish, table  # noqa: E402
+from harness import command_line, describe, machine, module_at, publish, table  # noqa: E402
 
 _BEFORE = flags.DEFINE_string(
     "before", "5160020", "Git revision whose attack modules are the 'before' column."
@@ -57,20 +55,7 @@ def load(module: str, revision: str | None):
     """fbat_tf/attacks/<module>.py at a git revision (None: the working tree)."""
     if revision is None:
         return importlib.import_module(f"fbat_tf.attacks.{module}")
-    source = subprocess.run(
-        ["git", "show", f"{revision}:fbat_tf/attacks/{module}.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = os.path.join(tempfile.mkdtemp(), f"{module}_before.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(f"{module}_before", path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+    return module_at(f"fbat_tf/attacks/{module}.py", revision)
 
 
 def main(argv: list[str]) -> None:

@@ -15,13 +15,10 @@ graph optimization and (with --jit) XLA compilation. The earlier revision's pgd.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as evaluate.py
@@ -31,7 +28,7 @@ from absl import app, flags  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
 from fmnist_mlp import mlp  # noqa: E402
-from harness import ROOT, command_line, describe, machine, publish, table  # noqa: E402
+from harness import command_line, describe, machine, module_at, publish, table  # noqa: E402
 
 _BEFORE = flags.DEFINE_string(
     "before", "9728a09~1", "Git revision whose fbat_tf/attacks/pgd.py is the 'before' row."
@@ -52,20 +49,7 @@ def load_pgd(revision: str | None):
         from fbat_tf.attacks.pgd import PGD
 
         return PGD
-    source = subprocess.run(
-        ["git", "show", f"{revision}:fbat_tf/attacks/pgd.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = os.path.join(tempfile.mkdtemp(), "pgd_before.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("pgd_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PGD
+    return module_at("fbat_tf/attacks/pgd.py", revision).PGD
 
 
 def adversarial(attack, model, x, y):
