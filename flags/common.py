@@ -31,7 +31,11 @@ PRECISION = flags.DEFINE_enum(
     "mixed_float16 on older GPUs, float32 on CPU.",
 )
 JIT_COMPILE = flags.DEFINE_enum(
-    "jit_compile", "auto", ["auto", "true", "false"], "XLA for the gradient step. auto: on GPU."
+    "jit_compile",
+    "auto",
+    ["auto", "true", "false"],
+    "XLA compilation of the training step and the attacks. auto: on GPU, and for evaluate.py's "
+    "FAB-T and Square on every device.",
 )
 STRATEGY = flags.DEFINE_enum(
     "strategy",

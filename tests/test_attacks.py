@@ -90,7 +90,9 @@ def test_pgd_graph_does_not_grow_with_steps_and_restarts(jit_compile):
     sizes = {}
     for steps, restarts in [(5, 1), (50, 10)]:
         attack = PGD(EPS, steps, restarts, jit_compile=jit_compile)
-        sizes[steps, restarts] = graph_size(attack._run.get_concrete_function(model, x, y, seed))
+        sizes[steps, restarts] = graph_size(
+            attack._run.function.get_concrete_function(model, x, y, seed)
+        )
     assert sizes[5, 1] == sizes[50, 10]
 
 
@@ -185,7 +187,7 @@ def test_each_attack_traces_its_graph_once_for_every_batch_size():
     for name, attack in attacks.items():
         for size in (7, 5, 3):
             attack(model, x[:size], y[:size], seed=0)
-        assert attack._run.experimental_get_tracing_count() == 1, name
+        assert attack._run.function.experimental_get_tracing_count() == 1, name
 
 
 def test_one_clip_to_the_delta_bounds_is_the_projection_onto_c_exactly():
@@ -214,3 +216,32 @@ def test_one_clip_to_the_ball_bounds_is_the_reference_projection_of_a_point_exac
             np.minimum(np.maximum(point, x - np.float32(eps)), x + np.float32(eps)), 0, 1
         )
         np.testing.assert_array_equal(tf.clip_by_value(point, lower, upper), expected)
+
+
+class _NumpyRelu(keras.layers.Layer):
+    """A ReLU computed by NumPy: an op (PyFunc) that XLA cannot compile."""
+
+    def call(self, x):
+        out = tf.numpy_function(lambda a: np.maximum(a, 0).astype(np.float32), [x], tf.float32)
+        return tf.ensure_shape(out, x.shape)
+
+
+def test_an_attack_xla_cannot_compile_says_so_and_runs_without_xla(caplog):
+    from fbat_tf.attacks.square import Square
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4, 4, 1)), keras.layers.Flatten(), _NumpyRelu(), keras.layers.Dense(3)]
+    )
+    x = tf.random.stateless_uniform([6, 4, 4, 1], [0, 1])
+    y = tf.argmax(model(x), -1, output_type=tf.int32)
+    compiled = Square(0.2, n_queries=20, jit_compile=True)
+    with caplog.at_level("WARNING"):
+        x_adv, _ = compiled(model, x, y, seed=0)
+    assert "XLA cannot compile" in caplog.text and "PyFunc" in caplog.text
+    assert not compiled._run.jit_compile  # and it stays a plain graph: no second attempt
+    plain, _ = Square(0.2, n_queries=20, jit_compile=False)(model, x, y, seed=0)
+    np.testing.assert_array_equal(x_adv.numpy(), plain.numpy())
+    caplog.clear()
+    compiled(model, x, y, seed=1)
+    assert "XLA" not in caplog.text

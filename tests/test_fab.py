@@ -204,3 +204,34 @@ def test_fab_checks_its_arguments():
         FAB(-1.0)
     with pytest.raises(ValueError, match="alpha_max"):
         FAB(0.1, alpha_max=2.0)
+
+
+@pytest.mark.parametrize("restarts", [1, 2])
+def test_fab_under_xla_finds_the_plain_graph_s_points_up_to_rounding(restarts):
+    # FAB-T compiles with XLA by default; its restarts' random starts are drawn outside the
+    # compiled run, so both graphs start alike and differ by rounding only.
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential(
+        [
+            keras.Input((6, 6, 3)),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3),
+        ]
+    )
+    x = np.random.default_rng(3).uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
+    y = model(x).numpy().argmax(1).astype(np.int32)
+    points = {
+        jit: FAB(0.1, n_target_classes=2, steps=20, restarts=restarts, jit_compile=jit)(
+            model, x, y, seed=4
+        )[0].numpy()
+        for jit in (False, True)
+    }
+    broken = {jit: model(p).numpy().argmax(1) != y for jit, p in points.items()}
+    np.testing.assert_array_equal(broken[True], broken[False])
+    assert broken[True].sum() >= 6
+    difference = np.abs(points[True] - points[False]).reshape(12, -1).max(1)
+    # Most examples agree to a few float32 ulps; a near tie may send one down another path.
+    assert np.median(difference) < 1e-6
+    norms = {jit: np.abs(p - x).reshape(12, -1).max(1) for jit, p in points.items()}
+    np.testing.assert_allclose(norms[True], norms[False], atol=0.01)

@@ -186,6 +186,34 @@ def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
     assert int(counter.examples.numpy()) == 12 + 12 + searched.sum() + 12
 
 
+def test_square_under_xla_draws_and_queries_as_the_plain_graph():
+    # Every draw is made before the search, so the XLA-compiled search (the default) walks the
+    # same path as the plain one (its points an ulp apart at most: XLA fuses the arithmetic),
+    # and it too queries only the examples still not broken.
+    inner = small_cnn(seed=2)
+    counter = CountingNoGradient()
+    model = keras.Sequential([keras.Input((6, 6, 3)), counter, inner])
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
+    y = inner(x).numpy().argmax(1).astype(np.int32)
+    points, queried = {}, {}
+    for jit_compile in (False, True):
+        counter.examples.assign(0)
+        attack = Square(0.1, n_queries=200, jit_compile=jit_compile)
+        points[jit_compile] = attack(model, x, y, seed=4)[0].numpy()
+        queried[jit_compile] = int(counter.examples.numpy())
+        assert attack._run.jit_compile == jit_compile
+    np.testing.assert_allclose(points[True], points[False], rtol=0, atol=1.2e-7)
+    assert queried[True] == queried[False]
+    broken = margins(inner, points[True], y) <= 0
+    assert 0 < broken.sum() < len(y)
+    # Recording a history (a plain graph) walks the same path.
+    _, history = Square(0.1, n_queries=200).attack_with_history(model, x, y, seed=4)
+    np.testing.assert_array_equal(history[-1][broken], points[False][broken])
+    # Fewer queries than 12 examples × 200 queries: the broken ones stopped being queried.
+    assert queried[True] < 12 + 12 + 12 * 200 + 12
+
+
 def separable_data(n: int, seed: int, templates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, len(templates), n).astype(np.int32)

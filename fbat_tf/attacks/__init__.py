@@ -42,8 +42,9 @@ class Entry:
     """One attack: its name, what builds it, its label and its options.
 
     `target` ("module:callable") is called as target(eps, **options, **context), where
-    `context` holds what the caller knows and the attack asks for (`uses`): "jit_compile",
-    "source" (the model a transfer attack crafts on). `label` is formatted with the options."""
+    `context` holds what the caller knows and the attack asks for (`uses`): "jit_compile"
+    (True, False, or None for the attack's own choice), "source" (the model a transfer attack
+    crafts on). `label` is formatted with the options."""
 
     name: str
     target: str
@@ -91,6 +92,7 @@ REGISTRY: dict[str, Entry] = {
             "AutoAttack ({version})",
             (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
             "aa",
+            ("jit_compile",),
             # standard: APGD-CE on all, the other parts on the survivors. rand: 2 × 100 × 20.
             passes=lambda o, robust: (
                 _PART_PASSES["apgd-ce"]
@@ -99,19 +101,20 @@ REGISTRY: dict[str, Entry] = {
                 else 4000
             ),
         ),
-        Entry(
-            "apgd-ce",
-            f"{_AUTOATTACK}:apgd_ce",
-            "APGD-CE",
-            uses=("jit_compile",),
-            passes=lambda o, robust: _PART_PASSES["apgd-ce"],
-        ),
-        Entry(
-            "apgd-t", f"{_AUTOATTACK}:apgd_t", "APGD-T", passes=lambda o, r: _PART_PASSES["apgd-t"]
-        ),
-        Entry("fab-t", f"{_AUTOATTACK}:fab_t", "FAB-T", passes=lambda o, r: _PART_PASSES["fab-t"]),
-        Entry(
-            "square", f"{_AUTOATTACK}:square", "Square", passes=lambda o, r: _PART_PASSES["square"]
+        *(
+            Entry(
+                part,
+                f"{_AUTOATTACK}:{part.replace('-', '_')}",
+                label,
+                uses=("jit_compile",),
+                passes=lambda o, robust, part=part: _PART_PASSES[part],
+            )
+            for part, label in (
+                ("apgd-ce", "APGD-CE"),
+                ("apgd-t", "APGD-T"),
+                ("fab-t", "FAB-T"),
+                ("square", "Square"),
+            )
         ),
         Entry(
             "transfer",

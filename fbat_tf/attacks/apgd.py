@@ -25,8 +25,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack, for_any_batch
+from fbat_tf import constraints, device
+from fbat_tf.attacks.base import Attack, Loop
 from fbat_tf.attacks.losses import correct, cross_entropy, dlr, dlr_targeted, input_gradient
 
 LOSSES = ("ce", "dlr", "dlr_targeted")
@@ -121,7 +121,7 @@ class APGD(Attack):
         n_target_classes: int = 9,
         rho: float = 0.75,
         eot_iter: int = 1,
-        jit_compile: bool = False,
+        jit_compile: bool | None = False,
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -151,10 +151,9 @@ class APGD(Attack):
             is_checkpoint[at - 1], window[at - 1] = True, length
         self._is_checkpoint = tf.constant(is_checkpoint)
         self._window = tf.constant(window)
-        # Written-out loops, traced without AutoGraph: it would only add rewriting time.
-        self._run = tf.function(
-            self._single_run, jit_compile=jit_compile, reduce_retracing=True, autograph=False
-        )
+        if jit_compile is None:  # XLA where it pays for APGD: on a GPU
+            jit_compile = device.resolve_jit_compile("auto")
+        self._run = Loop(self._single_run, jit_compile, batched=3)
 
     @property
     def targeted(self) -> bool:
@@ -184,9 +183,7 @@ class APGD(Attack):
                 run_seed = tf.random.experimental.stateless_fold_in(
                     seed, restart + self.restarts * (k or 0)
                 )
-                fooled, x_best_adv, _ = for_any_batch(
-                    self._run, model, x_sub, y_sub, target, run_seed, batched=3
-                )
+                fooled, x_best_adv, _ = self._run(model, x_sub, y_sub, target, run_seed)
                 fooled = fooled.numpy()
                 x_adv[to_attack[fooled]] = x_best_adv.numpy()[fooled]
                 robust[to_attack[fooled]] = False

@@ -47,45 +47,51 @@ from fbat_tf.constraints import check_in_ball
 VERSIONS = ("standard", "rand", "custom")
 
 
-def apgd_ce(eps: float, jit_compile: bool = False) -> Attack:
+# Each part's `jit_compile`: True or False, or None for the part's own choice (APGD: XLA on a
+# GPU; FAB-T and Square: XLA on every device).
+
+
+def apgd_ce(eps: float, jit_compile: bool | None = None) -> Attack:
     """APGD-CE as the "standard" ensemble runs it: 100 iterations, 1 restart."""
     return APGD(eps, loss="ce", steps=100, restarts=1, jit_compile=jit_compile)
 
 
-def apgd_t(eps: float) -> Attack:
+def apgd_t(eps: float, jit_compile: bool | None = None) -> Attack:
     """APGD-T: targeted DLR, 9 target classes, 100 iterations, 1 restart each."""
-    return APGD(eps, loss="dlr_targeted", steps=100, restarts=1, n_target_classes=9)
+    return APGD(
+        eps, "dlr_targeted", steps=100, restarts=1, n_target_classes=9, jit_compile=jit_compile
+    )
 
 
-def fab_t(eps: float) -> Attack:
+def fab_t(eps: float, jit_compile: bool | None = None) -> Attack:
     """FAB-T: 9 target classes, 100 iterations."""
     from fbat_tf.attacks.fab import FAB  # APGD-only ("rand", "custom") runs need no FAB
 
-    return FAB(eps, n_target_classes=9, steps=100)
+    return FAB(eps, n_target_classes=9, steps=100, jit_compile=jit_compile)
 
 
-def square(eps: float) -> Attack:
+def square(eps: float, jit_compile: bool | None = None) -> Attack:
     """Square: 5000 queries, p_init 0.8."""
     from fbat_tf.attacks.square import Square
 
-    return Square(eps, n_queries=5000, p_init=0.8)
+    return Square(eps, n_queries=5000, p_init=0.8, jit_compile=jit_compile)
 
 
-def standard_attacks(eps: float) -> dict[str, Attack]:
+def standard_attacks(eps: float, jit_compile: bool | None = None) -> dict[str, Attack]:
     """The reference's "standard" L∞ ensemble, in its order."""
     return {
-        "apgd-ce": apgd_ce(eps),
-        "apgd-t": apgd_t(eps),
-        "fab-t": fab_t(eps),
-        "square": square(eps),
+        "apgd-ce": apgd_ce(eps, jit_compile),
+        "apgd-t": apgd_t(eps, jit_compile),
+        "fab-t": fab_t(eps, jit_compile),
+        "square": square(eps, jit_compile),
     }
 
 
-def rand_attacks(eps: float) -> dict[str, Attack]:
+def rand_attacks(eps: float, jit_compile: bool | None = None) -> dict[str, Attack]:
     """The reference's "rand" ensemble: APGD-CE and APGD-DLR with EOT over 20 draws."""
     return {
-        "apgd-ce": APGD(eps, loss="ce", steps=100, restarts=1, eot_iter=20),
-        "apgd-dlr": APGD(eps, loss="dlr", steps=100, restarts=1, eot_iter=20),
+        name: APGD(eps, loss, steps=100, restarts=1, eot_iter=20, jit_compile=jit_compile)
+        for name, loss in (("apgd-ce", "ce"), ("apgd-dlr", "dlr"))
     }
 
 
@@ -117,13 +123,15 @@ class AutoAttack(Attack):
         attacks: Mapping[str, Attack] | None = None,
         batch_size: int | None = None,
         progress: bool = False,
+        jit_compile: bool | None = None,
     ):
         """`batch_size` bounds what one call of a part (and the clean pass) is given: each part
         attacks the examples still robust in consecutive slices of at most that many, as the
         reference does (None: all of them at once). Slice k of every part gets the seed
         stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
         attacked exactly as the whole batch. `progress` shows a bar over each part's calls and
-        the robust accuracy after it."""
+        the robust accuracy after it. `jit_compile` is given to each part of "standard" and
+        "rand" (None: each part's own choice)."""
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if version not in VERSIONS:
@@ -137,9 +145,9 @@ class AutoAttack(Attack):
         self.eps = float(eps)
         self.version = version
         if version == "standard":
-            self.attacks = standard_attacks(self.eps)
+            self.attacks = standard_attacks(self.eps, jit_compile)
         elif version == "rand":
-            self.attacks = rand_attacks(self.eps)
+            self.attacks = rand_attacks(self.eps, jit_compile)
         else:
             self.attacks = dict(attacks)
         self.batch_size = batch_size

@@ -15,10 +15,12 @@ An attack that `pools` (AutoAttack) is given many batches joined by `evaluation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from fbat_tf import constraints
 
@@ -37,6 +39,43 @@ def for_any_batch(function: Any, *args: Any, batched: int) -> Any:
     ]
     function.get_concrete_function(*specs)
     return function(*args)
+
+
+class Loop:
+    """An attack's graph: `python_function` as a tf.function without AutoGraph (its loops are
+    tf.while_loops written out), traced once for every batch size (`for_any_batch`, `batched`
+    as there) and compiled by XLA if `jit_compile`. Where XLA cannot compile it (the model holds
+    an op XLA lacks) the first call logs a warning naming the op and runs it as a plain graph
+    from then on, with the same results up to rounding."""
+
+    def __init__(self, python_function: Callable[..., Any], jit_compile: bool, batched: int):
+        self.python_function = python_function
+        self.batched = batched
+        self._build(jit_compile)
+
+    def _build(self, jit_compile: bool) -> None:
+        self.jit_compile = jit_compile
+        self.function = tf.function(
+            self.python_function, jit_compile=jit_compile, reduce_retracing=True, autograph=False
+        )
+        # Until XLA has compiled one call, a compilation failure falls back to a plain graph.
+        self._compiled_once = not jit_compile
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            result = for_any_batch(self.function, *args, batched=self.batched)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+            if self._compiled_once or "XLA" not in str(error):
+                raise
+            logging.warning(
+                "XLA cannot compile %s; running it without XLA: %s",
+                getattr(self.python_function, "__qualname__", "the attack"),
+                str(error).splitlines()[0],
+            )
+            self._build(False)
+            return self(*args)
+        self._compiled_once = True
+        return result
 
 
 class Attack:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack, for_any_batch
+from fbat_tf import constraints, device
+from fbat_tf.attacks.base import Attack, Loop
 from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
 
@@ -30,7 +30,7 @@ class PGD(Attack):
         steps: int = 50,
         restarts: int = 10,
         step_size: float | None = None,
-        jit_compile: bool = False,
+        jit_compile: bool | None = False,
         random_start: bool = True,
     ):
         if not eps >= 0:
@@ -47,16 +47,18 @@ class PGD(Attack):
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
         # Without a random start the attack starts from x (δ = 0).
         self.random_start = bool(random_start)
-        # XLA compiles static shapes only: there every restart attacks the whole batch.
-        self.survivors_only = not jit_compile
-        # The loops are tf.while_loops written out: no AutoGraph rewriting to pay at tracing.
-        self._run = tf.function(
-            self._attack, jit_compile=jit_compile, reduce_retracing=True, autograph=False
-        )
+        if jit_compile is None:  # XLA where it pays for PGD: on a GPU
+            jit_compile = device.resolve_jit_compile("auto")
+        self._run = Loop(self._attack, jit_compile, batched=2)
+
+    @property
+    def survivors_only(self) -> bool:
+        """XLA compiles static shapes only: there every restart attacks the whole batch."""
+        return not self._run.jit_compile
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-        return for_any_batch(self._run, model, x, y, seed, batched=2)
+        return self._run(model, x, y, seed)
 
     def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
         # Graph loops over restarts and steps: the traced graph holds one gradient step

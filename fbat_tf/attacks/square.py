@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import constraints
-from fbat_tf.attacks.base import Attack, for_any_batch
+from fbat_tf.attacks.base import Attack, Loop
 
 # The reference's `p_selection` breakpoints, in queries of a 10,000-query budget: past the k-th
 # one, p = p_init / 2^k.
@@ -59,7 +59,8 @@ class Square(Attack):
     eps: the L∞ radius. n_queries: queries per example after the initial one (AutoAttack: 5000).
     p_init: initial fraction of pixels per square (0.8). loss: "margin" (AutoAttack) or "ce"
     (accept when −CE drops). rescale_schedule: stretch the p-schedule to n_queries (off in
-    AutoAttack).
+    AutoAttack). jit_compile: compile the search with XLA (None, the default: yes, on every
+    device); on a CPU it takes about half as long once compiled (bench/README.md).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class Square(Attack):
         p_init: float = 0.8,
         loss: str = "margin",
         rescale_schedule: bool = False,
+        jit_compile: bool | None = None,
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -83,7 +85,8 @@ class Square(Attack):
         self.p_init = float(p_init)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
-        self._run = tf.function(self._search, reduce_retracing=True, autograph=False)
+        self._run = Loop(self._search, True if jit_compile is None else jit_compile, batched=3)
+        self._recording = Loop(self._search, False, batched=3)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         return self._attack(model, x, y, seed, record=False)[0]
@@ -107,12 +110,7 @@ class Square(Attack):
         if len(x.shape) != 4:
             raise ValueError(f"Square needs NHWC images, got shape {x.shape}")
         height, width = int(x.shape[1]), int(x.shape[2])
-        sides = [
-            square_side(
-                p_selection(self.p_init, it, self.n_queries, self.rescale_schedule), height, width
-            )
-            for it in range(self.n_queries)
-        ]
+        sides = self._sides(height, width)
         # SquareAttack.perturb attacks the clean-correct examples only.
         predicted = tf.argmax(model(x, training=False), -1, output_type=tf.int32)
         index = tf.where(tf.equal(predicted, y))[:, 0]
@@ -122,10 +120,10 @@ class Square(Attack):
                 history = np.asarray(x)[None]
             return x, history
         x_sub, y_sub = tf.gather(x, index), tf.gather(y, index)
-        sides = tf.constant(sides, tf.int32)
-        x_best, frames = for_any_batch(
-            self._run, model, x_sub, y_sub, sides, seed, record, batched=2
-        )
+        stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
+        # The history's frames grow with the queries asked: a plain graph (XLA needs a size).
+        run = self._recording if record else self._run
+        x_best, frames = run(model, x_sub, y_sub, stripes, corners, signs, record)
         predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
         broken = tf.not_equal(predicted, y_sub)
         broken_index = tf.boolean_mask(index, broken)[:, None]
@@ -134,6 +132,15 @@ class Square(Attack):
             history = np.repeat(np.asarray(x)[None], frames.shape[0], axis=0)
             history[:, index.numpy()] = frames.numpy()
         return x_adv, history
+
+    def _sides(self, height: int, width: int) -> list[int]:
+        """The square's side at every query."""
+        return [
+            square_side(
+                p_selection(self.p_init, it, self.n_queries, self.rescale_schedule), height, width
+            )
+            for it in range(self.n_queries)
+        ]
 
     def _margin_and_loss(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
@@ -149,27 +156,47 @@ class Square(Attack):
         ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
         return margin, -ce
 
+    @staticmethod
+    def _draws(seed: tf.Tensor, shape: tf.TensorShape, sides: list[int]):
+        """Every random draw of a search on a batch of `shape`, made before it (an XLA-compiled
+        search would draw other numbers from the same seed): the stripe start's signs
+        [n, 1, W, C], one ±ε per example, column and channel; and per query the window's corner
+        (top, left) [queries, 2] and its per-channel signs [queries, C], one for the batch.
+
+        As the reference's random_int(0, H − s), a corner is in {0, ..., H − s − 1} (0 when
+        s = H)."""
+        n, height, width, channels = shape
+        start_seed, position_seed, signs_seed = tf.unstack(
+            tf.random.experimental.stateless_split(seed, 3)
+        )
+
+        def random_signs(shape: list[int], signs_seed: tf.Tensor) -> tf.Tensor:
+            bits = tf.random.stateless_uniform(shape, signs_seed, 0, 2, dtype=tf.int32)
+            return tf.cast(2 * bits - 1, tf.float32)
+
+        uniform = tf.random.stateless_uniform([len(sides), 2], position_seed, dtype=tf.float32)
+        room = tf.constant([[height, width]], tf.float32) - tf.constant(sides, tf.float32)[:, None]
+        corners = tf.cast(uniform * room, tf.int32)
+        stripes = random_signs([n, 1, width, channels], start_seed)
+        return stripes, corners, random_signs([len(sides), channels], signs_seed)
+
     def _search(
         self,
         model: keras.Model,
         x: tf.Tensor,
         y: tf.Tensor,
-        sides: tf.Tensor,
-        seed: tf.Tensor,
+        stripes: tf.Tensor,
+        corners: tf.Tensor,
+        signs: tf.Tensor,
         record: bool,
     ) -> tuple[tf.Tensor, tf.Tensor | None]:
-        """The reference's `attack_single_run`, L∞ branch, on clean-correct examples."""
-        n = tf.shape(x)[0]
-        height, width, channels = x.shape[1], x.shape[2], x.shape[3]
+        """The reference's `attack_single_run`, L∞ branch, on clean-correct examples, with the
+        draws of `_draws`."""
+        height, width = x.shape[1], x.shape[2]
         eps = tf.cast(self.eps, x.dtype)
-
-        def random_signs(shape: tf.Tensor | list, signs_seed: tf.Tensor) -> tf.Tensor:
-            bits = tf.random.stateless_uniform(shape, signs_seed, 0, 2, dtype=tf.int32)
-            return tf.cast(2 * bits - 1, x.dtype)
-
-        # Stripe start: one ±ε per example, column and channel, constant down each column.
-        start_seed, search_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-        stripes = random_signs(tf.stack([n, 1, width, channels]), start_seed)
+        sides = tf.constant(self._sides(height, width), tf.int32)
+        stripes, signs = tf.cast(stripes, x.dtype), tf.cast(signs, x.dtype)
+        # Stripe start: ±ε constant down each column.
         x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
         margin_min, loss_min = self._margin_and_loss(model, x_best, y)
         frames = tf.TensorArray(x.dtype, size=0, dynamic_size=True, element_shape=x.shape)
@@ -188,23 +215,13 @@ class Square(Attack):
 
         def propose(query, lower, upper, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
             """One query on the given rows: their new best points, margins and losses."""
-            side = sides[query]
-            position_seed, signs_seed = tf.unstack(
-                tf.random.experimental.stateless_split(
-                    tf.random.experimental.stateless_fold_in(search_seed, query), 2
-                )
-            )
-            # As the reference's random_int(0, H − s): a corner in {0, ..., H − s − 1} (0 when
-            # s = H), one window and one sign per channel for the whole batch per query.
-            corner = tf.random.stateless_uniform([2], position_seed, dtype=tf.float32)
-            top = tf.cast(corner[0] * tf.cast(height - side, tf.float32), tf.int32)
-            left = tf.cast(corner[1] * tf.cast(width - side, tf.float32), tf.int32)
+            side, top, left = sides[query], corners[query, 0], corners[query, 1]
             in_rows = tf.logical_and(rows >= top, rows < top + side)
             in_cols = tf.logical_and(cols >= left, cols < left + side)
             window = tf.cast(tf.logical_and(in_rows[:, None], in_cols[None, :]), x.dtype)
             # ±2ε per channel inside the window, then back into C: each window pixel lands on
             # x ± ε (or the image bound), flipped or kept.
-            change = 2.0 * eps * window[None, :, :, None] * random_signs([channels], signs_seed)
+            change = 2.0 * eps * window[None, :, :, None] * signs[query]
             x_new = tf.clip_by_value(x_best_curr + change, lower, upper)
             margin, loss = self._margin_and_loss(model, x_new, y_curr)
             # Accept if the loss drops or the candidate is misclassified (the reference's
