@@ -107,7 +107,8 @@ def test_each_attack_sees_only_still_robust_examples_and_keeps_its_own_points():
 
 def test_each_part_attacks_the_survivors_in_slices_of_the_batch_size():
     # As the reference re-batches what is still robust before each attack: the slices hold
-    # survivors only, in order, at most batch_size each; the result is the unsliced one.
+    # survivors only, in order, at most batch_size each, and all of one length (the last
+    # padded with repeats of its first row); the result is the unsliced one.
     x, y = composition_inputs()
     whole = {"first": StandIn(FIRST_BREAKS, 0.01), "second": StandIn(SECOND_BREAKS, 0.02)}
     expected, expected_breakdown = AutoAttack(COMPOSITION_EPS, "custom", whole)(
@@ -117,8 +118,14 @@ def test_each_part_attacks_the_survivors_in_slices_of_the_batch_size():
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
     x_adv, breakdown = attack.in_slices(3)(threshold_model(), x, y, seed=[7, 3])
 
-    assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10], [11]]  # 0 and 5 are clean-wrong
-    assert second.seen == [[4, 6, 7], [8, 9, 10], [11]]  # 1, 2, 3 broken by the first
+    # 0 and 5 are clean-wrong; 1, 2, 3 broken by the first.
+    assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10], [11, 11, 11]]
+    assert second.seen == [[4, 6, 7], [8, 9, 10], [11, 11, 11]]
+    # Seven survivors in slices of at most 4: two of 4, not 4 and 3.
+    third = StandIn(set(), 0.0)
+    parts = {"first": StandIn(FIRST_BREAKS, 0.01), "third": third}
+    AutoAttack(COMPOSITION_EPS, "custom", parts).in_slices(4)(threshold_model(), x, y, seed=0)
+    assert third.seen == [[4, 6, 7, 8], [9, 9, 10, 11]]  # sorted: 9 pads [9, 10, 11]
     np.testing.assert_array_equal(x_adv, expected)
     for name, mask in expected_breakdown["robust"].items():
         np.testing.assert_array_equal(breakdown["robust"][name], mask)
@@ -151,8 +158,8 @@ def test_evaluate_gives_autoattack_the_survivors_of_all_batches(monkeypatch):
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
     result = evaluate(threshold_model(), dataset, {"aa": (COMPOSITION_EPS, attack)}, seed=5)
 
-    assert first.seen == [[1, 2, 3, 4], [6, 7, 8, 9], [10, 11]]
-    assert second.seen == [[4, 6, 7, 8], [9, 10, 11]]
+    assert first.seen == [[1, 2, 3, 4], [6, 7, 8, 9], [10, 10, 10, 11]]  # padded with 10
+    assert second.seen == [[4, 6, 7, 8], [9, 9, 10, 11]]
     assert first.seeds[0] == [5, 0]  # the pool starts at batch 0
     after_second = set(range(N)) - CLEAN_WRONG - FIRST_BREAKS - SECOND_BREAKS  # 8, 9, 10, 11
     assert result["robust_accuracy"]["aa"] == len(after_second) / N

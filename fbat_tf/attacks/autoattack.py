@@ -127,11 +127,12 @@ class AutoAttack(Attack):
     ):
         """`batch_size` bounds what one call of a part (and the clean pass) is given: each part
         attacks the examples still robust in consecutive slices of at most that many, as the
-        reference does (None: all of them at once). Slice k of every part gets the seed
-        stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for k = 0, so one slice is
-        attacked exactly as the whole batch. `progress` shows a bar over each part's calls and
-        the robust accuracy after it. `jit_compile` is given to each part of "standard" and
-        "rand" (None: each part's own choice)."""
+        reference does (None: all of them at once), as few slices as that allows and all of one
+        length (`_equal_slices`: 180 survivors in calls of 128 are two slices of 90). Slice k of
+        every part gets the seed stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for
+        k = 0, so one slice is attacked exactly as the whole batch. `progress` shows a bar over
+        each part's calls and the robust accuracy after it. `jit_compile` is given to each part
+        of "standard" and "rand" (None: each part's own choice)."""
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if version not in VERSIONS:
@@ -185,16 +186,17 @@ class AutoAttack(Attack):
             bar = None
             if self.progress and still_robust.size:
                 print(f"{name} on the {still_robust.size} examples still robust")
-                calls = -(-still_robust.size // size)
+                calls = len(_equal_slices(still_robust, size))
                 bar = keras.utils.Progbar(calls, stateful_metrics=["robust"], unit_name="call")
-            for k, first in enumerate(range(0, still_robust.size, size)):
-                rows = still_robust[first : first + size]
+            for k, rows in enumerate(_equal_slices(still_robust, size)):
                 x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
                 slice_seed = seed if k == 0 else tf.random.experimental.stateless_fold_in(seed, k)
                 candidate, _ = attack(model, x_sub, y_sub, slice_seed)
                 _check_in_ball(candidate, x_sub, self.eps, name)
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
-                x_adv[rows[broken]] = np.asarray(candidate)[broken]
+                # A repeated row (the last slice's padding) holds the same result as its first.
+                rows, broken, candidate = _unique(rows, broken, np.asarray(candidate))
+                x_adv[rows[broken]] = candidate[broken]
                 robust[rows[broken]] = False
                 if bar is not None:
                     bar.add(1, values=[("robust", robust.mean())])
@@ -203,6 +205,26 @@ class AutoAttack(Attack):
             if self.progress:
                 print(f"  after {name}: {_percent(robust)} robust ({seconds[name]:.1f} s)")
         return tf.convert_to_tensor(x_adv), {"robust": masks, "seconds": seconds}
+
+
+def _equal_slices(rows: np.ndarray, size: int) -> list[np.ndarray]:
+    """`rows` in consecutive slices of at most `size`, as few as that allows, all of one length:
+    the last is padded with repeats of its first row (fewer than one per slice). An attack
+    compiled by XLA then compiles once per part, not again for a shorter last slice."""
+    if rows.size == 0:
+        return []
+    count = -(-rows.size // size)
+    length = -(-rows.size // count)
+    slices = [rows[k * length : (k + 1) * length] for k in range(count)]
+    slices[-1] = np.concatenate([slices[-1], np.repeat(slices[-1][:1], length - slices[-1].size)])
+    return slices
+
+
+def _unique(rows: np.ndarray, *values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A slice's rows without the padding's repeats, and the values of those rows."""
+    _, first = np.unique(rows, return_index=True)
+    keep = np.sort(first)
+    return (rows[keep], *(value[keep] for value in values))
 
 
 def _percent(mask: np.ndarray) -> str:
