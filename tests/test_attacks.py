@@ -245,3 +245,20 @@ def test_an_attack_xla_cannot_compile_says_so_and_runs_without_xla(caplog):
     caplog.clear()
     compiled(model, x, y, seed=1)
     assert "XLA" not in caplog.text
+
+
+def test_under_xla_an_attack_s_subsets_are_padded_to_a_few_sizes():
+    from fbat_tf.attacks.base import Loop
+
+    compiled, plain = Loop(lambda: None, True, batched=0), Loop(lambda: None, False, batched=0)
+    sizes = set()
+    for count in range(1, 129):
+        index = tf.range(3, 3 + count)
+        rows = compiled.padded(index, 128).numpy()
+        sizes.add(len(rows))
+        # Its own rows first, then repeats of the first; fewer than twice as many rows.
+        np.testing.assert_array_equal(rows[:count], index.numpy())
+        assert set(rows[count:]) <= {3} and count <= len(rows) < max(2 * count, 2)
+        np.testing.assert_array_equal(plain.padded(index, 128).numpy(), index.numpy())
+    assert sizes == {128, 64, 32, 16, 8, 4, 2, 1}
+    assert compiled.padded(tf.range(0), 128).shape == [0]

@@ -178,14 +178,15 @@ class APGD(Attack):
                 to_attack = np.flatnonzero(robust)
                 if to_attack.size == 0:
                     return tf.convert_to_tensor(x_adv)
-                x_sub, y_sub = tf.gather(x, to_attack), tf.gather(y, to_attack)
-                target = y_sub if k is None else target_class(tf.gather(clean_logits, to_attack), k)
+                rows = self._run.padded(tf.constant(to_attack), len(x_adv))
+                x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
+                target = y_sub if k is None else target_class(tf.gather(clean_logits, rows), k)
                 run_seed = tf.random.experimental.stateless_fold_in(
                     seed, restart + self.restarts * (k or 0)
                 )
                 fooled, x_best_adv, _ = self._run(model, x_sub, y_sub, target, run_seed)
-                fooled = fooled.numpy()
-                x_adv[to_attack[fooled]] = x_best_adv.numpy()[fooled]
+                fooled = fooled.numpy()[: to_attack.size]
+                x_adv[to_attack[fooled]] = x_best_adv.numpy()[: to_attack.size][fooled]
                 robust[to_attack[fooled]] = False
         return tf.convert_to_tensor(x_adv)
 

@@ -77,6 +77,19 @@ class Loop:
         self._compiled_once = True
         return result
 
+    def padded(self, index: tf.Tensor, n: int) -> tf.Tensor:
+        """The rows `index` (of a batch of n) that a call attacks, as the call gives them: under
+        XLA, which compiles once per batch size, padded with repeats of the first to the
+        smallest of n, ⌈n/2⌉, ⌈n/4⌉, … that holds them (at most log2(n) + 1 sizes, under twice
+        the rows); as they are otherwise. The results of the first len(index) rows are theirs."""
+        count = int(tf.size(index))
+        if not self.jit_compile or count == 0:
+            return index
+        length = n
+        while length > 1 and -(-length // 2) >= count:
+            length = -(-length // 2)
+        return tf.concat([index, tf.repeat(index[:1], length - count)], 0)
+
 
 class Attack:
     """Base class: a subclass writes `perturb`, the adversarial batch for one stateless seed."""

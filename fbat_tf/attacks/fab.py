@@ -162,27 +162,36 @@ class FAB(Attack):
         x_adv = x
         for k in range(self.n_target_classes):
             for restart in range(self.restarts):
-                # FABAttack.perturb: each (target, restart) counts on the still-robust examples
-                # only. Every row is attacked (rows do not interact: inference mode), so that
-                # the graph sees one batch size per slice and XLA compiles it once.
-                if not bool(tf.reduce_any(robust)):
+                # FABAttack.perturb: each (target, restart) runs on the still-robust examples only.
+                index = tf.where(robust)[:, 0]
+                count = int(tf.size(index))
+                if count == 0:
                     return x_adv
-                start = x
+                rows = self._run.padded(index, int(x.shape[0]))
+                x_sub = tf.gather(x, rows)
+                start = x_sub
                 if restart > 0:
                     # The reference's L∞ restart: t ~ U[-1, 1]^d scaled to ‖·‖∞ = ε/2 (min(res2,
                     # ε) with res2 = 1e10 on a fresh run), clipped to the image box. Drawn
                     # here: an XLA-compiled run would draw other numbers from the same seed.
                     run_seed = tf.random.experimental.stateless_fold_in(seed, k)
                     run_seed = tf.random.experimental.stateless_fold_in(run_seed, restart)
-                    t = tf.random.stateless_uniform(tf.shape(x), run_seed, -1.0, 1.0, x.dtype)
+                    t = tf.random.stateless_uniform(tf.shape(x_sub), run_seed, -1, 1, x.dtype)
                     norm = tf.reduce_max(tf.abs(tf.reshape(t, [tf.shape(t)[0], -1])), -1)
                     start = tf.clip_by_value(
-                        x + 0.5 * self.eps * t / tf.reshape(norm, per_example), 0.0, 1.0
+                        x_sub + 0.5 * self.eps * t / tf.reshape(norm, per_example), 0.0, 1.0
                     )
-                adv, broken = self._run(model, x, y, ranked[:, k + 1], start)
-                broken = tf.logical_and(broken, robust)
-                x_adv = tf.where(tf.reshape(broken, per_example), adv, x_adv)
-                robust = tf.logical_and(robust, tf.logical_not(broken))
+                adv, broken = self._run(
+                    model, x_sub, tf.gather(y, rows), tf.gather(ranked[:, k + 1], rows), start
+                )
+                adv, broken = adv[:count], broken[:count]
+                broken_index = tf.boolean_mask(index, broken)[:, None]
+                x_adv = tf.tensor_scatter_nd_update(
+                    x_adv, broken_index, tf.boolean_mask(adv, broken)
+                )
+                robust = tf.tensor_scatter_nd_update(
+                    robust, broken_index, tf.zeros([tf.shape(broken_index)[0]], tf.bool)
+                )
         return x_adv
 
     def _single_run(

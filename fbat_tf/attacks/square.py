@@ -119,11 +119,13 @@ class Square(Attack):
             if record:
                 history = np.asarray(x)[None]
             return x, history
-        x_sub, y_sub = tf.gather(x, index), tf.gather(y, index)
-        stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
         # The history's frames grow with the queries asked: a plain graph (XLA needs a size).
         run = self._recording if record else self._run
+        rows = run.padded(index, int(x.shape[0]))
+        x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
+        stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
         x_best, frames = run(model, x_sub, y_sub, stripes, corners, signs, record)
+        x_best, y_sub = x_best[: int(tf.size(index))], y_sub[: int(tf.size(index))]
         predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
         broken = tf.not_equal(predicted, y_sub)
         broken_index = tf.boolean_mask(index, broken)[:, None]
