@@ -141,7 +141,8 @@ def main(argv: list[str]) -> None:
         classifiers.check_finite(classifier, split)
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
-    # auto: each attack's own choice (XLA on a GPU; FAB-T and Square on every device).
+    # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
+    # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
     built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
     try:

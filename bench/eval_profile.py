@@ -11,10 +11,12 @@ before it; here each part gets the same examples, so that the two sides' parts c
 alike). fbat-tf runs its attacks on the inference graph evaluate.py attacks (--fold_weights);
 PyTorch runs torch_reference.pgd and pyautoattack's own attack objects, configured as its
 AutoAttack "standard" configures them, on the copied MLP. Per attack and side: the first call's
-wall time (fbat-tf traces its graphs there) and the next call's; then a short run of the same
-attack (SHORT: PGD-5-1, APGD and FAB with 10 iterations and one target, Square with 500
-queries, on the first 128 examples) under the framework's profiler, each kind of operation's
-share of its wall time (bench/profiles.py). A profiler keeps every kernel launch in memory, too
+wall time (fbat-tf traces its graphs there, and compiles FAB-T and Square with XLA, its
+default) and the next call's; then a short run of the same attack (SHORT: PGD-5-1, APGD and FAB
+with 10 iterations and one target, Square with 500 queries, on the first 128 examples) under the
+framework's profiler, each kind of operation's share of its wall time (bench/profiles.py); the
+profiler sees an XLA program as one launch, so FAB-T's and Square's short runs are profiled
+without XLA, showing the work XLA fuses. A profiler keeps every kernel launch in memory, too
 many for a whole AutoAttack part. "outside kernels" is the share the kernels do not
 account for (Python, dispatch, the graph executor; negative where kernels ran in parallel).
 Each side runs in a process of its own (`--rounds=R`: R times in turns, medians). Needs the
@@ -109,8 +111,9 @@ def fbat_tf_side(x, y, model_path: str) -> dict:
         "pgd": PGD(eps, SHORT["pgd_steps"], 1),
         "apgd-ce": APGD(eps, "ce", steps=SHORT["iterations"]),
         "apgd-t": APGD(eps, "dlr_targeted", steps=SHORT["iterations"], n_target_classes=1),
-        "fab-t": FAB(eps, n_target_classes=1, steps=SHORT["iterations"]),
-        "square": Square(eps, n_queries=SHORT["queries"]),
+        # Without XLA: the profiler sees a compiled program as one launch, not its kernels.
+        "fab-t": FAB(eps, n_target_classes=1, steps=SHORT["iterations"], jit_compile=False),
+        "square": Square(eps, n_queries=SHORT["queries"], jit_compile=False),
     }
 
     def on_batches(attack, x, y):

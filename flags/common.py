@@ -35,7 +35,7 @@ JIT_COMPILE = flags.DEFINE_enum(
     "auto",
     ["auto", "true", "false"],
     "XLA compilation of the training step and the attacks. auto: on GPU, and for evaluate.py's "
-    "FAB-T and Square on every device.",
+    "FAB-T and Square on CPU too when the model has no convolutions.",
 )
 STRATEGY = flags.DEFINE_enum(
     "strategy",

@@ -251,14 +251,45 @@ def test_under_xla_an_attack_s_subsets_are_padded_to_a_few_sizes():
     from fbat_tf.attacks.base import Loop
 
     compiled, plain = Loop(lambda: None, True, batched=0), Loop(lambda: None, False, batched=0)
+    model, x = linear_model(4), tf.zeros([128, 4])
     sizes = set()
     for count in range(1, 129):
         index = tf.range(3, 3 + count)
-        rows = compiled.padded(index, 128).numpy()
+        rows = compiled.padded(model, x, index).numpy()
         sizes.add(len(rows))
         # Its own rows first, then repeats of the first; fewer than twice as many rows.
         np.testing.assert_array_equal(rows[:count], index.numpy())
         assert set(rows[count:]) <= {3} and count <= len(rows) < max(2 * count, 2)
-        np.testing.assert_array_equal(plain.padded(index, 128).numpy(), index.numpy())
+        np.testing.assert_array_equal(plain.padded(model, x, index).numpy(), index.numpy())
     assert sizes == {128, 64, 32, 16, 8, 4, 2, 1}
-    assert compiled.padded(tf.range(0), 128).shape == [0]
+    assert compiled.padded(model, x, tf.range(0)).shape == [0]
+
+
+def test_fab_and_square_compile_on_a_cpu_only_for_a_model_without_convolutions():
+    # XLA's CPU convolutions are far slower than TensorFlow's oneDNN kernels, while it fuses
+    # the attacks' element-wise work: the attacks' own choice (jit_compile=None) follows that.
+    from fbat_tf.attacks.base import has_convolutions
+    from fbat_tf.attacks.fab import FAB
+    from fbat_tf.attacks.square import Square
+    from fbat_tf.classifiers import InferenceGraph
+
+    keras.utils.set_random_seed(0)
+    dense = keras.Sequential(
+        [keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(3)]
+    )
+    conv = keras.Sequential(
+        [
+            keras.Input((4, 4, 1)),
+            keras.layers.Conv2D(2, 3),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3),
+        ]
+    )
+    x = tf.random.stateless_uniform([5, 4, 4, 1], [0, 1])
+    for model, convolutional in ((dense, False), (conv, True)):
+        for form in (model, InferenceGraph(model)):
+            assert has_convolutions(form, x) == convolutional
+            y = tf.argmax(form(x), -1, output_type=tf.int32)
+            for attack in (FAB(0.1, n_target_classes=1, steps=2), Square(0.1, n_queries=2)):
+                attack(form, x, y, seed=0)
+                assert attack._run.jit_compile == (not convolutional), (attack, convolutional)

@@ -178,7 +178,7 @@ class APGD(Attack):
                 to_attack = np.flatnonzero(robust)
                 if to_attack.size == 0:
                     return tf.convert_to_tensor(x_adv)
-                rows = self._run.padded(tf.constant(to_attack), len(x_adv))
+                rows = self._run.padded(model, x, tf.constant(to_attack))
                 x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
                 target = y_sub if k is None else target_class(tf.gather(clean_logits, rows), k)
                 run_seed = tf.random.experimental.stateless_fold_in(

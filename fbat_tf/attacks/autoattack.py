@@ -48,7 +48,7 @@ VERSIONS = ("standard", "rand", "custom")
 
 
 # Each part's `jit_compile`: True or False, or None for the part's own choice (APGD: XLA on a
-# GPU; FAB-T and Square: XLA on every device).
+# GPU; FAB-T and Square: on a GPU, and on a CPU for a model without convolutions).
 
 
 def apgd_ce(eps: float, jit_compile: bool | None = None) -> Attack:

@@ -41,17 +41,46 @@ def for_any_batch(function: Any, *args: Any, batched: int) -> Any:
     return function(*args)
 
 
+def has_convolutions(model: Callable, x: tf.Tensor) -> bool:
+    """Whether the model's inference graph on inputs like `x` holds a convolution (any op whose
+    type names one: Conv2D, its fused and depthwise forms)."""
+    function = getattr(model, "function", None)  # classifiers.InferenceGraph: already a graph
+    if not hasattr(function, "graph"):
+        spec = tf.TensorSpec([None, *x.shape[1:]], x.dtype)
+        trace = tf.function(lambda x: model(x, training=False), autograph=False)
+        function = trace.get_concrete_function(spec)
+    graph = function.graph.as_graph_def()
+    ops = {node.op for node in graph.node}
+    ops.update(node.op for f in graph.library.function for node in f.node_def)
+    return any("Conv" in op for op in ops)
+
+
+def xla_pays(model: Callable, x: tf.Tensor) -> bool:
+    """An attack's own choice of XLA where it has one (FAB-T, Square): on a GPU, yes; on a CPU
+    only for a model without convolutions. There XLA fuses the attacks' element-wise work (about
+    half their time on an MLP), but its CPU convolutions are far slower than TensorFlow's
+    oneDNN kernels (FAB-T 7.7× and Square 2.4× slower on the small CNN:
+    bench/records/attack_xla.py)."""
+    from fbat_tf import device
+
+    return device.gpu_compute_capability() is not None or not has_convolutions(model, x)
+
+
 class Loop:
     """An attack's graph: `python_function` as a tf.function without AutoGraph (its loops are
     tf.while_loops written out), traced once for every batch size (`for_any_batch`, `batched`
-    as there) and compiled by XLA if `jit_compile`. Where XLA cannot compile it (the model holds
+    as there) and compiled by XLA if `jit_compile` (None: as `xla_pays` decides for the model
+    of the first call). Calls take the model first. Where XLA cannot compile it (the model holds
     an op XLA lacks) the first call logs a warning naming the op and runs it as a plain graph
     from then on, with the same results up to rounding."""
 
-    def __init__(self, python_function: Callable[..., Any], jit_compile: bool, batched: int):
+    def __init__(self, python_function: Callable[..., Any], jit_compile: bool | None, batched: int):
         self.python_function = python_function
         self.batched = batched
-        self._build(jit_compile)
+        self.jit_compile = jit_compile
+        self.function = None
+        if jit_compile is not None:
+            self._build(jit_compile)
 
     def _build(self, jit_compile: bool) -> None:
         self.jit_compile = jit_compile
@@ -61,9 +90,16 @@ class Loop:
         # Until XLA has compiled one call, a compilation failure falls back to a plain graph.
         self._compiled_once = not jit_compile
 
-    def __call__(self, *args: Any) -> Any:
+    def resolve(self, model: Callable, x: tf.Tensor) -> bool:
+        """Whether calls on this model (with inputs like x) compile with XLA; decided once."""
+        if self.function is None:
+            self._build(xla_pays(model, x))
+        return self.jit_compile
+
+    def __call__(self, model: Callable, *args: Any) -> Any:
+        self.resolve(model, args[0])
         try:
-            result = for_any_batch(self.function, *args, batched=self.batched)
+            result = for_any_batch(self.function, model, *args, batched=self.batched)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
             if self._compiled_once or "XLA" not in str(error):
                 raise
@@ -73,19 +109,20 @@ class Loop:
                 str(error).splitlines()[0],
             )
             self._build(False)
-            return self(*args)
+            return self(model, *args)
         self._compiled_once = True
         return result
 
-    def padded(self, index: tf.Tensor, n: int) -> tf.Tensor:
-        """The rows `index` (of a batch of n) that a call attacks, as the call gives them: under
-        XLA, which compiles once per batch size, padded with repeats of the first to the
-        smallest of n, ⌈n/2⌉, ⌈n/4⌉, … that holds them (at most log2(n) + 1 sizes, under twice
-        the rows); as they are otherwise. The results of the first len(index) rows are theirs."""
+    def padded(self, model: Callable, x: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+        """The rows `index` of the batch x that a call on `model` attacks, as the call gives
+        them: under XLA, which compiles once per batch size, padded with repeats of the first to
+        the smallest of n, ⌈n/2⌉, ⌈n/4⌉, … that holds them (n = len(x): at most log2(n) + 1
+        sizes, under twice the rows); as they are otherwise. The results of the first
+        len(index) rows are theirs."""
         count = int(tf.size(index))
-        if not self.jit_compile or count == 0:
+        if not self.resolve(model, x) or count == 0:
             return index
-        length = n
+        length = int(x.shape[0])
         while length > 1 and -(-length // 2) >= count:
             length = -(-length // 2)
         return tf.concat([index, tf.repeat(index[:1], length - count)], 0)

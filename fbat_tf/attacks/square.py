@@ -59,8 +59,8 @@ class Square(Attack):
     eps: the L∞ radius. n_queries: queries per example after the initial one (AutoAttack: 5000).
     p_init: initial fraction of pixels per square (0.8). loss: "margin" (AutoAttack) or "ce"
     (accept when −CE drops). rescale_schedule: stretch the p-schedule to n_queries (off in
-    AutoAttack). jit_compile: compile the search with XLA (None, the default: yes, on every
-    device); on a CPU it takes about half as long once compiled (bench/README.md).
+    AutoAttack). jit_compile: compile the search with XLA (None, the default: `base.xla_pays`,
+    i.e. on a GPU, and on a CPU for a model without convolutions).
     """
 
     def __init__(
@@ -85,7 +85,7 @@ class Square(Attack):
         self.p_init = float(p_init)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
-        self._run = Loop(self._search, True if jit_compile is None else jit_compile, batched=3)
+        self._run = Loop(self._search, jit_compile, batched=3)
         self._recording = Loop(self._search, False, batched=3)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -121,7 +121,7 @@ class Square(Attack):
             return x, history
         # The history's frames grow with the queries asked: a plain graph (XLA needs a size).
         run = self._recording if record else self._run
-        rows = run.padded(index, int(x.shape[0]))
+        rows = run.padded(model, x, index)
         x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
         stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
         x_best, frames = run(model, x_sub, y_sub, stripes, corners, signs, record)
