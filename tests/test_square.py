@@ -161,13 +161,17 @@ def _identity_without_gradient(x):
     return tf.identity(x), gradient
 
 
-def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
+def counted_cnn():
+    """small_cnn behind a CountingNoGradient, and 12 inputs it classifies as labelled."""
     inner = small_cnn(seed=2)
     counter = CountingNoGradient()
     model = keras.Sequential([keras.Input((6, 6, 3)), counter, inner])
-    rng = np.random.default_rng(3)
-    x = rng.uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
-    y = inner(x).numpy().argmax(1).astype(np.int32)
+    x = np.random.default_rng(3).uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
+    return inner, counter, model, x, inner(x).numpy().argmax(1).astype(np.int32)
+
+
+def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
+    inner, counter, model, x, y = counted_cnn()
     probe = tf.constant(x[:2])
     with pytest.raises(AssertionError, match="gradient was taken"):  # the guard works
         with tf.GradientTape() as tape:
@@ -187,15 +191,10 @@ def test_square_never_takes_a_gradient_and_stops_querying_broken_examples():
 
 
 def test_square_under_xla_draws_and_queries_as_the_plain_graph():
-    # Every draw is made before the search, so the XLA-compiled search (the default) walks the
-    # same path as the plain one (its points an ulp apart at most: XLA fuses the arithmetic),
-    # and it too queries only the examples still not broken.
-    inner = small_cnn(seed=2)
-    counter = CountingNoGradient()
-    model = keras.Sequential([keras.Input((6, 6, 3)), counter, inner])
-    rng = np.random.default_rng(3)
-    x = rng.uniform(0, 1, (12, 6, 6, 3)).astype(np.float32)
-    y = inner(x).numpy().argmax(1).astype(np.int32)
+    # Every draw is made before the search, so the XLA-compiled search walks the same path as
+    # the plain one (its points an ulp apart at most: XLA fuses the arithmetic), and it too
+    # queries only the examples still not broken.
+    inner, counter, model, x, y = counted_cnn()
     points, queried = {}, {}
     for jit_compile in (False, True):
         counter.examples.assign(0)
