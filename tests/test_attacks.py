@@ -160,6 +160,55 @@ def test_pgd_keeps_per_example_the_first_restart_that_breaks_it():
     assert robust == pytest.approx(1 - breaks.any(0).mean())
 
 
+class _CountCalls(keras.layers.Layer):
+    """Identity that counts the model's calls and the rows they hold."""
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype="int32")
+        self.rows = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype="int32")
+
+    def call(self, x):
+        self.calls.assign_add(1)
+        self.rows.assign_add(tf.shape(x)[0])
+        return x
+
+
+def test_pgd_runs_later_restarts_side_by_side_on_the_survivors():
+    # Restarts after the first run together, as many as fit with the survivors in the batch:
+    # fewer model calls than one restart at a time, never more rows per call than the batch,
+    # and the brute-force points (checked above on the same kind of model).
+    rng = np.random.default_rng(5)
+    counter = _CountCalls()
+    model = keras.Sequential(
+        [
+            keras.Input((12,)),
+            counter,
+            keras.layers.Dense(16, activation="tanh"),
+            keras.layers.Dense(3),
+        ]
+    )
+    model.set_weights(
+        counter.get_weights()
+        + [rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()[2:]]
+    )
+    x = tf.constant(rng.uniform(0, 1, (48, 12)).astype(np.float32))
+    y = tf.argmax(model(x), -1, output_type=tf.int32)
+    eps, steps, restarts = 32 / 255, 2, 6
+    expected, breaks = brute_force_pgd(model, x, y, eps, steps, restarts, tf.constant([7, 0]))
+    survivors = int((~breaks[0]).sum())
+    assert 0 < survivors <= 24  # at least two restarts fit side by side
+    # Some survivors are broken by a later restart, some by more than one of them.
+    assert (~breaks[0] & breaks[1:].any(0)).any()
+    assert (~breaks[0] & (breaks[1:].sum(0) >= 2)).any()
+    counter.calls.assign(0)
+    counter.rows.assign(0)
+    x_adv = PGD(eps, steps, restarts)(model, x, y, seed=7)[0].numpy()
+    np.testing.assert_allclose(x_adv, expected, atol=1e-6)
+    one_at_a_time = restarts * (steps + 1)  # each restart: its steps and a check
+    assert int(counter.calls.numpy()) < one_at_a_time
+    assert int(counter.rows.numpy()) <= int(counter.calls.numpy()) * 48
+
+
 def test_check_in_ball_rejects_nan_and_infinite_points():
     x = tf.zeros((2, 3)) + 0.5
     for bad in (np.nan, np.inf):

@@ -8,9 +8,10 @@ The model runs with training=False. Per example the result is the first restart 
 misclassifies it, or else the first restart's point; an example counts as broken if any restart
 breaks it. Restarts and steps are `tf.while_loop`s, so the traced graph holds one gradient step
 whatever K and R are. A restart attacks only the examples no earlier restart has broken (their
-random starts are drawn for the whole batch all the same), and the restarts stop once every
-example is broken; under XLA (`jit_compile=True`), which needs static shapes, every restart
-attacks the whole batch.
+random starts are drawn for the whole batch all the same), later restarts run side by side, as
+many as fit with those examples in the batch (fewer, larger matrix products; each example keeps
+the first of them that breaks it), and the restarts stop once every example is broken. Under
+XLA (`jit_compile=True`), which needs static shapes, every restart attacks the whole batch.
 """
 
 from __future__ import annotations
@@ -81,38 +82,63 @@ class PGD(Attack):
             )
             return x + delta
 
-        def restart(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
+        n = tf.shape(x, out_type=tf.int64)[0]
+
+        def start_of(index: tf.Tensor) -> tf.Tensor:
             # Drawn for the whole batch, so that an example's start does not depend on which
             # others are attacked with it.
-            if self.random_start:
-                start = constraints.random_init(
-                    x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
-                )
-            else:
-                start = tf.zeros_like(x)
+            if not self.random_start:
+                return tf.zeros_like(x)
+            return constraints.random_init(
+                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
+            )
+
+        def restarts_from(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
+            """Restarts index, ..., index + g − 1, side by side in one batch."""
             if self.survivors_only:
                 # Only the examples no restart has broken yet (all of them on the first): the
-                # others' kept points cannot change, and a restart costs what survives.
+                # others' kept points cannot change, and a restart costs what survives. Later
+                # restarts run side by side, as many as fit with the survivors in the batch:
+                # fewer, larger matrix products, the same points (each example keeps the first
+                # of them that breaks it).
                 rows = tf.where(robust)[:, 0]
+                fit = n // tf.maximum(tf.shape(rows, out_type=tf.int64)[0], 1)
+                group = tf.where(tf.equal(index, 0), 1, tf.cast(fit, tf.int32))
             else:
-                rows = tf.range(tf.shape(x, out_type=tf.int64)[0])
+                rows, group = tf.range(n), tf.constant(1)
+            group = tf.clip_by_value(group, 1, self.restarts - index)
+            starts = tf.TensorArray(x.dtype, size=group, infer_shape=False)
+            starts = tf.while_loop(
+                lambda j, _: j < group,
+                lambda j, a: (j + 1, a.write(j, tf.gather(start_of(index + j), rows))),
+                (tf.constant(0), starts),
+            )[1].concat()
             x_rows, y_rows = tf.gather(x, rows), tf.gather(y, rows)
-            x_adv = attack_from(tf.gather(start, rows), x_rows, y_rows)
-            broken = correct(model(x_adv, training=False), y_rows) < 0.5
-            x_adv = tf.tensor_scatter_nd_update(x, rows[:, None], x_adv)
-            broken = tf.tensor_scatter_nd_update(tf.zeros_like(robust), rows[:, None], broken)
-            # Replace the kept point where this restart breaks a still-robust example, and
+            x_tiled = tf.tile(x_rows, [group] + [1] * (len(x.shape) - 1))
+            y_tiled = tf.tile(y_rows, [group])
+            x_adv = attack_from(tf.ensure_shape(starts, x_rows.shape), x_tiled, y_tiled)
+            broken = correct(model(x_adv, training=False), y_tiled) < 0.5
+            # Per example the first restart of the group that breaks it (else the group's first).
+            broken = tf.reshape(broken, [group, -1])
+            first = tf.argmax(tf.cast(broken, tf.int32), 0, output_type=tf.int32)
+            count = tf.shape(rows)[0]
+            pick = first * count + tf.range(count)
+            x_adv = tf.tensor_scatter_nd_update(x, rows[:, None], tf.gather(x_adv, pick))
+            broken = tf.tensor_scatter_nd_update(
+                tf.zeros_like(robust), rows[:, None], tf.reduce_any(broken, 0)
+            )
+            # Replace the kept point where this group breaks a still-robust example, and
             # always on the first restart (so that every example gets an attacked point).
             take = tf.logical_or(tf.logical_and(robust, broken), tf.equal(index, 0))
             best = tf.where(tf.reshape(take, per_example), x_adv, best)
-            return index + 1, best, tf.logical_and(robust, tf.logical_not(broken))
+            return index + group, best, tf.logical_and(robust, tf.logical_not(broken))
 
         # Once every example is broken, later restarts could not change the result: stop.
         _, best, _ = tf.while_loop(
             lambda index, _, robust: tf.logical_and(
                 index < self.restarts, tf.logical_or(tf.equal(index, 0), tf.reduce_any(robust))
             ),
-            restart,
+            restarts_from,
             (tf.constant(0), x, tf.ones([tf.shape(x)[0]], tf.bool)),
         )
         return best
