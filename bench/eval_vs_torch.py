@@ -16,9 +16,10 @@ and loading too) is reported beside it.
 
 PyTorch, in a child process of its own: the Keras weights are copied into an equal torch.nn
 MLP (`torch_reference.mlp`; the logits are checked to agree), then, on the same batches of 128:
-a plain PyTorch PGD-K-R loop doing what fbat_tf/attacks/pgd.py does (`torch_reference.pgd`:
+a plain PyTorch PGD-K-R loop finding what fbat_tf/attacks/pgd.py finds (`torch_reference.pgd`:
 step ε/4, uniform start in C, signed steps on the summed cross-entropy, per example the first
-restart that breaks it, later restarts only on the examples still robust), and
+restart that breaks it, later restarts only on the examples still robust, one at a time where
+fbat-tf runs them side by side), and
 pyautoattack's AutoAttack, the PyTorch reference, version "standard", L∞. The two sides run
 one after the other, never at the same time (`--rounds=R`: R times in turns, medians
 reported); the 1-minute load average before and after each is recorded, since other

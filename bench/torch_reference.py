@@ -244,7 +244,8 @@ def mlp(model):
 
 
 def pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
-    """PGD-K-R on one batch, as fbat_tf/attacks/pgd.py does it without XLA.
+    """PGD-K-R on one batch, the points fbat_tf/attacks/pgd.py finds without XLA, one restart at
+    a time (fbat-tf runs later restarts side by side; a plain loop runs them in turn).
 
     Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch, K signed steps on the summed
     cross-entropy, each projected. The first restart attacks every example; each later one only

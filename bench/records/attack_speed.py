@@ -2,6 +2,8 @@
 the time of a call, in turns, and how far apart their adversarial points are.
 
     python bench/records/attack_speed.py --json=bench/results/attack_speed.json
+    python bench/records/attack_speed.py --before=8f904c9 --attacks=PGD-50-10 \
+        --json=bench/results/attack_speed_pgd.json     # PGD's restarts side by side
 
 The earlier modules (fbat_tf/attacks/<name>.py at `--before`, read with `git show`) run with
 today's rest of the package, on fmnist_mlp.py's MLP folded as evaluate.py folds it, on the
@@ -34,6 +36,7 @@ _N = flags.DEFINE_integer("n_examples", 500, "Test images attacked.", lower_boun
 _EPS = flags.DEFINE_float("eps", 24.0, "ε in 1/255 units.")
 _EPOCHS = flags.DEFINE_integer("train_epochs", 4, "PGD-3 AT epochs of the MLP.", lower_bound=0)
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed turns of before, now.", lower_bound=1)
+_ONLY = flags.DEFINE_list("attacks", None, "Only these rows (labels as in ATTACKS).")
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 
 BATCH = 128
@@ -79,7 +82,12 @@ def main(argv: list[str]) -> None:
         ]["apgd-ce"]
     )
     rows = []
+    unknown = sorted(set(_ONLY.value or []) - set(ATTACKS))
+    if unknown:
+        raise app.UsageError(f"unknown --attacks {unknown}; known: {sorted(ATTACKS)}")
     for label, (module, build, on_survivors) in ATTACKS.items():
+        if _ONLY.value and label not in _ONLY.value:
+            continue
         xs, ys = (tf.gather(x, survivors), tf.gather(y, survivors)) if on_survivors else (x, y)
         attacks = {
             "before": build(load(module, _BEFORE.value), eps),
