@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf import constraints, device
+from fbat_tf import constraints
 from fbat_tf.attacks.base import Attack, Loop
 from fbat_tf.attacks.losses import correct, cross_entropy, dlr, dlr_targeted, input_gradient
 
@@ -151,8 +151,6 @@ class APGD(Attack):
             is_checkpoint[at - 1], window[at - 1] = True, length
         self._is_checkpoint = tf.constant(is_checkpoint)
         self._window = tf.constant(window)
-        if jit_compile is None:  # XLA where it pays for APGD: on a GPU
-            jit_compile = device.resolve_jit_compile("auto")
         self._run = Loop(self._single_run, jit_compile, batched=3)
 
     @property

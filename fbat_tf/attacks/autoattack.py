@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.apgd import APGD
-from fbat_tf.attacks.base import Attack, Breakdown
+from fbat_tf.attacks.base import Attack, Breakdown, padded_rows
 from fbat_tf.attacks.losses import correct
 from fbat_tf.constraints import check_in_ball
 
@@ -128,7 +128,8 @@ class AutoAttack(Attack):
         """`batch_size` bounds what one call of a part (and the clean pass) is given: each part
         attacks the examples still robust in consecutive slices of at most that many, as the
         reference does (None: all of them at once), as few slices as that allows and all of one
-        length (`_equal_slices`: 180 survivors in calls of 128 are two slices of 90). Slice k of
+        length (`_equal_slices`: 180 survivors in calls of 128 are two slices of 90; the last
+        padded with repeats of its first row, whose results are dropped). Slice k of
         every part gets the seed stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for
         k = 0, so one slice is attacked exactly as the whole batch. `progress` shows a bar over
         each part's calls and the robust accuracy after it. `jit_compile` is given to each part
@@ -186,16 +187,18 @@ class AutoAttack(Attack):
             bar = None
             if self.progress and still_robust.size:
                 print(f"{name} on the {still_robust.size} examples still robust")
-                calls = len(_equal_slices(still_robust, size))
+                calls = -(-still_robust.size // size)
                 bar = keras.utils.Progbar(calls, stateful_metrics=["robust"], unit_name="call")
-            for k, rows in enumerate(_equal_slices(still_robust, size)):
-                x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
+            slices = _equal_slices(still_robust, size)
+            for k, rows in enumerate(slices):
+                # One length for every call of the part: an XLA-compiled part compiles once.
+                padded = padded_rows(rows, slices[0].size)
+                x_sub, y_sub = tf.gather(x, padded), tf.gather(y, padded)
                 slice_seed = seed if k == 0 else tf.random.experimental.stateless_fold_in(seed, k)
                 candidate, _ = attack(model, x_sub, y_sub, slice_seed)
                 _check_in_ball(candidate, x_sub, self.eps, name)
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
-                # A repeated row (the last slice's padding) holds the same result as its first.
-                rows, broken, candidate = _unique(rows, broken, np.asarray(candidate))
+                broken, candidate = broken[: rows.size], np.asarray(candidate)[: rows.size]
                 x_adv[rows[broken]] = candidate[broken]
                 robust[rows[broken]] = False
                 if bar is not None:
@@ -208,23 +211,12 @@ class AutoAttack(Attack):
 
 
 def _equal_slices(rows: np.ndarray, size: int) -> list[np.ndarray]:
-    """`rows` in consecutive slices of at most `size`, as few as that allows, all of one length:
-    the last is padded with repeats of its first row (fewer than one per slice). An attack
-    compiled by XLA then compiles once per part, not again for a shorter last slice."""
-    if rows.size == 0:
-        return []
+    """`rows` in consecutive slices of at most `size`, as few as that allows, all as long as the
+    first but the last, which is shorter by less than one row per slice (180 rows in slices of
+    at most 128: two of 90)."""
     count = -(-rows.size // size)
-    length = -(-rows.size // count)
-    slices = [rows[k * length : (k + 1) * length] for k in range(count)]
-    slices[-1] = np.concatenate([slices[-1], np.repeat(slices[-1][:1], length - slices[-1].size)])
-    return slices
-
-
-def _unique(rows: np.ndarray, *values: np.ndarray) -> tuple[np.ndarray, ...]:
-    """A slice's rows without the padding's repeats, and the values of those rows."""
-    _, first = np.unique(rows, return_index=True)
-    keep = np.sort(first)
-    return (rows[keep], *(value[keep] for value in values))
+    length = -(-rows.size // max(count, 1))
+    return [rows[k * length : (k + 1) * length] for k in range(count)]
 
 
 def _percent(mask: np.ndarray) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -55,28 +56,46 @@ def has_convolutions(model: Callable, x: tf.Tensor) -> bool:
     return any("Conv" in op for op in ops)
 
 
-def xla_pays(model: Callable, x: tf.Tensor) -> bool:
-    """An attack's own choice of XLA where it has one (FAB-T, Square): on a GPU, yes; on a CPU
-    only for a model without convolutions. There XLA fuses the attacks' element-wise work (about
-    half their time on an MLP), but its CPU convolutions are far slower than TensorFlow's
-    oneDNN kernels (FAB-T 7.7× and Square 2.4× slower on the small CNN:
+def xla_pays(model: Callable, x: tf.Tensor, dense_on_cpu: bool) -> bool:
+    """An attack's own choice of XLA: on a GPU, yes; on a CPU, only with `dense_on_cpu` (FAB-T,
+    Square) and for a model without convolutions. There XLA fuses those attacks' element-wise
+    work (0.62× and 0.67× their plain time on an MLP), but its CPU convolutions are far slower
+    than TensorFlow's oneDNN kernels (FAB-T 7.7× and Square 2.4× slower on the small CNN:
     bench/records/attack_xla.py)."""
     from fbat_tf import device
 
-    return device.gpu_compute_capability() is not None or not has_convolutions(model, x)
+    if device.gpu_compute_capability() is not None:
+        return True
+    return dense_on_cpu and not has_convolutions(model, x)
+
+
+def padded_rows(rows: tf.Tensor | np.ndarray, length: int) -> tf.Tensor | np.ndarray:
+    """`rows` (row indices, not empty) padded to `length` with repeats of the first: a call on
+    them has the batch size `length`, and its results for the first len(rows) are theirs."""
+    count = int(rows.shape[0])
+    if isinstance(rows, np.ndarray):
+        return np.concatenate([rows, np.repeat(rows[:1], length - count)])
+    return tf.concat([rows, tf.repeat(rows[:1], length - count)], 0)
 
 
 class Loop:
     """An attack's graph: `python_function` as a tf.function without AutoGraph (its loops are
     tf.while_loops written out), traced once for every batch size (`for_any_batch`, `batched`
-    as there) and compiled by XLA if `jit_compile` (None: as `xla_pays` decides for the model
-    of the first call). Calls take the model first. Where XLA cannot compile it (the model holds
-    an op XLA lacks) the first call logs a warning naming the op and runs it as a plain graph
-    from then on, with the same results up to rounding."""
+    as there) and compiled by XLA if `jit_compile` (None: as `xla_pays(..., dense_on_cpu)`
+    decides for the model of the first call). Calls take the model first. Where XLA cannot
+    compile it (the model holds an op XLA lacks) the first call logs a warning naming the op and
+    runs it as a plain graph from then on, with the same results up to rounding."""
 
-    def __init__(self, python_function: Callable[..., Any], jit_compile: bool | None, batched: int):
+    def __init__(
+        self,
+        python_function: Callable[..., Any],
+        jit_compile: bool | None,
+        batched: int,
+        dense_on_cpu: bool = False,
+    ):
         self.python_function = python_function
         self.batched = batched
+        self.dense_on_cpu = dense_on_cpu
         self.jit_compile = jit_compile
         self.function = None
         if jit_compile is not None:
@@ -93,7 +112,7 @@ class Loop:
     def resolve(self, model: Callable, x: tf.Tensor) -> bool:
         """Whether calls on this model (with inputs like x) compile with XLA; decided once."""
         if self.function is None:
-            self._build(xla_pays(model, x))
+            self._build(xla_pays(model, x, self.dense_on_cpu))
         return self.jit_compile
 
     def __call__(self, model: Callable, *args: Any) -> Any:
@@ -125,7 +144,7 @@ class Loop:
         length = int(x.shape[0])
         while length > 1 and -(-length // 2) >= count:
             length = -(-length // 2)
-        return tf.concat([index, tf.repeat(index[:1], length - count)], 0)
+        return padded_rows(index, length)
 
 
 class Attack:

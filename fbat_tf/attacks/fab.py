@@ -143,7 +143,7 @@ class FAB(Attack):
         self.alpha_max = float(alpha_max)
         self.eta = float(eta)
         self.beta = float(beta)
-        self._run = Loop(self._single_run, jit_compile, batched=4)
+        self._run = Loop(self._single_run, jit_compile, batched=4, dense_on_cpu=True)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints, device
+from fbat_tf import constraints
 from fbat_tf.attacks.base import Attack, Loop
 from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
@@ -48,8 +48,6 @@ class PGD(Attack):
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
         # Without a random start the attack starts from x (δ = 0).
         self.random_start = bool(random_start)
-        if jit_compile is None:  # XLA where it pays for PGD: on a GPU
-            jit_compile = device.resolve_jit_compile("auto")
         self._run = Loop(self._attack, jit_compile, batched=2)
 
     @property

@@ -85,7 +85,7 @@ class Square(Attack):
         self.p_init = float(p_init)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
-        self._run = Loop(self._search, jit_compile, batched=3)
+        self._run = Loop(self._search, jit_compile, batched=3, dense_on_cpu=True)
         self._recording = Loop(self._search, False, batched=3)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -124,7 +124,9 @@ class Square(Attack):
         rows = run.padded(model, x, index)
         x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
         stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
-        x_best, frames = run(model, x_sub, y_sub, stripes, corners, signs, record)
+        x_best, frames = run(
+            model, x_sub, y_sub, stripes, tf.constant(sides, tf.int32), corners, signs, record
+        )
         x_best, y_sub = x_best[: int(tf.size(index))], y_sub[: int(tf.size(index))]
         predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
         broken = tf.not_equal(predicted, y_sub)
@@ -188,15 +190,15 @@ class Square(Attack):
         x: tf.Tensor,
         y: tf.Tensor,
         stripes: tf.Tensor,
+        sides: tf.Tensor,
         corners: tf.Tensor,
         signs: tf.Tensor,
         record: bool,
     ) -> tuple[tf.Tensor, tf.Tensor | None]:
         """The reference's `attack_single_run`, L∞ branch, on clean-correct examples, with the
-        draws of `_draws`."""
+        draws of `_draws` for the square sides `sides`."""
         height, width = x.shape[1], x.shape[2]
         eps = tf.cast(self.eps, x.dtype)
-        sides = tf.constant(self._sides(height, width), tf.int32)
         stripes, signs = tf.cast(stripes, x.dtype), tf.cast(signs, x.dtype)
         # Stripe start: ±ε constant down each column.
         x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
