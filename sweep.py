@@ -7,8 +7,15 @@
 
     python sweep.py --sweep=paper_table2 --data_dir=/data   # where the data is, for every cell
 
-Every cell is an ordinary train.py run in `<sweep_dir>/<cell>` (so a killed sweep resumes each
-cell where it stopped), then evaluate.py runs each of the definition's evaluations (by default
+    python sweep.py --sweep=fashion_mnist --allow_dirty   # run uncommitted code, marked so
+    python sweep.py --sweep=fashion_mnist --repin         # move the sweep to the current HEAD
+
+Cells run committed code: the first start pins the checkout's revision (revision.json) and
+checks it out under `<sweep_dir>/code/`, from where every train.py and evaluate.py runs, so
+that editing the code while a sweep runs cannot reach it (fbat_tf/sweeps/revision.py); a tree
+with uncommitted changes is refused unless --allow_dirty. Every cell is an ordinary train.py run
+in `<sweep_dir>/<cell>` (so a killed sweep resumes each cell where it stopped), then evaluate.py
+runs each of the definition's evaluations (by default
 PGD at every ε of the grid and AutoAttack at the cell's ε), each writing eval-<name>.json into
 it. A cell that holds them all is done and never run again; a run directory holding other flags
 is refused. The whole definition is checked (flag names, values, ε, the method options, the
@@ -33,7 +40,7 @@ from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import sweeps  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
-from fbat_tf.sweeps import claims  # noqa: E402
+from fbat_tf.sweeps import claims, revision  # noqa: E402
 from flags import common  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -59,19 +66,10 @@ def definition_path(name: str) -> str:
     )
 
 
-def check(
-    definition: sweeps.Definition,
-    cells: list[sweeps.Cell],
-    sweep_dir: str,
-    data_ok: bool = True,
-) -> str | None:
-    """Raise DefinitionError naming the cell and what is wrong, before anything runs.
-
-    The flags and run directories of every cell are checked first, before TensorFlow loads, so
-    that a mistake there is reported at once. Then come the method options of the cells still to
-    train and the data of the cells still to evaluate: a sweep whose cells are all done never
-    loads TensorFlow. With `data_ok=False` (a dry run, perhaps on a machine without the data)
-    missing data is returned as a message instead of raised."""
+def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str):
+    """Raise DefinitionError naming the cell and what is wrong with its flags or its run
+    directory, before TensorFlow loads. Returns the cells still to train (with their cell
+    directory and flag values) and the cells still to evaluate."""
     to_train, to_evaluate = [], []
     for cell in cells:
         reserved = sorted(set(cell.flags) & set(RESERVED))
@@ -95,6 +93,14 @@ def check(
             to_train.append((cell, cell_dir, values))
         if sweeps.cell_state(cell_dir, definition) != "done":
             to_evaluate.append(cell)
+    return to_train, to_evaluate
+
+
+def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
+    """Raise DefinitionError for the method options of the cells still to train or the data of
+    the cells still to evaluate (this loads TensorFlow; a sweep whose cells are all done never
+    does). With `data_ok=False` (a dry run, perhaps on a machine without the data) missing data
+    is returned as a message instead of raised."""
     if not to_evaluate:
         return None
 
@@ -163,22 +169,27 @@ def _words(overrides: dict) -> str:
     )
 
 
-def run_program(argv: list[str], log_path: str) -> None:
-    """Run `python <argv>` from the repository root, its output appended to a log file."""
+def program(argv: list[str], code: revision.Pinned) -> list[str]:
+    """The command line of `python <argv>` with the program taken from the code the cells run."""
+    return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
+
+
+def run_program(argv: list[str], log_path: str, code: revision.Pinned) -> None:
+    """Run `python <argv>` from the sweep's code, in the working directory sweep.py was started
+    in (so that relative paths mean what they mean to sweep.py), its output appended to a log."""
+    command = program(argv, code)
     with open(log_path, "a") as log:
-        log.write(f"\n$ python {' '.join(argv)}\n")
+        log.write(f"\n$ {shlex.join(['python', *command[1:]])}\n")
         log.flush()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        status = subprocess.run(
-            [sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
-        ).returncode
+        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     if status != 0:
         with open(log_path) as log:
             tail = log.read()[-2000:]
         raise RuntimeError(f"{argv[0]} failed (exit {status}); end of {log_path}:\n{tail}")
 
 
-def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
+def run_cell(definition, cell, sweep_dir, code: revision.Pinned) -> dict[str, float]:
     """Train (or resume) and evaluate one cell; seconds spent per part."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     argv = sweeps.commands(definition, cell, sweep_dir)
@@ -188,7 +199,7 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     spent = {}
     start = time.perf_counter()
     if sweeps.cell_state(cell_dir) in ("new", "started"):
-        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"))
+        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"), code)
     spent["train"] = time.perf_counter() - start
     if not Run(cell_dir).has_best_weights():
         raise RuntimeError(
@@ -203,11 +214,54 @@ def run_cell(definition, cell, sweep_dir) -> dict[str, float]:
     later = sweeps.commands(definition, cell, sweep_dir, missing)
     for evaluation in definition.evaluations:
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
-            run_program(argv[evaluation.name], log)
+            run_program(argv[evaluation.name], log, code)
         elif evaluation.name in missing:
-            run_program(later[evaluation.name], log)
+            run_program(later[evaluation.name], log, code)
     spent["evaluate"] = time.perf_counter() - start
     return spent
+
+
+def pin(sweep_dir: str) -> revision.Pinned:
+    return revision.pin(
+        sweep_dir, ROOT, allow_dirty=sweep_flags.ALLOW_DIRTY.value, repin=sweep_flags.REPIN.value
+    )
+
+
+def describe_pinned(code: revision.Pinned) -> str:
+    if not code.pinned:
+        try:
+            state = f"{len(revision.changed_files(ROOT))} tracked files differ from its revision"
+        except revision.RevisionError:
+            state = "not a git checkout"
+        return (
+            f"cells run the working tree {ROOT} as it is (--allow_dirty; {state}): the report "
+            "marks them"
+        )
+    line = f"cells run revision {code.revision[:12]} (pinned {code.started}), from {code.tree}"
+    current = revision.head(ROOT)
+    if current != code.revision:
+        line += f"; this checkout is at {current[:12]}: --repin moves the sweep to it"
+    return line
+
+
+def describe_code(sweep_dir: str) -> str:
+    """What a real run would run, said by a dry run, which pins nothing."""
+    if sweep_flags.ALLOW_DIRTY.value:
+        return f"code: the working tree {ROOT} as it is (--allow_dirty)"
+    kept = revision.recorded(sweep_dir)
+    if kept is not None and not sweep_flags.REPIN.value:
+        return f"code: revision {kept['revision'][:12]}, pinned {kept.get('started')}"
+    try:
+        changed = revision.changed_files(ROOT, exclude=sweep_dir)
+        current = revision.head(ROOT)
+    except revision.RevisionError:
+        return "code: not a git checkout; a real run needs --allow_dirty"
+    if changed:
+        return (
+            f"code: a real run would stop here: {len(changed)} tracked files differ from "
+            f"{current[:12]} (commit them, or pass --allow_dirty)"
+        )
+    return f"code: a real run pins revision {current[:12]}"
 
 
 def duration(seconds: float) -> str:
@@ -247,8 +301,18 @@ def main(argv: list[str]) -> None:
             cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
             if not cells:
                 raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
-        data_problem = check(definition, cells, sweep_dir, data_ok=not sweep_flags.DRY_RUN.value)
-    except sweeps.DefinitionError as error:
+        to_train, to_evaluate = check_flags(definition, cells, sweep_dir)
+        runs = not (sweep_flags.DRY_RUN.value or sweep_flags.REPORT_ONLY.value)
+        if runs and to_evaluate:
+            # A tree whose code cannot be pinned is refused before TensorFlow loads.
+            revision.check(
+                sweep_dir,
+                ROOT,
+                allow_dirty=sweep_flags.ALLOW_DIRTY.value,
+                repin=sweep_flags.REPIN.value,
+            )
+        data_problem = check_runs(to_train, to_evaluate, data_ok=not sweep_flags.DRY_RUN.value)
+    except (sweeps.DefinitionError, revision.RevisionError) as error:
         sys.exit(f"error: {error}")
 
     if sweep_flags.REPORT_ONLY.value:
@@ -257,17 +321,23 @@ def main(argv: list[str]) -> None:
         return
     states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
     if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
-        # One shell line per cell still to run, for a scheduler (a job array, one per GPU).
+        # One shell line per cell still to run, for a scheduler (a job array, one per GPU),
+        # running the pinned revision: it is checked out here, for the lines to run it.
+        try:
+            code = pin(sweep_dir)
+        except revision.RevisionError as error:
+            sys.exit(f"error: {error}")
         for cell in cells:
             if states[cell.name] == "done":
                 continue
             cell_dir = os.path.join(sweep_dir, cell.name)
             missing = sweeps.missing_budgets(definition, cell, cell_dir)
             argv = sweeps.commands(definition, cell, sweep_dir, missing)
-            chain = " && ".join(shlex.join([sys.executable, *words]) for words in argv.values())
-            print(f"cd {shlex.quote(ROOT)} && {chain}")
+            chain = " && ".join(shlex.join(program(words, code)) for words in argv.values())
+            print(f"cd {shlex.quote(os.getcwd())} && {chain}")
         return
     if sweep_flags.DRY_RUN.value:
+        print(describe_code(sweep_dir))
         found = sweeps.estimate.estimate(definition)
         if found:
             print(sweeps.estimate.describe(found))
@@ -282,6 +352,12 @@ def main(argv: list[str]) -> None:
         return
 
     to_run = [c for c in cells if states[c.name] != "done"]
+    code = None
+    if to_run:
+        try:
+            code = pin(sweep_dir)
+        except revision.RevisionError as error:
+            sys.exit(f"error: {error}")
     settle_overrides(definition.overrides, sweep_dir, write=True)
     if definition.overrides:
         print(f"every cell with --override={_words(definition.overrides)}: not comparable")
@@ -290,6 +366,8 @@ def main(argv: list[str]) -> None:
         f"{len(to_run)} to run, in {sweep_dir}",
         flush=True,
     )
+    if code is not None:
+        print(describe_pinned(code), flush=True)
     failed, spent_cells = [], []
     begin = time.perf_counter()
     ran = 0
@@ -310,7 +388,7 @@ def main(argv: list[str]) -> None:
             try:
                 if sweeps.cell_state(cell_dir, definition) == "done":
                     continue
-                spent = run_cell(definition, cell, sweep_dir)
+                spent = run_cell(definition, cell, sweep_dir, code)
             except RuntimeError as error:
                 failed.append(cell.name)
                 print(f"[{ran}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr)

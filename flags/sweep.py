@@ -43,3 +43,16 @@ WAIT_SECONDS = flags.DEFINE_float(
     "How often a process waiting for the cells other sweep.py processes hold looks again.",
     lower_bound=0.0,
 )
+ALLOW_DIRTY = flags.DEFINE_bool(
+    "allow_dirty",
+    False,
+    "Run the cells from the working tree as it is, uncommitted changes included, instead of "
+    "from the sweep's pinned revision; the report marks every cell this touches.",
+)
+REPIN = flags.DEFINE_bool(
+    "repin",
+    False,
+    "Move the sweep to the checkout's current revision: cells run after this run it. A sweep "
+    "keeps the revision it first ran (revision.json) until then; the report marks comparisons "
+    "between cells of different revisions.",
+)

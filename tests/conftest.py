@@ -27,3 +27,40 @@ def _onednn_choice_left_as_found():
     yield
     after = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     assert after == before, f"the test left TF_ENABLE_ONEDNN_OPTS={after!r} (was {before!r})"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def commit_copy(root: str, destination: str) -> str:
+    """The project's files as they are now (tracked and new ones, committed results aside)
+    copied to `destination` and committed there as a git repository of its own: a clean
+    checkout of the code under test, which sweep.py pins and runs as it would pin a clean
+    checkout of main."""
+    import shutil
+    import subprocess
+
+    def git(*args: str, cwd: str = root) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+        ).stdout
+
+    files = git("ls-files", "--cached", "--others", "--exclude-standard", "-z").split("\0")
+    for name in files:
+        source = os.path.join(root, name)
+        if not name or name.startswith("results/") or not os.path.isfile(source):
+            continue  # a deleted file, or committed results (not code)
+        target = os.path.join(destination, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(source, target)
+    git("init", "-q", cwd=destination)
+    git("add", "-A", cwd=destination)
+    identity = ("-c", "user.name=fbat-tf tests", "-c", "user.email=tests@fbat-tf.invalid")
+    git(*identity, "commit", "-q", "-m", "the code under test", cwd=destination)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def committed_tree(tmp_path_factory) -> str:
+    """A clean git checkout of the code under test (commit_copy), shared by the session."""
+    return commit_copy(ROOT, str(tmp_path_factory.mktemp("committed")))

@@ -19,7 +19,8 @@ import pytest
 
 from fbat_tf import sweeps
 from tests.test_data import cifar_rows, make_cifar10, make_tarball, write_jpeg, write_python2_pickle
-from tests.test_sweep import COMMITTED, _mtimes, run_sweep
+from tests.test_sweep import COMMITTED, _mtimes
+from tests.test_sweep import run_sweep as run_committed
 
 ROOT_KITS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "sweeps"
@@ -78,8 +79,12 @@ def data_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kit", KITS)
-def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path):
+def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path, committed_tree):
     out = tmp_path / kit
+
+    def run_sweep(*args, **kwargs):
+        return run_committed(*args, tree=committed_tree, **kwargs)
+
     common = (f"--sweep={kit}", f"--sweep_dir={out}", f"--data_dir={data_dir}", "--nodownload")
     dry = run_sweep(*common, f"--override={SHORT}", "--dry_run")
     assert dry.returncode == 0, dry.stderr[-3000:]

@@ -54,8 +54,9 @@ def write_definition(directory, grid, flags=None, **extra) -> str:
     return path
 
 
-def run_sweep(*args: str, env: dict | None = None, wait: bool = True):
-    command = [sys.executable, os.path.join(ROOT, "sweep.py"), *args]
+def run_sweep(*args: str, env: dict | None = None, wait: bool = True, tree: str = ROOT):
+    """sweep.py of `tree` (a clean checkout where cells run: the committed_tree fixture)."""
+    command = [sys.executable, os.path.join(tree, "sweep.py"), *args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     if not wait:
         # A session of its own, so that a kill can take the sweep and its children at once.
@@ -152,7 +153,9 @@ def test_bad_definitions_fail_before_any_run_naming_the_problem(tmp_path):
         assert not (tmp_path / name / "out").exists(), name
 
 
-def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_data(tmp_path):
+def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_data(
+    tmp_path, committed_tree
+):
     """--data_dir on sweep.py's command line reaches every train.py and evaluate.py command of
     every cell; a dry run on a machine without the data lists the cells and says what a real
     run would miss, instead of failing."""
@@ -174,22 +177,29 @@ def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_d
     assert not out.exists()
     # For a scheduler: one shell line per cell, which a shell runs as it is (here train.py
     # starts, and stops at the missing data as it would on its own).
+    # The lines run the pinned revision, which is checked out for them.
     printed = run_sweep(
         f"--sweep={path}",
         f"--sweep_dir={out}",
         f"--data_dir={data}",
         "--dry_run",
         "--print_commands",
+        tree=committed_tree,
     )
     assert printed.returncode == 0, printed.stderr[-3000:]
     lines = printed.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"cd {ROOT} && ") for line in lines)
     assert all(line.count("evaluate.py") == 2 and "train.py" in line for line in lines)
+    pinned = json.loads((out / "revision.json").read_text())["revision"]
+    assert all(f"{out}/code/{pinned[:12]}/train.py" in line for line in lines)
     shell = subprocess.run(["bash", "-c", lines[0]], capture_output=True, text=True, timeout=600)
     assert shell.returncode != 0 and "cifar10" in shell.stderr and str(data) in shell.stderr
-    assert not out.exists()
+    assert sorted(os.listdir(out)) == ["code", "revision.json"]  # no cell was started
+    shutil.rmtree(out)
     # The real run stops at the same place, before any cell starts.
-    real = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}")
+    real = run_sweep(
+        f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}", tree=committed_tree
+    )
     assert real.returncode != 0 and "cifar10" in real.stderr and not out.exists()
 
 
@@ -360,7 +370,7 @@ def test_report_names_each_variant_by_the_title_its_runs_recorded(tmp_path):
 # The paper kit --------------------------------------------------------------------------------
 
 
-def test_paper_kit_reported_from_committed_results(tmp_path):
+def test_paper_kit_reported_from_committed_results(tmp_path, committed_tree):
     """configs/sweeps/paper_table2.json with one of its cells and a small CNN in place of its
     PreActResNet-18, on CIFAR-10 read through mocked TFDS in every program the sweep starts
     (test_train_cli trains PreActResNet-18 with Fast-BAT on mocked CIFAR-10), reported from a
@@ -400,7 +410,7 @@ def test_paper_kit_reported_from_committed_results(tmp_path):
     }
 
     # Killing, resuming and running a kit again: tests/test_paper_kits.py, on the kit as it is.
-    done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env)
+    done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", env=env, tree=committed_tree)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[1/1] fastbat-eps8-seed0" in done.stdout
     assert sweeps.cell_state(str(cell), sweeps.load_definition(str(path))) == "done"
@@ -410,7 +420,7 @@ def test_paper_kit_reported_from_committed_results(tmp_path):
     (clone / cell.name).mkdir(parents=True)
     for name in COMMITTED:
         shutil.copy(cell / name, clone / cell.name / name)
-    again = run_sweep(f"--sweep={path}", f"--sweep_dir={clone}", env=env)
+    again = run_sweep(f"--sweep={path}", f"--sweep_dir={clone}", env=env, tree=committed_tree)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "1 cells, 1 done, 0 to run" in again.stdout
     assert not (clone / "logs").exists()  # no program was started

@@ -49,12 +49,12 @@ def test_a_claim_is_held_while_its_owner_lives_and_taken_over_after(tmp_path):
     assert claims.take(sweep_dir, "cell") is None
 
 
-def _start(definition: str, out, log):
+def _start(definition: str, out, log, tree: str = ROOT):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(
         [
             sys.executable,
-            os.path.join(ROOT, "sweep.py"),
+            os.path.join(tree, "sweep.py"),
             f"--sweep={definition}",
             f"--sweep_dir={out}",
             "--wait_seconds=1",
@@ -67,7 +67,9 @@ def _start(definition: str, out, log):
     )
 
 
-def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(tmp_path):
+def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(
+    tmp_path, committed_tree
+):
     evaluation = {
         "batch_size": 16,
         "attacks": [
@@ -82,7 +84,8 @@ def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_starte
     )
     out = tmp_path / "out"
     logs = [open(tmp_path / f"process{i}.log", "w") for i in range(2)]
-    processes = [_start(definition, out, log) for log in logs]
+    # Both pin the same revision and check it out under the sweep directory at once.
+    processes = [_start(definition, out, log, committed_tree) for log in logs]
     by_pid = {p.pid: p for p in processes}
 
     # Once both cells are claimed, kill the owner of the first cell while it trains.

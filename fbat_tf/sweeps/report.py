@@ -87,6 +87,38 @@ def _overridden(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _short(found: str | None) -> str:
+    return "no git revision" if found is None else found[:12]
+
+
+def code_lines(report: dict[str, Any]) -> list[str]:
+    """Which code the numbers came from: one line when every cell ran one clean revision, else
+    the revisions and the cells run from uncommitted code or from several revisions."""
+    code = report.get("code") or {}
+    revisions, dirty, mixed = (
+        code.get("revisions", {}),
+        code.get("dirty_cells"),
+        code.get("mixed_cells"),
+    )
+    if not revisions:
+        return []
+    if len(revisions) == 1 and not dirty:
+        return [f"Code: every cell ran revision {_short(next(iter(revisions)))}, committed.", ""]
+    counted = ", ".join(f"{_short(r)} ({n} cells)" for r, n in revisions.items())
+    lines = [f"Code: the cells ran {len(revisions)} revisions: {counted}."]
+    if dirty:
+        lines.append(
+            f"† {len(dirty)} cells ran uncommitted (or unrecorded) code: {', '.join(dirty)}."
+        )
+    if mixed:
+        lines.append(f"Cells whose parts ran different revisions: {', '.join(mixed)}.")
+    return [*lines, ""]
+
+
+def _dagger(cells: Sequence[dict[str, Any]]) -> str:
+    return " †" if any(c.get("code", {}).get("dirty") for c in cells) else ""
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
     evaluations = _evaluations(report)
@@ -99,6 +131,7 @@ def markdown(report: dict[str, Any]) -> str:
         report["description"],
         "",
         *_overridden(report),
+        *code_lines(report),
         *([estimate.describe(report["estimate"]), ""] if report.get("estimate") else []),
         f"Robust accuracy (%) at the training ε: {described}; clean accuracy on the first "
         f"{evaluations[0]['examples']}; mean ± sample std over seeds. CO: epochs where the "
@@ -123,7 +156,7 @@ def markdown(report: dict[str, Any]) -> str:
         inactive = _values(cells, "train", "inactive_fraction")
         robust = " | ".join(_percent(_attacked(cells, e["name"])) for e in evaluations)
         lines.append(
-            f"| {_label(variant, cells)} | {eps:g} | {len(done)}/{len(cells)} | "
+            f"| {_label(variant, cells)}{_dagger(cells)} | {eps:g} | {len(done)}/{len(cells)} | "
             f"{_percent(_clean(cells, report))} | {robust} | {selected or '–'} | "
             f"{overfit or '–'} | {_number(_values(cells, 'train', 'seconds_per_epoch'))} | "
             f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "

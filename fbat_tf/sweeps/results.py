@@ -108,7 +108,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
     }
     results = _read(os.path.join(cell_dir, RESULTS))
     if results is None:
-        return record
+        return {**record, "code": {"revisions": [], "dirty": False}}
     history = results.get("history", [])
     # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
     record["title"] = (results.get("method") or {}).get("title")
@@ -141,7 +141,34 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         found = _evaluation_record(cell_dir, evaluation)
         if found is not None:
             record[evaluation.name] = found
+    record["code"] = cell_code(record, definition)
     return record
+
+
+def cell_code(record: dict[str, Any], definition: Definition) -> dict[str, Any]:
+    """Which code made the cell's numbers: the revisions of its training and evaluations
+    (None: not a git checkout) and whether any of them ran from uncommitted changes."""
+    blocks = [record.get("train", {}).get("code")]
+    blocks += [record.get(e.name, {}).get("code") for e in definition.evaluations]
+    ran = [block or {} for block in blocks if block is not None or "train" in record]
+    return {
+        "revisions": list(dict.fromkeys(block.get("revision") for block in ran)),
+        "dirty": any(block.get("dirty") is not False for block in ran),
+    }
+
+
+def code_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep's code: cells per revision, and the cells run from uncommitted (or unknown)
+    code or from several revisions."""
+    revisions: dict[str | None, int] = {}
+    for cell in cells:
+        for found in cell["code"]["revisions"]:
+            revisions[found] = revisions.get(found, 0) + 1
+    return {
+        "revisions": revisions,
+        "dirty_cells": [c["name"] for c in cells if c["code"]["dirty"]],
+        "mixed_cells": [c["name"] for c in cells if len(c["code"]["revisions"]) > 1],
+    }
 
 
 def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] | None:
@@ -189,6 +216,7 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
         "estimate": estimate.estimate(definition),
         "eps_values": definition.eps_values(),
         "cells": cells,
+        "code": code_summary(cells),
     }
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)

@@ -1,0 +1,168 @@
+"""A sweep runs committed code: the revision it pins, checked out beside its cells, whatever
+happens to the working tree while it runs; a dirty tree is refused unless the user allows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import commit_copy
+from test_sweep import TINY_FLAGS, write_definition
+
+from fbat_tf.sweeps import revision
+
+IDENTITY = ("-c", "user.name=t", "-c", "user.email=t@t.invalid")
+
+
+def git(root, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A small git repository with one committed file and a committed results folder."""
+    root = tmp_path / "repo"
+    (root / "results" / "s").mkdir(parents=True)
+    (root / "code.py").write_text("A = 1\n")
+    (root / "results" / "s" / "sweep.md").write_text("# s\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, *IDENTITY, "commit", "-q", "-m", "one")
+    return root
+
+
+def test_a_dirty_tree_is_refused_naming_the_files_but_the_sweeps_own_results_do_not_count(repo):
+    sweep_dir = repo / "results" / "s"
+    (repo / "code.py").write_text("A = 2\n")
+    with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 1 .*code\.py"):
+        revision.pin(str(sweep_dir), str(repo))
+    assert not (sweep_dir / revision.FILE).exists()
+    assert not (sweep_dir / revision.DIRECTORY).exists()
+
+    git(repo, "checkout", "--", "code.py")
+    (sweep_dir / "sweep.md").write_text("# s, rewritten by the report\n")  # results, not code
+    pinned = revision.pin(str(sweep_dir), str(repo))
+    assert pinned.revision == git(repo, "rev-parse", "HEAD")
+    assert open(os.path.join(pinned.tree, "code.py")).read() == "A = 1\n"
+    # The checkout is not part of the project: the repository's status does not list it.
+    assert "code/" not in git(repo, "status", "--porcelain", "--untracked-files=all")
+
+
+def test_the_recorded_revision_runs_until_repinned_and_is_checked_out_again_where_missing(repo):
+    sweep_dir = repo / "results" / "s"
+    first = revision.pin(str(sweep_dir), str(repo))
+    (repo / "code.py").write_text("A = 3\n")
+    git(repo, *IDENTITY, "commit", "-q", "-am", "two")
+    second = git(repo, "rev-parse", "HEAD")
+
+    again = revision.pin(str(sweep_dir), str(repo))  # a resumed sweep: the first revision
+    assert (again.revision, again.tree, again.started) == (
+        first.revision,
+        first.tree,
+        first.started,
+    )
+    assert open(os.path.join(again.tree, "code.py")).read() == "A = 1\n"
+
+    # A fresh clone holds revision.json but no checkout; an edited checkout is replaced.
+    subprocess.run(["rm", "-rf", first.tree], check=True)
+    assert open(os.path.join(revision.pin(str(sweep_dir), str(repo)).tree, "code.py")).read() == (
+        "A = 1\n"
+    )
+    with open(os.path.join(first.tree, "code.py"), "w") as f:
+        f.write("A = 'edited'\n")
+    assert open(os.path.join(revision.pin(str(sweep_dir), str(repo)).tree, "code.py")).read() == (
+        "A = 1\n"
+    )
+
+    moved = revision.pin(str(sweep_dir), str(repo), repin=True)
+    assert moved.revision == second and moved.tree != first.tree
+    assert open(os.path.join(moved.tree, "code.py")).read() == "A = 3\n"
+    record = json.loads((sweep_dir / revision.FILE).read_text())
+    assert record["revision"] == second and record["earlier"][0]["revision"] == first.revision
+
+
+def test_outside_a_git_checkout_only_allow_dirty_runs(tmp_path):
+    (tmp_path / "code.py").write_text("A = 1\n")
+    with pytest.raises(revision.RevisionError, match="not a git checkout.*--allow_dirty"):
+        revision.pin(str(tmp_path / "out"), str(tmp_path))
+    loose = revision.pin(str(tmp_path / "out"), str(tmp_path), allow_dirty=True)
+    assert loose.tree == str(tmp_path) and not loose.pinned
+    assert not (tmp_path / "out").exists()
+
+
+def _sweep(tree, *args, wait=True):
+    command = [sys.executable, os.path.join(tree, "sweep.py"), *args]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if not wait:
+        return subprocess.Popen(
+            command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing(tmp_path):
+    tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
+    definition = write_definition(tmp_path, [{"method": ["standard"], "eps": [8]}])
+    with open(os.path.join(tree, "fbat_tf", "methods", "standard.py"), "a") as f:
+        f.write("# an edit not committed\n")
+    out = tmp_path / "out"
+    done = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}")
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: uncommitted changes in 1 tracked file")
+    assert "fbat_tf/methods/standard.py" in lines[0] and "--allow_dirty" in lines[0]
+    assert not out.exists()
+    # A dry run says so and runs nothing.
+    dry = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}", "--dry_run")
+    assert dry.returncode == 0 and "a real run would stop here: 1 tracked files" in dry.stdout
+    assert not out.exists()
+
+
+def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path):
+    """Two cells; while the first trains, the working tree's train.py and evaluate.py are
+    replaced by programs that fail. Both cells still train and evaluate, from the pinned
+    checkout, and every result's code block names the pinned revision, clean."""
+    tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
+    pinned = git(tree, "rev-parse", "HEAD")
+    evaluation = {
+        "batch_size": 16,
+        "attacks": [
+            {"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1, "restarts": 1}}
+        ],
+    }
+    definition = write_definition(
+        tmp_path,
+        [{"method": ["standard"], "eps": [8], "seed": [0, 1]}],
+        {**TINY_FLAGS, "epochs": 1},
+        evaluation=evaluation,
+    )
+    out = tmp_path / "out"
+    sweep = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}", wait=False)
+    deadline = time.time() + 600
+    while not (out / "standard-eps8-seed0" / "flags.txt").exists():
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()
+        time.sleep(0.2)
+    for program in ("train.py", "evaluate.py"):
+        with open(os.path.join(tree, program), "w") as f:
+            f.write("raise SystemExit('the edited working tree ran')\n")
+    stdout, stderr = sweep.communicate(timeout=900)
+    assert sweep.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    assert f"cells run revision {pinned[:12]}" in stdout
+
+    assert json.loads((out / revision.FILE).read_text())["revision"] == pinned
+    for seed in (0, 1):
+        cell = out / f"standard-eps8-seed{seed}"
+        for name in ("results.json", "eval-pgd.json"):
+            code = json.loads((cell / name).read_text())["code"]
+            assert (code["revision"], code["dirty"]) == (pinned, False), (cell, name)
+        log = (out / "logs" / f"{cell.name}.train.log").read_text()
+        assert os.path.join(str(out), "code", pinned[:12], "train.py") in log
+    report = json.loads((out / "sweep.json").read_text())
+    assert report["code"]["revisions"] == {pinned: 2} and not report["code"]["dirty_cells"]
+    assert f"every cell ran revision {pinned[:12]}" in (out / "sweep.md").read_text()
