@@ -45,7 +45,9 @@ from harness import (
     variant_label,
 )
 
-ALL_METHODS = ["standard", "fastat", "fastat_ga", "pgd", "free", "fastbat"]
+from fbat_tf import catalog  # noqa: E402  (harness puts the checkout on the path)
+
+ALL_METHODS = list(catalog.METHODS)
 # Fast-BAT with each implicit_autodiff mode named explicitly ("fastbat" itself is "auto").
 ALIASES = {
     "fastbat_bob": "fastbat:implicit_autodiff=backward_over_backward",

@@ -26,7 +26,7 @@ MODELS = (
     "small_cnn",
 )
 ACTIVATIONS = ("relu", "softplus", "swish")
-METHODS = ("standard", "fastat", "fastat_ga", "pgd", "free", "fastbat")
+METHODS = ("standard", "fastat", "fastat_ga", "nfgsm", "pgd", "free", "fastbat")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # Fast-BAT's choices (DESIGN.md §3).

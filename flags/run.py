@@ -93,7 +93,11 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
 
 
 # Method options spelt otherwise on the command line than in the method's constructor.
-OPTION_FLAGS = {"pgd": {"steps": "attack_steps"}, "free": {"replays": "free_replays"}}
+OPTION_FLAGS = {
+    "pgd": {"steps": "attack_steps"},
+    "free": {"replays": "free_replays"},
+    "nfgsm": {"noise": "nfgsm_noise", "clip": "nfgsm_clip"},
+}
 
 
 def check_method(config) -> None:

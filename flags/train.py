@@ -93,6 +93,19 @@ GA_COEF = flags.DEFINE_float(
     "GradAlign coefficient (default 0.2 at eps <= 8, 2.0 at eps >= 16).",
     lower_bound=0.0,
 )
+NFGSM_NOISE = flags.DEFINE_float(
+    "nfgsm_noise",
+    2.0,
+    "N-FGSM noise: eta ~ U[-k*eps, k*eps] for this k.",
+    lower_bound=0.0,
+)
+NFGSM_CLIP = flags.DEFINE_float(
+    "nfgsm_clip",
+    None,
+    "N-FGSM: clip the perturbation to [-c*eps, c*eps] for this c (default: no clip, as the "
+    "paper trains).",
+    lower_bound=0.0,
+)
 ATTACK_STEPS = flags.DEFINE_integer("attack_steps", 2, "PGD-AT attack steps K.", lower_bound=1)
 FREE_REPLAYS = flags.DEFINE_integer("free_replays", 8, "Free-AT replays m.", lower_bound=1)
 

@@ -32,6 +32,8 @@ VARIANTS = [
     ("fastbat", {"implicit_autodiff": "forward_over_backward"}),
     ("fastbat", {"ig": "none"}),
     *[("fastbat", {"linearization": name}) for name in LINEARIZATIONS if name != "pgd_nosign"],
+    ("nfgsm", {}),
+    ("nfgsm", {"clip": 1.0}),
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
 
@@ -69,12 +71,19 @@ def make(name: str, options: dict) -> methods.Method:
 SEED = tf.constant([3, 7], tf.int32)
 
 
+def _bound(name: str, options: dict) -> float:
+    """How far a method's training point may lie from x: ε, but N-FGSM's (k + 1)·ε unclipped."""
+    if name == "nfgsm" and options.get("clip") is None:
+        return (options.get("noise", 2.0) + 1) * EPS
+    return EPS
+
+
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
 def test_adversarial_examples_lie_in_C(name, options):
     model, (x, y) = tiny_model(), batch()
     x_adv = make(name, options).perturb(model, x, y, SEED)
     delta = (x_adv - x).numpy()
-    assert np.abs(delta).max() <= EPS + 1e-6
+    assert np.abs(delta).max() <= _bound(name, options) + 1e-6
     assert x_adv.numpy().min() >= 0.0 and x_adv.numpy().max() <= 1.0
     if name not in ("standard", "free"):  # Free-AT starts from δ = 0
         assert np.abs(delta).max() > EPS / 2, "the attack did not move"
@@ -124,8 +133,15 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
 
 
+POLICY_VARIANTS = [*range(6), 7, len(VARIANTS) - 2]
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize(("name", "options"), VARIANTS[:6] + VARIANTS[7:8], ids=IDS[:6] + IDS[7:8])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [VARIANTS[i] for i in POLICY_VARIANTS],
+    ids=[IDS[i] for i in POLICY_VARIANTS],
+)
 def test_each_policy_runs_under_xla(policy, name, options):
     keras.mixed_precision.set_global_policy(policy)
     try:
@@ -139,7 +155,7 @@ def test_each_policy_runs_under_xla(policy, name, options):
         assert all(np.all(np.isfinite(g.numpy())) for g in grads)
         assert np.isfinite(float(logs["loss"]))
         x_adv = method.perturb(model, x, y, SEED, scale)
-        assert np.abs((x_adv - x).numpy()).max() <= EPS + 1e-6
+        assert np.abs((x_adv - x).numpy()).max() <= _bound(name, options) + 1e-6
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -169,6 +185,30 @@ def test_fastat_is_one_fgsm_step_from_the_random_start():
     step = delta0 + 1.25 * EPS * tf.sign(tape.gradient(loss, delta0))
     expected = x + tf.clip_by_value(tf.clip_by_value(step, -EPS, EPS), -x, 1 - x)
     np.testing.assert_allclose(x_adv.numpy(), expected.numpy(), atol=1e-7)
+
+
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_nfgsm_is_a_signed_step_of_eps_from_noise_of_twice_eps_without_projection(clip):
+    """N-FGSM against a brute-force recomputation: η ~ U[−2ε, 2ε] (the seed's draw), x + η
+    clipped to [0, 1]; δ = η + ε·sign(∇η Σ CE(x + η)), x + δ clipped to [0, 1]; no projection onto
+    the ε-ball, unless clip=c clips δ to [−cε, cε]."""
+    model, (x, y) = tiny_model(), batch()
+    x_adv = make("nfgsm", {"clip": clip}).perturb(model, x, y, SEED).numpy()
+    noise = tf.random.stateless_uniform(tf.shape(x), SEED, minval=-2 * EPS, maxval=2 * EPS)
+    xn = x.numpy()
+    eta = np.clip(xn + noise.numpy(), 0.0, 1.0) - xn
+    assert np.abs(noise.numpy()).max() > 1.9 * EPS  # the noise reaches past the ε-ball
+    grad, _ = _brute_input_gradient(model, x, y, tf.constant(eta))
+    expected = np.clip(xn + eta + EPS * np.sign(grad.numpy()), 0.0, 1.0)
+    if clip is not None:
+        expected = xn + np.clip(expected - xn, -clip * EPS, clip * EPS)
+    np.testing.assert_allclose(x_adv, expected, atol=1e-6)
+    assert x_adv.min() >= 0.0 and x_adv.max() <= 1.0
+    distance = np.abs(x_adv - xn).max()
+    if clip is None:
+        assert 2 * EPS < distance <= 3 * EPS + 1e-6  # no projection: beyond ε
+    else:
+        assert distance <= EPS + 1e-6
 
 
 def _brute_input_gradient(model, x, y, delta, mean=False):

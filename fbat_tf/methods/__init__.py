@@ -18,6 +18,7 @@ from fbat_tf.methods.fast_at import FastAT
 from fbat_tf.methods.fast_at_ga import FastATGradAlign
 from fbat_tf.methods.fast_bat import FastBAT
 from fbat_tf.methods.free_at import FreeAT
+from fbat_tf.methods.n_fgsm import NFGSM
 from fbat_tf.methods.pgd_at import PGDAT
 from fbat_tf.methods.standard import Standard
 
@@ -25,6 +26,7 @@ _REGISTRY: dict[str, type[Method]] = {
     "standard": Standard,
     "fastat": FastAT,
     "fastat_ga": FastATGradAlign,
+    "nfgsm": NFGSM,
     "pgd": PGDAT,
     "free": FreeAT,
     "fastbat": FastBAT,

@@ -1,0 +1,55 @@
+"""N-FGSM (de Jorge et al., "Make Some Noise: Reliable and Efficient Single-Step Adversarial
+Training", NeurIPS 2022): one signed step of α = ε from a noisy point, and no projection back
+onto the ε-ball.
+
+    η ~ U[−kε, kε]^d, clipped so that x + η ∈ [0, 1]          (k = noise, 2 by default)
+    δ = η + α·sign(∇η Σ_i CE_i(x + η)),  x + δ clipped to [0, 1]
+
+The training point lies up to (k + 1)·ε from x: the noise, larger than the ε-ball, is what keeps
+single-step training from catastrophic overfitting at Fast-AT's cost. `clip=c` clips δ to
+[−cε, cε] after the box, as the released trainer's `--clip` does (off by default, as there).
+
+    method = methods.create("nfgsm", eps=8 / 255)             # k = 2, α = ε, no clip
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from fbat_tf import constraints
+from fbat_tf.methods.base import Method, input_gradient
+
+
+class NFGSM(Method):
+    name = "nfgsm"
+    title = "N-FGSM"
+
+    def __init__(
+        self,
+        eps: float,
+        noise: float = 2.0,
+        alpha: float | None = None,
+        clip: float | None = None,
+    ):
+        super().__init__(eps)
+        if not noise >= 0:
+            raise ValueError(f"nfgsm noise (a multiple of eps) must be >= 0, got {noise!r}")
+        if clip is not None and not clip > 0:
+            raise ValueError(f"nfgsm clip (a multiple of eps) must be > 0, got {clip!r}")
+        self.noise = float(noise)
+        self.alpha = self.eps if alpha is None else float(alpha)
+        self.clip = None if clip is None else float(clip)
+
+    def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
+        eta = constraints.uniform_noise(x, self.noise * self.eps, seed)
+        eta = tf.clip_by_value(x + eta, 0.0, 1.0) - x
+        grad = input_gradient(model, x, eta, y, loss_scale)
+        x_adv = tf.clip_by_value(x + eta + self.alpha * tf.sign(grad), 0.0, 1.0)
+        if self.clip is not None:
+            bound = self.clip * self.eps
+            x_adv = x + tf.clip_by_value(x_adv - x, -bound, bound)
+        return x_adv
+
+    def config(self) -> dict:
+        return {**super().config(), "noise": self.noise, "alpha": self.alpha, "clip": self.clip}
