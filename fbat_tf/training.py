@@ -21,6 +21,7 @@ weights of an uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -29,6 +30,7 @@ import tempfile
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from fbat_tf import (
@@ -107,6 +109,16 @@ def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
     return sum(1 for _ in dataset)
 
 
+def fingerprint(arrays) -> str:
+    """A short hash of arrays' values: runs of one seed record the same fingerprints of their
+    initial weights and first training batch whatever the method, which a report checks
+    before it pairs them."""
+    digest = hashlib.sha256()
+    for array in tf.nest.flatten(arrays):
+        digest.update(np.ascontiguousarray(np.asarray(array)).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _build_classifier(config: TrainConfig) -> keras.Model:
     return build_architecture(config.model, config.dataset, config.activation, config.width)
 
@@ -182,6 +194,15 @@ def _train(
         config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
     )
     steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
+    # The stream training reads, from its first batch (pass 0): what the pairing records.
+    first_pass = data.load(
+        config.dataset,
+        "train",
+        seed=config.seed,
+        max_examples=config.max_train_examples,
+        repeat=True,
+        **load,
+    )
     val_ds = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
@@ -200,6 +221,10 @@ def _train(
 
     with strategy.scope():
         classifier = _build_classifier(config)
+        pairing = {
+            "initial_weights": fingerprint(classifier.get_weights()),
+            "first_batch": fingerprint(next(iter(first_pass.take(1)))),
+        }
         method.build((config.batch_size, *info.image_shape))
         trainer = AdversarialTrainer(
             classifier,
@@ -230,7 +255,8 @@ def _train(
     payload["history"] = history
     payload.update(
         code=provenance.code(),
-        method=method.config(),
+        method={**method.config(), "passes": method.passes},
+        pairing=pairing,
         dataset=config.dataset,
         model=config.model,
         device=device.describe(),

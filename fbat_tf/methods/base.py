@@ -136,6 +136,11 @@ class Method:
         options = catalog.COST_OPTIONS.get(self.name, {})
         return catalog.cost_variant(self.name, {name: getattr(self, name) for name in options})
 
+    @property
+    def passes(self) -> dict[str, int]:
+        """Passes through the model of one optimizer step, by kind (catalog.passes)."""
+        return catalog.passes(self.name, self.config())
+
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""
         return {

@@ -1,0 +1,66 @@
+"""Runs of one seed are paired whatever their method: the same initial weights and the same
+first training batch (results.json's `pairing`, which reports check before pairing runs), and
+evaluate.py attacks the same test points with the same seed."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import pytest
+
+from fbat_tf import data, run
+from fbat_tf.training import TrainConfig, fingerprint, train
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def tiny(tmp_path, method: str, seed: int) -> dict:
+    config = TrainConfig(
+        workdir=str(tmp_path / f"{method}-{seed}"),
+        method=method,
+        dataset="fashion_mnist",
+        model="small_cnn",
+        width=2,
+        eps=8 / 255,
+        epochs=1,
+        batch_size=16,
+        max_train_examples=64,
+        steps_per_epoch=1,
+        val_examples=16,
+        val_attack_steps=1,
+        eval_examples=16,
+        eval_pgd_steps=1,
+        eval_pgd_restarts=1,
+        eval_autoattack=False,
+        jit_compile=False,
+        tensorboard_every=0,
+        verbose=0,
+        seed=seed,
+    )
+    return train(config)
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_runs_of_one_seed_share_initial_weights_and_data_order_whatever_the_method(tmp_path):
+    runs = {
+        (method, seed): tiny(tmp_path, method, seed)
+        for method, seed in (("standard", 0), ("fastbat", 0), ("free", 0), ("standard", 1))
+    }
+    pairing = {key: result["pairing"] for key, result in runs.items()}
+    assert pairing["standard", 0] == pairing["fastbat", 0] == pairing["free", 0]
+    # Another seed draws other weights and another first batch: the check can fail.
+    other = pairing["standard", 1]
+    assert other["initial_weights"] != pairing["standard", 0]["initial_weights"]
+    assert other["first_batch"] != pairing["standard", 0]["first_batch"]
+
+    # The fingerprints are of what the run trained from: the first batch of the seed's stream,
+    # and the weights a model of the run's architecture gets from the seed.
+    stream = data.load(
+        "fashion_mnist", "train", batch_size=16, max_examples=64, seed=0, repeat=True
+    )
+    batch = next(iter(stream))
+    assert pairing["fastbat", 0]["first_batch"] == fingerprint(batch)
+    keras.utils.set_random_seed(0)
+    model = run.build_architecture("small_cnn", "fashion_mnist", "relu", 2)
+    assert pairing["fastbat", 0]["initial_weights"] == fingerprint(model.get_weights())
