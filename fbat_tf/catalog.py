@@ -59,51 +59,58 @@ def cost_variant(method: str, config: Mapping[str, Any]) -> str:
 PASS_KINDS = ("forward", "backward", "second_order", "tangent")
 
 
+def _counts(forward: int = 0, backward: int = 0, second_order: int = 0, tangent: int = 0):
+    return dict(zip(PASS_KINDS, (forward, backward, second_order, tangent), strict=True))
+
+
+def _added(*counts: Mapping[str, int]) -> dict[str, int]:
+    return {kind: sum(c[kind] for c in counts) for kind in PASS_KINDS}
+
+
+def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    steps = int(config.get("steps", COST_OPTIONS["pgd"]["steps"]))
+    return _counts(steps + 1, steps + 1)  # K input gradients, then the weight gradient
+
+
+def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    ig = "none" if float(config.get("ig_coef", 0.1)) == 0 else config.get("ig", "hessian_free")
+    # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
+    # lower-level gradient at z and step 3's upper level at δ*.
+    gradient_start = config.get("linearization", "pgd_nosign") in LINEARIZATIONS[:2]
+    parts = [_counts(1, 1) if gradient_start else _counts(), _counts(2, 2)]
+    forward_mode = config.get("implicit_autodiff") == IMPLICIT_AUTODIFF[2]
+    # Step 5's mixed derivative along H ⊙ v, and each conjugate-gradient step's Hessian-vector
+    # product: forward and weight passes at z carrying tangents, or back through a recorded
+    # backward pass (and, for a product, the forward and backward pass it records).
+    implicit = _counts(1, 1, tangent=2) if forward_mode else _counts(backward=1, second_order=1)
+    product = _counts(1, 1, tangent=2) if forward_mode else _counts(1, 2, 1)
+    products = int(config.get("cg_steps", 3)) if ig == IMPLICIT_GRADIENTS[1] else 0
+    if ig != IMPLICIT_GRADIENTS[2]:
+        parts += [implicit, *[product] * products]
+    return _added(*parts)
+
+
+# One optimizer step of each method; Free-AT's one backward pass gives the weight and the δ
+# gradient; GradAlign makes FGSM's, the clean and the noisy (recorded over θ) input gradients
+# and the weight pass, which also runs back through the noisy gradient and its forward.
+_PASSES = {
+    "standard": lambda config: _counts(1, 1),
+    "fastat": lambda config: _counts(2, 2),
+    "fastat_ga": lambda config: _counts(4, 5, 1),
+    "nfgsm": lambda config: _counts(2, 2),
+    "pgd": _pgd_passes,
+    "free": lambda config: _counts(1, 1),
+    "fastbat": _fastbat_passes,
+}
+
+
 def passes(method: str, config: Mapping[str, Any]) -> dict[str, int]:
     """Passes through the model of one optimizer step of `method` with hyper-parameters
     `config` (a method's config, or a run's recorded one: missing options count as their
     defaults; Fast-BAT's implicit autodiff as on a CPU, where every committed run was made)."""
-    counts = dict.fromkeys(PASS_KINDS, 0)
-
-    def add(forward=0, backward=0, second_order=0, tangent=0):
-        for kind, n in zip(PASS_KINDS, (forward, backward, second_order, tangent), strict=True):
-            counts[kind] += n
-
-    if method in ("standard", "free"):
-        add(1, 1)  # Free-AT: one backward pass gives the weight and the δ gradient
-    elif method in ("fastat", "nfgsm"):
-        add(2, 2)  # the signed step's input gradient, then the weight gradient
-    elif method == "pgd":
-        steps = int(config.get("steps", COST_OPTIONS["pgd"]["steps"]))
-        add(steps + 1, steps + 1)
-    elif method == "fastat_ga":
-        # FGSM, the clean input gradient, the noisy one recorded over θ, the weight pass; the
-        # weight pass also runs back through the noisy gradient (second order) and its forward.
-        add(4, 5, 1)
-    elif method == "fastbat":
-        linearization = config.get("linearization", "pgd_nosign")
-        ig = config.get("ig", "hessian_free")
-        if float(config.get("ig_coef", 0.1)) == 0:
-            ig = "none"
-        if linearization in ("pgd_nosign", "pgd_sign"):
-            add(1, 1)  # step 1: the gradient at the random start
-        add(2, 2)  # step 2's lower-level gradient at z, step 3's upper level at δ*
-        forward_mode = config.get("implicit_autodiff") == "forward_over_backward"
-        hvps = int(config.get("cg_steps", 3)) if ig == "hessian_aware" else 0
-        if ig != "none":
-            # Step 5: the mixed derivative along H ⊙ v.
-            if forward_mode:
-                add(1, 1, tangent=2)  # a forward and a weight pass at z, with tangents
-            else:
-                add(backward=1, second_order=1)  # back through step 2's recorded pass
-        for _ in range(hvps):  # conjugate gradient: one Hessian-vector product a step
-            if forward_mode:
-                add(1, 1, tangent=2)
-            else:
-                add(1, 2, 1)
-    else:
+    if method not in _PASSES:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
-    return counts
+    return _PASSES[method](config)
 
 
 def total_passes(counts: Mapping[str, int]) -> int:

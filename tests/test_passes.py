@@ -111,6 +111,7 @@ def test_forward_over_backward_makes_the_forward_passes_it_declares():
 def test_a_runs_recorded_config_prices_as_the_method_itself():
     """The report prices runs by their recorded method config, older ones included: the same
     counts as the method object gives, and the counts behind the cost ratios."""
+    assert {name for name, _ in VARIANTS} == set(catalog.METHODS)  # every method is counted
     for name, options in VARIANTS:
         method = methods.create(name, eps=EPS, **options)
         assert catalog.passes(name, method.config()) == method.passes
