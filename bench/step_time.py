@@ -145,6 +145,7 @@ def time_method(variant: str) -> dict:
         **measured,
         "optimizer_steps_per_batch": method.replays,
         "method": {"title": method.title, **method.config()},
+        "passes": method.passes,
         "device": device.describe(),
         "precision": precision,
         "jit_compile": device.resolve_jit_compile(_JIT.value),
@@ -169,6 +170,7 @@ def method_entry(rounds: list[dict], batch_size: int) -> dict:
         "peak_memory_mb": merged["peak_memory_mb"],
         "step_memory_mb": merged["step_memory_mb"],
         "method": merged["method"],
+        "passes": merged["passes"],
     }
     if "profile" in merged:
         entry["profile"] = merged["profile"]
@@ -247,10 +249,19 @@ def markdown_table(summary: dict) -> str:
     def cell(value: float | None, digits: int) -> str:
         return "" if value is None else f"{value:.{digits}f}"
 
+    def passes(r: dict) -> str:
+        return "" if "passes" not in r else str(sum(r["passes"].values()))
+
+    def spread(r: dict) -> str:
+        rounds = r.get("round_step_seconds") or []
+        return f"{min(rounds):.3f}–{max(rounds):.3f}" if len(rounds) > 1 else ""
+
     rows = [
         [
             name,
+            passes(r),
             f"{r['step_seconds']:.3f}",
+            spread(r),
             f"{r['images_per_second']:.0f}",
             cell(r.get("ratio_to_fastat"), 2),
             r["optimizer_steps_per_batch"],
@@ -261,7 +272,8 @@ def markdown_table(summary: dict) -> str:
         ]
         for name, r in summary["methods"].items()
     ]
-    columns = ["method", "step time (s)", "images/s", "× Fast-AT time", "steps per batch"]
+    columns = ["method", "passes per step", "step time (s)", "rounds (s)", "images/s"]
+    columns += ["× Fast-AT time", "steps per batch"]
     columns += ["batch pass (s)", "peak memory (MB)", "step memory (MB)", "× Fast-AT step memory"]
     return table(heading, columns, rows)
 
