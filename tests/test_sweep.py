@@ -5,6 +5,7 @@ and plots) it builds from the cells' files."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -253,8 +254,9 @@ def _fake_cell(
     ]
     for epoch, fgsm in zip(history, val_fgsm or [], strict=False):
         epoch["val_fgsm_accuracy"] = fgsm
+    code = {"package": "fbat-tf", "revision": "0" * 40, "dirty": False}
     with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
-        results = {"status": "complete", "history": history, "epochs": len(history)}
+        results = {"status": "complete", "history": history, "epochs": len(history), "code": code}
         if title is not None:
             results["method"] = {"title": title}
         json.dump(results, f)
@@ -265,6 +267,7 @@ def _fake_cell(
         json.dump(
             {
                 "examples": 100,
+                "code": code,
                 "clean_accuracy": clean,
                 "pgd_steps": 50,
                 "pgd_restarts": 10,
@@ -276,6 +279,7 @@ def _fake_cell(
         json.dump(
             {
                 "examples": 50,
+                "code": code,
                 "clean_accuracy": clean,
                 "robust_accuracy": {f"autoattack@{eps}": aa},
                 "autoattack_per_attack": {f"autoattack@{eps}": {"apgd-ce": aa + 0.02}},
@@ -491,62 +495,98 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
     assert record["pgd"]["sources"]["8"] == os.path.join(first, sweeps.EVAL_PGD)
 
 
-def test_robustness_against_cost_prices_steps_and_names_the_cheapest_within_noise(tmp_path):
-    """Cost = the run's optimizer steps × its variant's bench step time; the Pareto front and
-    the cheapest variant within the pooled seed noise of the most robust, by hand."""
+def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equivalent(tmp_path):
+    """Cost = the run's optimizer steps × its method's passes per step; each variant is paired
+    over seeds with the most robust, and the cheapest one shown equivalent is named; measured
+    time comes second, marked when taken under load. By hand."""
     from fbat_tf.sweeps import report as sweep_report
 
-    def cell(variant, method, cost_variant, steps, robust, seed=0):
+    def passes(forward, backward, second=0):
+        return {"forward": forward, "backward": backward, "second_order": second, "tangent": 0}
+
+    def cell(variant, per_step, robust, seed):
         return {
             "variant": variant,
-            "method": method,
+            "method": variant,
             "eps": 8.0,
             "seed": seed,
-            "train": {"cost_variant": cost_variant, "optimizer_steps": steps},
+            "code": {"revisions": ["r1"], "dirty": False},
+            "train": {
+                "cost_variant": variant,
+                "optimizer_steps": 100,
+                "passes": per_step,
+                "pairing": {"initial_weights": f"w{seed}"},
+            },
             "autoattack": {"robust_accuracy": {"8": robust}},
         }
 
+    seeds = range(5)
+    base = [0.50, 0.47, 0.55, 0.49, 0.52]  # seed effects shared by every variant
+    fastbat = [v + d for v, d in zip(base, [0.001, -0.001, 0.002, 0.0, 0.0], strict=True)]
+    pgd = [v + d for v, d in zip(base, [-0.001, 0.002, 0.0, -0.001, 0.001], strict=True)]
+    fastat = [v - 0.05 for v in base]
     report = {
         "sweep": "made up",
         "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
+        "margin": 1.0,
+        "eps_values": [8.0],
+        "comparisons": [["fastbat", "pgd"]],
         "cost": {
             "source": "bench/results/x.json",
-            "setting": {"model": "small_cnn", "width": 16, "batch_size": 128, "device": "CPU"},
+            "setting": {
+                "model": "small_cnn",
+                "width": 16,
+                "batch_size": 128,
+                "device": "CPU",
+                "machine": {"cpu_count": 2},
+                "load_average_1min": {"before": 4.4, "after": 4.8},
+            },
             "step_seconds": {"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3},
+            "round_step_seconds": {
+                "fastat": [0.1, 0.1, 0.2],
+                "pgd": [0.11, 0.12, 0.24],
+                "fastbat": [0.3, 0.3, 0.3],
+            },
         },
         "cells": [
-            cell("fastat", "fastat", "fastat", 100, 0.40),
-            cell("pgd", "pgd", "pgd", 100, 0.50, 0),
-            cell("pgd", "pgd", "pgd", 100, 0.48, 1),
-            cell("fastbat", "fastbat", "fastbat", 100, 0.505, 0),
-            cell("fastbat", "fastbat", "fastbat", 100, 0.515, 1),
-            cell("other", "other", "unpriced", 100, 0.9),  # no step time: left out
+            *[cell("fastat", passes(2, 2), fastat[s], s) for s in seeds],
+            *[cell("pgd", passes(3, 3), pgd[s], s) for s in seeds],
+            *[cell("fastbat", passes(3, 4, 1), fastbat[s], s) for s in seeds],
         ],
     }
-    # Pooled std over the two repeated variants: sqrt((0.0002 + 0.00005) / 2).
-    noise = sweep_report.seed_noise(report)
-    assert noise == pytest.approx(((0.02**2 / 2 + 0.01**2 / 2) / 2) ** 0.5)
     rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
-    assert set(rows) == {"fastat", "pgd", "fastbat"}
-    assert rows["fastat"]["cost_seconds"] == pytest.approx(10.0)
-    assert rows["pgd"]["cost_seconds"] == pytest.approx(12.0)
-    assert rows["fastbat"]["robust"] == pytest.approx(0.51)
-    assert [r["pareto"] for r in (rows["fastat"], rows["pgd"], rows["fastbat"])] == [True] * 3
-    # Best 0.51; within one noise (≈0.0112): pgd's 0.49 is not, so fastbat is the cheapest.
-    assert not rows["pgd"]["within_noise"] and rows["fastbat"]["within_noise"]
-    cheapest = sweep_report.cheapest_within_noise(list(rows.values()))
-    assert cheapest["variant"] == "fastbat"
-    # What the reader of sweep.md and the figure sees.
+    assert [rows[v]["passes"] for v in ("fastat", "pgd", "fastbat")] == [400, 600, 800]
+    assert rows["fastbat"]["most_robust"]  # mean 0.5064 against pgd's 0.5062
+    # Paired differences pgd − fastbat, in points: -0.2, 0.3, -0.2, -0.1, 0.1; mean -0.02.
+    versus = rows["pgd"]["versus_best"]
+    assert versus["differences"] == pytest.approx([-0.2, 0.3, -0.2, -0.1, 0.1])
+    s_d = math.sqrt(sum((d + 0.02) ** 2 for d in versus["differences"]) / 4)
+    half = 2.776445 * s_d / math.sqrt(5)
+    assert versus["interval"] == pytest.approx((-0.02 - half, -0.02 + half), abs=1e-4)
+    assert versus["verdict"] == "equivalent"
+    assert rows["fastat"]["versus_best"]["verdict"] == "b"  # 5 points behind at every seed
+    assert sweep_report.cheapest_equivalent(list(rows.values()))["variant"] == "pgd"
+    assert [rows[v]["pareto"] for v in ("fastat", "pgd", "fastbat")] == [True, True, True]
+
+    # What the reader of sweep.md sees: passes first, time second and marked.
     table = "\n".join(sweep_report.cost_table(report))
-    assert "| 8 | fastat | 10 | 40.0 | yes |  |" in table
-    assert "- ε = 8: fastbat (51.0%, 30 s); most robust fastbat (51.0%, 30 s)" in table
+    # fastat − fastbat: -5.1, -4.9, -5.2, -5.0, -5.0 points; mean -5.04 ± 0.14.
+    assert "| 8 | fastat | 4 | 0.4 | 45.6 | 5 | -5.0 [-5.2, -4.9] | fastbat ahead | yes |" in table
+    assert "equivalent within ±1 point" in table
+    assert "10 (10–20) |" in table  # fastat: 100 steps × 0.1 s, rounds 0.1–0.2 s
+    assert "Measured under a load above the cores: indicative only." in table
+    assert "- ε = 8: pgd (50.6%, 0.6k passes); most robust fastbat (50.6%, 0.8k passes)" in table
+    listed = "\n".join(sweep_report.comparison_table(report))
+    assert "| 8 | fastbat | pgd | 5 | +0.0 [" in listed and "| – |" in listed
+
+    # Comparisons across revisions, uncommitted code or unpaired runs are marked.
+    report["cells"][5]["code"] = {"revisions": ["r2"], "dirty": True}
+    report["cells"][10]["train"]["pairing"] = {"initial_weights": "other"}
+    marks = sweep_report.comparison(report, 8.0, "fastbat", "pgd")["marks"]
+    assert marks == ["different revisions", "uncommitted code †", "not paired"]
     figure = tmp_path / "robust_vs_cost.png"
     sweep_report.plot_robust_vs_cost(report, str(figure))
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
-    report["cells"][2]["autoattack"]["robust_accuracy"]["8"] = 0.52  # pgd now 0.51 as well
-    rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
-    assert sweep_report.cheapest_within_noise(list(rows.values()))["variant"] == "pgd"
-    assert not rows["fastbat"]["pareto"]  # pgd is as robust and cheaper
 
 
 def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
@@ -594,7 +634,7 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
     assert "not a measurement" in estimate.describe(found)
 
 
-def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_config(tmp_path):
+def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp_path):
     """fashion_mnist_ig's first cells ran before results.json named the cost variant: the method
     config they recorded prices them, first-order Fast-BAT at its own step time, in the report
     sweep.py writes as in the records it reads."""
@@ -614,19 +654,17 @@ def test_runs_recorded_before_their_cost_variant_are_priced_by_their_method_conf
         assert cell["train"]["cost_variant"] == expected, cell["name"]
     assert legacy >= 20  # the committed sweep holds such runs
 
-    # The user's view: the cost table of sweep.md, rewritten from a copy of the sweep.
+    # The user's view: the cost table of sweep.md, rewritten from a copy of the sweep: each
+    # run priced by the passes its recorded config declares.
     copy = tmp_path / "fashion_mnist_ig"
     shutil.copytree(sweep_dir, copy, ignore=shutil.ignore_patterns("*.h5", "*.png"))
     done = run_sweep("--sweep=fashion_mnist_ig", f"--sweep_dir={copy}", "--report_only")
     assert done.returncode == 0, done.stderr[-3000:]
     table = (copy / "sweep.md").read_text().split("## Robustness against cost")[1]
-    costs = {}
+    per_step = {}
     for line in table.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        if len(cells) == 6 and cells[0] == "64":
-            costs.setdefault("first-order" in cells[1], set()).add(float(cells[2]))
-    with open(os.path.join(ROOT, "bench/results/method_cost_fmnist.json")) as f:
-        step = {k: v["step_seconds"] for k, v in json.load(f)["methods"].items()}
-    assert len(costs[True]) == len(costs[False]) == 1  # one price per variant, at every λ and c
-    ratio = costs[True].pop() / costs[False].pop()
-    assert ratio == pytest.approx(step["fastbat ig=none"] / step["fastbat"], rel=0.01)
+        if len(cells) >= 9 and cells[0] == "64":
+            per_step.setdefault(cells[1].split(" (")[-1], set()).add(int(cells[2]))
+    # First-order Fast-BAT 6 passes a step; Fast-BAT 8, and 20 Hessian-aware (3 CG steps).
+    assert per_step == {"first-order Fast-BAT)": {6}, "Fast-BAT)": {8, 20}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -114,9 +115,15 @@ def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_starte
     for cell in ("standard-eps8", "fastat-eps8"):
         assert json.loads((out / cell / "results.json").read_text())["status"] == "complete"
         evaluated = (out / "logs" / f"{cell}.evaluate.log").read_text()
-        assert evaluated.count("$ python evaluate.py") == 1, cell  # evaluated exactly once
+        assert len(re.findall(r"^\$ python \S+/evaluate\.py ", evaluated, re.M)) == 1, cell
     trained = {
-        cell: (out / "logs" / f"{cell}.train.log").read_text().count("$ python train.py")
+        cell: len(
+            re.findall(
+                r"^\$ python \S+/train\.py ",
+                (out / "logs" / f"{cell}.train.log").read_text(),
+                re.M,
+            )
+        )
         for cell in ("standard-eps8", "fastat-eps8")
     }
     # The killed process's cell was started by it and resumed by the survivor; the other

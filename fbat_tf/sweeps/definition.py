@@ -15,7 +15,9 @@ A definition is a JSON object:
          {"attack": "pgd", "eps": "grid", "examples": 1000,
           "options": {"steps": 50, "restarts": 10}},
          {"attack": "autoattack", "eps": "own", "examples": 1000}]},
-     "paper": "paper_numbers.json"}          # optional, beside the definition
+     "paper": "paper_numbers.json",          # optional, beside the definition
+     "comparisons": [["fastbat", "fastat"]],  # optional: variants compared, paired by seed
+     "margin": 1.0}                           # optional: equivalence margin (points)
 
 Values are train.py's flag values in its units (ε in 1/255); `true`/`false` set a boolean flag.
 A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`.
@@ -60,7 +62,17 @@ _DATA_FLAGS = ("dataset", "data_dir", "download")
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
 _NAME_FIRST = ("method", "eps")
 _NAME_LAST = ("seed",)
-_KEYS = ("description", "flags", "grid", "evaluation", "paper", "estimate", "cost")
+_KEYS = (
+    "description",
+    "flags",
+    "grid",
+    "evaluation",
+    "paper",
+    "estimate",
+    "cost",
+    "comparisons",
+    "margin",
+)
 
 
 class DefinitionError(ValueError):
@@ -156,6 +168,10 @@ class Definition:
     # A bench/step_time.py JSON (path relative to the definition) that prices each cell's
     # optimizer steps for the report's robustness-against-cost figure, or None.
     cost: str | None = None
+    # Pairs of variants ("fastbat ig=none", as Cell.variant names them) the report compares,
+    # paired over seeds, at every ε both ran; and the equivalence margin (points).
+    comparisons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    margin: float = 1.0
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -298,6 +314,18 @@ def load_definition(path: str) -> Definition:
         estimate=_estimate_anchors(path, raw.get("estimate")),
         cost=raw.get("cost"),
     )
+    margin = raw.get("margin", 1.0)
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not margin > 0:
+        raise DefinitionError(f"{path}: 'margin' must be a positive number of points")
+    definition.margin = float(margin)
+    variants = {cell.variant() for cell in expand(definition)}
+    for pair in raw.get("comparisons", []):
+        if not (isinstance(pair, list) and len(pair) == 2 and set(pair) <= variants):
+            raise DefinitionError(
+                f"{path}: a comparison is a pair of the grid's variants {sorted(variants)}, "
+                f"got {pair!r}"
+            )
+        definition.comparisons.append((pair[0], pair[1]))
     for cell in expand(definition):
         eps = cell.flags.get("eps")
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps <= 255:

@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fbat_tf import run
-from fbat_tf.sweeps import estimate
+from fbat_tf import catalog, run
+from fbat_tf.sweeps import estimate, paired
 
 
 def _groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
@@ -180,109 +180,263 @@ def markdown(report: dict[str, Any]) -> str:
         for (variant, eps), cells in _groups(report["cells"]).items():
             row = [_percent(_attacked(cells, evaluation["name"], at)) for at in attacked_at]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
-    if "cost" in report:
+    if cost_rows(report):
         lines += ["", *cost_table(report)]
+    if listed_comparisons(report):
+        lines += ["", *comparison_table(report)]
     if "paper" in report:
         lines += ["", *paper_table(report)]
     return "\n".join(lines) + "\n"
 
 
-# Robustness against cost -------------------------------------------------------------------------
+# Paired comparisons and robustness against cost -------------------------------------------------
 
 
-def cell_cost(cell: dict[str, Any], report: dict[str, Any]) -> float | None:
-    """Seconds of the run's optimizer steps at the bench's measured step time (None without a
-    step time for its variant or a step count)."""
-    train = cell.get("train", {})
-    seconds = report["cost"]["step_seconds"].get(train.get("cost_variant"))
-    steps = train.get("optimizer_steps")
-    return None if seconds is None or not steps else seconds * steps
+def _by_seed(cells: Sequence[dict[str, Any]], name: str) -> dict[int, float]:
+    """Robust accuracy of evaluation `name` at each cell's own ε, by seed."""
+    values = {}
+    for cell in cells:
+        value = cell.get(name, {}).get("robust_accuracy", {}).get(f"{cell['eps']:g}")
+        if value is not None:
+            values[cell["seed"]] = value
+    return values
 
 
-def seed_noise(report: dict[str, Any]) -> float | None:
-    """The pooled sample std over seeds of the last evaluation at the training ε, over every
-    (variant, ε) the sweep ran with two seeds or more (fraction)."""
+def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> list[str]:
+    """What weakens a paired comparison: its cells ran different revisions or uncommitted code,
+    or two runs of one seed started from different weights or data (their fingerprints)."""
+    by_seed = [({c["seed"]: c for c in a}[s], {c["seed"]: c for c in b}[s]) for s in seeds]
+    cells = [cell for pair in by_seed for cell in pair]
+    marks = []
+    if len({r for c in cells for r in c.get("code", {}).get("revisions", [])}) > 1:
+        marks.append("different revisions")
+    if any(c.get("code", {}).get("dirty") for c in cells):
+        marks.append("uncommitted code †")
+    prints = [
+        (x.get("train", {}).get("pairing"), y.get("train", {}).get("pairing")) for x, y in by_seed
+    ]
+    if any(x and y and x != y for x, y in prints):
+        marks.append("not paired")
+    return marks
+
+
+def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, Any] | None:
+    """Variant `a` against `b` at ε, paired over seeds on the last evaluation (paired.compare),
+    with its marks; None where either has no cell."""
+    groups = _groups(report["cells"])
+    cells_a, cells_b = groups.get((a, eps)), groups.get((b, eps))
+    if not cells_a or not cells_b:
+        return None
     name = _evaluations(report)[-1]["name"]
-    squares = freedom = 0.0
-    for cells in _groups(report["cells"]).values():
-        values = _attacked(cells, name)
-        if len(values) > 1:
-            squares += statistics.variance(values) * (len(values) - 1)
-            freedom += len(values) - 1
-    return (squares / freedom) ** 0.5 if freedom else None
+    found = paired.compare(
+        _by_seed(cells_a, name), _by_seed(cells_b, name), report.get("margin", paired.MARGIN)
+    )
+    found.update(
+        eps=eps,
+        a=a,
+        b=b,
+        marks=_pair_marks(cells_a, cells_b, found["seeds"]),
+        says=paired.describe(found, a, b),
+    )
+    return found
+
+
+def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The definition's comparisons, at every ε where both variants ran."""
+    found = []
+    for a, b in report.get("comparisons", []):
+        for eps in report["eps_values"]:
+            pair = comparison(report, eps, a, b)
+            if pair is not None:
+                found.append(pair)
+    return found
+
+
+def cell_passes(cell: dict[str, Any]) -> float | None:
+    """Passes through the model of the run's optimizer steps (DESIGN.md §3.6)."""
+    train = cell.get("train", {})
+    steps, per_step = train.get("optimizer_steps"), train.get("passes")
+    return None if not steps or not per_step else steps * catalog.total_passes(per_step)
+
+
+def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The cost bench's step times, where the definition names one, and whether they were
+    measured under a load above the machine's cores (then no choice rests on them)."""
+    cost = report.get("cost")
+    if not cost:
+        return None
+    setting = cost.get("setting", {})
+    load = setting.get("load_average_1min") or {}
+    cores = (setting.get("machine") or {}).get("cpu_count")
+    peak = max(load.values()) if load else None
+    return {
+        **cost,
+        "load": peak,
+        "cores": cores,
+        "under_load": peak is not None and cores is not None and peak > cores,
+    }
 
 
 def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
-    """Per ε: each variant's mean cost and robustness (the last evaluation, mean over seeds),
-    whether it is on the Pareto front (no other is as cheap and as robust), and whether it is
-    within seed noise of the most robust."""
+    """Per ε, each variant: its runs' mean cost in passes, its passes per step, its
+    robustness (the last evaluation, mean over seeds), whether it is on the Pareto front (no
+    other is as cheap and as robust), its paired comparison with the most robust variant, and
+    the measured time of its steps where a cost bench gives one."""
     name = _evaluations(report)[-1]["name"]
-    noise = seed_noise(report) or 0.0
+    timing = measured_time(report)
     per_eps: dict[float, list[dict[str, Any]]] = {}
     for (variant, eps), cells in _groups(report["cells"]).items():
-        costs = [c for c in (cell_cost(cell, report) for cell in cells) if c is not None]
+        passes = [p for p in (cell_passes(cell) for cell in cells) if p is not None]
         robust = _attacked(cells, name)
-        if costs and robust:
-            per_eps.setdefault(eps, []).append(
-                {
-                    "variant": _label(variant, cells),
-                    "cost_seconds": statistics.fmean(costs),
-                    "robust": statistics.fmean(robust),
-                    "seeds": len(robust),
-                }
-            )
-    for rows in per_eps.values():
-        best = max(row["robust"] for row in rows)
+        if not passes or not robust:
+            continue
+        row = {
+            "variant": _label(variant, cells),
+            "key": variant,
+            "passes": statistics.fmean(passes),
+            "passes_per_step": catalog.total_passes(cells[0]["train"]["passes"]),
+            "robust": statistics.fmean(robust),
+            "seeds": len(robust),
+        }
+        if timing:
+            step = timing["step_seconds"].get(cells[0]["train"].get("cost_variant"))
+            steps = [c["train"]["optimizer_steps"] for c in cells if "train" in c]
+            rounds = timing["round_step_seconds"].get(cells[0]["train"].get("cost_variant"))
+            if step is not None:
+                row["seconds"] = step * statistics.fmean(steps)
+                row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]
+        per_eps.setdefault(eps, []).append(row)
+    for eps, rows in per_eps.items():
+        best = max(rows, key=lambda row: row["robust"])
         for row in rows:
             row["pareto"] = not any(
-                other["cost_seconds"] <= row["cost_seconds"]
+                other["passes"] <= row["passes"]
                 and other["robust"] >= row["robust"]
-                and (other["cost_seconds"], other["robust"]) != (row["cost_seconds"], row["robust"])
+                and (other["passes"], other["robust"]) != (row["passes"], row["robust"])
                 for other in rows
             )
-            row["within_noise"] = row["robust"] >= best - noise
-        rows.sort(key=lambda row: row["cost_seconds"])
+            row["most_robust"] = row is best
+            row["versus_best"] = (
+                None if row is best else comparison(report, eps, row["key"], best["key"])
+            )
+        rows.sort(key=lambda row: row["passes"])
     return dict(sorted(per_eps.items()))
 
 
-def cheapest_within_noise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return min((r for r in rows if r["within_noise"]), key=lambda r: r["cost_seconds"])
+def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cheapest variant (in passes) that is the most robust or shown equivalent to it."""
+    return min(
+        (r for r in rows if r["most_robust"] or r["versus_best"]["verdict"] == "equivalent"),
+        key=lambda r: r["passes"],
+    )
+
+
+def _interval(found: dict[str, Any] | None) -> str:
+    if not found or found["interval"] is None:
+        return "–" if not found or found["mean"] is None else f"{found['mean']:+.1f} (one seed)"
+    low, high = found["interval"]
+    return f"{found['mean']:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def _margin_words(report: dict[str, Any]) -> str:
+    return f"±{report.get('margin', paired.MARGIN):g} point"
 
 
 def cost_table(report: dict[str, Any]) -> list[str]:
     evaluation = _evaluations(report)[-1]
-    noise = seed_noise(report)
-    cost = report["cost"]
+    timing = measured_time(report)
     lines = [
         f"## Robustness against cost ({evaluation['label']})",
         "",
-        f"Cost: each run's optimizer steps × its method's step time measured side by side in "
-        f"`{cost['source']}` ({cost['setting'].get('model')}, width "
-        f"{cost['setting'].get('width')}, batch {cost['setting'].get('batch_size')}, "
-        f"{cost['setting'].get('device')}), not the runs' own wall time. Seed noise: the pooled "
-        f"std over seeds of the sweep's repeated cells, "
-        + (f"{100 * noise:.1f} points." if noise is not None else "not measured (one seed).")
-        + " Pareto: no other variant is both as cheap and as robust.",
-        "",
-        "| ε (/255) | method | cost (s) | robust (%) | Pareto | within noise of the best |",
-        "|---|---|---|---|---|---|",
+        "Cost: each run's optimizer steps × its method's passes through the model per step "
+        "(forward, backward and second-order passes, DESIGN.md §3.6), which no machine load "
+        "moves. Against the most robust variant at each ε: the paired difference of robust "
+        "accuracy over seeds (points, 95 % interval) and its verdict (equivalent: within "
+        f"{_margin_words(report)} by two one-sided tests). Pareto: no other variant is both as "
+        "cheap and as robust.",
     ]
+    columns = "| ε (/255) | method | passes/step | run (k passes) | robust (%) | seeds | "
+    columns += "vs the most robust | verdict | Pareto |"
+    rule = "|---|---|---|---|---|---|---|---|---|"
+    if timing:
+        setting = timing.get("setting", {})
+        rounds = len(next(iter(timing["round_step_seconds"].values())))
+        load = "unrecorded" if timing["load"] is None else f"up to {timing['load']:.1f}"
+        lines[-1] += (
+            f" Time, second: each run's optimizer steps × its method's step time measured side "
+            f"by side in `{timing['source']}` ({setting.get('model')}, width "
+            f"{setting.get('width')}, batch {setting.get('batch_size')}, {setting.get('device')}"
+            f"; median and range over {rounds} rounds; load average {load} on "
+            f"{timing['cores']} cores)."
+        )
+        if timing["under_load"]:
+            lines[-1] += " **Measured under a load above the cores: indicative only.**"
+        columns += " time (s) |"
+        rule += "---|"
+    lines += ["", columns, rule]
     rows_by_eps = cost_rows(report)
     for eps, rows in rows_by_eps.items():
         for row in rows:
-            lines.append(
-                f"| {eps:g} | {row['variant']} | {row['cost_seconds']:.0f} | "
-                f"{100 * row['robust']:.1f} | {'yes' if row['pareto'] else ''} | "
-                f"{'yes' if row['within_noise'] else ''} |"
+            versus = row["versus_best"]
+            says = "most robust" if versus is None else versus["says"]
+            if versus and versus["marks"]:
+                says += f" ({', '.join(versus['marks'])})"
+            line = (
+                f"| {eps:g} | {row['variant']} | {row['passes_per_step']} | "
+                f"{row['passes'] / 1000:.1f} | {100 * row['robust']:.1f} | {row['seeds']} | "
+                f"{_interval(versus)} | {says} | {'yes' if row['pareto'] else ''} |"
             )
-    lines += ["", "The cheapest method within seed noise of the most robust, at each ε:", ""]
+            if timing:
+                spread = row.get("seconds_rounds") or []
+                time = "–" if "seconds" not in row else f"{row['seconds']:.0f}"
+                if len(spread) > 1:
+                    time += f" ({min(spread):.0f}–{max(spread):.0f})"
+                line += f" {time} |"
+            lines.append(line)
+    lines += [
+        "",
+        "The cheapest method (in passes) that is the most robust or shown equivalent to it, at "
+        "each ε; cheaper methods the seeds cannot tell from it are named as undecided:",
+        "",
+    ]
     for eps, rows in rows_by_eps.items():
-        best = max(rows, key=lambda r: r["robust"])
-        cheap = cheapest_within_noise(rows)
-        lines.append(
+        best = next(r for r in rows if r["most_robust"])
+        cheap = cheapest_equivalent(rows)
+        undecided = [
+            r["variant"]
+            for r in rows
+            if r["passes"] < cheap["passes"] and r["versus_best"]["verdict"] == "undecided"
+        ]
+        line = (
             f"- ε = {eps:g}: {cheap['variant']} ({100 * cheap['robust']:.1f}%, "
-            f"{cheap['cost_seconds']:.0f} s); most robust {best['variant']} "
-            f"({100 * best['robust']:.1f}%, {best['cost_seconds']:.0f} s)"
+            f"{cheap['passes'] / 1000:.1f}k passes); most robust {best['variant']} "
+            f"({100 * best['robust']:.1f}%, {best['passes'] / 1000:.1f}k passes)"
+        )
+        if undecided:
+            line += f"; undecided: {', '.join(undecided)}"
+        lines.append(line)
+    return lines
+
+
+def comparison_table(report: dict[str, Any]) -> list[str]:
+    """The definition's comparisons, paired over seeds."""
+    found = listed_comparisons(report)
+    if not found:
+        return []
+    lines = [
+        f"## Paired comparisons ({_evaluations(report)[-1]['label']})",
+        "",
+        "A − B: the mean over seeds of the paired difference of robust accuracy (points), with "
+        "its 95 % interval; verdict: A or B ahead where the interval excludes 0, equivalent "
+        f"within {_margin_words(report)} by two one-sided tests at 5 %, else undecided.",
+        "",
+        "| ε (/255) | A | B | seeds | A − B [95 % interval] | verdict | marks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pair in found:
+        lines.append(
+            f"| {pair['eps']:g} | {pair['a']} | {pair['b']} | {len(pair['seeds'])} | "
+            f"{_interval(pair)} | {pair['says']} | {', '.join(pair['marks']) or '–'} |"
         )
     return lines
 
@@ -455,42 +609,46 @@ def _pyplot():
 
 
 def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
-    """Per ε, each variant's robustness (the last evaluation, mean over seeds) against its
-    training cost, the Pareto front drawn, the band of seed noise under the best shaded."""
+    """Per ε, each variant's robustness (the last evaluation, mean over seeds, with the range
+    over seeds) against its training cost in passes, the Pareto front drawn; hollow: shown
+    behind the most robust by the paired test, filled: not."""
     plt = _pyplot()
-    rows_by_eps = cost_rows(report) if "cost" in report else {}
+    rows_by_eps = cost_rows(report)
     panels = list(rows_by_eps) or [0.0]
     figure, grid = _panels(plt, len(panels))
     colours = _colours(report)
-    noise = seed_noise(report) or 0.0
+    name = _evaluations(report)[-1]["name"]
     label = _evaluations(report)[-1]["label"]
+    groups = _groups(report["cells"])
     for axes, eps in zip(grid.flat, panels, strict=False):
         rows = rows_by_eps.get(eps, [])
         for row in rows:
-            variant = row["variant"].split(" (")[0]
+            colour = colours.get(row["key"])
+            behind = row["versus_best"] is not None and row["versus_best"]["verdict"] == "b"
+            values = [100 * v for v in _attacked(groups[row["key"], eps], name)]
+            axes.vlines(row["passes"], min(values), max(values), color=colour, linewidth=1)
             axes.scatter(
-                row["cost_seconds"],
+                row["passes"],
                 100 * row["robust"],
-                color=colours.get(variant),
-                s=24,
+                facecolors="none" if behind else colour,
+                edgecolors=colour,
+                s=28,
                 label=row["variant"],
                 zorder=3,
             )
         front = [r for r in rows if r["pareto"]]
         if front:
             axes.step(
-                [r["cost_seconds"] for r in front],
+                [r["passes"] for r in front],
                 [100 * r["robust"] for r in front],
                 where="post",
                 color="grey",
                 linewidth=1,
                 zorder=2,
             )
-            best = max(r["robust"] for r in rows)
-            axes.axhspan(100 * (best - noise), 100 * best, color="grey", alpha=0.15)
         axes.set_xscale("log")
         axes.set_title(f"ε = {eps:g}/255", fontsize=9)
-        axes.set_xlabel("training cost (s of optimizer steps)")
+        axes.set_xlabel("training cost (passes through the model)")
         axes.set_ylabel(f"{label} (%)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=5)
@@ -498,7 +656,8 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
         figure,
         grid,
         len(panels),
-        f"{report['sweep']}: robustness against cost (grey: Pareto front; band: seed noise)",
+        f"{report['sweep']}: robustness against cost (bars: range over seeds; grey: Pareto "
+        "front; hollow: behind the most robust, paired over seeds)",
         path,
     )
 
@@ -679,8 +838,8 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     payload = dict(report)
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
-    if "cost" in report:
-        payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
+    payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
+    payload["paired_comparisons"] = listed_comparisons(report)
     text = json.dumps(run.finite_or_null(payload), indent=2, allow_nan=False)
     _write_text(paths["json"], text + "\n")
     paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
@@ -692,8 +851,8 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         "val_robust_per_epoch": plot_val_robust_per_epoch,
         "seconds_per_epoch": plot_seconds_per_epoch,
     }
-    if "cost" not in report:
-        del plotters["robust_vs_cost"]  # a sweep without step times has no cost to plot
+    if not payload["robust_vs_cost"]:
+        del plotters["robust_vs_cost"]  # no run with a recorded step count
     for kind, plot in plotters.items():
         paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
         plot(report, paths[kind])

@@ -132,6 +132,12 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         # What prices the run's steps; for runs from before the method recorded it, derived
         # from the method config they recorded.
         "cost_variant": _cost_variant(results.get("method") or {}, cell.method),
+        # Passes through the model per optimizer step: as the run recorded them, or for runs
+        # from before, as its recorded method config declares.
+        "passes": _passes(results.get("method") or {}, cell.method),
+        # Fingerprints of the initial weights and the first training batch (runs since they
+        # were recorded): runs paired by seed share them.
+        "pairing": results.get("pairing"),
     }
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
     for name in ("ig_norm_ratio", "inactive_fraction"):
@@ -217,6 +223,8 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
         "eps_values": definition.eps_values(),
         "cells": cells,
         "code": code_summary(cells),
+        "comparisons": [list(pair) for pair in definition.comparisons],
+        "margin": definition.margin,
     }
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)
@@ -237,6 +245,10 @@ def load_cost(path: str) -> dict[str, Any]:
         "setting": bench.get("setting", {}),
         "command": bench.get("command"),
         "step_seconds": {name: m["step_seconds"] for name, m in bench["methods"].items()},
+        "round_step_seconds": {
+            name: m.get("round_step_seconds", [m["step_seconds"]])
+            for name, m in bench["methods"].items()
+        },
     }
 
 
@@ -249,6 +261,10 @@ def load_paper(path: str) -> dict[str, Any]:
     if paper is None:
         raise DefinitionError(f"the paper numbers file {path} does not exist")
     return paper
+
+
+def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
+    return method.get("passes") or catalog.passes(method.get("name", name), method)
 
 
 def _cost_variant(method: dict[str, Any], name: str) -> str:
