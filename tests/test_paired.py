@@ -84,3 +84,20 @@ def test_pairing_is_sharper_than_comparing_means():
     assert paired.compare(a, b)["verdict"] == "a"
     spread = math.sqrt(sum((v - sum(base.values()) / 5) ** 2 for v in base.values()) / 4)
     assert 100 * spread > 3  # an unpaired comparison would see 1 point inside 3 points of noise
+
+
+def test_the_accuracy_step_bounds_the_spread_of_the_differences():
+    """Two equal differences of one step of a 500-point accuracy (0.2 points) would give a
+    zero-width interval: s_d is taken as that step, 0.2 ± t(0.975, 1)·0.2/√2, undecided. With
+    five such seeds: 0.2 ± t(0.975, 4)·0.2/√5 = [-0.05, +0.45], equivalent, not ahead."""
+    a, b = records({0: 0.5, 1: 0.4}, [0.2, 0.2])
+    found = paired.compare(a, b, resolution=0.2)
+    half = 12.706205 * 0.2 / math.sqrt(2)
+    assert found["interval"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-3)
+    assert found["verdict"] == "undecided"
+    a, b = records(BASE, [0.2] * 5)
+    found = paired.compare(a, b, resolution=0.2)
+    half = T975_4 * 0.2 / math.sqrt(5)
+    assert found["interval"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-4)
+    assert found["verdict"] == "equivalent"
+    assert paired.compare(a, b)["verdict"] == "a"  # without the bound: a spurious lead

@@ -583,7 +583,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     report["cells"][5]["code"] = {"revisions": ["r2"], "dirty": True}
     report["cells"][10]["train"]["pairing"] = {"initial_weights": "other"}
     marks = sweep_report.comparison(report, 8.0, "fastbat", "pgd")["marks"]
-    assert marks == ["different revisions", "uncommitted code †", "not paired"]
+    assert marks == ["different revisions", "uncommitted or unrecorded code †", "not paired"]
     figure = tmp_path / "robust_vs_cost.png"
     sweep_report.plot_robust_vs_cost(report, str(figure))
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000

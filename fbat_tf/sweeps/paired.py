@@ -14,8 +14,12 @@ and the verdict is:
 - else "equivalent" when A and B are shown within ±margin points of each other by two one-sided
   tests at the 5 % level each (the 90 % interval d̄ ± t(0.95, n − 1)·s_d/√n inside
   (−margin, margin));
-- else "undecided": the seeds cannot tell, which is a finding too. Fewer than two seeds are
-  always undecided.
+- else "undecided": the seeds cannot tell, which is a finding too.
+
+One seed decides nothing. An accuracy on N test points moves in steps of 100/N points, so s_d
+is taken as at least that step (`resolution`): differences that agree to the step (two equal
+differences of two seeds, say) are not known more finely than it, and do not make a
+zero-width interval.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 MARGIN = 1.0  # points: the default equivalence margin
+MIN_SEEDS = 2
 VERDICTS = ("a", "b", "equivalent", "undecided")
 
 
@@ -59,10 +64,14 @@ def t_quantile(probability: float, df: int) -> float:
 
 
 def compare(
-    a: Mapping[int, float], b: Mapping[int, float], margin: float = MARGIN
+    a: Mapping[int, float],
+    b: Mapping[int, float],
+    margin: float = MARGIN,
+    resolution: float = 0.0,
 ) -> dict[str, Any]:
     """A against B over the seeds both have (accuracies as fractions, keyed by seed): the
-    differences in points, their mean, 95 % and 90 % intervals and the verdict."""
+    differences in points, their mean, 95 % and 90 % intervals and the verdict. `resolution`:
+    the step of the accuracies in points (100 / test points), the least s_d is taken to be."""
     seeds = sorted(set(a) & set(b))
     differences = [100.0 * (a[s] - b[s]) for s in seeds]
     found: dict[str, Any] = {
@@ -75,9 +84,9 @@ def compare(
         "verdict": "undecided",
     }
     n = len(differences)
-    if n < 2:
+    if n < MIN_SEEDS:
         return found
-    error = statistics.stdev(differences) / math.sqrt(n)
+    error = max(statistics.stdev(differences), resolution) / math.sqrt(n)
     mean = found["mean"]
     wide, narrow = t_quantile(0.975, n - 1) * error, t_quantile(0.95, n - 1) * error
     found["interval"] = (mean - wide, mean + wide)

@@ -211,7 +211,7 @@ def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> l
     if len({r for c in cells for r in c.get("code", {}).get("revisions", [])}) > 1:
         marks.append("different revisions")
     if any(c.get("code", {}).get("dirty") for c in cells):
-        marks.append("uncommitted code †")
+        marks.append("uncommitted or unrecorded code †")
     prints = [
         (x.get("train", {}).get("pairing"), y.get("train", {}).get("pairing")) for x, y in by_seed
     ]
@@ -227,9 +227,13 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
     cells_a, cells_b = groups.get((a, eps)), groups.get((b, eps))
     if not cells_a or not cells_b:
         return None
-    name = _evaluations(report)[-1]["name"]
+    evaluation = _evaluations(report)[-1]
+    name = evaluation["name"]
     found = paired.compare(
-        _by_seed(cells_a, name), _by_seed(cells_b, name), report.get("margin", paired.MARGIN)
+        _by_seed(cells_a, name),
+        _by_seed(cells_b, name),
+        report.get("margin", paired.MARGIN),
+        resolution=100.0 / evaluation["examples"] if evaluation.get("examples") else 0.0,
     )
     found.update(
         eps=eps,
@@ -352,8 +356,8 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "(forward, backward and second-order passes, DESIGN.md §3.6), which no machine load "
         "moves. Against the most robust variant at each ε: the paired difference of robust "
         "accuracy over seeds (points, 95 % interval) and its verdict (equivalent: within "
-        f"{_margin_words(report)} by two one-sided tests). Pareto: no other variant is both as "
-        "cheap and as robust.",
+        f"{_margin_words(report)} by two one-sided tests; one seed decides nothing). Pareto: no "
+        "other variant is both as cheap and as robust.",
     ]
     columns = "| ε (/255) | method | passes/step | run (k passes) | robust (%) | seeds | "
     columns += "vs the most robust | verdict | Pareto |"
@@ -428,7 +432,9 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "",
         "A − B: the mean over seeds of the paired difference of robust accuracy (points), with "
         "its 95 % interval; verdict: A or B ahead where the interval excludes 0, equivalent "
-        f"within {_margin_words(report)} by two one-sided tests at 5 %, else undecided.",
+        f"within {_margin_words(report)} by two one-sided tests at 5 %, else undecided; one "
+        "seed decides nothing, and the spread of the differences is taken as at least one step "
+        "of the accuracy (100/test points; sweeps/paired.py).",
         "",
         "| ε (/255) | A | B | seeds | A − B [95 % interval] | verdict | marks |",
         "|---|---|---|---|---|---|---|",

@@ -268,4 +268,6 @@ def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
 
 
 def _cost_variant(method: dict[str, Any], name: str) -> str:
+    if method.get("ig_coef") == 0:  # recorded before a zero coefficient meant ig = "none"
+        method = {**method, "ig": "none"}
     return method.get("cost_variant") or catalog.cost_variant(method.get("name", name), method)
