@@ -45,9 +45,14 @@ def write_json_atomic(path: str, payload: Any) -> None:
     """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
     or infinite number is written as null (JSON has no such numbers)."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
+            os.remove(tmp)
+        raise
 
 
 def _json_default(value: Any) -> Any:
@@ -269,8 +274,9 @@ class Progress(keras.callbacks.ProgbarLogger):
 class Divergence(keras.callbacks.Callback):
     """Stops a run that diverges, and says what happened in `outcome`.
 
-    A run diverges when more than `max_skipped_fraction` of the steps of an epoch
-    (`steps_per_epoch` batches, each tried `replays` times: Free-AT's m) were skipped because
+    A run diverges when more than `max_skipped_fraction` of the steps of an epoch (the batches
+    it ran, each tried `replays` times: Free-AT's m; a last epoch cut short runs fewer than
+    `steps_per_epoch`) were skipped because
     something they would write was not finite (the trainer's `nonfinite_batches` metric;
     checked after every batch, so such an epoch stops as soon as it is past the limit), or when
     validation met non-finite logits (`val_nonfinite_examples`, logged by RobustValidation).
@@ -297,8 +303,11 @@ class Divergence(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._batches = self._skipped = 0
 
-    def _too_many(self) -> bool:
-        return self._skipped > self.max_skipped_fraction * self.steps_per_epoch * self.replays
+    def _too_many(self, batches: int | None = None) -> bool:
+        """Past the limit: over the epoch's planned batches, or over those run (at its end: a
+        last epoch cut short runs fewer)."""
+        batches = self.steps_per_epoch if batches is None else batches
+        return self._skipped > self.max_skipped_fraction * batches * self.replays
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._batches = batch + 1
@@ -309,12 +318,13 @@ class Divergence(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs or {}
         nonfinite = int(logs.get("val_nonfinite_examples", 0))
-        if not (self._too_many() or nonfinite):
+        skipped_too_many = self._too_many(self._batches)
+        if not (skipped_too_many or nonfinite):
             return
         last = float(getattr(self.model, "last_finite_loss", float("nan")))
         self.outcome = {
             "epoch": epoch + 1,
-            "reason": "skipped_batches" if self._too_many() else "validation",
+            "reason": "skipped_batches" if skipped_too_many else "validation",
             "nonfinite_batches": self._skipped,
             "steps": self._batches * self.replays,
             "max_skipped_fraction": self.max_skipped_fraction,

@@ -231,3 +231,43 @@ def test_a_transfer_attack_without_a_source_model_is_refused_before_tensorflow(t
     result = run_evaluate(f"--model_path={tmp_path}", "--attacks=pgd,transfer")
     assert result.returncode != 0
     assert "transfer attack crafts on --source_model_path" in result.stderr
+
+
+def test_a_results_file_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    """A --results folder that does not exist, or a file where its folder should be, is told at
+    once, before TensorFlow loads, with nothing created."""
+    path = str(tmp_path / "model.keras")
+    small_model(None).save(path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for results, says in (
+        (tmp_path / "missing" / "eval.json", "does not exist"),
+        (blocker / "eval.json", "is not a folder"),
+    ):
+        done = run_evaluate(
+            f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+        )
+        assert done.returncode != 0
+        line = done.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"error: --results={results}: the folder") and says in line
+        assert "Traceback" not in done.stderr and "tensorflow" not in done.stderr.lower()
+    assert sorted(os.listdir(tmp_path)) == ["a-file", "model.keras"]
+
+
+def test_a_finished_evaluation_that_cannot_be_written_is_kept_elsewhere(tmp_path):
+    """The folder of --results went away during the attacks: the results go to a file in the
+    temporary folder, which evaluate.py names, and nothing half-written stays behind."""
+    import evaluate
+    from fbat_tf.callbacks import write_json_atomic
+
+    results = {"clean_accuracy": 0.5, "robust_accuracy": {"pgd@8": 0.25}}
+    gone = tmp_path / "gone"
+    saved = evaluate.save_results(results, str(gone / "eval.json"), write_json_atomic)
+    try:
+        assert saved != str(gone / "eval.json") and json.loads(open(saved).read()) == results
+    finally:
+        os.remove(saved)
+    assert evaluate.save_results(results, str(tmp_path / "e.json"), write_json_atomic) == str(
+        tmp_path / "e.json"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["e.json"]
