@@ -5,6 +5,7 @@ On the command line ε is in 1/255 units (`--eps=8` means 8/255) for every datas
 
 from __future__ import annotations
 
+import math
 import os
 
 from absl import flags
@@ -64,3 +65,30 @@ def _existing_dir(value: str | None) -> bool:
 flags.register_validator(
     "data_dir", _existing_dir, message="--data_dir must name an existing directory"
 )
+
+
+def _finite(value) -> bool:
+    return value is None or math.isfinite(value)
+
+
+def _one_line(value) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return all(not isinstance(v, str) or not ({"\n", "\r", "\0"} & set(v)) for v in values)
+
+
+def refuse_unsafe_values(module_name: str) -> None:
+    """Validators for every flag the module defines: a float must be a finite number (NaN
+    passes any bound), and a text value must hold no line break or NUL, which would write
+    extra lines into flags.txt and the recorded commands."""
+    for flag in flags.FLAGS.get_flags_for_module(module_name):
+        if flag.flag_type() == "float":
+            flags.register_validator(
+                flag.name, _finite, message=f"--{flag.name} must be a finite number"
+            )
+        elif flag.flag_type() in ("string", "multi_string") or "list" in flag.flag_type():
+            flags.register_validator(
+                flag.name, _one_line, message=f"--{flag.name} must not hold a line break"
+            )
+
+
+refuse_unsafe_values(__name__)

@@ -9,6 +9,7 @@ from typing import Any
 from absl import flags
 
 from fbat_tf import attacks
+from flags import common
 
 MODEL_PATH = flags.DEFINE_string(
     "model_path",
@@ -128,3 +129,5 @@ flags.register_multi_flags_validator(
     lambda f: not _needs_source(f["attacks"]) or f["source_model_path"] is not None,
     message="--attacks: a transfer attack crafts on --source_model_path, which is not given",
 )
+
+common.refuse_unsafe_values(__name__)

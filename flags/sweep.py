@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from flags import common
+
 SWEEP = flags.DEFINE_string(
     "sweep",
     None,
@@ -56,3 +58,5 @@ REPIN = flags.DEFINE_bool(
     "keeps the revision it first ran (revision.json) until then; the report marks comparisons "
     "between cells of different revisions.",
 )
+
+common.refuse_unsafe_values(__name__)

@@ -176,3 +176,5 @@ EXPORT_DIR = flags.DEFINE_string(
 
 # Flags that may differ between a run and its resumption.
 NOT_RUN_DEFINING = ("verbose", "download", "data_dir", "export", "export_dir")
+
+common.refuse_unsafe_values(__name__)

@@ -64,6 +64,8 @@ def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProc
 
 def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
     """Each bad command (run side by side) fails, names what is wrong, and writes nothing."""
+    newline = tmp_path / "data\n--momentum_at_peak=0.5"
+    newline.mkdir()
     cases = {
         "method": (["--method=fastbatt", "--dataset=fashion_mnist"], ["--method"]),
         "eps0": (["--eps=0", "--dataset=fashion_mnist"], ["--eps"]),
@@ -78,6 +80,12 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
             ["--dataset=cifar10", f"--data_dir={tmp_path}", "--nodownload"],
             ["--data_dir", "cifar10"],
         ),
+        # NaN passes every bound; infinity passes a lower one.
+        "nan_decay": (["--weight_decay=nan"], ["--weight_decay must be a finite number"]),
+        "nan_skipped": (["--max_skipped_fraction=nan"], ["--max_skipped_fraction must be"]),
+        "inf_lr": (["--lr_max=inf"], ["--lr_max must be a finite number"]),
+        # A line break would write a second line into flags.txt: an existing folder so named.
+        "newline": ([f"--data_dir={newline}"], ["--data_dir must not hold a line break"]),
     }
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     runs = {
