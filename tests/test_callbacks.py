@@ -257,7 +257,7 @@ def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
     guard.set_model(model)
     model.stop_training = False
     guard.on_epoch_begin(0)
-    for batch, skipped in enumerate([0, 1, 2, 2]):  # at most 2 of 8 allowed
+    for batch, skipped in enumerate([0, 1, 2, 2, 2, 2, 2, 2]):  # at most 2 of 8 allowed
         guard.on_train_batch_end(batch, {"nonfinite_batches": float(skipped)})
     assert not model.stop_training
     guard.on_epoch_end(0, {"nonfinite_batches": 2.0})
@@ -277,6 +277,19 @@ def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
         "val_nonfinite_examples": 0,
         "last_finite_loss": 3.5,
     }
+
+    # A last epoch cut short (Free-AT's, say): the limit is over the steps it ran. Two batches
+    # of 8 replays each, every one skipped, in an epoch planned for 16 batches.
+    model.stop_training = False
+    free = Divergence(steps_per_epoch=16, max_skipped_fraction=0.25, replays=8)
+    free.set_model(model)
+    free.on_epoch_begin(2)
+    free.on_train_batch_end(0, {"nonfinite_batches": 8.0})
+    free.on_train_batch_end(1, {"nonfinite_batches": 16.0})
+    assert not model.stop_training  # 16 of the 128 planned: the epoch could still recover
+    free.on_epoch_end(2, {"nonfinite_batches": 16.0})
+    assert free.outcome["reason"] == "skipped_batches"
+    assert (free.outcome["nonfinite_batches"], free.outcome["steps"]) == (16, 16)
 
     validation = Divergence(steps_per_epoch=8)
     validation.set_model(model)
