@@ -351,7 +351,8 @@ def main(argv: list[str]) -> None:
                 print(f"  {part}: python {' '.join(words)}")
         return
 
-    to_run = [c for c in cells if states[c.name] != "done"]
+    diverged = [c.name for c in cells if states[c.name] == "diverged"]
+    to_run = [c for c in cells if states[c.name] not in ("done", "diverged")]
     code = None
     if to_run:
         try:
@@ -362,8 +363,10 @@ def main(argv: list[str]) -> None:
     if definition.overrides:
         print(f"every cell with --override={_words(definition.overrides)}: not comparable")
     print(
-        f"sweep {definition.name}: {len(cells)} cells, {len(cells) - len(to_run)} done, "
-        f"{len(to_run)} to run, in {sweep_dir}",
+        f"sweep {definition.name}: {len(cells)} cells, "
+        f"{len(cells) - len(to_run) - len(diverged)} done, "
+        + (f"{len(diverged)} diverged, " if diverged else "")
+        + f"{len(to_run)} to run, in {sweep_dir}",
         flush=True,
     )
     if code is not None:
@@ -390,8 +393,16 @@ def main(argv: list[str]) -> None:
                     continue
                 spent = run_cell(definition, cell, sweep_dir, code)
             except RuntimeError as error:
-                failed.append(cell.name)
-                print(f"[{ran}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr)
+                if sweeps.cell_state(cell_dir) == "diverged":  # a finding, not a failure
+                    diverged.append(cell.name)
+                    print(
+                        f"[{ran}/{len(to_run)}] {cell.name}: diverged in training, not "
+                        f"evaluated: {Run(cell_dir).divergence_message()}",
+                        flush=True,
+                    )
+                else:
+                    failed.append(cell.name)
+                    print(f"[{ran}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr)
                 continue
             finally:
                 claim.release()
@@ -414,6 +425,8 @@ def main(argv: list[str]) -> None:
         pending = waiting
     paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
+    if diverged:
+        print(f"{len(diverged)} cells diverged in training: {', '.join(diverged)}")
     if failed:
         sys.exit(f"error: {len(failed)} cells failed: {', '.join(failed)}")
 

@@ -668,3 +668,32 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
             per_step.setdefault(cells[1].split(" (")[-1], set()).add(int(cells[2]))
     # First-order Fast-BAT 6 passes a step; Fast-BAT 8, and 20 Hessian-aware (3 CG steps).
     assert per_step == {"first-order Fast-BAT)": {6}, "Fast-BAT)": {8, 20}}
+
+
+def test_a_diverged_cell_is_reported_as_diverged_and_not_run_again(tmp_path, committed_tree):
+    """A cell whose training diverges is a finding, not a failure: the sweep says so and ends
+    well, the report shows it diverged with no selected epoch, and a second start runs
+    nothing."""
+    path = write_definition(
+        tmp_path,
+        [{"method": ["standard"], "eps": [8]}],
+        {**TINY_FLAGS, "epochs": 1, "lr_max": 1e6},
+        evaluation={
+            "batch_size": 16,
+            "attacks": [{"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1}}],
+        },
+    )
+    out = tmp_path / "out"
+    done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", tree=committed_tree)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("[1/1] standard-eps8"))
+    assert "diverged in training, not evaluated:" in line and "Try a lower --lr_max" in line
+    assert "1 cells diverged in training: standard-eps8" in done.stdout
+    report = json.loads((out / "sweep.json").read_text())
+    cell = report["cells"][0]
+    assert cell["state"] == "diverged" and cell["train"]["selected_epoch"] is None
+    row = next(x for x in (out / "sweep.md").read_text().splitlines() if x.startswith("| standard"))
+    assert "| diverged |" in row
+    again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", tree=committed_tree)
+    assert again.returncode == 0 and "1 cells, 0 done, 1 diverged, 0 to run" in again.stdout
+    assert not (out / "standard-eps8" / "eval-pgd.json").exists()

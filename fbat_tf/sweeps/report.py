@@ -146,7 +146,11 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for (variant, eps), cells in _groups(report["cells"]).items():
         done = [c for c in cells if all(e["name"] in c for e in evaluations)]
-        selected = ", ".join(str(c["train"]["selected_epoch"]) for c in cells if "train" in c)
+        selected = ", ".join(
+            "diverged" if c["state"] == "diverged" else str(c["train"]["selected_epoch"] or "–")
+            for c in cells
+            if "train" in c
+        )
         overfit = "; ".join(
             ",".join(map(str, c["train"]["overfitting_epochs"])) or "–"
             for c in cells

@@ -64,10 +64,13 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
-    """'done' (trained and evaluated), 'trained', 'started' or 'new'. 'done' once every
-    evaluation of the definition holds every budget it asks for; without the definition, the
-    training's state alone ('trained' at most)."""
+    """'done' (trained and evaluated), 'trained', 'diverged', 'started' or 'new'. 'done' once
+    every evaluation of the definition holds every budget it asks for; without the definition,
+    the training's state alone ('trained' at most). A diverged run is not trained again (train.py
+    refuses it) nor evaluated."""
     cell = run.Run(cell_dir)
+    if cell.is_diverged():
+        return "diverged"
     if not cell.is_complete():
         return "started" if os.path.exists(cell.flags_path) else "new"
     if definition is None:
@@ -113,7 +116,14 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
     # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
     record["title"] = (results.get("method") or {}).get("title")
     robust = [h.get("val_robust_accuracy") for h in history]
-    selected = max(range(len(robust)), key=lambda i: robust[i]) if robust else None
+    if any("val_best" in h for h in history):
+        # The epoch whose weights best.weights.h5 holds: the last one validation marked best
+        # (none where validation never gave a number, as in a run that diverged at once).
+        marked = [i for i, h in enumerate(history) if h.get("val_best")]
+        selected = marked[-1] if marked else None
+    else:  # runs from before validation marked it
+        finite = [i for i, value in enumerate(robust) if value is not None and value == value]
+        selected = max(finite, key=lambda i: robust[i]) if finite else None
     record["train"] = {
         "source": os.path.join(cell_dir, RESULTS),
         "status": results.get("status"),
