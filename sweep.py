@@ -348,7 +348,7 @@ def main(argv: list[str]) -> None:
             cell_dir = os.path.join(sweep_dir, cell.name)
             missing = sweeps.missing_budgets(definition, cell, cell_dir)
             for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
-                print(f"  {part}: python {' '.join(words)}")
+                print(f"  {part}: {shlex.join(['python', *words])}")
         return
 
     diverged = [c.name for c in cells if states[c.name] == "diverged"]

@@ -697,3 +697,55 @@ def test_a_diverged_cell_is_reported_as_diverged_and_not_run_again(tmp_path, com
     again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", tree=committed_tree)
     assert again.returncode == 0 and "1 cells, 0 done, 1 diverged, 0 to run" in again.stdout
     assert not (out / "standard-eps8" / "eval-pgd.json").exists()
+
+
+def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_tree):
+    """A data folder whose name holds a space, ';', '$()' and backticks reaches sweep.json's
+    commands, the dry-run listing and the scheduler's lines quoted: bash reads each back as
+    the same arguments, and runs nothing the name holds."""
+    data = tmp_path / "my data;touch SEMI;$(touch DOLLAR)`touch TICK`"
+    data.mkdir()
+    path = write_definition(tmp_path, [{"method": ["fastat"], "eps": [8]}])
+    out = tmp_path / "out"
+    work = tmp_path / "work"
+    work.mkdir()
+    definition = sweeps.load_definition(path)
+    definition.flags["data_dir"] = str(data)
+    cell = sweeps.expand(definition)[0]
+    expected = sweeps.commands(definition, cell, str(out))
+    record = sweeps.cell_record(definition, cell, str(out))
+    dry = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}", "--dry_run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    listed = {
+        line.split(": ", 1)[0].strip(): line.split(": ", 1)[1]
+        for line in dry.stdout.splitlines()
+        if line.startswith("  ") and ": python " in line
+    }
+    for shown in (record["commands"], listed):
+        for part, command in shown.items():
+            # The shell's reading of the line, with the program replaced by one that prints it.
+            echoed = subprocess.run(
+                ["bash", "-c", "printf '%s\\n' " + command.removeprefix("python ")],
+                cwd=work,
+                capture_output=True,
+                text=True,
+            )
+            assert echoed.stdout.splitlines() == expected[part], part
+    printed = run_sweep(
+        f"--sweep={path}",
+        f"--sweep_dir={out}",
+        f"--data_dir={data}",
+        "--dry_run",
+        "--print_commands",
+        tree=committed_tree,
+    )
+    line = printed.stdout.strip().splitlines()[0]
+    shell = subprocess.run(
+        ["bash", "-c", line.replace(f"{sys.executable} ", "printf '%s\\n' ")],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    assert f"--data_dir={data}" in shell.stdout.splitlines()
+    assert not [p for p in os.listdir(work)] and not (tmp_path / "SEMI").exists()
+    assert not os.path.exists(os.path.join(ROOT, "SEMI"))

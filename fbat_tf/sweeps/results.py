@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import statistics
 from collections.abc import Iterable
 from typing import Any
@@ -105,7 +106,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "seed": cell.seed,
         "state": cell_state(cell_dir, definition),
         "commands": {
-            name: "python " + " ".join(argv)
+            name: shlex.join(["python", *argv])
             for name, argv in commands(definition, cell, sweep_dir).items()
         },
     }
