@@ -25,7 +25,7 @@ from absl import app, logging
 from absl import flags as absl_flags
 
 from fbat_tf import onednn
-from fbat_tf.run import Run
+from fbat_tf.run import Run, RunInUse
 from flags import common
 from flags import train as train_flags
 from flags.run import (
@@ -81,12 +81,16 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
 
     chief = _chief()
-    print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
     if chief:
-        os.makedirs(config.workdir, exist_ok=True)
-    if state == "new" and chief:
-        with open(Run(config.workdir).flags_path, "w") as f:
-            f.writelines(f"{line}\n" for line in current.values() if line)
+        # One train.py a run directory: a second one is told before it writes anything.
+        try:
+            held = Run(config.workdir).hold()  # noqa: F841 (the lock lasts while it is held)
+        except RunInUse as error:
+            sys.exit(f"error: {error}")
+        if state == "new":
+            with open(Run(config.workdir).flags_path, "w") as f:
+                f.writelines(f"{line}\n" for line in current.values() if line)
+    print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
 
     from fbat_tf.training import Diverged, train
 

@@ -15,6 +15,7 @@ The layout (DESIGN.md §5):
     tensorboard/train/, tensorboard/validation/
     eval-<name>.json, eval-<name>.png    evaluate.py's results (one name per evaluation)
     export/<model name>/<version>/ the SavedModel for TF-Serving
+    train.lock                     held by the train.py that trains here (who, in the file)
 
 This module imports TensorFlow only inside `build_classifier`, so that the command line can
 check a run directory before TensorFlow loads.
@@ -38,6 +39,11 @@ FLAGS = "flags.txt"
 CHECKPOINTS = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
 EXPORT = "export"
+LOCK = "train.lock"
+
+
+class RunInUse(RuntimeError):
+    """Another live process trains in this run directory."""
 
 
 def eval_file(name: str) -> str:
@@ -79,6 +85,33 @@ class Run:
     @property
     def export_dir(self) -> str:
         return self.path(EXPORT)
+
+    def hold(self) -> Any:
+        """Take this run directory for the calling process, or raise RunInUse naming the
+        process that has it. The lock is the kernel's (flock on train.lock): it ends with the
+        process, however it ends, so a killed run never leaves the directory taken. Returns the
+        open lock file; keep it for as long as the run goes on."""
+        import fcntl
+        import socket
+
+        os.makedirs(self.workdir, exist_ok=True)
+        handle = open(self.path(LOCK), "a+")  # held until the process ends
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise RunInUse(
+                f"{self.workdir} is in use: {holder} trains in it; wait for it to end (a "
+                "second train.py would write the same checkpoints and logs), or use another "
+                "--workdir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        return handle
 
     def eval_path(self, name: str) -> str:
         """Where evaluate.py's results named `name` go: eval-<name>.json."""

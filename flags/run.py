@@ -17,7 +17,7 @@ import os
 
 from absl import flags as absl_flags
 
-from fbat_tf.run import Run
+from fbat_tf.run import LOCK, Run
 from flags import common
 from flags import train as train_flags
 
@@ -66,7 +66,8 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     default."""
     run = Run(workdir)
     if not os.path.exists(run.flags_path):
-        if os.path.isdir(workdir) and os.listdir(workdir):
+        # A lock file alone is what a train.py killed before writing flags.txt left.
+        if os.path.isdir(workdir) and set(os.listdir(workdir)) - {LOCK}:
             raise ValueError(
                 f"--workdir={workdir} exists, is not empty and holds no "
                 f"{os.path.basename(run.flags_path)}"

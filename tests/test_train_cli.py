@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -416,3 +417,27 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
     assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
     after = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     assert before == after
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
+    """The same command started twice, the second while the first trains: the second says the
+    directory is in use and by whom, and writes nothing; the first ends as if alone, with one
+    TensorBoard event stream per curve. Once it ends the directory is free again."""
+    workdir = tmp_path / "run"
+    command = ["--method=standard", *TINY_RUN, "--noexport", f"--workdir={workdir}"]
+    first = start_train(*command)
+    deadline = time.time() + 300
+    while not (workdir / "flags.txt").exists():
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.1)
+    second = run_train(*command)
+    assert second.returncode != 0 and "Traceback" not in second.stderr
+    message = second.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"error: {workdir} is in use: process {first.pid} on ")
+    done = finish(first)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for curve in ("train", "validation"):
+        assert len(glob.glob(str(workdir / "tensorboard" / curve / "events.out.tfevents.*"))) == 1
+    again = run_train(*command)  # finished: not redone, and not refused as in use
+    assert again.returncode == 0 and "holds a finished run" in again.stdout
