@@ -30,6 +30,7 @@ import math
 import os
 import pickle
 import pickletools
+import re
 import shlex
 import socket
 import struct
@@ -777,3 +778,28 @@ def test_pipeline_augmentation_and_shuffle_follow_the_seed(tmp_path):
         np.concatenate(two_epochs[8:]),
     )
     np.testing.assert_array_equal(np.concatenate(again), np.concatenate(two_epochs))
+
+
+@pytest.mark.parametrize(
+    ("pixels", "says"),
+    [
+        (lambda rows: rows.astype(np.float32) / 255, "are float32 (from 0 to 1)"),
+        (lambda rows: rows.astype(np.int32) + 200, "outside the bytes 0-255"),
+        (lambda rows: np.where(rows > 128, np.nan, rows.astype(np.float64)), "are float64"),
+        (lambda rows: rows[:, :3000], "must be rows of 3072 values"),
+    ],
+    ids=["normalized", "over-255", "nan", "short-rows"],
+)
+def test_cifar_pixels_that_are_not_bytes_are_refused_naming_the_file(tmp_path, pixels, says):
+    """A re-pickled copy whose pixels are floats in [0, 1] would have been cast to black
+    images, values over 255 wrapped and NaN made 0, all without a word."""
+    make_cifar10(str(tmp_path))
+    batch_path = os.path.join(str(tmp_path), "cifar-10-batches-py", "data_batch_1")
+    with open(batch_path, "rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    batch[b"data"] = pixels(batch[b"data"])
+    write_pickle(batch_path, batch)
+    found = local.find("cifar10", str(tmp_path))
+    with pytest.raises(ValueError, match=f"{re.escape(batch_path)}: CIFAR pixels") as raised:
+        local.read(found, "train")
+    assert says in str(raised.value)

@@ -141,7 +141,7 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
         for name in wanted:
             path = os.path.join(found.path, name)
             with open(path, "rb") as f:
-                batches.append(load_cifar_batch(f, path))
+                batches.append((load_cifar_batch(f, path), path))
     else:
         with tarfile.open(found.path, "r:gz") as tar:
             # Members sit under the folder name; match on the base name to allow any prefix.
@@ -149,17 +149,45 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
             missing = [name for name in wanted if name not in members]
             if missing:
                 raise ValueError(f"{found.path} lacks the CIFAR batch files {missing}")
+            sources = [f"{found.path} (member {members[name].name})" for name in wanted]
             batches = [
-                load_cifar_batch(
-                    tar.extractfile(members[name]), f"{found.path} (member {members[name].name})"
-                )
-                for name in wanted
+                (load_cifar_batch(tar.extractfile(members[name]), source), source)
+                for name, source in zip(wanted, sources, strict=True)
             ]
-    images = np.concatenate([_cifar_field(b, "data", found.path) for b in batches])
-    labels = np.concatenate([_cifar_field(b, spec.label_key, found.path) for b in batches])
+    images, labels = [], []
+    for batch, source in batches:
+        images.append(_cifar_pixels(_cifar_field(batch, "data", source), source))
+        labels.append(_cifar_field(batch, spec.label_key, source))
+        if len(images[-1]) != len(labels[-1]):
+            raise ValueError(
+                f"{source}: {len(images[-1])} CIFAR images but {len(labels[-1])} labels"
+            )
+    images, labels = np.concatenate(images), np.concatenate(labels)
     # Each row is 3072 bytes: the 32x32 red plane, then green, then blue.
-    images = np.asarray(images, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    images = images.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     return np.ascontiguousarray(images), np.asarray(labels, np.int32)
+
+
+def _cifar_pixels(images: np.ndarray, path: str) -> np.ndarray:
+    """The batch's pixels as uint8, or ValueError naming what they are instead: CIFAR stores
+    bytes 0-255, so floats (a normalized copy), values outside 0-255 or a row that is not
+    3072 values would be cast silently into other images."""
+    where = f"{path}: CIFAR pixels"
+    if images.ndim != 2 or images.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{where} must be rows of 3072 values, got shape {images.shape}")
+    if images.dtype == np.uint8:
+        return images
+    if not np.issubdtype(images.dtype, np.integer):
+        low, high = (float(np.nanmin(images)), float(np.nanmax(images))) if images.size else (0, 0)
+        raise ValueError(
+            f"{where} are {images.dtype} (from {low:g} to {high:g}), not bytes 0-255; "
+            "fbat-tf reads the official CIFAR python files, whose pixels are uint8"
+        )
+    if images.size and (images.min() < 0 or images.max() > 255):
+        raise ValueError(
+            f"{where} run from {images.min()} to {images.max()}, outside the bytes 0-255"
+        )
+    return images.astype(np.uint8)
 
 
 # The only Python globals a CIFAR batch may name, as (module, name) the way pickles spell them.
