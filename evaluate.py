@@ -34,7 +34,7 @@ from absl import flags as absl_flags
 
 from fbat_tf import attacks, onednn, trust
 from fbat_tf.run import Run
-from flags import common
+from flags import common, errors, usage
 from flags import evaluate as eval_flags
 
 FLAGS = absl_flags.FLAGS
@@ -225,7 +225,7 @@ def save_results(results: dict, path: str, write) -> str:
         return path
     except OSError as error:
         logging.error("could not write %s: %s", path, error)
-        handle, fallback = tempfile.mkstemp(prefix="fbat-eval-", suffix=".json")
+        handle, fallback = tempfile.mkstemp(prefix="fbat-unsaved-results-", suffix=".json")
         os.close(handle)
         write(fallback, results)
         return fallback
@@ -248,4 +248,12 @@ def table(results: dict) -> str:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    usage.own_help(
+        __doc__,
+        {
+            "flags.evaluate": "Evaluation",
+            "flags.common": "Data, device and seed",
+            "flags.errors": "Errors",
+        },
+    )
+    app.run(errors.guarded(main))

@@ -41,7 +41,7 @@ from absl import flags as absl_flags  # noqa: E402
 from fbat_tf import sweeps  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 from fbat_tf.sweeps import claims, revision  # noqa: E402
-from flags import common  # noqa: E402
+from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
 from flags import train as train_flags  # noqa: E402
@@ -432,4 +432,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    usage.own_help(__doc__, {"flags.sweep": "Sweep", "flags.errors": "Errors"})
+    app.run(errors.guarded(main))

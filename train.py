@@ -19,6 +19,7 @@ crashed (fbat_tf/onednn.py), unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BU
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 from absl import app, logging
@@ -26,7 +27,7 @@ from absl import flags as absl_flags
 
 from fbat_tf import onednn
 from fbat_tf.run import Run, RunInUse
-from flags import common
+from flags import common, errors, usage
 from flags import train as train_flags
 from flags.run import (
     check_method,
@@ -81,6 +82,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
 
     chief = _chief()
+    # A new run that fails before its first epoch is recorded leaves no directory behind.
+    created = state == "new" and not (os.path.isdir(config.workdir) and os.listdir(config.workdir))
     if chief:
         # One train.py a run directory: a second one is told before it writes anything.
         try:
@@ -98,6 +101,10 @@ def main(argv: list[str]) -> None:
         results = train(config)
     except Diverged as error:
         sys.exit(f"error: {error}")
+    except Exception:
+        if chief and created and not Run(config.workdir).is_run():
+            shutil.rmtree(config.workdir, ignore_errors=True)
+        raise
     final = results["final"]
     autoattack = (
         f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"
@@ -143,4 +150,12 @@ def export_once(workdir: str) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    usage.own_help(
+        __doc__,
+        {
+            "flags.train": "Training",
+            "flags.common": "Data, device and seed",
+            "flags.errors": "Errors",
+        },
+    )
+    app.run(errors.guarded(main))

@@ -3,6 +3,7 @@
 from absl import app
 
 from export import cli
+from flags import errors
 
 if __name__ == "__main__":
-    app.run(cli.main)
+    app.run(errors.guarded(cli.main))

@@ -264,5 +264,7 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     from absl import app
 
+    from flags import errors
+
     define_flags()
-    app.run(main)
+    app.run(errors.guarded(main))

@@ -212,7 +212,13 @@ class Run:
         path = self.best_weights if weights == "best" else weights
         if not os.path.exists(path):
             raise FileNotFoundError(f"no weights at {path}")
-        classifier.load_weights(path)
+        try:
+            classifier.load_weights(path)
+        except (OSError, ValueError) as error:  # h5py names neither the file nor the cure
+            raise ValueError(
+                f"{path} cannot be read as this run's weights ({' '.join(str(error).split())}); "
+                "a truncated or foreign file: restore it, or train the run again"
+            ) from None
         return classifier
 
 

@@ -148,7 +148,13 @@ class Diverged(RuntimeError):
 def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
+            try:
+                return json.load(f)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{path} is not readable JSON ({error}), so the run cannot resume: restore "
+                    "the file, or start over in another --workdir"
+                ) from None
     return {"config": dataclasses.asdict(config), "status": "running", "history": []}
 
 

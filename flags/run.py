@@ -65,6 +65,8 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     the behaviour from before it), so it differs only where the current value is not the
     default."""
     run = Run(workdir)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"--workdir={workdir} is a file, not a folder; name a folder")
     if not os.path.exists(run.flags_path):
         # A lock file alone is what a train.py killed before writing flags.txt left.
         if os.path.isdir(workdir) and set(os.listdir(workdir)) - {LOCK}:

@@ -1,0 +1,109 @@
+"""Failures a user meets end in one line naming the file and what to do, exit non-zero, and
+leave nothing half-written; Python's traceback only with --traceback."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+TINY = [
+    "--method=standard",
+    "--model=small_cnn",
+    "--width=2",
+    "--epochs=1",
+    "--max_train_examples=64",
+    "--batch_size=32",
+    "--val_examples=32",
+    "--val_attack_steps=1",
+    "--eval_examples=32",
+    "--eval_pgd_steps=1",
+    "--eval_pgd_restarts=1",
+    "--noeval_autoattack",
+    "--tensorboard_every=0",
+    "--noexport",
+    "--verbose=0",
+]
+
+
+def run(program: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, os.path.join(ROOT, program), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(tmp_path):
+    workdir = tmp_path / "run"
+    first = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = workdir / "results.json"
+    results.write_text(results.read_text()[:100])  # a disk that filled up, a killed copy
+    line = one_line(run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}"))
+    assert line.startswith(f"error: {results} is not readable JSON") and "--workdir" in line
+    assert results.read_text().__len__() == 100  # nothing rewritten
+    loud = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}", "--traceback")
+    assert loud.returncode != 0 and "Traceback" in loud.stderr
+
+
+def test_a_workdir_that_is_a_file_is_refused_before_any_work(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("")
+    line = one_line(run("train.py", "--dataset=fashion_mnist", f"--workdir={path}"))
+    assert line == f"error: --workdir={path} is a file, not a folder; name a folder"
+
+
+def test_a_refused_cifar_batch_through_train_py_is_one_line_and_leaves_no_run(tmp_path):
+    """A CIFAR batch naming a global it must not run is refused while training starts: the new
+    run directory is removed again."""
+    folder = tmp_path / "data" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "RAN"),))
+
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(folder / name, "wb") as f:
+            pickle.dump({b"data": Payload(), b"labels": [0]}, f, protocol=2)
+    workdir = tmp_path / "run"
+    line = one_line(
+        run(
+            "train.py",
+            "--dataset=cifar10",
+            f"--data_dir={tmp_path / 'data'}",
+            "--nodownload",
+            *TINY,
+            f"--workdir={workdir}",
+        )
+    )
+    assert "refusing to load" in line and str(folder) in line and "system" in line
+    assert not workdir.exists() and not (tmp_path / "RAN").exists()
+
+
+def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
+    source = os.path.join(
+        ROOT, "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
+    )
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for name in ("results.json", "flags.txt"):
+        (run_dir / name).write_bytes(open(os.path.join(source, name), "rb").read())
+    weights = open(os.path.join(source, "checkpoints", "best.weights.h5"), "rb").read()
+    (run_dir / "checkpoints" / "best.weights.h5").write_bytes(weights[: len(weights) // 2])
+    line = one_line(
+        run("evaluate.py", f"--model_path={run_dir}", "--attacks=pgd", "--n_examples=8")
+    )
+    assert line.startswith("error: ") and "best.weights.h5" in line
+    assert sorted(os.listdir(run_dir)) == ["checkpoints", "flags.txt", "results.json"]

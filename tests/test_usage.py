@@ -1,0 +1,37 @@
+"""--help of each entry point lists its own flags with their defaults and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize(
+    ("program", "own"),
+    [
+        (
+            "train.py",
+            ["--method: <standard|fastat|", "--eps:", "--nfgsm_noise:", "--[no]traceback"],
+        ),
+        ("evaluate.py", ["--attacks:", "--model_path:", "--pgd_steps:", "--batch_size:"]),
+        ("sweep.py", ["--sweep:", "--allow_dirty", "--repin", "--dry_run"]),
+    ],
+)
+def test_help_lists_the_entry_points_own_flags_and_exits_0(program, own):
+    for asked in ("--help", "-h"):
+        done = subprocess.run(
+            [sys.executable, os.path.join(ROOT, program), asked],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        for flag in own:
+            assert flag in done.stdout, (program, flag)
+        assert "(default: " in done.stdout
