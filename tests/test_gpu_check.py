@@ -35,6 +35,7 @@ def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
     assert "all gradient checks passed" in done.stdout
     assert done.stdout.count("skipped (no GPU)") >= 4  # what auto picks, and each H100 figure
     results = json.loads(output.read_text())
+    assert results["tf32"] is False  # float32 checked as float32 on Ampere and newer GPUs
     checks = {(c["policy"], c["execution"], c["autodiff"]): c for c in results["checks"]}
     assert len(checks) == 5
     assert done.stdout.count("skipped (--policies)") == 2
