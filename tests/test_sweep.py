@@ -461,7 +461,8 @@ def test_paper_kit_reported_from_committed_results(tmp_path, committed_tree):
     line = next(
         x for x in table.splitlines() if x.startswith("| 2 | fastbat | – | 8 | 8 | autoattack")
     )
-    assert f"| 45.19 ± 0.12 | {100 * autoattack:.2f} | {100 * autoattack - 45.19:+.2f} |" in line
+    measured = f"{100 * autoattack:.2f} (n = 1 of 1)"
+    assert f"| 45.19 ± 0.12 | {measured} | {100 * autoattack - 45.19:+.2f} |" in line
 
 
 def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
@@ -749,3 +750,77 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
     assert f"--data_dir={data}" in shell.stdout.splitlines()
     assert not [p for p in os.listdir(work)] and not (tmp_path / "SEMI").exists()
     assert not os.path.exists(os.path.join(ROOT, "SEMI"))
+
+
+def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
+    tmp_path, committed_tree
+):
+    """Relative --sweep_dir and --data_dir mean what they mean where sweep.py was started:
+    the cells train, are evaluated and are found done there, and nothing lands beside the
+    code."""
+    path = write_definition(
+        tmp_path,
+        [{"method": ["standard"], "eps": [8]}],
+        {**TINY_FLAGS, "epochs": 1},
+        evaluation={
+            "batch_size": 16,
+            "attacks": [{"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1}}],
+        },
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data").symlink_to("/usr/share/datasets/fashion-mnist", target_is_directory=True)
+    command = [
+        sys.executable,
+        os.path.join(committed_tree, "sweep.py"),
+        f"--sweep={path}",
+        "--sweep_dir=out",
+        "--data_dir=data",
+    ]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cell = elsewhere / "out" / "standard-eps8"
+    assert (cell / "results.json").exists() and (cell / "eval-pgd.json").exists()
+    assert not os.path.exists(os.path.join(committed_tree, "out"))
+    again = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "1 cells, 1 done, 0 to run" in again.stdout
+
+
+def test_paper_rows_count_only_the_seeds_that_ran():
+    """A published row whose setting has three seeds, one of them run: the report names that
+    run alone and says n = 1 of 3."""
+    from fbat_tf.sweeps import report as sweep_report
+
+    def cell(seed, robust=None):
+        found = {
+            "method": "fastbat",
+            "eps": 8.0,
+            "seed": seed,
+            "flags": {"dataset": "cifar10", "model": "preact_resnet18", "seed": seed},
+            "run_dir": f"out/fastbat-eps8-seed{seed}",
+        }
+        if robust is not None:
+            found["autoattack"] = {"robust_accuracy": {"8": robust}}
+        return found
+
+    report = {
+        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
+        "cells": [cell(0, 0.45), cell(1), cell(2)],
+        "paper": {
+            "source": "made up",
+            "defaults": {},
+            "rows": [
+                {
+                    "table": "2",
+                    "method": "fastbat",
+                    "eps": 8,
+                    "flags": {"dataset": "cifar10"},
+                    "autoattack": [45.19, 0.12],
+                }
+            ],
+        },
+    }
+    (row,) = sweep_report.paper_rows(report)
+    assert row["measured_runs"] == ["out/fastbat-eps8-seed0"] and row["setting_runs"] == 3
+    assert "45.00 (n = 1 of 3)" in "\n".join(sweep_report.paper_table(report))

@@ -550,7 +550,13 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "paper_std": std,
                     "measured_mean": value,
                     "measured_std": spread,
-                    "measured_runs": [c["run_dir"] for c in cells],
+                    # The runs that gave a number, of the cells of the setting.
+                    "measured_runs": [
+                        c["run_dir"]
+                        for c in cells
+                        if measured_metric([c], metric, report, entry.get("attacked_eps"))
+                    ],
+                    "setting_runs": len(cells),
                     "difference": difference,
                     "difference_in_std": _in_stds(difference, std, spread),
                     "flags": entry.get("flags", {}),
@@ -565,7 +571,8 @@ def paper_table(report: dict[str, Any]) -> list[str]:
         "",
         *_overridden(report),
         "Accuracies in %, time in seconds per epoch; paper: mean ± the std that table prints; "
-        "measured: mean ± sample std over seeds; difference = measured − paper, and in units of "
+        "measured: mean ± sample std over the seeds run (n of the cells of the setting); "
+        "difference = measured − paper, and in units of "
         "the larger of the two stds. Setting: the flags the paper's row fixes, which the cells "
         "match.",
         "",
@@ -584,6 +591,7 @@ def paper_table(report: dict[str, Any]) -> list[str]:
             measured = f"{row['measured_mean']:.2f}" + (
                 f" ± {row['measured_std']:.2f}" if row["measured_std"] is not None else ""
             )
+            measured += f" (n = {len(row['measured_runs'])} of {row['setting_runs']})"
             difference = f"{row['difference']:+.2f}"
             if row["difference_in_std"] is not None:
                 stds = f"{row['difference_in_std']:+.1f}"
