@@ -169,6 +169,7 @@ def main(argv: list[str]) -> None:
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
         strategy=common.STRATEGY.value,
         device=device.describe(),
+        machine=provenance.machine(),
         code=provenance.code(),
     )
     from fbat_tf.attacks.autoattack import masking_gap

@@ -24,7 +24,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -254,28 +253,15 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> dict:
     """The processor, the cores this process may use, its niceness and the versions."""
+    from fbat_tf import provenance
+
+    found = provenance.machine()
     return {
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        **{key: found[key] for key in ("cpu", "cpu_count", "cpus_usable")},
         "niceness": os.nice(0),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "tensorflow": _version("tensorflow"),
-        "keras": _version("keras"),
+        **{key: found[key] for key in ("platform", "python", "tensorflow", "keras")},
         "torch": _version("torch"),
     }
 

@@ -3,7 +3,9 @@
     provenance.code()   # {"package": "fbat-tf", "version": "0.1.0", "revision": …, "dirty": …}
 
 results.json, evaluate.py's JSON, the model card and sweep.json carry this block, so that a
-committed number can be traced to the code that made it. Outside a git checkout (an installed
+committed number can be traced to the code that made it; results.json and evaluate.py's JSON
+also carry `machine()` (the processor, its cores and the library versions), since the same
+code gives other last digits on another CPU or library build. Outside a git checkout (an installed
 wheel, a copied tree) or without git, the revision and the dirty flag are null.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import platform
 import re
 import subprocess
 from typing import Any
@@ -55,4 +58,36 @@ def code() -> dict[str, Any]:
         "version": version(),
         "revision": revision.strip() if revision else None,
         "dirty": None if status is None else bool(status.strip()),
+    }
+
+
+def _package_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def machine() -> dict[str, Any]:
+    """The processor, the cores there are and this process may use, the platform and the
+    versions of Python, TensorFlow, Keras and NumPy (read without importing them)."""
+    return {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        **{name: _package_version(name) for name in ("tensorflow", "keras", "numpy")},
     }

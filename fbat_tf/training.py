@@ -266,6 +266,7 @@ def _train(
         dataset=config.dataset,
         model=config.model,
         device=device.describe(),
+        machine=provenance.machine(),
         replicas=strategy.num_replicas_in_sync,
         steps_per_epoch=steps_per_epoch,
         epochs=epochs,

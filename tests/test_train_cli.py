@@ -144,6 +144,12 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert results["code"]["revision"] == head and results["code"]["version"] == "0.1.0"
     assert card["source"]["trained_by"] == results["code"]
     assert card["source"]["exported_by"]["revision"] == head
+    # And the machine: the same code gives other last digits on another CPU or build.
+    with open("/proc/cpuinfo") as f:
+        cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    assert results["machine"]["cpu"] == cpu and results["machine"]["cpu_count"] == os.cpu_count()
+    assert results["machine"]["tensorflow"] == tf.__version__
+    assert results["machine"]["numpy"] == np.__version__
 
     # The same command again and one with other flags, side by side: neither writes anything.
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
@@ -162,7 +168,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     report = json.loads((workdir / "eval-test.json").read_text())
     assert report["examples"] == 64
-    assert report["code"] == results["code"]
+    assert report["code"] == results["code"] and report["machine"] == results["machine"]
     assert set(report["robust_accuracy"]) == {"pgd@4", "pgd@8", "apgd-ce@4", "apgd-ce@8"}
     assert (workdir / "eval-test.png").stat().st_size > 1000
     # A larger budget cannot help the model.
