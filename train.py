@@ -18,6 +18,7 @@ crashed (fbat_tf/onednn.py), unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BU
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -76,6 +77,9 @@ def main(argv: list[str]) -> None:
     # Checks that need more than one flag, before anything is created.
     try:
         config = config_from_flags(workdir)
+        if config.verbose == 1 and not sys.stdout.isatty():
+            # A progress bar redrawn with carriage returns fills a log file: a line an epoch.
+            config = dataclasses.replace(config, verbose=2)
         check_method(config)
         source = data.check_available(config.dataset, config.data_dir, config.download)
     except (ValueError, FileNotFoundError) as error:

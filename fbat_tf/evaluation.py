@@ -23,7 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf.attacks.base import Attack, Breakdown
+from fbat_tf.attacks.base import Attack, Breakdown, bar_verbosity
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.constraints import check_in_ball
@@ -316,7 +316,11 @@ def evaluate(
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
     batches = int(dataset.cardinality())
-    bar = keras.utils.Progbar(batches if batches > 0 else None) if progress else None
+    bar = (
+        keras.utils.Progbar(batches if batches > 0 else None, verbose=bar_verbosity())
+        if progress
+        else None
+    )
     tally = _Tally(attacks)
     pools = {name: _Pool(attack) for name, (_, attack) in attacks.items()}
     clean_counts = functools.partial(_clean_counts, classifier)

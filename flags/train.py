@@ -162,7 +162,10 @@ TENSORBOARD_EVERY = flags.DEFINE_integer(
     lower_bound=0,
 )
 VERBOSE = flags.DEFINE_enum(
-    "verbose", "1", ["0", "1", "2"], "Keras progress: 0 off, 1 bar, 2 line."
+    "verbose",
+    "1",
+    ["0", "1", "2"],
+    "Keras progress: 0 off, 1 bar (a line per epoch when the output is not a terminal), 2 line.",
 )
 
 EXPORT = flags.DEFINE_bool(

@@ -144,9 +144,12 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     after = evaluated["autoattack_per_attack"]["autoattack@8"]
     clean = round(after["clean"] * 32)
     assert clean > 0  # something to attack
-    assert f"AutoAttack (standard), 32 examples: clean {100 * after['clean']:.2f}%" in result.stdout
+    header = f"AutoAttack (standard) at ε = 8/255, 32 examples: clean {100 * after['clean']:.2f}%"
+    assert header in result.stdout
     assert f"apgd-ce on the {clean} examples still robust" in result.stdout
     assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout
+    # Its output is a pipe, as a log file is: one line a bar, no carriage-return redraws.
+    assert "\r" not in result.stdout and "\x1b[" not in result.stdout
 
 
 CENTRE = 14 * 28 + 14  # the pixel the model below reads

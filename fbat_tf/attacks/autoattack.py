@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.apgd import APGD
-from fbat_tf.attacks.base import Attack, Breakdown, padded_rows
+from fbat_tf.attacks.base import Attack, Breakdown, bar_verbosity, padded_rows
 from fbat_tf.attacks.losses import correct
 from fbat_tf.constraints import check_in_ball
 
@@ -180,7 +180,10 @@ class AutoAttack(Attack):
         seconds = {}
         x_adv = x.numpy().copy()
         if self.progress:
-            print(f"AutoAttack ({self.version}), {n} examples: clean {_percent(robust)}")
+            print(
+                f"AutoAttack ({self.version}) at ε = {self.eps * 255:g}/255, {n} examples: "
+                f"clean {_percent(robust)}"
+            )
         for name, attack in self.attacks.items():
             start = time.perf_counter()
             still_robust = np.flatnonzero(robust)
@@ -188,7 +191,9 @@ class AutoAttack(Attack):
             if self.progress and still_robust.size:
                 print(f"{name} on the {still_robust.size} examples still robust")
                 calls = -(-still_robust.size // size)
-                bar = keras.utils.Progbar(calls, stateful_metrics=["robust"], unit_name="call")
+                bar = keras.utils.Progbar(
+                    calls, stateful_metrics=["robust"], unit_name="call", verbose=bar_verbosity()
+                )
             slices = _equal_slices(still_robust, size)
             for k, rows in enumerate(slices):
                 # One length for every call of the part: an XLA-compiled part compiles once.

@@ -15,6 +15,7 @@ An attack that `pools` (AutoAttack) is given many batches joined by `evaluation.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -170,3 +171,9 @@ class Attack:
         time, showing its progress if `progress`. An attack that does not pool is given one
         batch at a time and is returned as it is."""
         return self
+
+
+def bar_verbosity() -> int:
+    """Keras progress-bar verbosity: redrawn (1) on a terminal; elsewhere, as in a log file,
+    one line at the end (2) instead of carriage-return updates."""
+    return 1 if sys.stdout.isatty() else 2
