@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 
@@ -123,6 +124,31 @@ def main(argv: list[str]) -> None:
     )
     if chief:
         export_once(config.workdir)
+        print(summary(config.workdir, results))
+
+
+def summary(workdir: str, results: dict) -> str:
+    """Which epoch was selected, where the run's files are, and what to run next."""
+    history = results["history"]
+    marked = [h for h in history if h.get("val_best")]
+    selected = (
+        f"selected epoch {marked[-1]['epoch']} of {len(history)} (validation PGD accuracy "
+        f"{marked[-1]['val_robust_accuracy']:.4f})"
+        if marked
+        else "no epoch passed validation"
+    )
+    quoted = shlex.quote(workdir)
+    run = Run(workdir)
+    lines = [
+        f"{selected}; in {workdir}: results.json, {os.path.relpath(run.best_weights, workdir)}, "
+        f"{os.path.relpath(run.tensorboard_dir, workdir)}/",
+        "next:",
+        f"  tensorboard --logdir={shlex.quote(run.tensorboard_dir)}",
+        f"  python evaluate.py --model_path={quoted}            # PGD-50-10 and AutoAttack",
+    ]
+    if not train_flags.EXPORT.value:
+        lines.append(f"  python -m export --workdir={quoted}               # SavedModel")
+    return "\n".join(lines)
 
 
 def _chief() -> bool:

@@ -259,14 +259,37 @@ class StopAfterBatches(keras.callbacks.Callback):
 
 
 class Progress(keras.callbacks.ProgbarLogger):
-    """Keras' progress bar, whose line for an epoch that ended early (StopAfterBatches,
-    divergence) counts the batches that ran, "10/20", not the epoch's planned steps.
+    """Keras' progress bar with the numbers that matter (the rest are in TensorBoard and
+    results.json): the training loss and accuracy, validation's clean, PGD and FGSM accuracy
+    and the epoch's seconds; skipped batches and the overfitting guard only when they are not
+    zero. Its line for an epoch that ended early (StopAfterBatches, divergence) counts the
+    batches that ran, "10/20", not the epoch's planned steps.
 
     Put it last in the callbacks, so that the epoch's line shows what the others logged."""
 
+    SHOWN = (
+        "loss",
+        "adv_accuracy",
+        "val_clean_accuracy",
+        "val_robust_accuracy",
+        "val_fgsm_accuracy",
+        "epoch_time",
+    )
+    WHEN_NOT_ZERO = ("nonfinite_batches", "val_overfitting")
+
+    def _shown(self, logs: dict | None) -> dict:
+        logs = logs or {}
+        shown = {key: logs[key] for key in self.SHOWN if key in logs}
+        shown.update({key: logs[key] for key in self.WHEN_NOT_ZERO if logs.get(key)})
+        return shown
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        super().on_train_batch_end(batch, self._shown(logs))
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = self._shown(logs)
         if self.progbar is not None and self.target is not None and 0 < self.seen < self.target:
-            self.progbar.update(self.seen, list((logs or {}).items()), finalize=True)
+            self.progbar.update(self.seen, list(logs.items()), finalize=True)
             return
         super().on_epoch_end(epoch, logs)
 

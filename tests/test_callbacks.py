@@ -299,3 +299,21 @@ def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
     assert validation.outcome["reason"] == "validation"
     assert validation.outcome["val_nonfinite_examples"] == 5
     assert math.isclose(validation.outcome["last_finite_loss"], 3.5)
+
+
+def test_the_epoch_line_shows_the_numbers_that_matter_and_trouble_only_when_there_is_some():
+    from fbat_tf.callbacks import Progress
+
+    logs = {
+        "loss": 1.0,
+        "adv_accuracy": 0.5,
+        "val_robust_accuracy": 0.4,
+        "images_per_second": 900.0,
+        "learning_rate": 0.1,
+        "nonfinite_batches": 0.0,
+        "val_overfitting": 0.0,
+    }
+    shown = Progress()._shown(logs)
+    assert shown == {"loss": 1.0, "adv_accuracy": 0.5, "val_robust_accuracy": 0.4}
+    shown = Progress()._shown({**logs, "nonfinite_batches": 2.0, "val_overfitting": 1.0})
+    assert shown["nonfinite_batches"] == 2.0 and shown["val_overfitting"] == 1.0

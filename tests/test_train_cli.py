@@ -120,6 +120,11 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]
+    # It ends saying which epoch was selected, where things are, and what to run next.
+    selected = [h["epoch"] for h in results["history"] if h["val_best"]][-1]
+    assert f"selected epoch {selected} of 2 (validation PGD accuracy" in result.stdout
+    assert f"python evaluate.py --model_path={workdir}" in result.stdout
+    assert f"tensorboard --logdir={workdir / 'tensorboard'}" in result.stdout
     for key in ("val_robust_accuracy", "val_clean_accuracy", "epoch_time", "ig_norm_ratio"):
         assert key in results["history"][-1]
     final = results["final"]
