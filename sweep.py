@@ -264,6 +264,33 @@ def describe_code(sweep_dir: str) -> str:
     return f"code: a real run pins revision {current[:12]}"
 
 
+def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -> str:
+    """The cells by state and, where some are done, the time the others would take at the
+    mean of the seconds the done ones recorded (training and each evaluation)."""
+    counts: dict[str, int] = {}
+    for cell in cells:
+        counts[states[cell.name]] = counts.get(states[cell.name], 0) + 1
+    by_state = ", ".join(f"{n} {state}" for state, n in counts.items())
+    line = f"{len(cells)} cells: {by_state}"
+    spent = []
+    for cell in cells:
+        if states[cell.name] != "done":
+            continue
+        record = sweeps.cell_record(definition, cell, sweep_dir)
+        seconds = record["train"]["train_seconds"]
+        seconds += sum(sum(record[e.name]["time_s"].values()) for e in definition.evaluations)
+        spent.append(seconds)
+    waiting = len(cells) - counts.get("done", 0) - counts.get("diverged", 0)
+    if spent and waiting:
+        mean = sum(spent) / len(spent)
+        line += (
+            f"; the {waiting} to run would take about {duration(waiting * mean)} at the "
+            f"{duration(mean)} a cell the {len(spent)} done ones recorded (their epochs and "
+            "attacks, not start-up)"
+        )
+    return line
+
+
 def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -349,6 +376,7 @@ def main(argv: list[str]) -> None:
             missing = sweeps.missing_budgets(definition, cell, cell_dir)
             for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
                 print(f"  {part}: {shlex.join(['python', *words])}")
+        print(dry_run_summary(definition, cells, states, sweep_dir))
         return
 
     diverged = [c.name for c in cells if states[c.name] == "diverged"]

@@ -175,6 +175,7 @@ def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_d
     assert all(f"--data_dir={data}" in command for command in commands)
     assert all("--nodownload" in command for command in commands)
     assert "a real run would stop here" in done.stdout and "cifar10" in done.stdout
+    assert lines[-1] == "2 cells: 2 new"  # and no time to estimate from: no cell is done
     assert not out.exists()
     # For a scheduler: one shell line per cell, which a shell runs as it is (here train.py
     # starts, and stops at the missing data as it would on its own).
