@@ -32,7 +32,7 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from fbat_tf import attacks, onednn, trust
+from fbat_tf import attacks, onednn, startup, trust
 from fbat_tf.run import Run
 from flags import common, errors, usage
 from flags import evaluate as eval_flags
@@ -81,6 +81,8 @@ def main(argv: list[str]) -> None:
     run = Run(model_path)
     onednn.choose(named or (run.config().get("dataset") if run.is_run() else None))
 
+    if not FLAGS["verbosity"].present:
+        startup.load_tensorflow()
     import tempfile
 
     import keras

@@ -38,7 +38,7 @@ import time
 from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
-from fbat_tf import sweeps  # noqa: E402
+from fbat_tf import startup, sweeps  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 from fbat_tf.sweeps import claims, revision  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
@@ -104,6 +104,8 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
     if not to_evaluate:
         return None
 
+    if not absl_flags.FLAGS["verbosity"].present:
+        startup.load_tensorflow()
     from fbat_tf import data
 
     for cell, cell_dir, values in to_train:

@@ -27,7 +27,7 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from fbat_tf import onednn
+from fbat_tf import onednn, startup
 from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
@@ -73,6 +73,8 @@ def main(argv: list[str]) -> None:
         message = Run(workdir).divergence_message()
         sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
+    if not FLAGS["verbosity"].present:
+        startup.load_tensorflow()
     from fbat_tf import data
 
     # Checks that need more than one flag, before anything is created.

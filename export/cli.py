@@ -19,7 +19,7 @@ import sys
 from absl import app, flags
 
 from export import versions
-from fbat_tf import run, trust
+from fbat_tf import run, startup, trust
 from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
@@ -110,6 +110,8 @@ def main(argv: list[str]) -> None:
     except OSError as error:
         sys.exit(f"error: --export_dir={export_dir}: {error}")
 
+    if not flags.FLAGS["verbosity"].present:
+        startup.load_tensorflow()
     from export import savedmodel  # TensorFlow loads only once the flags are known to be good
 
     try:

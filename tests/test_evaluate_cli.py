@@ -150,6 +150,7 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout
     # Its output is a pipe, as a log file is: one line a bar, no carriage-return redraws.
     assert "\r" not in result.stdout and "\x1b[" not in result.stdout
+    assert "cuInit" not in result.stderr and "InitializeLog" not in result.stderr
 
 
 CENTRE = 14 * 28 + 14  # the pixel the model below reads

@@ -117,6 +117,9 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     # export's "Assets written to", ...) without --verbosity.
     info = re.compile(r"^I\d{4} [\d:.]+ +\d+ \w+\.py:\d+\]", re.MULTILINE)
     assert not info.findall(result.stdout + result.stderr), result.stderr[-3000:]
+    # Nor TensorFlow's start-up lines, which its log level no longer hides (fbat_tf/startup.py).
+    for line in ("InitializeLog", "cuInit", "oneDNN custom operations", "To enable the following"):
+        assert line not in result.stderr, result.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]

@@ -1,0 +1,55 @@
+"""Loading TensorFlow without its start-up lines.
+
+    startup.load_tensorflow()        # before anything imports tensorflow; the entry points call it
+
+TensorFlow 2.21 writes, on import and when it first looks for devices, lines that
+TF_CPP_MIN_LOG_LEVEL no longer hides (absl's C++ log writes everything before it is
+initialized): "All log messages before absl::InitializeLog() ...", oneDNN's and the CUDA stub's
+INFO lines, the CPU instruction notice, and on a machine without a GPU "E0000 ... failed call to
+cuInit: UNKNOWN ERROR (303)", which reads as a failure on a CPU machine. While TensorFlow loads
+and finds its devices, the process's standard error goes to a file; afterwards every line of it
+but those is written out again, so a real warning or error still shows. absl's --verbosity
+asks for them all (the entry points then do not call this).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+# What TensorFlow prints on every start: INFO lines (I…), absl's pre-initialization notice, the
+# CPU instruction notice, and the CUDA probe's failure where there is no GPU.
+NOISE = re.compile(
+    r"^(I\d{4} |WARNING: All log messages before absl::InitializeLog\(\)|"
+    r"To enable the following instructions:|This TensorFlow binary is optimized|"
+    r"E\d{4} .*(failed call to cuInit|Unable to register cu\w+ factory))"
+)
+
+
+def load_tensorflow() -> None:
+    """Import TensorFlow and let it find its devices with its start-up lines left out."""
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    fd = sys.stderr.fileno()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), fd)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            captured.seek(0)
+            kept = [
+                line
+                for line in captured.read().decode(errors="replace").splitlines()
+                if line.strip() and not NOISE.match(line)
+            ]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
