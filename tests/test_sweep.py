@@ -626,7 +626,9 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
         )
     )
     found = estimate.estimate(sweeps.load_definition(str(path)))
-    assert found["training_hours"] == pytest.approx(2 * 20 * (20 + 60) / 3600)
+    # Each epoch also validates 64 examples with PGD-2-1, FGSM and a clean pass.
+    validation = 4 * 20 * 64 * (2 * 1 + 2) * 0.001
+    assert found["training_hours"] == pytest.approx((2 * 20 * (20 + 60) + validation) / 3600)
     pgd = 4 * 1000 * 2 * 500 * 0.001 / 3600  # 4 cells, 2 budgets, 50 × 10 passes
     autoattack = 4 * 1000 * 1 * (101 + 0.5 * (909 + 900 + 910 / 3 + 5000 / 3)) * 0.001 / 3600
     assert found["evaluation_hours"] == pytest.approx(
@@ -634,6 +636,14 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
     )
     assert found["not_estimated"] == []
     assert "not a measurement" in estimate.describe(found)
+    # Validating on the whole split (val_examples 0): the split's size from the anchors.
+    spec = json.loads(path.read_text())
+    spec["flags"]["val_examples"] = 0
+    spec["estimate"]["validation_examples"] = {"fashion_mnist": 6000}
+    path.write_text(json.dumps(spec))
+    found = estimate.estimate(sweeps.load_definition(str(path)))
+    validation = 4 * 20 * 6000 * (2 * 1 + 2) * 0.001
+    assert found["training_hours"] == pytest.approx((2 * 20 * (20 + 60) + validation) / 3600)
 
 
 def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp_path):

@@ -336,7 +336,13 @@ def load_definition(path: str) -> Definition:
     return definition
 
 
-_ESTIMATE_KEYS = ("anchor", "seconds_per_epoch", "seconds_per_pass", "robust_fraction")
+_ESTIMATE_KEYS = (
+    "anchor",
+    "seconds_per_epoch",
+    "seconds_per_pass",
+    "robust_fraction",
+    "validation_examples",
+)
 
 
 def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:

@@ -3,10 +3,13 @@
     "estimate": {"anchor": "the paper's Table 1: RTX 3090 seconds per epoch, ...",
                  "seconds_per_epoch": {"fastat": 23.1, "cifar100/fastbat": 63.0, ...},
                  "seconds_per_pass": 0.00026,        # or {"tiny_imagenet": 0.001, ...}
-                 "robust_fraction": 0.5}
+                 "robust_fraction": 0.5,
+                 "validation_examples": {"cifar10": 5000, ...}}  # where val_examples is 0
 
-Training: each cell's epochs × the anchor's seconds per epoch for its method, looked up as
-"<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>".
+Training: each cell's epochs × (the anchor's seconds per epoch for its method, looked up as
+"<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>", plus
+the epoch's robust validation: its examples × PGD's passes, FGSM's and the clean one × the
+seconds of a pass).
 Evaluation: each evaluation's examples × budgets × the attack's forward-backward passes per
 example at most (the registry's `passes`, with `robust_fraction` of the examples still robust
 when an ensemble's later parts run) × the seconds of one pass. Both are estimates, and say so.
@@ -39,6 +42,25 @@ def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | No
     return None
 
 
+# train.py's defaults for the robust validation of every epoch (flags/train.py).
+VALIDATION_DEFAULTS = {"val_examples": 1000, "val_attack_steps": 10, "val_restarts": 1}
+
+
+def _validation_seconds(spec: Mapping[str, Any], cell: Cell) -> float:
+    """One epoch's validation: its examples × (PGD's steps × restarts, FGSM's pass and the
+    clean one) × the seconds of a pass. A cell validating on the whole split (0) takes the
+    split's size from the anchors' "validation_examples" (by dataset)."""
+    per_pass = _lookup(spec.get("seconds_per_pass"), cell)
+    if per_pass is None:
+        return 0.0
+    flags = {**VALIDATION_DEFAULTS, **cell.flags}
+    examples = int(flags["val_examples"]) or _lookup(spec.get("validation_examples"), cell)
+    if not examples:
+        return 0.0
+    passes = int(flags["val_attack_steps"]) * int(flags["val_restarts"]) + 2
+    return examples * passes * per_pass
+
+
 def estimate(definition: Definition) -> dict[str, Any] | None:
     """Hours of GPU time for training and for each evaluation, or None without anchors."""
     spec = definition.estimate
@@ -52,7 +74,7 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         if seconds is None or "epochs" not in cell.flags:
             unanchored.append(cell.name)
             continue
-        training += int(cell.flags["epochs"]) * seconds
+        training += int(cell.flags["epochs"]) * (seconds + _validation_seconds(spec, cell))
     evaluation = {}
     for ev in definition.evaluations:
         entry = attacks.entry(ev.attack)
