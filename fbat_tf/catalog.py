@@ -19,6 +19,7 @@ MODELS = (
     "preact_resnet34",
     "preact_resnet50",
     "wide_resnet16_8",
+    "wide_resnet22_8_fastbat",
     "wide_resnet28_10",
     "wide_resnet34_10",
     "wide_resnet",

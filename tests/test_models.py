@@ -28,6 +28,7 @@ TINY = {
     "preact_resnet34": ((32, 32, 3), 4, "softplus", {}),
     "preact_resnet50": ((32, 32, 3), 4, "swish", {}),
     "wide_resnet16_8": ((32, 32, 3), 2, "softplus", {}),
+    "wide_resnet22_8_fastbat": ((32, 32, 3), 1, "relu", {}),
     "wide_resnet28_10": ((32, 32, 3), 1, "relu", {}),
     "wide_resnet34_10": ((32, 32, 3), 1, "swish", {}),
     "wide_resnet": ((32, 32, 3), 4, "relu", {"depth": 10, "widen_factor": 2}),
@@ -41,6 +42,7 @@ DEFAULT_WIDTHS = {
     "preact_resnet34": 64,
     "preact_resnet50": 64,
     "wide_resnet16_8": 16,
+    "wide_resnet22_8_fastbat": 16,
     "wide_resnet28_10": 16,
     "wide_resnet34_10": 16,
     "wide_resnet": 16,
@@ -80,6 +82,7 @@ def test_names_cover_the_registry():
         "preact_resnet34",
         "preact_resnet50",
         "wide_resnet16_8",
+        "wide_resnet22_8_fastbat",
         "wide_resnet28_10",
         "wide_resnet34_10",
         "wide_resnet",
@@ -197,6 +200,37 @@ def test_preact_resnet18_parameter_count():
 def test_published_parameter_counts(name, num_classes, input_shape, published):
     model = models.build(name, num_classes, input_shape, 0.5, 0.25)
     assert trainable_parameter_count(model) == published
+
+
+def _released_wrn_16_8_parameters(num_classes: int) -> int:
+    """The parameters of the released Fast-BAT code's WRN_16_8, counted from its definition:
+    a 3x3 stem of 16 channels; per group (128, 256, 512 channels) a downsampling unit (BN and
+    3x3 conv from the group's input, BN, 3x3 conv, 1x1 shortcut conv) and (16 - 4) / 6 = 2 basic
+    units (BN, 3x3 conv, BN, 3x3 conv); a final BN and the linear classifier."""
+    total, c_in = 3 * 16 * 9, 16
+    for c in (128, 256, 512):
+        total += 2 * c_in + c_in * c * 9 + 2 * c + c * c * 9 + c_in * c
+        total += 2 * (2 * c + c * c * 9 + 2 * c + c * c * 9)
+        c_in = c
+    return total + 2 * 512 + 512 * num_classes + num_classes
+
+
+def test_the_released_wide_resnet_is_what_the_paper_trained_as_wrn_16_8():
+    """17.16 M parameters at 10 classes (WRN-16-8 has 10.96 M), three units a group (22
+    convolutions with the shortcuts), dropout 0.1 in each of the nine units,
+    kaiming_normal(fan_in) convolutions and a classifier that starts at zero."""
+    model = models.build("wide_resnet22_8_fastbat", 10, (32, 32, 3), 0.5, 0.25)
+    assert trainable_parameter_count(model) == _released_wrn_16_8_parameters(10) == 17_158_106
+    standard = models.build("wide_resnet16_8", 10, (32, 32, 3), 0.5, 0.25)
+    assert trainable_parameter_count(standard) == 10_961_370
+    convolutions = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert len(convolutions) == 1 + 3 * (3 * 2 + 1)
+    dropouts = [layer for layer in model.layers if isinstance(layer, keras.layers.Dropout)]
+    assert len(dropouts) == 9 and {layer.rate for layer in dropouts} == {0.1}
+    head = model.get_layer("logits")
+    assert not any(np.any(w) for w in head.get_weights())
+    kernel = model.get_layer("group3_block2_conv2").kernel.numpy()  # 3x3, 512 -> 512
+    assert np.std(kernel) == pytest.approx(np.sqrt(2 / (9 * 512)), rel=0.02)
 
 
 def test_small_cnn_is_small():

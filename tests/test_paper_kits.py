@@ -35,7 +35,7 @@ SHORT = (
 CELLS = {
     "paper_table2": "fastbat-eps16-lambda_inv2000-seed0",
     "paper_table1": "fastat-eps8-datasettiny_imagenet-seed0",
-    "paper_table3": "fastat_ga-eps16-modelwide_resnet16_8-seed0",
+    "paper_table3": "fastat_ga-eps16-modelwide_resnet22_8_fastbat-seed0",
     "paper_lambda": "fastbat-eps16-ig_coef0.1-lambda_inv500-seed0",
 }
 

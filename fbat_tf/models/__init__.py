@@ -57,6 +57,18 @@ _REGISTRY: dict[str, tuple[Callable[..., keras.KerasTensor], int, dict[str, Any]
     "preact_resnet34": (preact_resnet, 64, {"depth": 34}),
     "preact_resnet50": (preact_resnet, 64, {"depth": 50}),
     "wide_resnet16_8": (wide_resnet, 16, {"depth": 16, "widen_factor": 8}),
+    # What the released Fast-BAT code trains as WRN_16_8 (fbat_tf/models/wide_resnet.py).
+    "wide_resnet22_8_fastbat": (
+        wide_resnet,
+        16,
+        {
+            "depth": 22,
+            "widen_factor": 8,
+            "dropout_rate": 0.1,
+            "kernel_init": "fan_in",
+            "zero_head": True,
+        },
+    ),
     "wide_resnet28_10": (wide_resnet, 16, {"depth": 28, "widen_factor": 10}),
     "wide_resnet34_10": (wide_resnet, 16, {"depth": 34, "widen_factor": 10}),
     # Any WRN-depth-k through depth=/widen_factor= (default WRN-28-10).

@@ -84,6 +84,12 @@ def torch_default_init() -> keras.initializers.Initializer:
     return keras.initializers.VarianceScaling(1.0 / 3.0, mode="fan_in", distribution="uniform")
 
 
+def he_normal_fan_in() -> keras.initializers.Initializer:
+    """kaiming_normal_(mode="fan_in", nonlinearity="relu"): N(0, 2/fan_in), untruncated (the
+    released Fast-BAT code's WideResNet)."""
+    return keras.initializers.VarianceScaling(2.0, mode="fan_in", distribution="untruncated_normal")
+
+
 def he_normal_fan_out() -> keras.initializers.Initializer:
     """kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2/fan_out), untruncated.
 
