@@ -146,6 +146,13 @@ def main(argv: list[str]) -> None:
         classifiers.check_finite(classifier, split)
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
+    batches = int(split.cardinality())
+    examples = (
+        min(eval_flags.N_EXAMPLES.value or 10**12, batches * common.BATCH_SIZE.value)
+        if batches > 0
+        else eval_flags.N_EXAMPLES.value or data.info(dataset).test_examples
+    )
+    say_estimate(classifier, split, eval_flags.ATTACKS.value, len(eps_values), examples)
     # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
     # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
@@ -198,6 +205,33 @@ def main(argv: list[str]) -> None:
         plots.plot_robustness(results, plot_path, labels)
         print(f"plot in {plot_path}")
     print(f"results in {results_path}")
+
+
+def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:
+    """Before long work, how long it may take: the attacks' forward-backward passes per example
+    (the registry's `passes`, every example still robust: an upper bound) × the seconds of one
+    pass, measured here on the first batch, × the examples and budgets."""
+    from fbat_tf import evaluation
+
+    x, y = next(iter(split))
+    per_pass = evaluation.seconds_per_pass(classifier, x, y)
+    parts = []
+    total = 0.0
+    for name in names:
+        entry = attacks.entry(name)
+        if entry.passes is None:
+            continue
+        passes = entry.passes({**entry.defaults(), **eval_flags.attack_options(name)}, 1.0)
+        total += examples * budgets * passes * per_pass
+        parts.append(f"{label(name)} {passes:.0f}")
+    if total >= 5:
+        spent = f"{total:.0f} s" if total < 120 else f"{total / 60:.0f} min"
+        print(
+            f"estimate: up to {spent} for {examples} examples at {budgets} ε "
+            f"(passes per example: {', '.join(parts)}; {1000 * per_pass:.2f} ms a pass per "
+            "example, measured here; examples broken early take fewer)",
+            flush=True,
+        )
 
 
 def unwritable(path: str) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack, Breakdown, bar_verbosity
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
@@ -368,3 +369,19 @@ def transfer_robust_accuracy(
     """
     transfer = {"transfer": (eps, TransferAttack(source_model, attack))}
     return evaluate(target_model, dataset, transfer, seed=seed)["robust_accuracy"]["transfer"]
+
+
+def seconds_per_pass(classifier, x: tf.Tensor, y: tf.Tensor, repeats: int = 3) -> float:
+    """The seconds of one forward-backward pass per example (the input gradient of the
+    cross-entropy, as an attack step computes it), measured on the batch x after one warm-up
+    call: the unit of an evaluation's time estimate."""
+    step = tf.function(
+        lambda x, y: losses.input_gradient(
+            lambda x: cross_entropy(classifier(x, training=False), y), x
+        )[1]
+    )
+    step(x, y).numpy()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step(x, y).numpy()
+    return (time.perf_counter() - start) / repeats / int(x.shape[0])

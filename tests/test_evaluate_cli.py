@@ -275,3 +275,27 @@ def test_a_finished_evaluation_that_cannot_be_written_is_kept_elsewhere(tmp_path
         tmp_path / "e.json"
     )
     assert sorted(os.listdir(tmp_path)) == ["e.json"]
+
+
+def test_long_work_is_announced_with_an_estimate_before_it_starts(tmp_path):
+    """AutoAttack on 1,000 images: before the first attack evaluate.py says how long it may
+    take, from the attacks' passes and a pass timed here (the run is stopped there)."""
+    path = str(tmp_path / "model.keras")
+    small_model(None).save(path)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), f"--model_path={path}"]
+    command += ["--dataset=fashion_mnist", "--attacks=autoattack", "--n_examples=1000", "--eps=8"]
+    command += [f"--results={tmp_path / 'eval.json'}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("estimate:") or "AutoAttack (standard) at" in line:
+                break
+    finally:
+        process.kill()
+        process.wait()
+    said = lines[-1]
+    assert said.startswith("estimate: up to ") and "for 1000 examples at 1 ε" in said
+    assert "AutoAttack (standard) 3880" in said and "measured here" in said
