@@ -22,6 +22,7 @@ batch [N, H, W, C] of numbers (an object array, which is a pickle, is refused).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -183,7 +184,13 @@ def load_images(paths: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """One batch from .npy files and image files, and a label per image ("file" or "file[i]")."""
     batches, labels = [], []
     for path in paths:
-        if path.endswith(".npy"):
+        suffix = os.path.splitext(path)[1].lower()
+        if suffix == ".npz":
+            raise ValueError(
+                f"{path}: an .npz archive; give its arrays as .npy files ([H, W, C] or "
+                "[N, H, W, C]) or image files"
+            )
+        if suffix == ".npy":
             try:
                 # Never allow_pickle: an object array is a pickle, and a pickle can run code.
                 array = np.load(path, allow_pickle=False)
@@ -200,7 +207,13 @@ def load_images(paths: Sequence[str]) -> tuple[np.ndarray, list[str]]:
             import tensorflow as tf
 
             encoded = tf.io.read_file(path)
-            array = tf.io.decode_image(encoded, dtype=tf.uint8, expand_animations=False)
+            try:
+                array = tf.io.decode_image(encoded, dtype=tf.uint8, expand_animations=False)
+            except tf.errors.InvalidArgumentError:
+                raise ValueError(
+                    f"{path}: not an image TensorFlow decodes (PNG, JPEG, GIF, BMP, WebP) nor an "
+                    ".npy file"
+                ) from None
             array = array.numpy()[None]
             labels.append(path)
         batches.append(array)

@@ -107,3 +107,24 @@ def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
     )
     assert line.startswith("error: ") and "best.weights.h5" in line
     assert sorted(os.listdir(run_dir)) == ["checkpoints", "flags.txt", "results.json"]
+
+
+def test_the_serving_client_names_files_it_cannot_read(tmp_path):
+    """An .npz archive or a file that is no image is refused naming it; an .NPY spelt in
+    capitals is read as the .npy it is (it was handed to the image decoder)."""
+    import numpy as np
+
+    from export import client
+
+    upper = tmp_path / "IMAGE.NPY"
+    with open(upper, "wb") as f:
+        np.save(f, np.zeros((28, 28, 1), np.uint8))
+    batch, labels = client.load_images([str(upper)])
+    assert batch.shape == (1, 28, 28, 1) and labels == [str(upper)]
+    archive = tmp_path / "images.npz"
+    np.savez(archive, x=np.zeros((1, 28, 28, 1), np.uint8))
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image")
+    for path, says in ((archive, "an .npz archive"), (text, "not an image TensorFlow decodes")):
+        with pytest.raises(ValueError, match=f"{path}: {says}"):
+            client.load_images([str(path)])
