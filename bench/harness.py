@@ -246,13 +246,6 @@ def timed_steps(
 # The machine and its load.
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def machine() -> dict:
     """The processor, the cores this process may use, its niceness and the versions."""
     from fbat_tf import provenance
@@ -262,7 +255,7 @@ def machine() -> dict:
         **{key: found[key] for key in ("cpu", "cpu_count", "cpus_usable")},
         "niceness": os.nice(0),
         **{key: found[key] for key in ("platform", "python", "tensorflow", "keras")},
-        "torch": _version("torch"),
+        "torch": provenance.package_version("torch"),
     }
 
 

@@ -61,7 +61,8 @@ def code() -> dict[str, Any]:
     }
 
 
-def _package_version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of `package`, or None."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -89,5 +90,5 @@ def machine() -> dict[str, Any]:
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
-        **{name: _package_version(name) for name in ("tensorflow", "keras", "numpy")},
+        **{name: package_version(name) for name in ("tensorflow", "keras", "numpy")},
     }

@@ -200,15 +200,19 @@ def _train(
         config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
     )
     steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
-    # The stream training reads, from its first batch (pass 0): what the pairing records.
-    first_pass = data.load(
-        config.dataset,
-        "train",
-        seed=config.seed,
-        max_examples=config.max_train_examples,
-        repeat=True,
-        **load,
-    )
+
+    def stream(start_batch: int = 0) -> tf.data.Dataset:
+        """The stream training reads, passes 0, 1, ... from its `start_batch`-th batch."""
+        return data.load(
+            config.dataset,
+            "train",
+            seed=config.seed,
+            max_examples=config.max_train_examples,
+            repeat=True,
+            start_batch=start_batch,
+            **load,
+        )
+
     val_ds = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
@@ -229,7 +233,8 @@ def _train(
         classifier = _build_classifier(config)
         pairing = {
             "initial_weights": fingerprint(classifier.get_weights()),
-            "first_batch": fingerprint(next(iter(first_pass.take(1)))),
+            # The stream's first batch (pass 0), whichever epoch a resumed run starts from.
+            "first_batch": fingerprint(next(iter(stream().take(1)))),
         }
         method.build((config.batch_size, *info.image_shape))
         trainer = AdversarialTrainer(
@@ -249,15 +254,7 @@ def _train(
     )
     payload = _load_results(results_path, config)
     history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
-    train_ds = data.load(
-        config.dataset,
-        "train",
-        seed=config.seed,
-        max_examples=config.max_train_examples,
-        repeat=True,
-        start_batch=initial_epoch * steps_per_epoch,
-        **load,
-    )
+    train_ds = stream(initial_epoch * steps_per_epoch)
     payload["history"] = history
     payload.update(
         code=provenance.code(),

@@ -10,25 +10,12 @@ import sys
 
 import pytest
 
+from tests.test_train_cli import TINY_RUN
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-TINY = [
-    "--method=standard",
-    "--model=small_cnn",
-    "--width=2",
-    "--epochs=1",
-    "--max_train_examples=64",
-    "--batch_size=32",
-    "--val_examples=32",
-    "--val_attack_steps=1",
-    "--eval_examples=32",
-    "--eval_pgd_steps=1",
-    "--eval_pgd_restarts=1",
-    "--noeval_autoattack",
-    "--tensorboard_every=0",
-    "--noexport",
-    "--verbose=0",
-]
+# A tiny run of real Fashion-MNIST that exports nothing.
+TINY = [*TINY_RUN, "--method=standard", "--width=2", "--epochs=1", "--noexport"]
 
 
 def run(program: str, *args: str) -> subprocess.CompletedProcess:
@@ -81,10 +68,10 @@ def test_a_refused_cifar_batch_through_train_py_is_one_line_and_leaves_no_run(tm
     line = one_line(
         run(
             "train.py",
+            *TINY,
             "--dataset=cifar10",
             f"--data_dir={tmp_path / 'data'}",
             "--nodownload",
-            *TINY,
             f"--workdir={workdir}",
         )
     )

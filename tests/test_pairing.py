@@ -4,41 +4,24 @@ evaluate.py attacks the same test points with the same seed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import keras
 import pytest
 
 from fbat_tf import data, run
-from fbat_tf.training import TrainConfig, fingerprint, train
+from fbat_tf.training import fingerprint, train
+from tests.tiny import fashion_mnist_config
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def tiny(tmp_path, method: str, seed: int) -> dict:
-    config = TrainConfig(
-        workdir=str(tmp_path / f"{method}-{seed}"),
-        method=method,
-        dataset="fashion_mnist",
-        model="small_cnn",
-        width=2,
-        eps=8 / 255,
-        epochs=1,
-        batch_size=16,
-        max_train_examples=64,
-        steps_per_epoch=1,
-        val_examples=16,
-        val_attack_steps=1,
-        eval_examples=16,
-        eval_pgd_steps=1,
-        eval_pgd_restarts=1,
-        eval_autoattack=False,
-        jit_compile=False,
-        tensorboard_every=0,
-        verbose=0,
-        seed=seed,
+    config = fashion_mnist_config(
+        str(tmp_path / f"{method}-{seed}"), method=method, seed=seed, width=2, batch_size=16
     )
-    return train(config)
+    return train(dataclasses.replace(config, max_train_examples=64, steps_per_epoch=1))
 
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
