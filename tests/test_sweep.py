@@ -32,6 +32,13 @@ TINY_FLAGS = {
     "eval_autoattack": False,
     "tensorboard_every": 0,
 }
+# One PGD step at each cell's own ε on 16 test images: the cheapest evaluation of a cell.
+PGD_OWN = {
+    "batch_size": 16,
+    "attacks": [
+        {"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1, "restarts": 1}}
+    ],
+}
 TINY_EVALUATION = {
     "pgd_steps": 2,
     "pgd_restarts": 2,
@@ -70,6 +77,18 @@ def run_sweep(*args: str, env: dict | None = None, wait: bool = True, tree: str 
             start_new_session=True,
         )
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def print_commands(path, out, data, tree: str):
+    """sweep.py's lines for a scheduler, run from the checkout `tree`."""
+    return run_sweep(
+        f"--sweep={path}",
+        f"--sweep_dir={out}",
+        f"--data_dir={data}",
+        "--dry_run",
+        "--print_commands",
+        tree=tree,
+    )
 
 
 # Grid expansion ---------------------------------------------------------------------------------
@@ -180,14 +199,7 @@ def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_d
     # For a scheduler: one shell line per cell, which a shell runs as it is (here train.py
     # starts, and stops at the missing data as it would on its own).
     # The lines run the pinned revision, which is checked out for them.
-    printed = run_sweep(
-        f"--sweep={path}",
-        f"--sweep_dir={out}",
-        f"--data_dir={data}",
-        "--dry_run",
-        "--print_commands",
-        tree=committed_tree,
-    )
+    printed = print_commands(path, out, data, committed_tree)
     assert printed.returncode == 0, printed.stderr[-3000:]
     lines = printed.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"cd {ROOT} && ") for line in lines)
@@ -690,10 +702,7 @@ def test_a_diverged_cell_is_reported_as_diverged_and_not_run_again(tmp_path, com
         tmp_path,
         [{"method": ["standard"], "eps": [8]}],
         {**TINY_FLAGS, "epochs": 1, "lr_max": 1e6},
-        evaluation={
-            "batch_size": 16,
-            "attacks": [{"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1}}],
-        },
+        evaluation=PGD_OWN,
     )
     out = tmp_path / "out"
     done = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", tree=committed_tree)
@@ -743,14 +752,7 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
                 text=True,
             )
             assert echoed.stdout.splitlines() == expected[part], part
-    printed = run_sweep(
-        f"--sweep={path}",
-        f"--sweep_dir={out}",
-        f"--data_dir={data}",
-        "--dry_run",
-        "--print_commands",
-        tree=committed_tree,
-    )
+    printed = print_commands(path, out, data, committed_tree)
     line = printed.stdout.strip().splitlines()[0]
     shell = subprocess.run(
         ["bash", "-c", line.replace(f"{sys.executable} ", "printf '%s\\n' ")],
@@ -773,10 +775,7 @@ def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
         tmp_path,
         [{"method": ["standard"], "eps": [8]}],
         {**TINY_FLAGS, "epochs": 1},
-        evaluation={
-            "batch_size": 16,
-            "attacks": [{"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1}}],
-        },
+        evaluation=PGD_OWN,
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -13,7 +13,7 @@ import sys
 import time
 
 from fbat_tf.sweeps import claims
-from tests.test_sweep import ROOT, TINY_FLAGS, write_definition
+from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, write_definition
 
 
 def _dead_pid() -> int:
@@ -71,12 +71,7 @@ def _start(definition: str, out, log, tree: str = ROOT):
 def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(
     tmp_path, committed_tree
 ):
-    evaluation = {
-        "batch_size": 16,
-        "attacks": [
-            {"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1, "restarts": 1}}
-        ],
-    }
+    evaluation = PGD_OWN
     definition = write_definition(
         tmp_path,
         [{"method": ["standard", "fastat"], "eps": [8]}],

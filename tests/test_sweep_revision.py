@@ -11,7 +11,7 @@ import time
 
 import pytest
 from conftest import commit_copy
-from test_sweep import TINY_FLAGS, write_definition
+from test_sweep import PGD_OWN, TINY_FLAGS, write_definition
 
 from fbat_tf.sweeps import revision
 
@@ -130,12 +130,7 @@ def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path
     checkout, and every result's code block names the pinned revision, clean."""
     tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
     pinned = git(tree, "rev-parse", "HEAD")
-    evaluation = {
-        "batch_size": 16,
-        "attacks": [
-            {"attack": "pgd", "eps": "own", "examples": 16, "options": {"steps": 1, "restarts": 1}}
-        ],
-    }
+    evaluation = PGD_OWN
     definition = write_definition(
         tmp_path,
         [{"method": ["standard"], "eps": [8], "seed": [0, 1]}],
