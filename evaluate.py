@@ -33,6 +33,7 @@ from absl import app, logging
 from absl import flags as absl_flags
 
 from fbat_tf import attacks, onednn, startup, trust
+from fbat_tf import run as run_files
 from fbat_tf.run import Run
 from flags import common, errors, usage
 from flags import evaluate as eval_flags
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> None:
     multi_worker = common.STRATEGY.value == "multi_worker"
     if os.path.exists(results_path) and not multi_worker:  # told before TensorFlow loads
         sys.exit(f"error: {results_path} exists; pass another --results")
-    problem = unwritable(results_path)
+    problem = run_files.unwritable(results_path)
     if problem:  # before any attack: a finished evaluation must have somewhere to go
         sys.exit(f"error: --results={results_path}: {problem}")
     for flag in (eval_flags.MODEL_PATH, eval_flags.SOURCE_MODEL_PATH):
@@ -196,7 +197,7 @@ def main(argv: list[str]) -> None:
     # The numbers first, so that a failure to write them loses nothing the user sees.
     print(f"\n{dataset} {eval_flags.SPLIT.value}, first {results['examples']} examples\n")
     print(table(results))
-    saved = save_results(results, results_path, write_json_atomic)
+    saved = run_files.save_results(results, results_path, write_json_atomic)
     if saved != results_path:
         sys.exit(f"error: could not write {results_path}; the results are in {saved}")
     if len(eps_values) > 1:
@@ -232,40 +233,6 @@ def say_estimate(classifier, split, names: list[str], budgets: int, examples: in
             "example, measured here; examples broken early take fewer)",
             flush=True,
         )
-
-
-def unwritable(path: str) -> str | None:
-    """Why a results file cannot be written at `path` (its folder missing, not a folder, or not
-    writable: tried by writing a file there), or None."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        missing = "is not a folder" if os.path.exists(folder) else "does not exist"
-        return f"the folder {folder} {missing}"
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fbat-write-check-"):
-            pass
-    except OSError as error:
-        return f"cannot write into {folder} ({error.strerror or error})"
-    return None
-
-
-def save_results(results: dict, path: str, write) -> str:
-    """Write `results` to `path` with `write`; where that fails (a full disk, a folder gone
-    read-only during the attacks), to a new file in the system's temporary folder instead.
-    Returns where they are."""
-    import tempfile
-
-    try:
-        write(path, results)
-        return path
-    except OSError as error:
-        logging.error("could not write %s: %s", path, error)
-        handle, fallback = tempfile.mkstemp(prefix="fbat-unsaved-results-", suffix=".json")
-        os.close(handle)
-        write(fallback, results)
-        return fallback
 
 
 def table(results: dict) -> str:

@@ -46,6 +46,39 @@ class RunInUse(RuntimeError):
     """Another live process trains in this run directory."""
 
 
+def unwritable(path: str) -> str | None:
+    """Why a results file cannot be written at `path` (its folder missing, not a folder, or not
+    writable: tried by writing a file there), or None."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        missing = "is not a folder" if os.path.exists(folder) else "does not exist"
+        return f"the folder {folder} {missing}"
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fbat-write-check-"):
+            pass
+    except OSError as error:
+        return f"cannot write into {folder} ({error.strerror or error})"
+    return None
+
+
+def save_results(results: dict, path: str, write) -> str:
+    """Write `results` to `path` with `write`; where that fails (a full disk, a folder gone
+    read-only during the attacks), to a new file in the system's temporary folder instead.
+    Returns where they are."""
+    import tempfile
+
+    try:
+        write(path, results)
+        return path
+    except OSError:
+        handle, fallback = tempfile.mkstemp(prefix="fbat-unsaved-results-", suffix=".json")
+        os.close(handle)
+        write(fallback, results)
+        return fallback
+
+
 def eval_file(name: str) -> str:
     """The file name of evaluate.py's results named `name`: eval-<name>.json."""
     return f"eval-{name}.json"

@@ -141,7 +141,7 @@ def test_progress_names_each_part_its_examples_and_what_it_left(capsys):
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
     attack.in_slices(3, progress=True)(threshold_model(), x, y, seed=0)
     out = capsys.readouterr().out
-    assert "AutoAttack (custom), 12 examples: clean 83.33%" in out
+    assert "AutoAttack (custom) at ε = 127.5/255, 12 examples: clean 83.33%" in out
     assert "first on the 10 examples still robust" in out
     assert "4/4" in out and "3/3" in out  # the bars over each part's calls of 3
     assert "after first: 58.33% robust" in out  # 7 of 12
