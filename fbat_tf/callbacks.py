@@ -394,7 +394,14 @@ class ResumeCheckpoint(keras.callbacks.Callback):
         )
         if latest is None:
             return 0
-        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        try:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        except (tf.errors.OpError, IndexError, ValueError, AssertionError) as error:
+            # A checkpoint cut short (a full disk, a killed copy) or from another model.
+            raise ValueError(
+                f"the checkpoint {latest} cannot be read ({' '.join(str(error).split())[:300]}), "
+                "so the run cannot resume: restore it, or start over in another --workdir"
+            ) from None
         return int(self.epoch.numpy())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:

@@ -49,10 +49,14 @@ def keras_file_code(path: str) -> list[str]:
             if size > _MAX_CONFIG_BYTES:
                 raise ValueError(f"its config.json declares {size} bytes")
             config = json.loads(archive.read("config.json"))
+        found: list[str] = []
+        _find_code(config, "the model", found)
+    except RecursionError:
+        raise ValueError(
+            f"{path} is not a readable .keras model file: its config nests deeper than any model's"
+        ) from None
     except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"{path} is not a readable .keras model file: {error}") from None
-    found: list[str] = []
-    _find_code(config, "the model", found)
     return found
 
 

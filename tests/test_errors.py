@@ -115,3 +115,72 @@ def test_the_serving_client_names_files_it_cannot_read(tmp_path):
     for path, says in ((archive, "an .npz archive"), (text, "not an image TensorFlow decodes")):
         with pytest.raises(ValueError, match=f"{path}: {says}"):
             client.load_images([str(path)])
+
+
+def test_a_keras_file_nested_past_reason_is_refused_in_one_line(tmp_path):
+    """A .keras file whose config nests tens of thousands of levels deep (no model does): one
+    line naming the file, before TensorFlow loads."""
+    import zipfile
+
+    path = tmp_path / "deep.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "[" * 100_000 + "]" * 100_000)
+        archive.writestr("metadata.json", "{}")
+    line = one_line(
+        run("evaluate.py", f"--model_path={path}", "--dataset=fashion_mnist", "--eps=8")
+    )
+    assert line.startswith(f"error: --model_path: {path} is not a readable .keras model file")
+    assert "nests" in line
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path):
+    """A run killed mid-epoch whose last checkpoint was cut short (a full disk): the resume
+    says which checkpoint cannot be read, in one line, and rewrites nothing."""
+    import glob
+    import json
+
+    workdir = tmp_path / "run"
+    first = run("train.py", *TINY, "--dataset=fashion_mnist", f"--workdir={workdir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = workdir / "results.json"
+    record = json.loads(results.read_text())
+    record["status"] = "running"  # as a run killed before its end leaves it
+    results.write_text(json.dumps(record))
+    (data,) = glob.glob(str(workdir / "checkpoints" / "last" / "*.data-*"))
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    line = one_line(run("train.py", *TINY, "--dataset=fashion_mnist", f"--workdir={workdir}"))
+    assert line.startswith("error: ") and "checkpoint" in line.lower()
+    assert json.loads(results.read_text()) == record
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path):
+    import gzip
+    import struct
+
+    import numpy as np
+
+    def write(name: str, array: np.ndarray) -> None:
+        header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+        header += b"".join(struct.pack(">I", size) for size in array.shape)
+        with gzip.open(tmp_path / "data" / f"{name}.gz", "wb") as f:
+            f.write(header + array.tobytes())
+
+    (tmp_path / "data").mkdir()
+    for part in ("train", "t10k"):
+        write(f"{part}-images-idx3-ubyte", np.zeros((10, 20, 20), np.uint8))
+        write(f"{part}-labels-idx1-ubyte", np.zeros(10, np.uint8))
+    workdir = tmp_path / "run"
+    line = one_line(
+        run(
+            "train.py",
+            *TINY,
+            "--dataset=fashion_mnist",
+            f"--data_dir={tmp_path / 'data'}",
+            f"--workdir={workdir}",
+        )
+    )
+    assert "images of shape (20, 20, 1), but fashion_mnist images are (28, 28, 1)" in line
+    assert not workdir.exists()

@@ -258,3 +258,16 @@ def test_square_checks_its_arguments():
         Square(EPS, p_init=0.0)
     with pytest.raises(ValueError, match="NHWC"):
         Square(EPS)(small_cnn(), np.zeros((2, 6), np.float32), np.zeros(2, np.int32), 0)
+
+
+def test_autoattack_runs_square_as_the_reference_configures_it():
+    """fra31/auto-attack's standard Square: 5,000 queries, p_init 0.8, the margin loss, the
+    p-schedule on the absolute query count; a changed default would move every AutoAttack
+    number of a kit unseen."""
+    from fbat_tf.attacks.autoattack import AutoAttack
+
+    square = AutoAttack(EPS).attacks["square"]
+    assert (square.n_queries, square.p_init, square.loss) == (5000, 0.8, "margin")
+    assert square.rescale_schedule is False
+    schedule = [p_selection(square.p_init, it, square.n_queries) for it in (10, 11, 4999)]
+    assert schedule == [0.8, 0.4, 0.8 / 128]
