@@ -88,11 +88,18 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
     try:
         return keras.saving.load_model(path, compile=compile, safe_mode=not trust_code)
     except ValueError as error:
-        if trust_code or "safe_mode" not in str(error):
-            raise
-        # A refusal of Keras' safe mode that keras_file_code does not foresee.
-        raise trust.UntrustedCodeError(
-            trust.refusal(path, [f"what Keras' safe mode refuses ({error})"])
+        if not trust_code and "safe_mode" in str(error):
+            # A refusal of Keras' safe mode that keras_file_code does not foresee.
+            raise trust.UntrustedCodeError(
+                trust.refusal(path, [f"what Keras' safe mode refuses ({error})"])
+            ) from None
+        raise ValueError(f"{path}: Keras cannot rebuild the model it holds ({error})") from None
+    except TypeError as error:
+        # A config naming a function or class Keras does not rebuild (os.system, say).
+        text = " ".join(str(error).split())
+        raise ValueError(
+            f"{path}: Keras cannot rebuild the model it holds: "
+            f"{text[:200]}{' ...' if len(text) > 200 else ''}"
         ) from None
 
 

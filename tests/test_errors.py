@@ -184,3 +184,53 @@ def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path)
     )
     assert "images of shape (20, 20, 1), but fashion_mnist images are (28, 28, 1)" in line
     assert not workdir.exists()
+
+
+def test_a_keras_file_naming_a_function_keras_will_not_rebuild_is_one_line(tmp_path):
+    """A Dense layer whose activation names os.system: Keras refuses to rebuild it; evaluate.py
+    says so in one line naming the file, and nothing runs."""
+    import json
+    import zipfile
+
+    import keras
+
+    path, edited = tmp_path / "model.keras", tmp_path / "edited.keras"
+    keras.Sequential(
+        [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(10, "relu")]
+    ).save(path)
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    marker = tmp_path / "RAN"
+    function = {"module": "os", "class_name": "function", "config": "system"}
+    config = json.dumps(json.loads(files["config.json"])).replace(
+        '"activation": "relu"', f'"activation": {json.dumps({**function, "registered_name": None})}'
+    )
+    assert "os" in config
+    files["config.json"] = config.encode()
+    with zipfile.ZipFile(edited, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    line = one_line(
+        run(
+            "evaluate.py",
+            f"--model_path={edited}",
+            "--dataset=fashion_mnist",
+            "--eps=8",
+            f"--results={tmp_path / 'eval.json'}",
+            "--attacks=pgd",
+            "--n_examples=8",
+        )
+    )
+    assert line.startswith(f"error: {edited}: Keras cannot rebuild the model it holds")
+    assert not marker.exists() and not (tmp_path / "eval.json").exists()
+
+
+def test_a_full_disk_is_told_as_such_naming_the_file():
+    import errno
+
+    from flags import errors
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/runs/a/results.json.tmp")
+    said = errors.describe(full)
+    assert said.startswith("no space left on the device writing /runs/a/results.json.tmp")
+    assert "run the same command again" in said
