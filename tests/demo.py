@@ -139,8 +139,10 @@ def main() -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="fbat_demo_") as scratch:
         directory = args.runs or scratch
-        for name in names:
-            new = rerun(name, directory)
+        # Every run first: a run recorded into results/demo/ before the next one trains would
+        # make the checkout differ from its revision for that one.
+        runs = {name: rerun(name, directory) for name in names}
+        for name, new in runs.items():
             if new["code"]["dirty"]:
                 print(
                     f"{name}: the checkout has uncommitted changes; its revision does not name it"
