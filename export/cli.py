@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from export import versions
 from fbat_tf import run, startup, trust
@@ -111,6 +111,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: --export_dir={export_dir}: {error}")
 
     if not flags.FLAGS["verbosity"].present:
+        # As train.py: the export's own lines and warnings; --verbosity=0 adds absl's INFO.
+        logging.set_verbosity(logging.WARNING)
         startup.load_tensorflow()
     from export import savedmodel  # TensorFlow loads only once the flags are known to be good
 

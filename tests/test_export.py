@@ -568,6 +568,10 @@ def test_cli_exports_a_run_and_a_keras_file(tmp_path, run_dir, classifier):
     for process in (from_run, from_file):
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
+        # Its own lines only, as train.py: no absl INFO lines ("Assets written to"), no
+        # TensorFlow start-up lines.
+        assert not re.search(r"^I\d{4} ", stderr, re.M), stderr[-3000:]
+        assert "cuInit" not in stderr
     assert os.listdir(os.path.join(served, NAME)) == ["3"]
     assert os.listdir(os.path.join(served, "tiny")) == ["1"]
     with open(os.path.join(served, "tiny", "1", "assets.extra", "model_card.json")) as f:
