@@ -42,14 +42,14 @@ class NFGSM(Method):
         self.clip = None if clip is None else float(clip)
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
-        eta = constraints.uniform_noise(x, self.noise * self.eps, seed)
-        eta = tf.clip_by_value(x + eta, 0.0, 1.0) - x
+        # The project's one projection: onto the box alone (a ball of radius 1 holds it), or
+        # onto the ball of radius c·ε with `clip` (the box clip, then the ball's, as the
+        # released trainer applies them, is the one clip to their intersection).
+        box = 1.0
+        eta = constraints.project(constraints.uniform_noise(x, self.noise * self.eps, seed), x, box)
         grad = input_gradient(model, x, eta, y, loss_scale)
-        x_adv = tf.clip_by_value(x + eta + self.alpha * tf.sign(grad), 0.0, 1.0)
-        if self.clip is not None:
-            bound = self.clip * self.eps
-            x_adv = x + tf.clip_by_value(x_adv - x, -bound, bound)
-        return x_adv
+        bound = box if self.clip is None else self.clip * self.eps
+        return x + constraints.project(eta + self.alpha * tf.sign(grad), x, bound)
 
     def config(self) -> dict:
         return {**super().config(), "noise": self.noise, "alpha": self.alpha, "clip": self.clip}
