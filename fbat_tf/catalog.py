@@ -42,9 +42,24 @@ IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")
 COST_OPTIONS: dict[str, dict[str, Any]] = {"fastbat": {"ig": "hessian_free"}, "pgd": {"steps": 2}}
 
 
+# Runs recorded before a method stated an option in the form it now does: Fast-BAT with a zero
+# implicit coefficient is first-order Fast-BAT (ig "none"), which its config said only lately.
+_RECORDED_AS_NOW = {
+    "fastbat": lambda config: (
+        {**config, "ig": "none"} if float(config.get("ig_coef", 0.1)) == 0 else config
+    ),
+}
+
+
+def recorded_config(method: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A run's recorded method config in the form the method states it now."""
+    return _RECORDED_AS_NOW.get(method, lambda found: found)(config)
+
+
 def cost_variant(method: str, config: Mapping[str, Any]) -> str:
     """The cost variant of `method` with hyper-parameters `config` (a run's recorded method
     config: options it lacks count as their plain values)."""
+    config = recorded_config(method, config)
     plain = COST_OPTIONS.get(method, {})
     differing = [f"{k}={config[k]}" for k, value in plain.items() if config.get(k, value) != value]
     return " ".join([method, *differing])
@@ -74,7 +89,7 @@ def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
-    ig = "none" if float(config.get("ig_coef", 0.1)) == 0 else config.get("ig", "hessian_free")
+    ig = config.get("ig", "hessian_free")
     # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
     # lower-level gradient at z and step 3's upper level at δ*.
     gradient_start = config.get("linearization", "pgd_nosign") in LINEARIZATIONS[:2]
@@ -111,7 +126,7 @@ def passes(method: str, config: Mapping[str, Any]) -> dict[str, int]:
     defaults; Fast-BAT's implicit autodiff as on a CPU, where every committed run was made)."""
     if method not in _PASSES:
         raise ValueError(f"unknown method {method!r}; choose one of {METHODS}")
-    return _PASSES[method](config)
+    return _PASSES[method](recorded_config(method, config))
 
 
 def total_passes(counts: Mapping[str, int]) -> int:

@@ -834,3 +834,19 @@ def test_paper_rows_count_only_the_seeds_that_ran():
     (row,) = sweep_report.paper_rows(report)
     assert row["measured_runs"] == ["out/fastbat-eps8-seed0"] and row["setting_runs"] == 3
     assert "45.00 (n = 1 of 3)" in "\n".join(sweep_report.paper_table(report))
+
+
+def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(tmp_path):
+    """Trained but not yet evaluated: its code is its training's; the evaluations to come are
+    not counted as parts run from unrecorded code (the report's †)."""
+    path = write_definition(tmp_path, [{"method": ["standard"], "eps": [8]}])
+    definition = sweeps.load_definition(path)
+    (cell,) = sweeps.expand(definition)
+    cell_dir = tmp_path / "out" / cell.name
+    cell_dir.mkdir(parents=True)
+    code = {"package": "fbat-tf", "revision": "a" * 40, "dirty": False}
+    (cell_dir / sweeps.RESULTS).write_text(
+        json.dumps({"status": "complete", "history": [], "code": code})
+    )
+    record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
+    assert record["code"] == {"revisions": ["a" * 40], "dirty": False}

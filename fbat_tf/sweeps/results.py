@@ -165,9 +165,10 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
 def cell_code(record: dict[str, Any], definition: Definition) -> dict[str, Any]:
     """Which code made the cell's numbers: the revisions of its training and evaluations
     (None: not a git checkout) and whether any of them ran from uncommitted changes."""
-    blocks = [record.get("train", {}).get("code")]
-    blocks += [record.get(e.name, {}).get("code") for e in definition.evaluations]
-    ran = [block or {} for block in blocks if block is not None or "train" in record]
+    # The parts that ran: a part without a code block ran before results recorded one.
+    parts = [record["train"]] if "train" in record else []
+    parts += [record[e.name] for e in definition.evaluations if e.name in record]
+    ran = [part.get("code") or {} for part in parts]
     return {
         "revisions": list(dict.fromkeys(block.get("revision") for block in ran)),
         "dirty": any(block.get("dirty") is not False for block in ran),
@@ -279,6 +280,4 @@ def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
 
 
 def _cost_variant(method: dict[str, Any], name: str) -> str:
-    if method.get("ig_coef") == 0:  # recorded before a zero coefficient meant ig = "none"
-        method = {**method, "ig": "none"}
     return method.get("cost_variant") or catalog.cost_variant(method.get("name", name), method)
