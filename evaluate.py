@@ -219,10 +219,9 @@ def say_estimate(classifier, split, names: list[str], budgets: int, examples: in
     parts = []
     total = 0.0
     for name in names:
-        entry = attacks.entry(name)
-        if entry.passes is None:
+        passes = attacks.passes(name, eval_flags.attack_options(name))
+        if passes is None:
             continue
-        passes = entry.passes({**entry.defaults(), **eval_flags.attack_options(name)}, 1.0)
         total += examples * budgets * passes * per_pass
         parts.append(f"{label(name)} {passes:.0f}")
     if total >= 5:

@@ -160,6 +160,14 @@ def label(name: str, options: Mapping[str, Any] | None = None) -> str:
     return entry(name).label.format(**_options(name, options or {}))
 
 
+def passes(name: str, options: Mapping[str, Any] | None = None, robust: float = 1.0):
+    """Forward-backward passes per attacked example at most, with these options and `robust`
+    the share of examples still robust when an ensemble's later parts run; None where the
+    registry does not say."""
+    found = entry(name)
+    return None if found.passes is None else found.passes(_options(name, options or {}), robust)
+
+
 def create(name: str, eps: float, context: Mapping[str, Any] | None = None, **options: Any):
     """The attack `name` at budget ε (pixel units) with its options (None: the default).
     `context` may hold "jit_compile" and "source"; each attack takes what it uses."""
@@ -183,4 +191,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Attack", "Breakdown", "Entry", "Option", "create", "label", "names", "register"]
+__all__ = [
+    "Attack",
+    "Breakdown",
+    "Entry",
+    "Option",
+    "create",
+    "label",
+    "names",
+    "passes",
+    "register",
+]

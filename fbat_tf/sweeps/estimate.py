@@ -77,10 +77,9 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         training += int(cell.flags["epochs"]) * (seconds + _validation_seconds(spec, cell))
     evaluation = {}
     for ev in definition.evaluations:
-        entry = attacks.entry(ev.attack)
-        if entry.passes is None:
+        passes = attacks.passes(ev.attack, ev.options, robust)
+        if passes is None:
             continue
-        passes = entry.passes({**entry.defaults(), **ev.options}, robust)
         seconds = 0.0
         for cell in cells:
             per_pass = _lookup(spec.get("seconds_per_pass"), cell)

@@ -184,10 +184,9 @@ def markdown(report: dict[str, Any]) -> str:
         for (variant, eps), cells in _groups(report["cells"]).items():
             row = [_percent(_attacked(cells, evaluation["name"], at)) for at in attacked_at]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
-    if cost_rows(report):
-        lines += ["", *cost_table(report)]
-    if listed_comparisons(report):
-        lines += ["", *comparison_table(report)]
+    for section in (cost_table(report), comparison_table(report)):
+        if section:
+            lines += ["", *section]
     if "paper" in report:
         lines += ["", *paper_table(report)]
     return "\n".join(lines) + "\n"
@@ -209,7 +208,8 @@ def _by_seed(cells: Sequence[dict[str, Any]], name: str) -> dict[int, float]:
 def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> list[str]:
     """What weakens a paired comparison: its cells ran different revisions or uncommitted code,
     or two runs of one seed started from different weights or data (their fingerprints)."""
-    by_seed = [({c["seed"]: c for c in a}[s], {c["seed"]: c for c in b}[s]) for s in seeds]
+    cells_a, cells_b = ({c["seed"]: c for c in cells} for cells in (a, b))
+    by_seed = [(cells_a[s], cells_b[s]) for s in seeds]
     cells = [cell for pair in by_seed for cell in pair]
     marks = []
     if len({r for c in cells for r in c.get("code", {}).get("revisions", [])}) > 1:
@@ -351,6 +351,10 @@ def _margin_words(report: dict[str, Any]) -> str:
 
 
 def cost_table(report: dict[str, Any]) -> list[str]:
+    """The robustness-against-cost section, or nothing where no run recorded its steps."""
+    rows_by_eps = cost_rows(report)
+    if not rows_by_eps:
+        return []
     evaluation = _evaluations(report)[-1]
     timing = measured_time(report)
     lines = [
@@ -382,7 +386,6 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         columns += " time (s) |"
         rule += "---|"
     lines += ["", columns, rule]
-    rows_by_eps = cost_rows(report)
     for eps, rows in rows_by_eps.items():
         for row in rows:
             versus = row["versus_best"]
