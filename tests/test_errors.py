@@ -3,6 +3,7 @@ leave nothing half-written; Python's traceback only with --traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -33,8 +34,14 @@ def one_line(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(tmp_path):
     workdir = tmp_path / "run"
-    first = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}")
+    first = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}", "--verbose=2")
     assert first.returncode == 0, first.stderr[-3000:]
+    # The epoch line as a user reads it: the numbers that matter; the rest are in results.json.
+    (line,) = [x for x in first.stdout.splitlines() if "val_robust_accuracy" in x]
+    assert "loss:" in line and "val_fgsm_accuracy" in line and "epoch_time" in line
+    for hidden in ("images_per_second", "learning_rate", "val_best", "nonfinite_batches"):
+        assert hidden not in line, hidden
+    assert "images_per_second" in json.loads((workdir / "results.json").read_text())["history"][0]
     results = workdir / "results.json"
     results.write_text(results.read_text()[:100])  # a disk that filled up, a killed copy
     line = one_line(run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}"))

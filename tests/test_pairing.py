@@ -47,3 +47,31 @@ def test_runs_of_one_seed_share_initial_weights_and_data_order_whatever_the_meth
     keras.utils.set_random_seed(0)
     model = run.build_architecture("small_cnn", "fashion_mnist", "relu", 2)
     assert pairing["fastbat", 0]["initial_weights"] == fingerprint(model.get_weights())
+
+
+def test_a_sweeps_cells_are_evaluated_on_the_same_points_with_the_same_seed():
+    """What pairs the evaluations of runs: every cell's evaluate.py command is the same but for
+    its own run directory and results file (the first N test images, evaluate.py's default
+    --seed), whatever the cell's method and seed."""
+    from fbat_tf import sweeps
+
+    definition = sweeps.load_definition(
+        os.path.join(
+            os.path.dirname(os.path.dirname(__file__)),
+            "configs",
+            "sweeps",
+            "fashion_mnist_fast.json",
+        )
+    )
+    cells = sweeps.expand(definition)
+    commands = {}
+    for cell in cells:
+        for name, words in sweeps.commands(definition, cell, "out").items():
+            if name != "train":
+                kept = [w for w in words if "out/" not in w]
+                commands.setdefault(name, set()).add(tuple(kept))
+    assert set(commands) == {"pgd", "autoattack"}
+    # One command per evaluation and ε: nothing of a cell's method or seed reaches it.
+    for name, found in commands.items():
+        assert len(found) == len(definition.eps_values()), name
+        assert not any(w.startswith("--seed") for command in found for w in command)
