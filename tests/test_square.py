@@ -271,3 +271,127 @@ def test_autoattack_runs_square_as_the_reference_configures_it():
     assert square.rescale_schedule is False
     schedule = [p_selection(square.p_init, it, square.n_queries) for it in (10, 11, 4999)]
     assert schedule == [0.8, 0.4, 0.8 / 128]
+
+
+def reference_p(p_init: float, it: int) -> float:
+    """The reference's p_selection with resc_schedule=False, as its if/elif chain reads."""
+    for low, high, divisor in (
+        (10, 50, 2),
+        (50, 200, 4),
+        (200, 500, 8),
+        (500, 1000, 16),
+        (1000, 2000, 32),
+        (2000, 4000, 64),
+        (4000, 6000, 128),
+        (6000, 8000, 256),
+    ):
+        if low < it <= high:
+            return p_init / divisor
+    return p_init / 512 if it > 8000 else p_init
+
+
+def test_autoattack_runs_the_reference_square_schedule_over_its_5000_queries():
+    """AutoAttack standard's Square: 5000 queries, p_init 0.8, the margin loss, the absolute
+    schedule, and at every query the side the reference computes,
+    max(int(round(sqrt(p · H · W))), 1), for CIFAR's and Tiny-ImageNet's sizes."""
+    from fbat_tf import attacks
+
+    ensemble = attacks.create("autoattack", EPS, version="standard")
+    square = dict(ensemble.attacks)["square"]
+    assert isinstance(square, Square)
+    assert (square.n_queries, square.p_init, square.loss) == (5000, 0.8, "margin")
+    assert square.rescale_schedule is False
+    for size in (32, 64):
+        expected = [
+            max(int(round(np.sqrt(reference_p(0.8, it) * size * size))), 1) for it in range(5000)
+        ]
+        assert square._sides(size, size) == expected
+    # The halvings land where the reference's do: after queries 10, 50, 200, ..., 4000.
+    sides = square._sides(32, 32)
+    changes = [it for it in range(1, 5000) if sides[it] != sides[it - 1]]
+    assert changes == [11, 51, 201, 501, 1001, 2001, 4001]
+    assert sides[0] == 29 and sides[-1] == 3  # √(0.8 · 1024) and √(0.8 / 128 · 1024)
+
+
+def margin_and_loss(model, x, y, loss):
+    """The reference's margin_and_loss, untargeted, in float64 numpy."""
+    logits = model(x).numpy().astype(np.float64)
+    rows = np.arange(len(y))
+    label = logits[rows, y].copy()
+    others = logits.copy()
+    others[rows, y] = -np.inf
+    margin = label - others.max(1)
+    if loss == "margin":
+        return margin, margin
+    top = logits.max(1)
+    log_z = np.log(np.exp(logits - top[:, None]).sum(1)) + top
+    return margin, label - log_z  # −CE
+
+
+def reference_query(model, x, y, x_best, margin_min, loss_min, eps, side, top, left, sign, loss):
+    """One query of the reference's L∞ attack_single_run, in numpy on [n, H, W, C] arrays:
+    only examples whose margin is still positive are queried."""
+    change = np.zeros_like(x)
+    change[:, top : top + side, left : left + side, :] = 2.0 * eps * sign
+    x_new = np.clip(np.minimum(np.maximum(x_best + change, x - eps), x + eps), 0.0, 1.0)
+    margin, new_loss = margin_and_loss(model, x_new, y, loss)
+    queried = margin_min > 0
+    improved = queried & (new_loss < loss_min)
+    accepted = improved | (queried & (margin <= 0))
+    return (
+        np.where(accepted[:, None, None, None], x_new, x_best),
+        np.where(accepted, margin, margin_min),
+        np.where(improved, new_loss, loss_min),
+    )
+
+
+@pytest.mark.parametrize("loss", ["margin", "ce"])
+def test_one_square_query_is_the_reference_step(loss):
+    """From a given stripe start, one query with a given window and signs: the candidate
+    (±2ε per channel in the window, back into the ε-ball and [0, 1]) and which examples keep
+    it, recomputed as the reference writes them."""
+    model = small_cnn(classes=3, seed=2)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.0, 1.0, (12, 6, 6, 3)).astype(np.float32)
+    x[:, 0, 0, :] = 0.98  # some pixels at the image bound
+    y = model(x).numpy().argmax(1).astype(np.int32)  # clean-correct, as the search needs
+    eps = 0.15
+    stripes = rng.choice([-1.0, 1.0], (12, 1, 6, 3)).astype(np.float32)
+    side, top, left = 3, 1, 2
+    sign = np.asarray([1.0, -1.0, 1.0], np.float32)
+    attack = Square(eps, n_queries=1, p_init=0.8, loss=loss, jit_compile=False)
+    _, frames = attack._search(
+        model,
+        tf.constant(x),
+        tf.constant(y),
+        tf.constant(stripes),
+        tf.constant([side]),
+        tf.constant([[top, left]]),
+        tf.constant(sign[None]),
+        True,
+    )
+    start = np.clip(x + eps * stripes, 0.0, 1.0)
+    np.testing.assert_allclose(frames[0].numpy(), start, atol=1e-7)
+    margin, start_loss = margin_and_loss(model, start, y, loss)
+    expected, _, _ = reference_query(
+        model, x, y, start, margin, start_loss, eps, side, top, left, sign, loss
+    )
+    np.testing.assert_allclose(frames[1].numpy(), expected, atol=1e-6)
+    kept = np.any(frames[1].numpy() != start, axis=(1, 2, 3))
+    assert 0 < kept.sum() < len(x)  # some examples take the candidate, some keep the start
+
+
+def test_square_windows_start_where_the_reference_draws_them():
+    """The reference's random_int(0, H − s): a corner in {0, ..., H − s − 1}, and 0 where the
+    square fills the image."""
+    sides = [6, 5, 3, 1] * 50
+    _, corners, signs = Square._draws(
+        tf.constant([1, 2], tf.int64), tf.TensorShape([4, 6, 6, 3]), sides
+    )
+    corners = corners.numpy()
+    limit = np.asarray(sides) - 1
+    assert np.all(corners >= 0) and np.all(corners.max(1) <= 6 - 1 - limit)
+    assert np.all(corners[np.asarray(sides) == 6] == 0)
+    assert set(np.unique(signs.numpy())) == {-1.0, 1.0}
+    # Over 50 draws each corner value that the reference can draw appears.
+    assert set(corners[np.asarray(sides) == 1, 0]) == set(range(5))
