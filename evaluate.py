@@ -119,6 +119,12 @@ def main(argv: list[str]) -> None:
             raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
         data_dir = common.DATA_DIR.value
         data.check_available(dataset, data_dir, common.DOWNLOAD.value)
+        # A run that selected on half the test split is tested on the other half.
+        validation_from = (
+            common.VALIDATION_FROM.value
+            if FLAGS["validation_from"].present
+            else known.get("validation_from", "train")
+        )
         if eval_flags.EPS.value:
             eps_values = [float(v) / 255 for v in eval_flags.EPS.value]
         elif "eps" in known:
@@ -141,6 +147,7 @@ def main(argv: list[str]) -> None:
         batch_size=common.BATCH_SIZE.value,
         max_examples=eval_flags.N_EXAMPLES.value or None,
         download=common.DOWNLOAD.value,
+        validation_from=validation_from,
     )
     try:
         classifiers.check_logits(classifier, next(iter(split))[0][:64])
@@ -171,6 +178,7 @@ def main(argv: list[str]) -> None:
         model_path=model_path,
         dataset=dataset,
         split=eval_flags.SPLIT.value,
+        validation_from=validation_from,
         attacks=eval_flags.ATTACKS.value,
         **{name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
         autoattack_per_attack=breakdown,

@@ -294,6 +294,9 @@ def model_card(workdir: str) -> dict[str, Any]:
             "exported_by": provenance.code(),
         },
         "dataset": config["dataset"],
+        # Where selection's validation examples came from: "test" means half the test split
+        # was seen in selection, and evaluating on the test split leaves it out.
+        "validation_from": config.get("validation_from", "train"),
         "model": {
             "name": config["model"],
             "width": config.get("width"),

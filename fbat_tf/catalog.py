@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 DATASETS = ("cifar10", "cifar100", "svhn", "tiny_imagenet", "imagenet", "mnist", "fashion_mnist")
+# Datasets decoded per example from TFDS rather than held in memory: their validation split
+# comes from the training split only.
+STREAMED_DATASETS = ("imagenet",)
 MODELS = (
     "preact_resnet18",
     "preact_resnet34",

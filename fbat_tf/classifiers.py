@@ -105,14 +105,16 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
 
 def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
     """A classifier from a training run directory, a .keras file or a SavedModel directory,
-    with what is known of it ({"dataset", "eps"} from the run or the model card, else {}).
+    with what is known of it ({"dataset", "eps", "validation_from"} from the run or the model
+    card, else {}).
 
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
     """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
-        return classifier, {"dataset": config["dataset"], "eps": config["eps"]}
+        known = {"dataset": config["dataset"], "eps": config["eps"]}
+        return classifier, {**known, "validation_from": config.get("validation_from", "train")}
     if os.path.exists(os.path.join(path, "saved_model.pb")):
         card_path = os.path.join(path, MODEL_CARD)
         card = {}
@@ -120,6 +122,8 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
             with open(card_path) as f:
                 card = json.load(f)
         known = {"dataset": card["dataset"]} if card.get("dataset") else {}
+        if card.get("validation_from"):
+            known["validation_from"] = card["validation_from"]
         if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
             known["eps"] = card["eps"]["pixels"]
         return SavedModelClassifier(path), known

@@ -98,6 +98,9 @@ class TrainConfig:
     seed: int = 0
     data_dir: str | None = None
     download: bool = True
+    # "train": validation is the training split's last 10%; "test": half the test split
+    # (data.held_out), training on all of the training split.
+    validation_from: str = "train"
     tensorboard_every: int = 100
     verbose: int = 1
 
@@ -195,7 +198,12 @@ def _train(
     best_path = run.best_weights
 
     info = data.info(config.dataset)
-    load = dict(data_dir=config.data_dir, batch_size=config.batch_size, download=config.download)
+    load = dict(
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        download=config.download,
+        validation_from=config.validation_from,
+    )
     train_epoch = data.load(
         config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
     )
@@ -261,6 +269,11 @@ def _train(
         method={**method.config(), "passes": method.passes},
         pairing=pairing,
         dataset=config.dataset,
+        # The seed that halved the test split, where validation comes from it.
+        split={
+            "validation_from": config.validation_from,
+            "held_out_seed": data.HELD_OUT_SEED if config.validation_from == "test" else None,
+        },
         model=config.model,
         device=device.describe(),
         machine=provenance.machine(),
@@ -354,6 +367,7 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         batch_size=config.batch_size,
         max_examples=config.eval_examples or None,
         download=config.download,
+        validation_from=config.validation_from,
     )
     pgd = PGD(
         config.eps,

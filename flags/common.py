@@ -22,6 +22,21 @@ DATA_DIR = flags.DEFINE_string(
 DOWNLOAD = flags.DEFINE_bool(
     "download", True, "Let TFDS download a dataset that is neither local nor prepared."
 )
+VALIDATION_FROM = flags.DEFINE_enum(
+    "validation_from",
+    "train",
+    ["train", "test"],
+    "Where model selection's validation examples come from. train: the training split's last "
+    "10%. test: half of each class of the test split, drawn by a fixed seed, with training on "
+    "the whole training split and testing on the other half (how the paper's released code "
+    "splits Tiny-ImageNet). evaluate.py defaults to the run's.",
+)
+flags.register_multi_flags_validator(
+    ["validation_from", "dataset"],
+    lambda f: f["validation_from"] != "test" or f["dataset"] not in catalog.STREAMED_DATASETS,
+    message="--validation_from=test needs a dataset held in memory; "
+    f"{', '.join(catalog.STREAMED_DATASETS)} take validation from the training split",
+)
 BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Global batch size.", lower_bound=1)
 SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, data order and every random draw.")
 PRECISION = flags.DEFINE_enum(

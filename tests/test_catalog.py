@@ -11,6 +11,7 @@ import keras
 import pytest
 
 from fbat_tf import attacks, catalog, data, distribute, methods, models
+from fbat_tf.data import registry
 from fbat_tf.methods import fast_bat
 from fbat_tf.models import layers
 
@@ -19,6 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_each_registry_builds_exactly_the_catalogued_names():
     assert tuple(data.names()) == catalog.DATASETS
+    streamed = tuple(n for n in data.names() if not registry.lookup(n).in_memory)
+    assert streamed == catalog.STREAMED_DATASETS
     assert tuple(models.names()) == catalog.MODELS
     assert tuple(methods.names()) == catalog.METHODS
     assert distribute.STRATEGIES == catalog.STRATEGIES

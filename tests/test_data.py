@@ -24,6 +24,7 @@ No test touches the network: an autouse fixture makes every socket connection fa
 
 from __future__ import annotations
 
+import collections
 import gzip
 import io
 import math
@@ -32,6 +33,7 @@ import pickle
 import pickletools
 import re
 import shlex
+import shutil
 import socket
 import struct
 import tarfile
@@ -478,6 +480,120 @@ def test_local_tiny_imagenet_layout(tmp_path):
     np.testing.assert_array_equal(y, [v[1] for v in val_truth])
     x, _ = collect(data.load("tiny_imagenet", "train", data_dir=str(tmp_path), batch_size=10))
     assert x.shape == (30, 64, 64, 3) and 0.0 <= x.min() and x.max() <= 1.0
+
+
+def tiny_imagenet_folder(root, rng, per_class_val: int) -> list[tuple[str, str]]:
+    """A small tiny-imagenet-200/ as downloaded: 3 classes, 5 train images and `per_class_val`
+    val images a class (annotations in mixed class order), an unlabelled test/images/."""
+    wnids = ["n02000002", "n01000001", "n03000003"]
+    (root / "val" / "images").mkdir(parents=True)
+    (root / "test" / "images").mkdir(parents=True)
+    write_jpeg(str(root / "test" / "images" / "test_0.JPEG"), np.zeros((64, 64, 3), np.uint8))
+    (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    for wnid in wnids:
+        (root / "train" / wnid / "images").mkdir(parents=True)
+        for i in range(5):
+            image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+            write_jpeg(str(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG"), image)
+    annotations = [(f"val_{i}.JPEG", wnids[(i * 7) % 3]) for i in range(3 * per_class_val)]
+    for name, _ in annotations:
+        image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        write_jpeg(str(root / "val" / "images" / name), image)
+    lines = [f"{name}\t{wnid}\t0\t0\t63\t63" for name, wnid in annotations]
+    (root / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    return annotations
+
+
+def prepare_as_released_loader(root, annotations, per_class: int) -> None:
+    """What the paper's released loader does to a downloaded folder: test/ becomes
+    test_original/; the val images move, in file-system order, to val/<wnid>/images/ until a
+    class has `per_class` there (25 in the release), the rest to test/<wnid>/images/;
+    val/images/ is removed and val_annotations.txt stays."""
+    os.rename(root / "test", root / "test_original")
+    wnid_of = dict(annotations)
+    kept = collections.Counter()
+    for name in os.listdir(root / "val" / "images"):
+        wnid = wnid_of[name]
+        part = "val" if kept[wnid] < per_class else "test"
+        kept[wnid] += part == "val"
+        (root / part / wnid / "images").mkdir(parents=True, exist_ok=True)
+        os.rename(root / "val" / "images" / name, root / part / wnid / "images" / name)
+    os.rmdir(root / "val" / "images")
+
+
+def test_tiny_imagenet_held_out_split_is_the_same_in_both_layouts(tmp_path):
+    rng = np.random.default_rng(4)
+    downloaded, prepared = (
+        tmp_path / "a" / "tiny-imagenet-200",
+        tmp_path / "b" / "tiny-imagenet-200",
+    )
+    annotations = tiny_imagenet_folder(downloaded, rng, per_class_val=4)
+    shutil.copytree(downloaded, prepared)
+    prepare_as_released_loader(prepared, annotations, per_class=2)
+    assert not (prepared / "val" / "images").exists()
+    assert len(list((prepared / "test").rglob("*.JPEG"))) == 6
+
+    def split(folder, name, validation_from):
+        return collect(
+            in_order(
+                "tiny_imagenet",
+                name,
+                data_dir=str(folder.parent),
+                batch_size=4,
+                validation_from=validation_from,
+            )
+        )
+
+    val_x, val_y = split(downloaded, "test", "train")  # all 12 val images, annotation order
+    wnids = sorted({wnid for _, wnid in annotations})
+    labels = [wnids.index(wnid) for _, wnid in annotations]
+    np.testing.assert_array_equal(val_y, labels)
+    for folder in (downloaded, prepared):
+        x, y = split(folder, "test", "train")
+        np.testing.assert_array_equal(x, val_x)
+        # Trained on all 15 training images, none held out for validation.
+        assert len(split(folder, "train", "test")[1]) == 15
+        sel_x, sel_y = split(folder, "validation", "test")
+        test_x, test_y = split(folder, "test", "test")
+        # Half of every class each, together every val image once, each half in file order.
+        assert np.bincount(sel_y).tolist() == [2, 2, 2]
+        assert np.bincount(test_y).tolist() == [2, 2, 2]
+        rows = {img.tobytes(): i for i, img in enumerate(val_x)}
+        sel_rows = [rows[img.tobytes()] for img in sel_x]
+        test_rows = [rows[img.tobytes()] for img in test_x]
+        assert sorted(sel_rows + test_rows) == list(range(12))
+        assert sel_rows == sorted(sel_rows) and test_rows == sorted(test_rows)
+        np.testing.assert_array_equal(sel_y, val_y[sel_rows])
+        if folder is downloaded:
+            first = (sel_rows, test_rows)
+        else:  # the seed decides, not the folder the released loader left
+            assert (sel_rows, test_rows) == first
+    # The draw is pinned: a change of seed or procedure changes every kit's test set.
+    assert first[0] == [0, 5, 7, 8, 9, 10]
+    validation, test = data.held_out(np.asarray(labels))
+    assert validation.tolist() == first[0] and test.tolist() == first[1]
+
+
+def test_held_out_halves_each_class_by_its_seed():
+    labels = np.repeat(np.arange(200), 50)[np.random.default_rng(0).permutation(10_000)]
+    validation, test = data.held_out(labels)
+    assert len(validation) == len(test) == 5000
+    assert np.bincount(labels[validation], minlength=200).tolist() == [25] * 200
+    assert not set(validation.tolist()) & set(test.tolist())
+    again, _ = data.held_out(labels)
+    other, _ = data.held_out(labels, seed=data.HELD_OUT_SEED + 1)
+    np.testing.assert_array_equal(validation, again)
+    assert not np.array_equal(validation, other)
+    # An odd class gives its extra example to the test half.
+    validation, test = data.held_out(np.asarray([0, 0, 0, 1]))
+    assert len(validation) == 1 and len(test) == 3
+
+
+def test_validation_from_test_is_refused_for_a_streamed_dataset():
+    with pytest.raises(ValueError, match="imagenet is streamed"):
+        data.load("imagenet", "validation", validation_from="test", download=False)
+    with pytest.raises(ValueError, match="validation_from must be one of"):
+        data.load("cifar10", "validation", validation_from="val")
 
 
 # -------------------------------------------------------------------------- TFDS (mocked)

@@ -81,6 +81,10 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
             ["--dataset=cifar10", f"--data_dir={tmp_path}", "--nodownload"],
             ["--data_dir", "cifar10"],
         ),
+        "streamed_held_out": (
+            ["--dataset=imagenet", "--validation_from=test"],
+            ["--validation_from=test", "imagenet"],
+        ),
         # NaN passes every bound; infinity passes a lower one.
         "nan_decay": (["--weight_decay=nan"], ["--weight_decay must be a finite number"]),
         "nan_skipped": (["--max_skipped_fraction=nan"], ["--max_skipped_fraction must be"]),
@@ -455,3 +459,46 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
         assert len(glob.glob(str(workdir / "tensorboard" / curve / "events.out.tfevents.*"))) == 1
     again = run_train(*command)  # finished: not redone, and not refused as in use
     assert again.returncode == 0 and "holds a finished run" in again.stdout
+
+
+def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(tmp_path):
+    """--validation_from=test: train.py trains on all 60,000 Fashion-MNIST training images and
+    tests the selected model on 5,000 test images; evaluate.py tests it on the same half unless
+    told otherwise."""
+    workdir = tmp_path / "run"
+    result = run_train(
+        *TINY_RUN,
+        "--epochs=1",
+        "--eval_examples=0",
+        "--validation_from=test",
+        f"--workdir={workdir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["split"] == {"validation_from": "test", "held_out_seed": 10}
+    assert results["final"]["test_examples"] == 5000
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    counts = {}
+    for chosen in ([], ["--validation_from=train"]):
+        out = tmp_path / f"eval{len(chosen)}.json"
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(ROOT, "evaluate.py"),
+                f"--model_path={workdir}",
+                "--attacks=pgd",
+                "--pgd_steps=1",
+                "--pgd_restarts=1",
+                "--batch_size=1000",
+                f"--results={out}",
+                *chosen,
+            ],
+            check=True,
+            capture_output=True,
+            cwd=ROOT,
+            env=env,
+            timeout=600,
+        )
+        evaluated = json.loads(out.read_text())
+        counts[evaluated["validation_from"]] = evaluated["examples"]
+    assert counts == {"test": 5000, "train": 10000}

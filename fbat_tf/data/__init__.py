@@ -13,9 +13,12 @@
 `load` yields (images, labels): float32 NHWC in [0, 1] and int32 [batch]. Splits:
 "train" is the first 90% of the training split and "validation" the last 10%, in file order;
 "train_full" is all of it; "test" is the test split (Tiny-ImageNet's labelled val set,
-ImageNet's validation set). Training splits are shuffled, augmented and drop the last partial
-batch unless told otherwise; evaluation splits are in file order, so "the first N test
-examples" (`max_examples=N`) means the same N everywhere.
+ImageNet's validation set). `validation_from="test"` draws validation from the test split
+instead, as the paper's released code does for Tiny-ImageNet: training gets the whole training
+split, and the test split is halved class by class by a fixed seed (`held_out`). Training splits are
+shuffled, augmented and drop the last partial batch unless told otherwise; evaluation splits
+are in file order, so "the first N test examples" (`max_examples=N`) means the same N
+everywhere.
 
 Where the data comes from, first match wins (`check_available` says which, without decoding):
 1. local files in `data_dir` (or, with no `data_dir`, in ~/.keras/datasets and, for
@@ -37,15 +40,25 @@ downloads, not-found messages), `loader` (`load` and the splits), `local` and `t
 (the readers), `pipeline` (tf.data batching) and `augment`.
 """
 
-from fbat_tf.data.loader import SPLITS, load, split_range
+from fbat_tf.data.loader import (
+    HELD_OUT_SEED,
+    SPLITS,
+    VALIDATION_SOURCES,
+    held_out,
+    load,
+    split_range,
+)
 from fbat_tf.data.registry import DatasetInfo, info, names
 from fbat_tf.data.sources import DatasetNotFoundError, check_available, use_tfds_source
 
 __all__ = [
+    "HELD_OUT_SEED",
     "SPLITS",
+    "VALIDATION_SOURCES",
     "DatasetInfo",
     "DatasetNotFoundError",
     "check_available",
+    "held_out",
     "info",
     "load",
     "names",

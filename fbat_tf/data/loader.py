@@ -1,9 +1,11 @@
 """`load`: batches of a dataset split from the source `sources.resolve` finds.
 
 Splits: "train" is the first 90% of the training split and "validation" the last 10%, in file
-order; "train_full" is all of it; "test" is the test split. Everything but ImageNet is decoded
-once per process into memory (uint8, a few splits kept) and batched from there; ImageNet is
-streamed from TFDS and decoded per example.
+order; "train_full" is all of it; "test" is the test split. With `validation_from="test"` (how
+the paper's released code splits Tiny-ImageNet) "train" is the whole training split and the test
+split is halved class by class: "validation" is one half, "test" the other (`held_out`).
+Everything but ImageNet is decoded once per process into memory (uint8, a few splits kept) and
+batched from there; ImageNet is streamed from TFDS and decoded per example.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from fbat_tf.data import augment as augment_lib
 from fbat_tf.data import local, pipeline, registry, sources
 
 SPLITS = ("train", "validation", "train_full", "test")
+# Where the validation split comes from: the training split's last tenth, or half the test split.
+VALIDATION_SOURCES = ("train", "test")
 # The validation split is the last 1/_VALIDATION_DIVISOR of the training split.
 _VALIDATION_DIVISOR = 10
+# The seed of the class-by-class halving of the test split (validation_from="test"). Fixed, so
+# that every machine and every run holds out the same images; results.json records it.
+HELD_OUT_SEED = 10
 
 
 def load(
@@ -35,6 +42,7 @@ def load(
     repeat: bool = False,
     start_batch: int = 0,
     download: bool = True,
+    validation_from: str = "train",
 ) -> tf.data.Dataset:
     """Batches of (float32 NHWC images in [0, 1], int32 labels) of one split, prefetched.
 
@@ -46,7 +54,8 @@ def load(
     `len(split) // batch_size` batches when dropping the remainder), pass p shuffled and
     augmented from (seed, p) alone; `start_batch=n` starts that stream at its n-th batch, which
     is how a resumed run reads on exactly where it stopped. Datasets without augmentation
-    (SVHN, MNIST, Fashion-MNIST) ignore `augment`.
+    (SVHN, MNIST, Fashion-MNIST) ignore `augment`. `validation_from` is "train" (validation is
+    the training split's last tenth) or "test" (half the test split, `held_out`).
     """
     entry = registry.lookup(name)
     if split not in SPLITS:
@@ -57,6 +66,15 @@ def load(
         raise ValueError(f"max_examples must be a positive integer or None, got {max_examples!r}")
     if not isinstance(start_batch, int) or start_batch < 0:
         raise ValueError(f"start_batch must be a non-negative integer, got {start_batch!r}")
+    if validation_from not in VALIDATION_SOURCES:
+        raise ValueError(
+            f"validation_from must be one of {list(VALIDATION_SOURCES)}, got {validation_from!r}"
+        )
+    if validation_from == "test" and not entry.in_memory:
+        raise ValueError(
+            f"{name} is streamed: its validation split comes from its training split only "
+            "(validation_from='train')"
+        )
     training = split in ("train", "train_full")
     augment = training if augment is None else augment
     # The batching options, as pipeline.from_arrays and pipeline.from_encoded take them.
@@ -75,9 +93,13 @@ def load(
     if not entry.in_memory:
         return _load_streamed(entry, source, split, max_examples, augment, options)
 
-    images, labels = _arrays(entry, source, "test" if split == "test" else "train")
-    start, stop = split_range(len(labels), split, max_examples)
-    images, labels = images[start:stop], labels[start:stop]
+    if validation_from == "test":
+        images, labels = _held_out_arrays(entry, source, split, max_examples)
+        start, stop = 0, len(labels)
+    else:
+        images, labels = _arrays(entry, source, "test" if split == "test" else "train")
+        start, stop = split_range(len(labels), split, max_examples)
+        images, labels = images[start:stop], labels[start:stop]
     if images.shape[1:] != entry.info.image_shape:
         raise ValueError(
             f"{source.description} holds images of shape {images.shape[1:]}, "
@@ -105,6 +127,39 @@ def split_range(count: int, split: str, max_examples: int | None = None) -> tupl
     if max_examples is not None:
         stop = min(stop, start + max_examples)
     return start, stop
+
+
+def held_out(labels: np.ndarray, seed: int = HELD_OUT_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (ascending) of the validation and test halves of a test split with `labels`.
+
+    Each class's examples are shuffled by `seed` (classes in ascending order, one generator)
+    and the first half of each, rounded down, is validation: 25 of each Tiny-ImageNet class's
+    50 val images, as the paper's released loader moves 25 a class to its val/ folder (it takes
+    them in file-system order, which no seed reproduces; this draw is the same everywhere).
+    """
+    rng = np.random.default_rng(seed)
+    validation = []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        validation.append(members[: len(members) // 2])
+    chosen = np.zeros(len(labels), bool)
+    chosen[np.concatenate(validation) if validation else []] = True
+    return np.flatnonzero(chosen), np.flatnonzero(~chosen)
+
+
+def _held_out_arrays(
+    entry: registry.Entry, source: sources.Source, split: str, max_examples: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    if split in ("train", "train_full"):
+        images, labels = _arrays(entry, source, "train")
+    else:
+        images, labels = _arrays(entry, source, "test")
+        validation, test = held_out(labels)
+        keep = validation if split == "validation" else test
+        images, labels = images[keep], labels[keep]
+    if max_examples is not None:
+        images, labels = images[:max_examples], labels[:max_examples]
+    return images, labels
 
 
 # Decoded splits, so that "train" and "validation" in one process decode the files once.

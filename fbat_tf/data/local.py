@@ -9,7 +9,9 @@ Formats, found by `find(format_name, directory)` in a directory or its usual sub
   `t10k-images-idx3-ubyte.gz`, `t10k-labels-idx1-ubyte.gz`, gzipped or not), as used by
   MNIST and Fashion-MNIST.
 - `tiny_imagenet`: the `tiny-imagenet-200/` layout (wnids.txt, train/<wnid>/images/*.JPEG,
-  val/images/*.JPEG + val/val_annotations.txt); its labelled val set is the test split.
+  val/images/*.JPEG + val/val_annotations.txt); its labelled val set is the test split. A
+  folder the paper's released loader has prepared (val images moved to val/<wnid>/images/ and
+  test/<wnid>/images/) reads the same, image for image.
 
     from fbat_tf.data import local
 
@@ -334,8 +336,9 @@ def tiny_imagenet_files(folder: str, part: str) -> tuple[list[str], np.ndarray]:
             for line in f:
                 fields = line.split("\t")
                 if len(fields) >= 2:
-                    paths.append(os.path.join(folder, "val", "images", fields[0]))
-                    labels.append(index[fields[1].strip()])
+                    wnid = fields[1].strip()
+                    paths.append(_val_image(folder, fields[0], wnid))
+                    labels.append(index[wnid])
         return paths, np.asarray(labels, np.int32)
     per_class = []
     for wnid in wnids:
@@ -349,6 +352,24 @@ def tiny_imagenet_files(folder: str, part: str) -> tuple[list[str], np.ndarray]:
                 paths.append(files[rank])
                 labels.append(label)
     return paths, np.asarray(labels, np.int32)
+
+
+def _val_image(folder: str, name: str, wnid: str) -> str:
+    """Where a labelled val image is: val/images/ as downloaded, or, in a folder the paper's
+    released loader has prepared, val/<wnid>/images/ (25 a class) or test/<wnid>/images/ (the
+    rest; the unlabelled test set was renamed test_original/)."""
+    candidates = [
+        os.path.join(folder, "val", "images", name),
+        os.path.join(folder, "val", wnid, "images", name),
+        os.path.join(folder, "test", wnid, "images", name),
+    ]
+    for path in candidates:
+        if os.path.exists(path):
+            return path
+    raise ValueError(
+        f"Tiny-ImageNet folder {folder}: val image {name} (class {wnid}) is in none of "
+        "val/images/, val/<class>/images/ or test/<class>/images/"
+    )
 
 
 def _natural_key(name: str) -> tuple:
