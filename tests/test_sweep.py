@@ -604,9 +604,10 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
 
 
 def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
-    """Training: cells × epochs × the anchor's seconds per epoch for the cell's method;
-    evaluation: examples × budgets × the attack's passes per example × the seconds of a pass
-    (AutoAttack's later parts on the robust fraction of the examples), by hand."""
+    """Every term of every cell by hand: training (epochs × the anchor's seconds per epoch),
+    per-epoch validation and train.py's final evaluation (examples × passes × the seconds of a
+    pass), and each evaluation (examples × budgets × the attack's passes, AutoAttack's later
+    parts on the robust fraction); the total is their sum."""
     from fbat_tf.sweeps import estimate
 
     evaluation = {
@@ -621,41 +622,60 @@ def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
             {"attack": "autoattack", "eps": "own", "examples": 1000},
         ],
     }
+    spec = {
+        "flags": {**TINY_FLAGS, "epochs": 20},
+        "grid": [{"method": ["fastat", "fastbat"], "eps": [8, 16]}],
+        "evaluation": evaluation,
+        "estimate": {
+            "anchor": "made up",
+            "seconds_per_epoch": {"fastat": 20.0, "fastbat": 60.0},
+            "seconds_per_pass": 0.001,
+            "robust_fraction": 0.5,
+        },
+    }
     path = tmp_path / "kit.json"
-    path.write_text(
-        json.dumps(
-            {
-                "flags": {**TINY_FLAGS, "epochs": 20},
-                "grid": [{"method": ["fastat", "fastbat"], "eps": [8, 16]}],
-                "evaluation": evaluation,
-                "estimate": {
-                    "anchor": "made up",
-                    "seconds_per_epoch": {"fastat": 20.0, "fastbat": 60.0},
-                    "seconds_per_pass": 0.001,
-                    "robust_fraction": 0.5,
-                },
-            }
-        )
-    )
-    found = estimate.estimate(sweeps.load_definition(str(path)))
-    # Each epoch also validates 64 examples with PGD-2-1, FGSM and a clean pass.
-    validation = 4 * 20 * 64 * (2 * 1 + 2) * 0.001
-    assert found["training_hours"] == pytest.approx((2 * 20 * (20 + 60) + validation) / 3600)
-    pgd = 4 * 1000 * 2 * 500 * 0.001 / 3600  # 4 cells, 2 budgets, 50 × 10 passes
-    autoattack = 4 * 1000 * 1 * (101 + 0.5 * (909 + 900 + 910 / 3 + 5000 / 3)) * 0.001 / 3600
+
+    def found_for(spec):
+        path.write_text(json.dumps(spec))
+        return estimate.estimate(sweeps.load_definition(str(path)))
+
+    found = found_for(spec)
+    hours = 1 / 3600
+    assert found["training_hours"] == pytest.approx(2 * 20 * (20 + 60) * hours)
+    # Each epoch validates 64 examples with PGD-2-1, FGSM and a clean pass (4 cells).
+    assert found["validation_hours"] == pytest.approx(4 * 20 * 64 * (2 * 1 + 2) * 0.001 * hours)
+    # train.py tests 64 examples: a clean pass and PGD-2-1, no AutoAttack.
+    assert found["final_evaluation_hours"] == pytest.approx(4 * 64 * (1 + 2) * 0.001 * hours)
+    pgd = 4 * 1000 * 2 * 500 * 0.001 * hours  # 4 cells, 2 budgets, 50 × 10 passes
+    autoattack_passes = 101 + 0.5 * (909 + 900 + 910 / 3 + 5000 / 3)
+    autoattack = 4 * 1000 * 1 * autoattack_passes * 0.001 * hours
     assert found["evaluation_hours"] == pytest.approx(
         {"PGD-50-10": pgd, "AutoAttack (standard)": autoattack}
     )
+    assert found["total_hours"] == pytest.approx(
+        found["training_hours"]
+        + found["validation_hours"]
+        + found["final_evaluation_hours"]
+        + pgd
+        + autoattack
+    )
     assert found["not_estimated"] == []
-    assert "not a measurement" in estimate.describe(found)
-    # Validating on the whole split (val_examples 0): the split's size from the anchors.
-    spec = json.loads(path.read_text())
-    spec["flags"]["val_examples"] = 0
-    spec["estimate"]["validation_examples"] = {"fashion_mnist": 6000}
-    path.write_text(json.dumps(spec))
-    found = estimate.estimate(sweeps.load_definition(str(path)))
-    validation = 4 * 20 * 6000 * (2 * 1 + 2) * 0.001
-    assert found["training_hours"] == pytest.approx((2 * 20 * (20 + 60) + validation) / 3600)
+    said = estimate.describe(found)
+    assert "not a measurement" in said
+    for term in ("training", "per-epoch validation", "final evaluation", "PGD-50-10"):
+        assert term in said
+    # Validating on the whole split (val_examples 0): the split's size from the anchors; a
+    # final evaluation with AutoAttack; evaluations capped at the test split's size.
+    spec["flags"].update(val_examples=0, eval_examples=0, eval_autoattack=True)
+    spec["estimate"].update(
+        validation_examples={"fashion_mnist": 6000}, test_examples={"fashion_mnist": 500}
+    )
+    found = found_for(spec)
+    assert found["validation_hours"] == pytest.approx(4 * 20 * 6000 * (2 * 1 + 2) * 0.001 * hours)
+    assert found["final_evaluation_hours"] == pytest.approx(
+        4 * 500 * (1 + 2 + autoattack_passes) * 0.001 * hours
+    )
+    assert found["evaluation_hours"]["PGD-50-10"] == pytest.approx(pgd / 2)
 
 
 def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp_path):

@@ -342,6 +342,7 @@ _ESTIMATE_KEYS = (
     "seconds_per_pass",
     "robust_fraction",
     "validation_examples",
+    "test_examples",
 )
 
 
@@ -360,6 +361,11 @@ def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:
         values = value.values() if isinstance(value, dict) else [value]
         if not all(isinstance(v, (int, float)) and v > 0 for v in values):
             raise DefinitionError(f"{where}: {key} must be positive seconds")
+    for key in ("validation_examples", "test_examples"):
+        value = spec.get(key, {})
+        values = value.values() if isinstance(value, dict) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            raise DefinitionError(f"{where}: {key} must be positive counts of examples")
     robust = spec.get("robust_fraction", 0.5)
     if not isinstance(robust, (int, float)) or not 0 <= robust <= 1:
         raise DefinitionError(f"{where}: robust_fraction must be in [0, 1]")

@@ -4,15 +4,21 @@
                  "seconds_per_epoch": {"fastat": 23.1, "cifar100/fastbat": 63.0, ...},
                  "seconds_per_pass": 0.00026,        # or {"tiny_imagenet": 0.001, ...}
                  "robust_fraction": 0.5,
-                 "validation_examples": {"cifar10": 5000, ...}}  # where val_examples is 0
+                 "validation_examples": {"cifar10": 5000, ...},  # where val_examples is 0
+                 "test_examples": {"cifar10": 10000, ...}}       # caps an evaluation's examples
 
-Training: each cell's epochs × (the anchor's seconds per epoch for its method, looked up as
-"<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>", plus
-the epoch's robust validation: its examples × PGD's passes, FGSM's and the clean one × the
-seconds of a pass).
-Evaluation: each evaluation's examples × budgets × the attack's forward-backward passes per
-example at most (the registry's `passes`, with `robust_fraction` of the examples still robust
-when an ensemble's later parts run) × the seconds of one pass. Both are estimates, and say so.
+Every part of a cell is a term of its own:
+- training: epochs × the anchor's seconds per epoch for the cell's method, looked up as
+  "<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>";
+- validation: epochs × the epoch's robust validation, its examples × (PGD's steps × restarts,
+  FGSM's pass and the clean one) × the seconds of a pass;
+- final evaluation: train.py's own test of the selected model, its examples × (a clean pass,
+  PGD's steps × restarts, AutoAttack's passes where it runs) × the seconds of a pass;
+- each evaluation of the definition: its examples × budgets × the attack's forward-backward
+  passes per example at most (the registry's `passes`, with `robust_fraction` of the examples
+  still robust when an ensemble's later parts run) × the seconds of a pass.
+An evaluation of more examples than the test split holds counts the split's size
+("test_examples"). Every term is an estimate, and says so.
 """
 
 from __future__ import annotations
@@ -42,39 +48,71 @@ def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | No
     return None
 
 
-# train.py's defaults for the robust validation of every epoch (flags/train.py).
-VALIDATION_DEFAULTS = {"val_examples": 1000, "val_attack_steps": 10, "val_restarts": 1}
+# train.py's defaults for the epoch's robust validation and its final evaluation
+# (flags/train.py).
+TRAIN_DEFAULTS = {
+    "val_examples": 1000,
+    "val_attack_steps": 10,
+    "val_restarts": 1,
+    "eval_examples": 1000,
+    "eval_pgd_steps": 50,
+    "eval_pgd_restarts": 10,
+    "eval_autoattack": True,
+}
 
 
-def _validation_seconds(spec: Mapping[str, Any], cell: Cell) -> float:
+def _examples(spec: Mapping[str, Any], cell: Cell, asked: int, key: str) -> float | None:
+    """`asked` examples (0: the whole split), at most the split's size from the anchors."""
+    size = _lookup(spec.get(key), cell)
+    if not asked:
+        return size
+    return asked if size is None else min(asked, size)
+
+
+def _validation_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float) -> float:
     """One epoch's validation: its examples × (PGD's steps × restarts, FGSM's pass and the
-    clean one) × the seconds of a pass. A cell validating on the whole split (0) takes the
-    split's size from the anchors' "validation_examples" (by dataset)."""
-    per_pass = _lookup(spec.get("seconds_per_pass"), cell)
-    if per_pass is None:
-        return 0.0
-    flags = {**VALIDATION_DEFAULTS, **cell.flags}
-    examples = int(flags["val_examples"]) or _lookup(spec.get("validation_examples"), cell)
-    if not examples:
-        return 0.0
+    clean one) × the seconds of a pass."""
+    flags = {**TRAIN_DEFAULTS, **cell.flags}
+    examples = _examples(spec, cell, int(flags["val_examples"]), "validation_examples")
     passes = int(flags["val_attack_steps"]) * int(flags["val_restarts"]) + 2
-    return examples * passes * per_pass
+    return (examples or 0) * passes * per_pass
+
+
+def _final_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float, robust: float) -> float:
+    """train.py's test of the selected model: a clean pass, PGD-K-R and, where it runs,
+    AutoAttack (standard) per example."""
+    flags = {**TRAIN_DEFAULTS, **cell.flags}
+    examples = _examples(spec, cell, int(flags["eval_examples"]), "test_examples")
+    passes = 1 + int(flags["eval_pgd_steps"]) * int(flags["eval_pgd_restarts"])
+    if _true(flags["eval_autoattack"]):
+        passes += attacks.passes("autoattack", {}, robust)
+    return (examples or 0) * passes * per_pass
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).lower() in ("true", "1")
 
 
 def estimate(definition: Definition) -> dict[str, Any] | None:
-    """Hours of GPU time for training and for each evaluation, or None without anchors."""
+    """Hours of GPU time by term (training, validation, train.py's final evaluation, each
+    evaluation of the definition), or None without anchors."""
     spec = definition.estimate
     if not spec:
         return None
     robust = float(spec.get("robust_fraction", 0.5))
     cells = expand(definition)
-    training, unanchored = 0.0, []
+    training = validation = final = 0.0
+    unanchored = []
     for cell in cells:
         seconds = _lookup(spec["seconds_per_epoch"], cell)
-        if seconds is None or "epochs" not in cell.flags:
+        per_pass = _lookup(spec.get("seconds_per_pass"), cell)
+        if seconds is None or per_pass is None or "epochs" not in cell.flags:
             unanchored.append(cell.name)
             continue
-        training += int(cell.flags["epochs"]) * (seconds + _validation_seconds(spec, cell))
+        epochs = int(cell.flags["epochs"])
+        training += epochs * seconds
+        validation += epochs * _validation_seconds(spec, cell, per_pass)
+        final += _final_seconds(spec, cell, per_pass, robust)
     evaluation = {}
     for ev in definition.evaluations:
         passes = attacks.passes(ev.attack, ev.options, robust)
@@ -86,27 +124,35 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
             if per_pass is None:
                 unanchored.append(f"{cell.name} ({ev.name})")
                 continue
-            seconds += ev.examples * len(ev.budgets(definition, cell)) * passes * per_pass
+            examples = _examples(spec, cell, ev.examples, "test_examples")
+            seconds += examples * len(ev.budgets(definition, cell)) * passes * per_pass
         evaluation[ev.label] = seconds / 3600
-    hours = training / 3600
+    terms = {
+        "training_hours": training / 3600,
+        "validation_hours": validation / 3600,
+        "final_evaluation_hours": final / 3600,
+    }
     return {
         "anchor": spec["anchor"],
-        "training_hours": hours,
+        **terms,
         "evaluation_hours": evaluation,
-        "total_hours": hours + sum(evaluation.values()),
+        "total_hours": sum(terms.values()) + sum(evaluation.values()),
         "not_estimated": unanchored,
     }
 
 
 def describe(found: dict[str, Any]) -> str:
-    """One paragraph for a dry run and the report."""
-    parts = ", ".join(
-        f"{label} {hours:.1f} h" for label, hours in found["evaluation_hours"].items()
+    """One paragraph for a dry run and the report, every term shown."""
+    parts = "".join(
+        f", evaluation by {label} {hours:.1f} h"
+        for label, hours in found["evaluation_hours"].items()
     )
     text = (
         f"Estimated GPU time (an estimate from {found['anchor']}, not a measurement): "
-        f"training {found['training_hours']:.1f} h, evaluation {parts or 'not estimated'}; "
-        f"about {found['total_hours']:.0f} h in all."
+        f"training {found['training_hours']:.1f} h, per-epoch validation "
+        f"{found['validation_hours']:.1f} h, train.py's final evaluation "
+        f"{found['final_evaluation_hours']:.1f} h{parts}; about {found['total_hours']:.0f} h "
+        "in all."
     )
     if found["not_estimated"]:
         text += f" Without an anchor, not counted: {', '.join(found['not_estimated'][:5])}."
