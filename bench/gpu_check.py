@@ -61,10 +61,11 @@ _JSON = flags.DEFINE_string("json", None, "Write the results here as JSON.")
 
 # Relative error of the whole gradient against float32 eager backward-over-backward: a number,
 # or None for "POLICY_FACTOR × the policy's error on the plain training gradient".
+FLOAT32_TOLERANCE = 1e-4
 TOLERANCES = {
-    ("float32", "eager", "forward_over_backward"): 1e-4,
-    ("float32", "xla", "backward_over_backward"): 1e-4,
-    ("float32", "xla", "forward_over_backward"): 1e-4,
+    ("float32", "eager", "forward_over_backward"): FLOAT32_TOLERANCE,
+    ("float32", "xla", "backward_over_backward"): FLOAT32_TOLERANCE,
+    ("float32", "xla", "forward_over_backward"): FLOAT32_TOLERANCE,
     ("mixed_bfloat16", "xla", "backward_over_backward"): None,
     ("mixed_bfloat16", "xla", "forward_over_backward"): None,
     ("mixed_float16", "xla", "backward_over_backward"): None,
@@ -121,6 +122,7 @@ def main(argv):
     # (10-bit mantissa) by default, whose rounding alone exceeds the float32 tolerance: the
     # check turns it off, so that float32 means float32 and a failure means Fast-BAT's
     # arithmetic. Training keeps TensorFlow's default.
+    training_tf32 = device.tf32_in_use()
     tf.config.experimental.enable_tensor_float_32_execution(False)
     on_gpu = device.gpu_compute_capability() is not None
     width = _WIDTH.value or (64 if on_gpu else 8)
@@ -158,6 +160,20 @@ def main(argv):
     reference_model = build("float32")
     weights = reference_model.get_weights()
     print(f"device: {device.describe()}; {_MODEL.value} width {width}, batch {batch}")
+    print(
+        "TF32 in training here: "
+        + (
+            "on: train.py's float32 convolutions and matrix products run in TF32 (TensorFlow's "
+            "default on this GPU, as PyTorch's cuDNN convolutions are by default since 1.7); "
+            "this check turns it off for its float32 reference"
+            if training_tf32
+            else "off: float32 is float32 on this device"
+        )
+    )
+    print("Tolerances (relative error of the gradient against float32 eager):")
+    print(f"  float32, TF32 off: {FLOAT32_TOLERANCE:g}")
+    for policy in ("mixed_bfloat16", "mixed_float16"):
+        print(f"  {policy}: {POLICY_FACTOR:g}x the policy's own error on the plain gradient")
 
     def gradient(policy, jit, mode, plain=False, first_order=False):
         model = reference_model if policy == "float32" else build(policy)
@@ -184,6 +200,8 @@ def main(argv):
         "device": device.describe(),
         "width": width,
         "batch_size": batch,
+        # TF32 as training runs (TensorFlow's default here) and as this check ran (off).
+        "tf32_in_training": training_tf32,
         "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
         "checks": [],
     }

@@ -21,6 +21,15 @@ def gpu_compute_capability() -> tuple[int, int] | None:
     return tuple(details.get("compute_capability", (0, 0)))
 
 
+def tf32_in_use() -> bool:
+    """Whether float32 convolutions and matrix products run in TF32 (a 10-bit mantissa) here:
+    TensorFlow's setting (on by default) on a GPU that has TF32 (compute capability 8.0, Ampere,
+    and newer). On a CPU or an older GPU float32 is float32 whatever the setting."""
+    capability = gpu_compute_capability()
+    enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+    return bool(enabled and capability is not None and capability >= (8, 0))
+
+
 def resolve_precision(name: str) -> str:
     if name != "auto":
         return name

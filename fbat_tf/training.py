@@ -276,6 +276,8 @@ def _train(
         },
         model=config.model,
         device=device.describe(),
+        # float32 convolutions in TF32 (TensorFlow's default on Ampere and newer GPUs).
+        tf32=device.tf32_in_use(),
         machine=provenance.machine(),
         replicas=strategy.num_replicas_in_sync,
         steps_per_epoch=steps_per_epoch,

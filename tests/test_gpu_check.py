@@ -36,6 +36,12 @@ def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
     assert done.stdout.count("skipped (no GPU)") >= 4  # what auto picks, and each H100 figure
     results = json.loads(output.read_text())
     assert results["tf32"] is False  # float32 checked as float32 on Ampere and newer GPUs
+    # It says how training runs here (a CPU has no TF32) and what each precision is held to.
+    assert results["tf32_in_training"] is False
+    assert "TF32 in training here: off" in done.stdout
+    assert "float32, TF32 off: 0.0001" in done.stdout
+    for policy in ("mixed_bfloat16", "mixed_float16"):
+        assert f"{policy}: 3x the policy's own error" in done.stdout
     checks = {(c["policy"], c["execution"], c["autodiff"]): c for c in results["checks"]}
     assert len(checks) == 5
     assert done.stdout.count("skipped (--policies)") == 2

@@ -477,6 +477,7 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
     results = json.loads((workdir / "results.json").read_text())
     assert results["split"] == {"validation_from": "test", "held_out_seed": 10}
     assert results["final"]["test_examples"] == 5000
+    assert results["tf32"] is False  # a CPU has none
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     counts = {}
     for chosen in ([], ["--validation_from=train"]):
