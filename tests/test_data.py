@@ -509,7 +509,8 @@ def prepare_as_released_loader(root, annotations, per_class: int) -> None:
     test_original/; the val images move, in file-system order, to val/<wnid>/images/ until a
     class has `per_class` there (25 in the release), the rest to test/<wnid>/images/;
     val/images/ is removed and val_annotations.txt stays."""
-    os.rename(root / "test", root / "test_original")
+    if (root / "test").exists():
+        os.rename(root / "test", root / "test_original")
     wnid_of = dict(annotations)
     kept = collections.Counter()
     for name in os.listdir(root / "val" / "images"):

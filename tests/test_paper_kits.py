@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from fbat_tf import sweeps
-from tests.test_data import cifar_rows, make_cifar10, make_tarball, write_jpeg, write_python2_pickle
+from tests.test_data import (
+    cifar_rows,
+    make_cifar10,
+    make_tarball,
+    prepare_as_released_loader,
+    write_jpeg,
+    write_python2_pickle,
+)
 from tests.test_sweep import COMMITTED, _mtimes
 from tests.test_sweep import run_sweep as run_committed
 
@@ -34,7 +41,7 @@ SHORT = (
 # method option the kits use on a GPU.
 CELLS = {
     "paper_table2": "fastbat-eps16-lambda_inv2000-seed0",
-    "paper_table1": "fastat-eps8-datasettiny_imagenet-seed0",
+    "paper_table1": "fastat-eps8-datasettiny_imagenet-validation_fromtest-seed0",
     "paper_table3": "fastat_ga-eps16-modelwide_resnet22_8_fastbat-seed0",
     "paper_lambda": "fastbat-eps16-ig_coef0.1-lambda_inv500-seed0",
 }
@@ -75,6 +82,8 @@ def data_dir(tmp_path_factory):
         write_jpeg(str(tiny / "val" / "images" / f"val_{i}.JPEG"), image)
         lines.append(f"val_{i}.JPEG\t{wnids[i % 2]}\t0\t0\t63\t63")
     (tiny / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    # As the paper's released loader leaves the folder (val images in class folders).
+    prepare_as_released_loader(tiny, [(f"val_{i}.JPEG", wnids[i % 2]) for i in range(4)], 1)
     return str(root)
 
 
@@ -117,6 +126,12 @@ def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path, committ
         budgets = report["eps_values"] if evaluation["eps"] == "grid" else [cell["eps"]]
         measured = cell[evaluation["attack"]]["robust_accuracy"]
         assert sorted(measured) == sorted(f"{eps:g}" for eps in budgets), evaluation
+    if kit == "paper_table1":
+        # Selected on one val image a class, tested on the other two: none seen in selection.
+        trained = json.loads((cell_dir / "results.json").read_text())
+        assert trained["split"]["validation_from"] == "test"
+        for name in (sweeps.EVAL_PGD, sweeps.EVAL_AUTOATTACK):
+            assert json.loads((cell_dir / name).read_text())["examples"] == 2
     table = (out / "sweep.md").read_text()
     assert "Not comparable with the definition or the paper" in table
     # The paper's numbers of the cell's setting stand beside what it measured.
