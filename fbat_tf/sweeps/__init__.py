@@ -7,8 +7,9 @@
     write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
 
 The package reads and writes files only (sweep.py runs the programs): `definition` (the JSON
-format, the cells, their commands), `results` (what the cells hold) and `report` (sweep.json,
-the tables and the plots).
+format, the cells, their commands), `results` (what the cells hold), `estimate` (GPU time
+before a run) and the report: `report` (sweep.json and the tables, put together from
+`readings`, `costs`, `comparisons` with `paired`, and `paper`) and `plots`.
 """
 
 from fbat_tf.sweeps import estimate
@@ -26,7 +27,9 @@ from fbat_tf.sweeps.definition import (
     flag_words,
     load_definition,
 )
-from fbat_tf.sweeps.report import PLOTS, markdown, paper_rows, write_report
+from fbat_tf.sweeps.paper import paper_rows
+from fbat_tf.sweeps.plots import PLOTS
+from fbat_tf.sweeps.report import markdown, write_report
 from fbat_tf.sweeps.results import (
     cell_record,
     cell_state,
