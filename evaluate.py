@@ -89,7 +89,7 @@ def main(argv: list[str]) -> None:
     import keras
 
     from fbat_tf import classifiers, data, device, distribute, evaluation, plots, provenance
-    from fbat_tf.callbacks import write_json_atomic
+    from fbat_tf.run import write_json_atomic
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
     strategy = distribute.create_strategy(common.STRATEGY.value)

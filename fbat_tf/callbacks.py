@@ -23,7 +23,6 @@ epoch in which the run diverged.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -31,36 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import NonFiniteError, evaluate
-from fbat_tf.run import finite_or_null
-
-
-def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
-    or infinite number is written as null (JSON has no such numbers)."""
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
-            os.remove(tmp)
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic | np.ndarray):
-        return finite_or_null(value.tolist())
-    if isinstance(value, tf.Tensor):
-        return finite_or_null(value.numpy().tolist())
-    raise TypeError(f"not JSON serializable: {type(value)}")
+from fbat_tf.run import write_json_atomic
 
 
 class RobustValidation(keras.callbacks.Callback):

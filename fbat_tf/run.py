@@ -30,6 +30,8 @@ import numbers
 import os
 from typing import Any
 
+import numpy as np
+
 RESULTS = "results.json"
 # An exported SavedModel version directory (export/ writes it): its model card and signatures.
 MODEL_CARD = os.path.join("assets.extra", "model_card.json")
@@ -77,6 +79,28 @@ def save_results(results: dict, path: str, write) -> str:
         os.close(handle)
         write(fallback, results)
         return fallback
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
+    or infinite number is written as null (JSON has no such numbers)."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
+            os.remove(tmp)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | np.ndarray):
+        return finite_or_null(value.tolist())
+    if hasattr(value, "numpy"):  # a TensorFlow tensor (this module does not import TensorFlow)
+        return finite_or_null(value.numpy().tolist())
+    raise TypeError(f"not JSON serializable: {type(value)}")
 
 
 def eval_file(name: str) -> str:

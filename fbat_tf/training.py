@@ -54,9 +54,8 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
-    write_json_atomic,
 )
-from fbat_tf.run import Run, build_architecture
+from fbat_tf.run import Run, build_architecture, write_json_atomic
 from fbat_tf.trainer import AdversarialTrainer
 
 

@@ -21,8 +21,8 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
-    write_json_atomic,
 )
+from fbat_tf.run import write_json_atomic
 from tests.helpers import linear_model
 
 EPS = 0.3

@@ -230,3 +230,17 @@ def test_no_branch_on_a_method_or_attack_name_outside_its_own_package():
                                 f"{os.path.relpath(path, ROOT)}:{node.lineno}: {element.value!r}"
                             )
     assert not found, "\n".join(found)
+
+
+def test_every_registered_attack_is_built_inside_the_attacks_package():
+    """The registry names each attack's builder by an import string, which the import checks
+    above do not see: each one lies in fbat_tf/attacks, so that the registry (low in the house)
+    never reaches up to a module above it."""
+    from fbat_tf import attacks
+
+    outside = [
+        f"{name}: {attacks.entry(name).target}"
+        for name in attacks.names()
+        if not attacks.entry(name).target.startswith("fbat_tf.attacks.")
+    ]
+    assert not outside, outside
