@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
     named = eval_flags.DATASET.value or (common.DATASET.value if FLAGS["dataset"].present else None)
     run = Run(model_path)
-    onednn.choose(named or (run.config().get("dataset") if run.is_run() else None))
+    onednn.choose(named or (run.config().dataset if run.is_run() else None))
 
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> None:
     import keras
 
     from fbat_tf import classifiers, data, device, distribute, evaluation, plots, provenance
-    from fbat_tf.run import write_json_atomic
+    from fbat_tf.records import write_json_atomic
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
     strategy = distribute.create_strategy(common.STRATEGY.value)

@@ -2,7 +2,8 @@
 
     config = TrainConfig(workdir="runs/demo", method="fastbat", dataset="fashion_mnist",
                          model="small_cnn", eps=8 / 255, epochs=5)
-    results = train(config)          # also writes results.json, checkpoints/, tensorboard/
+    record = train(config)           # a records.RunRecord; also writes results.json,
+                                     # checkpoints/, tensorboard/
 
 A run that diverges (too many batches skipped as non-finite in an epoch, or non-finite
 validation logits: callbacks.Divergence) stops there and raises Diverged, whose message says
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import shutil
@@ -55,53 +55,9 @@ from fbat_tf.callbacks import (
     StopAfterBatches,
     TensorBoard,
 )
-from fbat_tf.run import Run, build_architecture, write_json_atomic
+from fbat_tf.records import RunRecord, TrainConfig
+from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
-
-    workdir: str
-    method: str = "fastbat"
-    dataset: str = "cifar10"
-    model: str = "preact_resnet18"
-    width: int | None = None
-    activation: str = "relu"
-    eps: float = 8.0 / 255
-    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    epochs: int = 20
-    batch_size: int = 128
-    lr_max: float = 0.2
-    lr_schedule: str = "cyclic"
-    momentum: float = 0.9
-    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
-    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
-    momentum_at_peak: float | None = None
-    weight_decay: float = 5e-4
-    max_train_examples: int | None = None
-    steps_per_epoch: int | None = None
-    val_attack_steps: int = 10
-    val_restarts: int = 1
-    val_examples: int = 1000
-    eval_examples: int = 1000
-    eval_pgd_steps: int = 50
-    eval_pgd_restarts: int = 10
-    eval_autoattack: bool = True
-    strategy: str = "default"
-    stop_on_overfitting: bool = False
-    max_skipped_fraction: float = 0.25
-    precision: str = "float32"
-    jit_compile: bool = True
-    seed: int = 0
-    data_dir: str | None = None
-    download: bool = True
-    # "train": validation is the training split's last 10%; "test": half the test split
-    # (data.held_out), training on all of the training split.
-    validation_from: str = "train"
-    tensorboard_every: int = 100
-    verbose: int = 1
 
 
 def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
@@ -139,28 +95,28 @@ def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimi
 
 
 class Diverged(RuntimeError):
-    """A run that diverged: its message says where, why and what to try; `results` is what
+    """A run that diverged: its message says where, why and what to try; `record` is what
     results.json holds."""
 
-    def __init__(self, message: str, results: dict[str, Any]):
+    def __init__(self, message: str, record: RunRecord):
         super().__init__(message)
-        self.results = results
+        self.record = record
 
 
-def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
-    if os.path.exists(path):
-        with open(path) as f:
-            try:
-                return json.load(f)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{path} is not readable JSON ({error}), so the run cannot resume: restore "
-                    "the file, or start over in another --workdir"
-                ) from None
-    return {"config": dataclasses.asdict(config), "status": "running", "history": []}
+def _load_record(path: str, config: TrainConfig) -> RunRecord:
+    """The record a resumed run goes on with, or a new one."""
+    if not os.path.exists(path):
+        return RunRecord(config=config)
+    try:
+        return RunRecord.load(path)
+    except ValueError as error:
+        raise ValueError(
+            f"{error}, so the run cannot resume: restore the file, or start over in another "
+            "--workdir"
+        ) from None
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
+def train(config: TrainConfig) -> RunRecord:
     """Train, select the best validation-robust checkpoint, evaluate it on the test split.
 
     Raises Diverged for a run that diverges, or diverged before in this workdir. The global
@@ -185,11 +141,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 def _train(
     config: TrainConfig, strategy: tf.distribute.Strategy, resume_from: str | None = None
-) -> dict[str, Any]:
+) -> RunRecord:
     run = Run(config.workdir)
     if run.is_diverged():
         message = f"{config.workdir} holds a run that diverged: {run.divergence_message()}"
-        raise Diverged(message, run.results())
+        raise Diverged(message, run.record())
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
     os.makedirs(run.checkpoints_dir, exist_ok=True)
@@ -259,31 +215,28 @@ def _train(
     initial_epoch = resume.restore(
         None if resume_from is None else Run(resume_from).last_checkpoint_dir
     )
-    payload = _load_results(results_path, config)
-    history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
+    record = _load_record(results_path, config)
+    record.keep_epochs_until(initial_epoch)
     train_ds = stream(initial_epoch * steps_per_epoch)
-    payload["history"] = history
-    payload.update(
-        code=provenance.code(),
-        method={**method.config(), "passes": method.passes},
-        pairing=pairing,
-        dataset=config.dataset,
-        # The seed that halved the test split, where validation comes from it.
-        split={
-            "validation_from": config.validation_from,
-            "held_out_seed": data.HELD_OUT_SEED if config.validation_from == "test" else None,
-        },
-        model=config.model,
-        device=device.describe(),
-        # float32 convolutions in TF32 (TensorFlow's default on Ampere and newer GPUs).
-        tf32=device.tf32_in_use(),
-        machine=provenance.machine(),
-        replicas=strategy.num_replicas_in_sync,
-        steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-        total_steps=total_steps,
+    record.code = provenance.code()
+    record.method = {**method.config(), "passes": method.passes}
+    record.pairing = pairing
+    record.dataset, record.model = config.dataset, config.model
+    # The seed that halved the test split, where validation comes from it.
+    record.split = {
+        "validation_from": config.validation_from,
+        "held_out_seed": data.HELD_OUT_SEED if config.validation_from == "test" else None,
+    }
+    record.device = device.describe()
+    # float32 convolutions in TF32 (TensorFlow's default on Ampere and newer GPUs).
+    record.tf32 = device.tf32_in_use()
+    record.machine = provenance.machine()
+    record.replicas = strategy.num_replicas_in_sync
+    record.steps_per_epoch, record.epochs, record.total_steps = steps_per_epoch, epochs, total_steps
+    best_so_far = max(
+        (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
+        default=-1.0,
     )
-    best_so_far = max((h.get("val_robust_accuracy", -1.0) for h in history), default=-1.0)
 
     validation_attack = PGD(
         config.eps,
@@ -310,7 +263,7 @@ def _train(
             seed=config.seed,
         ),
         divergence,
-        ResultsLog(results_path, payload),
+        ResultsLog(results_path, record),
         TensorBoard(
             tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
@@ -333,29 +286,29 @@ def _train(
             shuffle=False,  # the training split is shuffled by data.load
         )
 
-    payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
+    record.optimizer_steps = int(trainer.optimizer.iterations.numpy())
     if divergence.outcome is not None:
-        payload["status"] = "diverged"
-        payload["divergence"] = divergence.outcome
-        write_json_atomic(results_path, payload)
-        raise Diverged(f"training diverged: {run.divergence_message(payload)}", payload)
+        record.status = "diverged"
+        record.divergence = divergence.outcome
+        record.save(results_path)
+        raise Diverged(f"training diverged: {run.divergence_message(record)}", record)
     if os.path.exists(best_path):
         classifier.load_weights(best_path)
     # The test numbers are those of the float32 model, as evaluate.py and the export compute.
     keras.mixed_precision.set_global_policy("float32")
     float32_classifier = _build_classifier(config)
     float32_classifier.set_weights(classifier.get_weights())
-    payload["final"] = evaluate_test(float32_classifier, config)
-    payload["status"] = "complete"
-    write_json_atomic(results_path, payload)
+    record.final = evaluate_test(float32_classifier, config)
+    record.status = "complete"
+    record.save(results_path)
     # On the epoch curves' axis (epochs from 0), at the epoch of the model they measure.
-    selected = [h["epoch"] for h in payload["history"] if h.get("val_best")]
-    step = (selected or [len(payload["history"])])[-1] - 1
+    selected = record.selected_epoch()
+    step = (selected.epoch if selected else len(record.history)) - 1
     with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
-        for name, value in payload["final"].items():
+        for name, value in record.final.items():
             if isinstance(value, float):
                 tf.summary.scalar(name, value, step=max(step, 0))
-    return payload
+    return record
 
 
 def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any]:

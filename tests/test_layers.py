@@ -22,6 +22,7 @@ LAYERS = (
         "fbat_tf.plots",
     ),
     ("fbat_tf.models", "fbat_tf.data"),
+    ("fbat_tf.records",),  # a run's record and its config, as types
     ("fbat_tf.run",),  # a run directory: its files and the classifier it holds
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
@@ -141,8 +142,8 @@ def test_the_checks_report_a_loop_and_an_upward_import():
         ["fbat_tf.attacks.autoattack", "fbat_tf.evaluation", "fbat_tf.attacks.autoattack"]
     ]
     assert upward_imports(edges, packages) == [
-        "fbat_tf.attacks.autoattack (layer 4) imports fbat_tf.evaluation (layer 6)",
-        "fbat_tf.attacks.metrics (layer 4) imports fbat_tf.methods.fast_at_ga (layer 5)",
+        "fbat_tf.attacks.autoattack (layer 5) imports fbat_tf.evaluation (layer 7)",
+        "fbat_tf.attacks.metrics (layer 5) imports fbat_tf.methods.fast_at_ga (layer 6)",
     ]
 
 

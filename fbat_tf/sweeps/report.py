@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fbat_tf import run
+from fbat_tf import records
 from fbat_tf.sweeps import estimate, readings
 from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
 from fbat_tf.sweeps.costs import cost_rows, cost_table
@@ -140,7 +140,7 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
     payload["paired_comparisons"] = listed_comparisons(report)
-    text = json.dumps(run.finite_or_null(payload), indent=2, allow_nan=False)
+    text = json.dumps(records.finite_or_null(payload), indent=2, allow_nan=False)
     _write_text(paths["json"], text + "\n")
     paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
     _write_text(paths["markdown"], markdown(report))
