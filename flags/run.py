@@ -109,11 +109,7 @@ def check_method(config) -> None:
     from fbat_tf import methods
 
     method = methods.create(config.method, eps=config.eps, **config.method_options)
-    if method.single_device and config.strategy != "default":
-        raise ValueError(
-            f"--method={config.method} carries δ across batches on one device: use "
-            f"--strategy=default, not --strategy={config.strategy}"
-        )
+    methods.check_strategy(method, config.strategy)
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
