@@ -269,7 +269,13 @@ def _fake_cell(
         epoch["val_fgsm_accuracy"] = fgsm
     code = {"package": "fbat-tf", "revision": "0" * 40, "dirty": False}
     with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
-        results = {"status": "complete", "history": history, "epochs": len(history), "code": code}
+        results = {
+            "config": {"workdir": cell},  # as every run's record holds its config
+            "status": "complete",
+            "history": history,
+            "epochs": len(history),
+            "code": code,
+        }
         if title is not None:
             results["method"] = {"title": title}
         json.dump(results, f)
@@ -866,7 +872,14 @@ def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(
     cell_dir.mkdir(parents=True)
     code = {"package": "fbat-tf", "revision": "a" * 40, "dirty": False}
     (cell_dir / sweeps.RESULTS).write_text(
-        json.dumps({"status": "complete", "history": [], "code": code})
+        json.dumps(
+            {
+                "config": {"workdir": str(cell_dir)},
+                "status": "complete",
+                "history": [],
+                "code": code,
+            }
+        )
     )
     record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
     assert record["code"] == {"revisions": ["a" * 40], "dirty": False}

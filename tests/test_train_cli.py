@@ -339,7 +339,8 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
         train_run.check_workdir(str(tmp_path), current("--eps=4"))
 
     # As a user meets it: the same command on that finished run is told it is done.
-    (tmp_path / "results.json").write_text('{"status": "complete"}')
+    finished = {"config": {"workdir": str(tmp_path)}, "status": "complete", "history": []}
+    (tmp_path / "results.json").write_text(json.dumps(finished))
     again = run_train("--method=fastbat", "--noexport", f"--workdir={tmp_path}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "finished run" in again.stdout
