@@ -51,6 +51,12 @@ class SavedModelClassifier:
         return self.signature(images=tf.cast(x, tf.float32))["logits"]
 
 
+def fold_weights(classifier):
+    """A Keras model as its inference graph with the weights folded in (InferenceGraph); any
+    other classifier (a SavedModel's) as it is."""
+    return InferenceGraph(classifier) if isinstance(classifier, keras.Model) else classifier
+
+
 class InferenceGraph:
     """A Keras classifier's inference pass (`training=False`) as one graph with its weights
     folded into constants: `graph(x)` gives the same logits, differentiably, and Grappler can
