@@ -6,11 +6,11 @@
     report = collect(definition, "results/fashion_mnist")   # what the cells' files say
     write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
 
-`definition` (the JSON format, the cells, their commands), `results` (what the cells hold),
-`scheduler` (runs the cells' programs in order, each claimed by `claims` while it runs, from
-the code `revision` pinned), `estimate` (GPU time before a run) and the report: `report`
-(sweep.json and the tables, put together from `readings`, `costs`, `comparisons` with
-`paired`, and `paper`) and `plots`.
+`definition` (the JSON format, the cells, their commands; its evaluations in `evaluations`),
+`results` (what the cells hold), `scheduler` (runs the cells' programs in order, each claimed
+by `claims` while it runs, from the code `revision` pinned), `estimate` (GPU time before a run)
+and the report: `report` (sweep.json and the tables, put together from `readings`, `costs`,
+`comparisons` with `paired`, and `paper`) and `plots`.
 """
 
 from fbat_tf.sweeps import estimate
