@@ -58,15 +58,26 @@ def label(name: str) -> str:
     return attacks.label(name, eval_flags.attack_options(name))
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
+def named_dataset() -> str | None:
+    """The dataset the command line names (--eval_dataset, or train.py's spelling --dataset),
+    or None; ValueError where the two disagree."""
+    if not FLAGS["dataset"].present:
+        return eval_flags.DATASET.value
+    if eval_flags.DATASET.value and eval_flags.DATASET.value != common.DATASET.value:
+        raise ValueError(
+            f"--dataset={common.DATASET.value} and --eval_dataset="
+            f"{eval_flags.DATASET.value} disagree; give one of them"
+        )
+    return common.DATASET.value
+
+
+def checked_results_path(model_path: str) -> str:
+    """Where the results go (beside the model by default), refused before TensorFlow loads
+    where a file is there already or the folder cannot be written."""
     # Beside the model: in the run (or SavedModel) directory, or the .keras file's directory.
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
     results_path = eval_flags.RESULTS.value or Run(home).eval_path(eval_flags.SPLIT.value)
-    multi_worker = common.STRATEGY.value == "multi_worker"
-    if os.path.exists(results_path) and not multi_worker:  # told before TensorFlow loads
+    if os.path.exists(results_path) and common.STRATEGY.value != "multi_worker":
         sys.exit(f"error: {results_path} exists; pass another --results")
     problem = run_files.unwritable(results_path)
     if problem:  # before any attack: a finished evaluation must have somewhere to go
@@ -77,73 +88,60 @@ def main(argv: list[str]) -> None:
                 trust.check_keras_file(flag.value, eval_flags.TRUST_MODEL_CODE.value)
             except ValueError as error:
                 sys.exit(f"error: --{flag.name}: {error}")
-    # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
-    named = eval_flags.DATASET.value or (common.DATASET.value if FLAGS["dataset"].present else None)
-    run = Run(model_path)
-    onednn.choose(named or (run.config().get("dataset") if run.is_run() else None))
+    return results_path
 
-    if not FLAGS["verbosity"].present:
-        startup.load_tensorflow()
-    import tempfile
 
-    import keras
+def load_models(model_path: str, strategy):
+    """The model attacked, what is known of it, and the transfer attacks' source model, each
+    replica with its own copy of the weights (folded into constants with --fold_weights)."""
+    from fbat_tf import classifiers
 
-    from fbat_tf import classifiers, data, device, distribute, evaluation, plots, provenance
-    from fbat_tf.callbacks import write_json_atomic
-
-    # Created first: a multi-worker strategy must exist before other TensorFlow work.
-    strategy = distribute.create_strategy(common.STRATEGY.value)
-    if not distribute.is_chief(strategy):
-        # Every worker computes the same results; only the chief writes them where asked.
-        results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")
-    elif multi_worker and os.path.exists(results_path):  # the chief, now that it is known
-        sys.exit(f"error: {results_path} exists; pass another --results")
-    try:
-        # Under the strategy's scope each replica gets its own copy of the weights.
-        with strategy.scope():
-            trusted = eval_flags.TRUST_MODEL_CODE.value
-            classifier, known = classifiers.load_model(model_path, trusted)
-            source = None
-            if eval_flags.SOURCE_MODEL_PATH.value:
-                source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value, trusted)
-        dataset = eval_flags.DATASET.value or known.get("dataset")
-        if FLAGS["dataset"].present:
-            # train.py's spelling of --eval_dataset.
-            if eval_flags.DATASET.value and eval_flags.DATASET.value != common.DATASET.value:
-                raise ValueError(
-                    f"--dataset={common.DATASET.value} and --eval_dataset="
-                    f"{eval_flags.DATASET.value} disagree; give one of them"
-                )
-            dataset = common.DATASET.value
-        if dataset is None:
-            raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
-        data_dir = common.DATA_DIR.value
-        data.check_available(dataset, data_dir, common.DOWNLOAD.value)
-        # A run that selected on half the test split is tested on the other half.
-        validation_from = (
-            common.VALIDATION_FROM.value
-            if FLAGS["validation_from"].present
-            else known.get("validation_from", "train")
-        )
-        if eval_flags.EPS.value:
-            eps_values = [float(v) / 255 for v in eval_flags.EPS.value]
-        elif "eps" in known:
-            eps_values = [known["eps"]]
-        else:
-            raise ValueError(f"--eps is needed: {model_path} does not say its training ε")
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+    with strategy.scope():
+        trusted = eval_flags.TRUST_MODEL_CODE.value
+        classifier, known = classifiers.load_model(model_path, trusted)
+        source = None
+        if eval_flags.SOURCE_MODEL_PATH.value:
+            source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value, trusted)
     if eval_flags.FOLD_WEIGHTS.value:
         # Folded weights are constants without a device: each replica runs the graph on its own.
-        if isinstance(classifier, keras.Model):
-            classifier = classifiers.InferenceGraph(classifier)
-        if isinstance(source, keras.Model):
-            source = classifiers.InferenceGraph(source)
+        classifier = classifiers.fold_weights(classifier)
+        source = None if source is None else classifiers.fold_weights(source)
+    return classifier, known, source
+
+
+def setting(model_path: str, known: dict) -> tuple[str, list[float], str]:
+    """The dataset, the budgets and where the run's validation came from: the command line's,
+    else the model's own; ValueError where neither says."""
+    from fbat_tf import data
+
+    dataset = named_dataset() or known.get("dataset")
+    if dataset is None:
+        raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
+    data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
+    if eval_flags.EPS.value:
+        eps_values = [float(v) / 255 for v in eval_flags.EPS.value]
+    elif "eps" in known:
+        eps_values = [known["eps"]]
+    else:
+        raise ValueError(f"--eps is needed: {model_path} does not say its training ε")
+    # A run that selected on half the test split is tested on the other half.
+    validation_from = (
+        common.VALIDATION_FROM.value
+        if FLAGS["validation_from"].present
+        else known.get("validation_from", "train")
+    )
+    return dataset, eps_values, validation_from
+
+
+def checked_split(model_path: str, classifier, dataset: str, validation_from: str):
+    """The examples attacked, after the model's outputs were checked on them (logits, not
+    probabilities, and finite), and how many they are."""
+    from fbat_tf import classifiers, data
 
     split = data.load(
         dataset,
         eval_flags.SPLIT.value,
-        data_dir=data_dir,
+        data_dir=common.DATA_DIR.value,
         batch_size=common.BATCH_SIZE.value,
         max_examples=eval_flags.N_EXAMPLES.value or None,
         download=common.DOWNLOAD.value,
@@ -160,17 +158,14 @@ def main(argv: list[str]) -> None:
         if batches > 0
         else eval_flags.N_EXAMPLES.value or data.info(dataset).test_examples
     )
-    say_estimate(classifier, split, eval_flags.ATTACKS.value, len(eps_values), examples)
-    # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
-    # without convolutions).
-    jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
-    built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
-    try:
-        results = evaluation.evaluate(
-            classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
-        )
-    except evaluation.NonFiniteError as error:  # met under attack: nothing is written
-        sys.exit(f"\nerror: {model_path}: {error}")
+    return split, examples
+
+
+def described(results: dict, model_path: str, dataset: str, validation_from: str) -> dict:
+    """evaluate()'s results with what produced them, and any sign of gradient masking."""
+    from fbat_tf import device, provenance
+    from fbat_tf.attacks.autoattack import masking_gap
+
     # Summed over every replica and worker.
     breakdown = results.pop("per_attack")
     seconds = results.pop("per_attack_seconds")
@@ -190,8 +185,6 @@ def main(argv: list[str]) -> None:
         machine=provenance.machine(),
         code=provenance.code(),
     )
-    from fbat_tf.attacks.autoattack import masking_gap
-
     for name, per_attack in breakdown.items():
         extra = masking_gap(per_attack)
         if extra is not None and extra > 0:
@@ -202,18 +195,73 @@ def main(argv: list[str]) -> None:
                 100 * extra,
             )
             results.setdefault("gradient_masking_warning", {})[name] = extra
-    # The numbers first, so that a failure to write them loses nothing the user sees.
-    print(f"\n{dataset} {eval_flags.SPLIT.value}, first {results['examples']} examples\n")
+    return results
+
+
+def write_outputs(results: dict, results_path: str, budgets: int) -> None:
+    """The table first, so that a failure to write loses nothing the user sees; then the JSON
+    (elsewhere, named, where it cannot go where asked) and, with several ε, the plot."""
+    from fbat_tf import plots
+    from fbat_tf.records import write_json_atomic
+
+    first = f"first {results['examples']} examples"
+    print(f"\n{results['dataset']} {eval_flags.SPLIT.value}, {first}\n")
     print(table(results))
     saved = run_files.save_results(results, results_path, write_json_atomic)
     if saved != results_path:
         sys.exit(f"error: could not write {results_path}; the results are in {saved}")
-    if len(eps_values) > 1:
+    if budgets > 1:
         plot_path = os.path.splitext(results_path)[0] + ".png"
         labels = {name: label(name) for name in eval_flags.ATTACKS.value}
         plots.plot_robustness(results, plot_path, labels)
         print(f"plot in {plot_path}")
     print(f"results in {results_path}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
+    results_path = checked_results_path(model_path)
+    # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
+    run = Run(model_path)
+    try:
+        named = named_dataset()
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    onednn.choose(named or (run.config().dataset if run.is_run() else None))
+    if not FLAGS["verbosity"].present:
+        startup.load_tensorflow()
+    import tempfile
+
+    from fbat_tf import distribute, evaluation
+
+    # Created first: a multi-worker strategy must exist before other TensorFlow work.
+    strategy = distribute.create_strategy(common.STRATEGY.value)
+    if not distribute.is_chief(strategy):
+        # Every worker computes the same results; only the chief writes them where asked.
+        results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")
+    elif common.STRATEGY.value == "multi_worker" and os.path.exists(results_path):
+        sys.exit(f"error: {results_path} exists; pass another --results")  # now that it is known
+    try:
+        classifier, known, source = load_models(model_path, strategy)
+        dataset, eps_values, validation_from = setting(model_path, known)
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+    split, examples = checked_split(model_path, classifier, dataset, validation_from)
+    say_estimate(classifier, split, eval_flags.ATTACKS.value, len(eps_values), examples)
+    # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
+    # without convolutions).
+    jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
+    built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
+    try:
+        results = evaluation.evaluate(
+            classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
+        )
+    except evaluation.NonFiniteError as error:  # met under attack: nothing is written
+        sys.exit(f"\nerror: {model_path}: {error}")
+    results = described(results, model_path, dataset, validation_from)
+    write_outputs(results, results_path, len(eps_values))
 
 
 def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:

@@ -31,16 +31,13 @@ import fnmatch
 import json
 import os
 import shlex
-import subprocess
 import sys
-import time
 
 from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.run import Run  # noqa: E402
-from fbat_tf.sweeps import claims, revision  # noqa: E402
+from fbat_tf.sweeps import revision, scheduler  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -171,58 +168,6 @@ def _words(overrides: dict) -> str:
     )
 
 
-def program(argv: list[str], code: revision.Pinned) -> list[str]:
-    """The command line of `python <argv>` with the program taken from the code the cells run."""
-    return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
-
-
-def run_program(argv: list[str], log_path: str, code: revision.Pinned) -> None:
-    """Run `python <argv>` from the sweep's code, in the working directory sweep.py was started
-    in (so that relative paths mean what they mean to sweep.py), its output appended to a log."""
-    command = program(argv, code)
-    with open(log_path, "a") as log:
-        log.write(f"\n$ {shlex.join(['python', *command[1:]])}\n")
-        log.flush()
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    if status != 0:
-        with open(log_path) as log:
-            tail = log.read()[-2000:]
-        raise RuntimeError(f"{argv[0]} failed (exit {status}); end of {log_path}:\n{tail}")
-
-
-def run_cell(definition, cell, sweep_dir, code: revision.Pinned) -> dict[str, float]:
-    """Train (or resume) and evaluate one cell; seconds spent per part."""
-    cell_dir = os.path.join(sweep_dir, cell.name)
-    argv = sweeps.commands(definition, cell, sweep_dir)
-    # Logs beside the cells: train.py wants a new run directory empty.
-    log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(log_dir, exist_ok=True)
-    spent = {}
-    start = time.perf_counter()
-    if sweeps.cell_state(cell_dir) in ("new", "started"):
-        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"), code)
-    spent["train"] = time.perf_counter() - start
-    if not Run(cell_dir).has_best_weights():
-        raise RuntimeError(
-            f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
-            "the committed results), so it cannot be evaluated: delete "
-            f"{Run(cell_dir).results_path} to train it again"
-        )
-    start = time.perf_counter()
-    log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
-    # Budgets added to the grid after an evaluation ran go into a file of their own.
-    missing = sweeps.missing_budgets(definition, cell, cell_dir)
-    later = sweeps.commands(definition, cell, sweep_dir, missing)
-    for evaluation in definition.evaluations:
-        if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
-            run_program(argv[evaluation.name], log, code)
-        elif evaluation.name in missing:
-            run_program(later[evaluation.name], log, code)
-    spent["evaluate"] = time.perf_counter() - start
-    return spent
-
-
 def pin(sweep_dir: str) -> revision.Pinned:
     return revision.pin(
         sweep_dir, ROOT, allow_dirty=sweep_flags.ALLOW_DIRTY.value, repin=sweep_flags.REPIN.value
@@ -285,23 +230,17 @@ def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -
     waiting = len(cells) - counts.get("done", 0) - counts.get("diverged", 0)
     if spent and waiting:
         mean = sum(spent) / len(spent)
+        total, each = scheduler.duration(waiting * mean), scheduler.duration(mean)
         line += (
-            f"; the {waiting} to run would take about {duration(waiting * mean)} at the "
-            f"{duration(mean)} a cell the {len(spent)} done ones recorded (their epochs and "
-            "attacks, not start-up)"
+            f"; the {waiting} to run would take about {total} at the {each} a cell the "
+            f"{len(spent)} done ones recorded (their epochs and attacks, not start-up)"
         )
     return line
 
 
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def refuse_train_flags() -> None:
+    """train.py's flags belong in the definition: on sweep.py's command line only those that say
+    where the data is on this machine."""
     given = [
         name
         for module in (train_flags, common)
@@ -314,73 +253,76 @@ def main(argv: list[str]) -> None:
             "'flags' or 'grid', not on sweep.py's command line (which takes --data_dir and "
             "--download for every cell)"
         )
-    try:
-        definition = sweeps.load_definition(definition_path(sweep_flags.SWEEP.value))
-        # Where the data is, for every cell's every command (train.py and evaluate.py alike).
-        for name in SWEEP_WIDE:
-            if absl_flags.FLAGS[name].present:
-                definition.flags[name] = absl_flags.FLAGS[name].value
-        sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
-        definition.overrides = settle_overrides(
-            parse_overrides(sweep_flags.OVERRIDE.value), sweep_dir, write=False
+
+
+def prepare():
+    """The definition, its sweep directory and chosen cells, checked whole before anything
+    runs (flags, run directories, the code to pin, method options, data); and what is wrong
+    with the data where a dry run goes on without it."""
+    definition = sweeps.load_definition(definition_path(sweep_flags.SWEEP.value))
+    # Where the data is, for every cell's every command (train.py and evaluate.py alike).
+    for name in SWEEP_WIDE:
+        if absl_flags.FLAGS[name].present:
+            definition.flags[name] = absl_flags.FLAGS[name].value
+    sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
+    definition.overrides = settle_overrides(
+        parse_overrides(sweep_flags.OVERRIDE.value), sweep_dir, write=False
+    )
+    cells = sweeps.expand(definition)
+    if sweep_flags.ONLY.value:
+        patterns = sweep_flags.ONLY.value
+        cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
+        if not cells:
+            raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
+    to_train, to_evaluate = check_flags(definition, cells, sweep_dir)
+    if not (sweep_flags.DRY_RUN.value or sweep_flags.REPORT_ONLY.value) and to_evaluate:
+        # A tree whose code cannot be pinned is refused before TensorFlow loads.
+        revision.check(
+            sweep_dir,
+            ROOT,
+            allow_dirty=sweep_flags.ALLOW_DIRTY.value,
+            repin=sweep_flags.REPIN.value,
         )
-        cells = sweeps.expand(definition)
-        if sweep_flags.ONLY.value:
-            patterns = sweep_flags.ONLY.value
-            cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
-            if not cells:
-                raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
-        to_train, to_evaluate = check_flags(definition, cells, sweep_dir)
-        runs = not (sweep_flags.DRY_RUN.value or sweep_flags.REPORT_ONLY.value)
-        if runs and to_evaluate:
-            # A tree whose code cannot be pinned is refused before TensorFlow loads.
-            revision.check(
-                sweep_dir,
-                ROOT,
-                allow_dirty=sweep_flags.ALLOW_DIRTY.value,
-                repin=sweep_flags.REPIN.value,
-            )
-        data_problem = check_runs(to_train, to_evaluate, data_ok=not sweep_flags.DRY_RUN.value)
-    except (sweeps.DefinitionError, revision.RevisionError) as error:
+    data_problem = check_runs(to_train, to_evaluate, data_ok=not sweep_flags.DRY_RUN.value)
+    return definition, sweep_dir, cells, data_problem
+
+
+def print_commands(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
+    """One shell line per cell still to run, for a scheduler (a job array, one per GPU),
+    running the pinned revision: it is checked out here, for the lines to run it."""
+    try:
+        code = pin(sweep_dir)
+    except revision.RevisionError as error:
         sys.exit(f"error: {error}")
+    for cell in cells:
+        if states[cell.name] == "done":
+            continue
+        cell_dir = os.path.join(sweep_dir, cell.name)
+        missing = sweeps.missing_budgets(definition, cell, cell_dir)
+        argv = sweeps.commands(definition, cell, sweep_dir, missing)
+        chain = " && ".join(shlex.join(scheduler.program(words, code)) for words in argv.values())
+        print(f"cd {shlex.quote(os.getcwd())} && {chain}")
 
-    if sweep_flags.REPORT_ONLY.value:
-        paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
-        print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
-        return
-    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
-    if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
-        # One shell line per cell still to run, for a scheduler (a job array, one per GPU),
-        # running the pinned revision: it is checked out here, for the lines to run it.
-        try:
-            code = pin(sweep_dir)
-        except revision.RevisionError as error:
-            sys.exit(f"error: {error}")
-        for cell in cells:
-            if states[cell.name] == "done":
-                continue
-            cell_dir = os.path.join(sweep_dir, cell.name)
-            missing = sweeps.missing_budgets(definition, cell, cell_dir)
-            argv = sweeps.commands(definition, cell, sweep_dir, missing)
-            chain = " && ".join(shlex.join(program(words, code)) for words in argv.values())
-            print(f"cd {shlex.quote(os.getcwd())} && {chain}")
-        return
-    if sweep_flags.DRY_RUN.value:
-        print(describe_code(sweep_dir))
-        found = sweeps.estimate.estimate(definition)
-        if found:
-            print(sweeps.estimate.describe(found))
-        if data_problem:
-            print(f"warning: a real run would stop here: {data_problem}")
-        for cell in cells:
-            print(f"{cell.name}: {states[cell.name]}")
-            cell_dir = os.path.join(sweep_dir, cell.name)
-            missing = sweeps.missing_budgets(definition, cell, cell_dir)
-            for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
-                print(f"  {part}: {shlex.join(['python', *words])}")
-        print(dry_run_summary(definition, cells, states, sweep_dir))
-        return
 
+def dry_run(definition, cells, states: dict[str, str], sweep_dir: str, data_problem) -> None:
+    """The code a real run would run, the time estimate, each cell's state and commands."""
+    print(describe_code(sweep_dir))
+    found = sweeps.estimate.estimate(definition)
+    if found:
+        print(sweeps.estimate.describe(found))
+    if data_problem:
+        print(f"warning: a real run would stop here: {data_problem}")
+    for cell in cells:
+        print(f"{cell.name}: {states[cell.name]}")
+        cell_dir = os.path.join(sweep_dir, cell.name)
+        missing = sweeps.missing_budgets(definition, cell, cell_dir)
+        for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
+            print(f"  {part}: {shlex.join(['python', *words])}")
+    print(dry_run_summary(definition, cells, states, sweep_dir))
+
+
+def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
+    """Run the cells not done (nor diverged) from the pinned code, then write the report."""
     diverged = [c.name for c in cells if states[c.name] == "diverged"]
     to_run = [c for c in cells if states[c.name] not in ("done", "diverged")]
     code = None
@@ -401,64 +343,37 @@ def main(argv: list[str]) -> None:
     )
     if code is not None:
         print(describe_pinned(code), flush=True)
-    failed, spent_cells = [], []
-    begin = time.perf_counter()
-    ran = 0
-    pending = to_run
-    while pending:
-        # Cells another live sweep.py process holds are waited for: should it die, its cell
-        # is taken over and resumed here.
-        waiting = []
-        for cell in pending:
-            cell_dir = os.path.join(sweep_dir, cell.name)
-            if sweeps.cell_state(cell_dir, definition) == "done":
-                continue  # finished by another process
-            claim = claims.take(sweep_dir, cell.name)
-            if claim is None:
-                waiting.append(cell)
-                continue
-            ran += 1
-            try:
-                if sweeps.cell_state(cell_dir, definition) == "done":
-                    continue
-                spent = run_cell(definition, cell, sweep_dir, code)
-            except RuntimeError as error:
-                if sweeps.cell_state(cell_dir) == "diverged":  # a finding, not a failure
-                    diverged.append(cell.name)
-                    print(
-                        f"[{ran}/{len(to_run)}] {cell.name}: diverged in training, not "
-                        f"evaluated: {Run(cell_dir).divergence_message()}",
-                        flush=True,
-                    )
-                else:
-                    failed.append(cell.name)
-                    print(f"[{ran}/{len(to_run)}] {cell.name}: FAILED\n{error}", file=sys.stderr)
-                continue
-            finally:
-                claim.release()
-            spent_cells.append(sum(spent.values()))
-            left = (len(to_run) - ran) * sum(spent_cells) / len(spent_cells)
-            print(
-                f"[{ran}/{len(to_run)}] {cell.name}: trained in {duration(spent['train'])}, "
-                f"evaluated in {duration(spent['evaluate'])}; sweep "
-                f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left",
-                flush=True,
-            )
-            sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
-        if waiting:
-            print(
-                f"waiting for {len(waiting)} cells other sweep.py processes run: "
-                f"{', '.join(c.name for c in waiting[:3])}{', ...' if len(waiting) > 3 else ''}",
-                flush=True,
-            )
-            time.sleep(sweep_flags.WAIT_SECONDS.value)
-        pending = waiting
+    outcome = scheduler.run_cells(
+        definition, to_run, sweep_dir, code, sweep_flags.WAIT_SECONDS.value
+    )
+    diverged += outcome.diverged
     paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
     if diverged:
         print(f"{len(diverged)} cells diverged in training: {', '.join(diverged)}")
-    if failed:
-        sys.exit(f"error: {len(failed)} cells failed: {', '.join(failed)}")
+    if outcome.failed:
+        sys.exit(f"error: {len(outcome.failed)} cells failed: {', '.join(outcome.failed)}")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    refuse_train_flags()
+    try:
+        definition, sweep_dir, cells, data_problem = prepare()
+    except (sweeps.DefinitionError, revision.RevisionError) as error:
+        sys.exit(f"error: {error}")
+    if sweep_flags.REPORT_ONLY.value:
+        paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+        print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
+        return
+    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
+    if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
+        print_commands(definition, cells, states, sweep_dir)
+    elif sweep_flags.DRY_RUN.value:
+        dry_run(definition, cells, states, sweep_dir, data_problem)
+    else:
+        run(definition, cells, states, sweep_dir)
 
 
 if __name__ == "__main__":

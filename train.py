@@ -105,14 +105,14 @@ def main(argv: list[str]) -> None:
     from fbat_tf.training import Diverged, train
 
     try:
-        results = train(config)
+        record = train(config)
     except Diverged as error:
         sys.exit(f"error: {error}")
     except Exception:
         if chief and created and not Run(config.workdir).is_run():
             shutil.rmtree(config.workdir, ignore_errors=True)
         raise
-    final = results["final"]
+    final = record.final
     autoattack = (
         f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"
         if "test_aa_robust_accuracy" in final
@@ -126,17 +126,16 @@ def main(argv: list[str]) -> None:
     )
     if chief:
         export_once(config.workdir)
-        print(summary(config.workdir, results))
+        print(summary(config.workdir, record))
 
 
-def summary(workdir: str, results: dict) -> str:
+def summary(workdir: str, record) -> str:
     """Which epoch was selected, where the run's files are, and what to run next."""
-    history = results["history"]
-    marked = [h for h in history if h.get("val_best")]
+    chosen = record.selected_epoch()
     selected = (
-        f"selected epoch {marked[-1]['epoch']} of {len(history)} (validation PGD accuracy "
-        f"{marked[-1]['val_robust_accuracy']:.4f})"
-        if marked
+        f"selected epoch {chosen.epoch} of {len(record.history)} (validation PGD accuracy "
+        f"{chosen.val_robust_accuracy:.4f})"
+        if chosen
         else "no epoch passed validation"
     )
     quoted = shlex.quote(workdir)

@@ -77,12 +77,12 @@ def train_one_epoch(method: str) -> dict:
             # Free-AT divides epochs by its replays: one of its epochs is m passes.
             method_options={"replays": 1} if method == "free" else {},
         )
-        results = train(config)
-    epoch = results["history"][0]
+        record = train(config)
+    epoch = record.history[0]
     return {
-        "epoch_time_s": epoch["epoch_time"],
-        "images_per_s": epoch["images_per_second"],
-        "device": results["device"],
+        "epoch_time_s": epoch.seconds,
+        "images_per_s": epoch.get("images_per_second"),
+        "device": record.device,
     }
 
 

@@ -83,7 +83,7 @@ def _default_name() -> str:
         return _NAME.value
     if _WORKDIR.value is not None:
         config = Run(_WORKDIR.value).config()
-        return versions.run_name(config["dataset"], config["model"], config["method"])
+        return versions.run_name(config.dataset, config.model, config.method)
     return os.path.basename(_MODEL_PATH.value)[: -len(".keras")]
 
 

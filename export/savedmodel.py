@@ -47,7 +47,8 @@ import tensorflow as tf
 
 from export import versions
 from fbat_tf import provenance
-from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run, finite_or_null
+from fbat_tf.records import finite_or_null
+from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
@@ -252,19 +253,16 @@ def model_card(workdir: str) -> dict[str, Any]:
     time if an epoch lacks its time.
     """
     run = Run(workdir)
-    results = run.results()
-    config = results["config"]
-    history = results.get("history", [])
-    final = results.get("final") or {}
-    eps = float(config["eps"])
-    method = results.get("method") or {"name": config["method"], **config["method_options"]}
+    record = run.record()
+    config = record.config
+    history = record.history
+    final = record.final or {}
+    eps = float(config.eps)
+    method = record.method or {"name": config.method, **config.method_options}
 
-    epoch_times = [h.get("epoch_time") for h in history]
+    epoch_times = [epoch.seconds for epoch in history]
     complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)
-    # RobustValidation flags every epoch that improved the best checkpoint with val_best = 1;
-    # the last such epoch is the one whose weights were exported.
-    selected = [h for h in history if h.get("val_best") == 1.0]
-    best = selected[-1] if selected else None
+    best = record.selected_epoch()  # the epoch whose weights were exported
 
     pgd = None
     if "test_pgd_robust_accuracy" in final:
@@ -287,51 +285,51 @@ def model_card(workdir: str) -> dict[str, Any]:
         "source": {
             "workdir": os.path.abspath(workdir),
             "weights": os.path.relpath(run.best_weights, workdir),
-            "run_status": results.get("status"),
+            "run_status": record.status,
             # The code that trained the model (null for runs older than the record) and the
             # code that exported it.
-            "trained_by": results.get("code"),
+            "trained_by": record.code,
             "exported_by": provenance.code(),
         },
-        "dataset": config["dataset"],
+        "dataset": config.dataset,
         # Where selection's validation examples came from: "test" means half the test split
         # was seen in selection, and evaluating on the test split leaves it out.
-        "validation_from": config.get("validation_from", "train"),
+        "validation_from": config.validation_from,
         "model": {
-            "name": config["model"],
-            "width": config.get("width"),
-            "activation": config.get("activation"),
+            "name": config.model,
+            "width": config.width,
+            "activation": config.activation,
         },
         "method": method,
         "eps": {"pixels": eps, "per_255": eps * 255, "norm": "Linf"},
         "training": {
-            "epochs": results.get("epochs", config.get("epochs")),
+            "epochs": record.epochs or config.epochs,
             "epochs_run": len(history),
-            "optimizer_steps": results.get("optimizer_steps"),
-            "batch_size": config.get("batch_size"),
+            "optimizer_steps": record.optimizer_steps,
+            "batch_size": config.batch_size,
             "optimizer": {
                 "name": "SGD",
-                "lr_max": config.get("lr_max"),
-                "lr_schedule": config.get("lr_schedule"),
-                "momentum": config.get("momentum"),
-                "weight_decay": config.get("weight_decay"),
+                "lr_max": config.lr_max,
+                "lr_schedule": config.lr_schedule,
+                "momentum": config.momentum,
+                "weight_decay": config.weight_decay,
             },
-            "max_train_examples": config.get("max_train_examples"),
-            "precision": config.get("precision"),
-            "jit_compile": config.get("jit_compile"),
-            "seed": config.get("seed"),
-            "device": results.get("device"),
+            "max_train_examples": config.max_train_examples,
+            "precision": config.precision,
+            "jit_compile": config.jit_compile,
+            "seed": config.seed,
+            "device": record.device,
             "time_s": sum(epoch_times) if complete_times else None,
             "epoch_time_s": epoch_times if complete_times else None,
         },
         "selection": {
             "criterion": "best validation robust accuracy under PGD",
-            "val_attack_steps": config.get("val_attack_steps"),
-            "val_restarts": config.get("val_restarts"),
-            "val_examples": config.get("val_examples"),
-            "epoch": best["epoch"] if best else None,
-            "val_clean_accuracy": best.get("val_clean_accuracy") if best else None,
-            "val_robust_accuracy": best.get("val_robust_accuracy") if best else None,
+            "val_attack_steps": config.val_attack_steps,
+            "val_restarts": config.val_restarts,
+            "val_examples": config.val_examples,
+            "epoch": best.epoch if best else None,
+            "val_clean_accuracy": best.val_clean_accuracy if best else None,
+            "val_robust_accuracy": best.val_robust_accuracy if best else None,
         },
         "robustness": {
             "split": "test",

@@ -23,44 +23,19 @@ epoch in which the run diverged.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import NonFiniteError, evaluate
-from fbat_tf.run import finite_or_null
-
-
-def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
-    or infinite number is written as null (JSON has no such numbers)."""
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
-            os.remove(tmp)
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic | np.ndarray):
-        return finite_or_null(value.tolist())
-    if isinstance(value, tf.Tensor):
-        return finite_or_null(value.numpy().tolist())
-    raise TypeError(f"not JSON serializable: {type(value)}")
+from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord
 
 
 class RobustValidation(keras.callbacks.Callback):
@@ -304,10 +279,10 @@ class Divergence(keras.callbacks.Callback):
     checked after every batch, so such an epoch stops as soon as it is past the limit), or when
     validation met non-finite logits (`val_nonfinite_examples`, logged by RobustValidation).
     The epoch still ends, so its logs are recorded; ResumeCheckpoint does not save it.
-    `outcome` is then a dict: `epoch` (from 1), `reason` ("skipped_batches" or "validation"),
-    `nonfinite_batches` and `steps` (skipped and tried in that epoch), `max_skipped_fraction`,
-    `val_nonfinite_examples`, and `last_finite_loss` (the loss of the latest applied batch,
-    None if there was none).
+    `outcome` is then a records.DivergenceOutcome: `epoch` (from 1), `reason`
+    ("skipped_batches" or "validation"), `nonfinite_batches` and `steps` (skipped and tried in
+    that epoch), `max_skipped_fraction`, `val_nonfinite_examples`, and `last_finite_loss` (the
+    loss of the latest applied batch, None if there was none).
     """
 
     def __init__(self, steps_per_epoch: int, max_skipped_fraction: float = 0.25, replays: int = 1):
@@ -319,7 +294,7 @@ class Divergence(keras.callbacks.Callback):
         self.steps_per_epoch = steps_per_epoch
         self.max_skipped_fraction = max_skipped_fraction
         self.replays = replays
-        self.outcome: dict[str, Any] | None = None
+        self.outcome: DivergenceOutcome | None = None
         self._batches = 0
         self._skipped = 0
 
@@ -345,15 +320,15 @@ class Divergence(keras.callbacks.Callback):
         if not (skipped_too_many or nonfinite):
             return
         last = float(getattr(self.model, "last_finite_loss", float("nan")))
-        self.outcome = {
-            "epoch": epoch + 1,
-            "reason": "skipped_batches" if skipped_too_many else "validation",
-            "nonfinite_batches": self._skipped,
-            "steps": self._batches * self.replays,
-            "max_skipped_fraction": self.max_skipped_fraction,
-            "val_nonfinite_examples": nonfinite,
-            "last_finite_loss": last if math.isfinite(last) else None,
-        }
+        self.outcome = DivergenceOutcome(
+            epoch=epoch + 1,
+            reason="skipped_batches" if skipped_too_many else "validation",
+            nonfinite_batches=self._skipped,
+            steps=self._batches * self.replays,
+            max_skipped_fraction=self.max_skipped_fraction,
+            val_nonfinite_examples=nonfinite,
+            last_finite_loss=last if math.isfinite(last) else None,
+        )
         self.model.stop_training = True
 
 
@@ -412,18 +387,16 @@ class ResumeCheckpoint(keras.callbacks.Callback):
 
 
 class ResultsLog(keras.callbacks.Callback):
-    """Appends each epoch's logs to results.json's `history` (atomically rewritten); a value
-    that is not finite (the loss of an epoch whose batches were all skipped) is null."""
+    """Records each epoch's logs in the run's record and saves it (results.json, atomically
+    rewritten); a value that is not finite (the loss of an epoch whose batches were all
+    skipped) is null."""
 
-    def __init__(self, path: str, payload: dict[str, Any]):
+    def __init__(self, path: str, record: RunRecord):
         super().__init__()
         self.path = path
-        self.payload = payload
-        self.payload.setdefault("history", [])
+        self.record = record
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        entry = {"epoch": epoch + 1}
-        entry.update({k: float(v) for k, v in (logs or {}).items()})
-        history = [h for h in self.payload["history"] if h["epoch"] < epoch + 1]
-        self.payload["history"] = history + [entry]
-        write_json_atomic(self.path, self.payload)
+        values = {k: float(v) for k, v in (logs or {}).items()}
+        self.record.record_epoch(Epoch(epoch + 1, values))
+        self.record.save(self.path)

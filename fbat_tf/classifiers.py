@@ -26,10 +26,11 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import run, trust
+from fbat_tf.records import TrainConfig
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
 
-def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, dict[str, Any]]:
+def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, TrainConfig]:
     """A training run's classifier with its weights ("best", the selected checkpoint, or a
     .weights.h5 path), and the run's saved config."""
     run = Run(workdir)
@@ -48,6 +49,12 @@ class SavedModelClassifier:
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.signature(images=tf.cast(x, tf.float32))["logits"]
+
+
+def fold_weights(classifier):
+    """A Keras model as its inference graph with the weights folded in (InferenceGraph); any
+    other classifier (a SavedModel's) as it is."""
+    return InferenceGraph(classifier) if isinstance(classifier, keras.Model) else classifier
 
 
 class InferenceGraph:
@@ -113,8 +120,11 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
     """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
-        known = {"dataset": config["dataset"], "eps": config["eps"]}
-        return classifier, {**known, "validation_from": config.get("validation_from", "train")}
+        return classifier, {
+            "dataset": config.dataset,
+            "eps": config.eps,
+            "validation_from": config.validation_from,
+        }
     if os.path.exists(os.path.join(path, "saved_model.pb")):
         card_path = os.path.join(path, MODEL_CARD)
         card = {}

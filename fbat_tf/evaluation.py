@@ -24,9 +24,10 @@ import keras
 import tensorflow as tf
 
 from fbat_tf.attacks import losses
-from fbat_tf.attacks.base import Attack, Breakdown, bar_verbosity
+from fbat_tf.attacks.base import Attack, bar_verbosity
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
+from fbat_tf.attacks.transfer import TransferAttack
 from fbat_tf.constraints import check_in_ball
 
 # Inputs pooled for an attack that batches itself (AutoAttack) before it runs over them.
@@ -48,25 +49,6 @@ def _nonfinite_rows(values: tf.Tensor) -> tf.Tensor:
     flat = tf.reshape(tf.cast(values, tf.float32), [tf.shape(values)[0], -1])
     finite = tf.reduce_all(tf.math.is_finite(flat), axis=1)
     return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32))
-
-
-class TransferAttack(Attack):
-    """Adversarial examples crafted on a source model, whatever model they are then fed to."""
-
-    def __init__(self, source: Callable, attack: Attack):
-        self.source = source
-        self.attack = attack
-        self.eps = attack.eps
-
-    def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
-        return self.attack(self.source, x, y, seed)
-
-
-def transfer_pgd(
-    eps: float, steps: int = 50, restarts: int = 10, *, source: Callable
-) -> TransferAttack:
-    """PGD-K-R crafted on `source` (the registry's "transfer")."""
-    return TransferAttack(source, PGD(eps, steps, restarts))
 
 
 def pgd_attacks(

@@ -3,7 +3,8 @@
     run = Run("runs/demo")
     run.is_run(), run.is_complete()        # results.json present / its status "complete"
     run.is_diverged()                      # its status "diverged"; run.divergence_message()
-    run.config()                           # the saved TrainConfig fields, from results.json
+    run.record()                           # results.json as a records.RunRecord
+    run.config()                           # the TrainConfig the run was started with
     classifier = run.build_classifier()    # the architecture, with the selected weights
 
 The layout (DESIGN.md §5):
@@ -24,11 +25,10 @@ check a run directory before TensorFlow loads.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import numbers
 import os
 from typing import Any
+
+from fbat_tf.records import RunRecord, TrainConfig
 
 RESULTS = "results.json"
 # An exported SavedModel version directory (export/ writes it): its model card and signatures.
@@ -163,50 +163,45 @@ class Run:
     def has_best_weights(self) -> bool:
         return os.path.isfile(self.best_weights)
 
-    def read_results(self) -> dict[str, Any] | None:
-        """results.json, or None when absent or not (yet) readable JSON."""
-        try:
-            with open(self.results_path) as f:
-                return json.load(f)
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+    def read_record(self) -> RunRecord | None:
+        """results.json, or None when absent or not (yet) a readable record."""
+        return RunRecord.read(self.results_path)
 
     def is_complete(self) -> bool:
-        results = self.read_results()
-        return results is not None and results.get("status") == "complete"
+        record = self.read_record()
+        return record is not None and record.is_complete
 
     def is_diverged(self) -> bool:
-        results = self.read_results()
-        return results is not None and results.get("status") == "diverged"
+        record = self.read_record()
+        return record is not None and record.is_diverged
 
-    def divergence_message(self, results: dict[str, Any] | None = None) -> str:
-        """What a diverged run's results.json (or `results`) says of it, in words, with what to
+    def divergence_message(self, record: RunRecord | None = None) -> str:
+        """What a diverged run's results.json (or `record`) says of it, in words, with what to
         try and how to start over: "in epoch 3, 40 of the 100 steps it tried were skipped
         ...; the last finite training loss was ... Try a lower --lr_max ..."."""
-        results = self.results() if results is None else results
-        outcome = results["divergence"]
-        config = results.get("config", {})
-        epoch = outcome["epoch"]
-        if outcome["reason"] == "skipped_batches":
+        record = self.record() if record is None else record
+        outcome, config = record.divergence, record.config
+        epoch = outcome.epoch
+        if outcome.reason == "skipped_batches":
             what = (
-                f"in epoch {epoch}, {outcome['nonfinite_batches']} of the {outcome['steps']} "
+                f"in epoch {epoch}, {outcome.nonfinite_batches} of the {outcome.steps} "
                 "steps it tried were skipped because their loss, gradients or batch-norm "
                 "statistics were not finite (--max_skipped_fraction allows "
-                f"{outcome['max_skipped_fraction']:g} of an epoch's steps)"
+                f"{outcome.max_skipped_fraction:g} of an epoch's steps)"
             )
         else:
             what = (
-                f"after epoch {epoch}, validation met {outcome['val_nonfinite_examples']} "
+                f"after epoch {epoch}, validation met {outcome.val_nonfinite_examples} "
                 "examples whose logits are not finite"
             )
-        last = outcome["last_finite_loss"]
+        last = outcome.last_finite_loss
         last = (
             "no batch was applied since it started or resumed"
             if last is None
             else f"the last finite training loss was {last:.4g}"
         )
-        remedies = [f"a lower --lr_max (it was {config.get('lr_max', float('nan')):g})"]
-        precision = config.get("precision", "float32")
+        remedies = [f"a lower --lr_max (it was {config.lr_max:g})"]
+        precision = config.precision
         if precision != "float32":
             remedies.append(f"--precision=float32 (it ran in {precision})")
         best = (
@@ -222,25 +217,24 @@ class Run:
             "--workdir or delete it."
         )
 
-    def results(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
         """results.json, or FileNotFoundError naming the directory."""
         if not self.is_run():
             raise FileNotFoundError(
                 f"{self.workdir} holds no {RESULTS}: not a training run directory"
             )
-        with open(self.results_path) as f:
-            return json.load(f)
+        return RunRecord.load(self.results_path)
 
-    def config(self) -> dict[str, Any]:
-        """The run's TrainConfig fields as saved in results.json."""
-        return self.results()["config"]
+    def config(self) -> TrainConfig:
+        """The TrainConfig the run was started with, as saved in results.json."""
+        return self.record().config
 
     def build_classifier(self, weights: str = "best"):
         """The run's architecture with its weights: "best" (the selected checkpoint) or the path
         of a .weights.h5 file."""
         config = self.config()
         classifier = build_architecture(
-            config["model"], config["dataset"], config["activation"], config["width"]
+            config.model, config.dataset, config.activation, config.width
         )
         path = self.best_weights if weights == "best" else weights
         if not os.path.exists(path):
@@ -271,15 +265,3 @@ def build_architecture(model: str, dataset: str, activation: str, width: int | N
         activation=activation,
         width=width,
     )
-
-
-def finite_or_null(value: Any) -> Any:
-    """`value` with each NaN or infinite float, at any depth, replaced by None: JSON has no
-    spelling for them that every reader takes (results.json, model cards, sweep.json)."""
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_or_null(item) for item in value]
-    if isinstance(value, numbers.Real) and not math.isfinite(value):  # numpy's floats too
-        return None
-    return value

@@ -2,7 +2,8 @@
 
     config = TrainConfig(workdir="runs/demo", method="fastbat", dataset="fashion_mnist",
                          model="small_cnn", eps=8 / 255, epochs=5)
-    results = train(config)          # also writes results.json, checkpoints/, tensorboard/
+    record = train(config)           # a records.RunRecord; also writes results.json,
+                                     # checkpoints/, tensorboard/
 
 A run that diverges (too many batches skipped as non-finite in an epoch, or non-finite
 validation logits: callbacks.Divergence) stops there and raises Diverged, whose message says
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -54,55 +55,10 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
-    write_json_atomic,
 )
+from fbat_tf.records import RunRecord, TrainConfig
 from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
-
-    workdir: str
-    method: str = "fastbat"
-    dataset: str = "cifar10"
-    model: str = "preact_resnet18"
-    width: int | None = None
-    activation: str = "relu"
-    eps: float = 8.0 / 255
-    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    epochs: int = 20
-    batch_size: int = 128
-    lr_max: float = 0.2
-    lr_schedule: str = "cyclic"
-    momentum: float = 0.9
-    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
-    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
-    momentum_at_peak: float | None = None
-    weight_decay: float = 5e-4
-    max_train_examples: int | None = None
-    steps_per_epoch: int | None = None
-    val_attack_steps: int = 10
-    val_restarts: int = 1
-    val_examples: int = 1000
-    eval_examples: int = 1000
-    eval_pgd_steps: int = 50
-    eval_pgd_restarts: int = 10
-    eval_autoattack: bool = True
-    strategy: str = "default"
-    stop_on_overfitting: bool = False
-    max_skipped_fraction: float = 0.25
-    precision: str = "float32"
-    jit_compile: bool = True
-    seed: int = 0
-    data_dir: str | None = None
-    download: bool = True
-    # "train": validation is the training split's last 10%; "test": half the test split
-    # (data.held_out), training on all of the training split.
-    validation_from: str = "train"
-    tensorboard_every: int = 100
-    verbose: int = 1
 
 
 def _batches_per_epoch(dataset: tf.data.Dataset) -> int:
@@ -140,28 +96,28 @@ def _optimizer(config: TrainConfig, total_steps: int) -> keras.optimizers.Optimi
 
 
 class Diverged(RuntimeError):
-    """A run that diverged: its message says where, why and what to try; `results` is what
+    """A run that diverged: its message says where, why and what to try; `record` is what
     results.json holds."""
 
-    def __init__(self, message: str, results: dict[str, Any]):
+    def __init__(self, message: str, record: RunRecord):
         super().__init__(message)
-        self.results = results
+        self.record = record
 
 
-def _load_results(path: str, config: TrainConfig) -> dict[str, Any]:
-    if os.path.exists(path):
-        with open(path) as f:
-            try:
-                return json.load(f)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{path} is not readable JSON ({error}), so the run cannot resume: restore "
-                    "the file, or start over in another --workdir"
-                ) from None
-    return {"config": dataclasses.asdict(config), "status": "running", "history": []}
+def _load_record(path: str, config: TrainConfig) -> RunRecord:
+    """The record a resumed run goes on with, or a new one."""
+    if not os.path.exists(path):
+        return RunRecord(config=config)
+    try:
+        return RunRecord.load(path)
+    except ValueError as error:
+        raise ValueError(
+            f"{error}, so the run cannot resume: restore the file, or start over in another "
+            "--workdir"
+        ) from None
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
+def train(config: TrainConfig) -> RunRecord:
     """Train, select the best validation-robust checkpoint, evaluate it on the test split.
 
     Raises Diverged for a run that diverges, or diverged before in this workdir. The global
@@ -184,20 +140,41 @@ def train(config: TrainConfig) -> dict[str, Any]:
         keras.mixed_precision.set_global_policy(policy)
 
 
+@dataclasses.dataclass
+class _Built:
+    """What a run trains with, made from its config: the method, the model and its trainer,
+    the data, and the length of training."""
+
+    run: Run
+    method: methods.Method
+    classifier: keras.Model
+    trainer: AdversarialTrainer
+    stream: Callable[[int], tf.data.Dataset]  # the training stream from its n-th batch
+    validation: tf.data.Dataset
+    steps_per_epoch: int
+    batches: int  # batches read (Free-AT reads each one m times)
+    epochs: int
+    total_steps: int
+    pairing: dict[str, str]
+
+
 def _train(
     config: TrainConfig, strategy: tf.distribute.Strategy, resume_from: str | None = None
-) -> dict[str, Any]:
+) -> RunRecord:
     run = Run(config.workdir)
     if run.is_diverged():
         message = f"{config.workdir} holds a run that diverged: {run.divergence_message()}"
-        raise Diverged(message, run.results())
+        raise Diverged(message, run.record())
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
     os.makedirs(run.checkpoints_dir, exist_ok=True)
-    results_path = run.results_path
-    best_path = run.best_weights
+    built = _build(config, strategy, run)
+    record, divergence = _fit(config, strategy, built, resume_from)
+    return _finish(config, built, record, divergence)
 
-    info = data.info(config.dataset)
+
+def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _Built:
+    """The data, the method, the model, its trainer and optimizer, under the strategy."""
     load = dict(
         data_dir=config.data_dir,
         batch_size=config.batch_size,
@@ -221,22 +198,15 @@ def _train(
             **load,
         )
 
-    val_ds = data.load(
+    validation = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
-
     method = methods.create(config.method, eps=config.eps, **config.method_options)
-    if method.single_device and config.strategy != "default":
-        raise ValueError(
-            f"{config.method} carries δ from batch to batch on one device; "
-            f"run it with strategy 'default', not {config.strategy!r}"
-        )
+    methods.check_strategy(method, config.strategy)
     # Free-AT replays each batch m times: it reads ceil(E·S/m) batches, so that its number of
     # gradient steps matches the E·S of the other methods (rounded up to whole batches).
     batches = math.ceil(config.epochs * steps_per_epoch / method.replays)
-    epochs = math.ceil(batches / steps_per_epoch)
     total_steps = batches * method.replays
-
     with strategy.scope():
         classifier = _build_classifier(config)
         pairing = {
@@ -244,7 +214,7 @@ def _train(
             # The stream's first batch (pass 0), whichever epoch a resumed run starts from.
             "first_batch": fingerprint(next(iter(stream().take(1)))),
         }
-        method.build((config.batch_size, *info.image_shape))
+        method.build((config.batch_size, *data.info(config.dataset).image_shape))
         trainer = AdversarialTrainer(
             classifier,
             method,
@@ -255,108 +225,155 @@ def _train(
         optimizer = _optimizer(config, total_steps)
         trainer.compile(optimizer=optimizer, jit_compile=False)
         optimizer.build(classifier.trainable_variables)
+    return _Built(
+        run=run,
+        method=method,
+        classifier=classifier,
+        trainer=trainer,
+        stream=stream,
+        validation=validation,
+        steps_per_epoch=steps_per_epoch,
+        batches=batches,
+        epochs=math.ceil(batches / steps_per_epoch),
+        total_steps=total_steps,
+        pairing=pairing,
+    )
 
-    resume = ResumeCheckpoint(trainer, run.last_checkpoint_dir)
+
+def _fit(
+    config: TrainConfig,
+    strategy: tf.distribute.Strategy,
+    built: _Built,
+    resume_from: str | None,
+) -> tuple[RunRecord, Divergence]:
+    """Resume where the run stopped, or start it, and train its remaining epochs; each one's
+    logs go into the record (and results.json) as it ends."""
+    run = built.run
+    resume = ResumeCheckpoint(built.trainer, run.last_checkpoint_dir)
     initial_epoch = resume.restore(
         None if resume_from is None else Run(resume_from).last_checkpoint_dir
     )
-    payload = _load_results(results_path, config)
-    history = [h for h in payload["history"] if h["epoch"] <= initial_epoch]
-    train_ds = stream(initial_epoch * steps_per_epoch)
-    payload["history"] = history
-    payload.update(
-        code=provenance.code(),
-        method={**method.config(), "passes": method.passes},
-        pairing=pairing,
-        dataset=config.dataset,
-        # The seed that halved the test split, where validation comes from it.
-        split={
-            "validation_from": config.validation_from,
-            "held_out_seed": data.HELD_OUT_SEED if config.validation_from == "test" else None,
-        },
-        model=config.model,
-        device=device.describe(),
-        # float32 convolutions in TF32 (TensorFlow's default on Ampere and newer GPUs).
-        tf32=device.tf32_in_use(),
-        machine=provenance.machine(),
-        replicas=strategy.num_replicas_in_sync,
-        steps_per_epoch=steps_per_epoch,
-        epochs=epochs,
-        total_steps=total_steps,
+    record = _load_record(run.results_path, config)
+    record.keep_epochs_until(initial_epoch)
+    _describe(record, config, built, strategy)
+    divergence = Divergence(
+        built.steps_per_epoch, config.max_skipped_fraction, built.method.replays
     )
-    best_so_far = max((h.get("val_robust_accuracy", -1.0) for h in history), default=-1.0)
+    resume.divergence = divergence
+    callbacks = _callbacks(config, built, record, divergence, resume, initial_epoch)
+    if initial_epoch < built.epochs:
+        built.trainer.fit(
+            built.stream(initial_epoch * built.steps_per_epoch),
+            epochs=built.epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=built.steps_per_epoch,
+            callbacks=callbacks,
+            verbose=config.verbose,
+            shuffle=False,  # the training split is shuffled by data.load
+        )
+    record.optimizer_steps = int(built.trainer.optimizer.iterations.numpy())
+    return record, divergence
 
+
+def _describe(
+    record: RunRecord, config: TrainConfig, built: _Built, strategy: tf.distribute.Strategy
+) -> None:
+    """What the record says of the code, the method, the machine and the run's length."""
+    record.code = provenance.code()
+    record.method = {**built.method.config(), "passes": built.method.passes}
+    record.pairing = built.pairing
+    record.dataset, record.model = config.dataset, config.model
+    # The seed that halved the test split, where validation comes from it.
+    record.split = {
+        "validation_from": config.validation_from,
+        "held_out_seed": data.HELD_OUT_SEED if config.validation_from == "test" else None,
+    }
+    record.device = device.describe()
+    # float32 convolutions in TF32 (TensorFlow's default on Ampere and newer GPUs).
+    record.tf32 = device.tf32_in_use()
+    record.machine = provenance.machine()
+    record.replicas = strategy.num_replicas_in_sync
+    record.steps_per_epoch, record.epochs = built.steps_per_epoch, built.epochs
+    record.total_steps = built.total_steps
+
+
+def _callbacks(
+    config: TrainConfig,
+    built: _Built,
+    record: RunRecord,
+    divergence: Divergence,
+    resume: ResumeCheckpoint,
+    initial_epoch: int,
+) -> list[keras.callbacks.Callback]:
+    """Order matters: validation writes into the epoch's logs before divergence reads them and
+    before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
+    is in results.json and TensorBoard too, and the progress line last, to show them all."""
     validation_attack = PGD(
         config.eps,
         steps=config.val_attack_steps,
         restarts=config.val_restarts,
         jit_compile=config.jit_compile,
     )
-    tensorboard_dir = run.tensorboard_dir
-    divergence = Divergence(steps_per_epoch, config.max_skipped_fraction, method.replays)
-    resume.divergence = divergence
-    # Order matters: validation writes into the epoch's logs before divergence reads them and
-    # before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
-    # is in results.json and TensorBoard too, and the progress line last, to show them all.
+    best_so_far = max(
+        (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
+        default=-1.0,
+    )
     callbacks = [
-        EpochTiming(config.batch_size * method.replays),
+        EpochTiming(config.batch_size * built.method.replays),
         RobustValidation(
-            val_ds,
+            built.validation,
             validation_attack,
             config.eps,
-            classifier,
-            best_path=best_path,
+            built.classifier,
+            best_path=built.run.best_weights,
             stop_on_overfitting=config.stop_on_overfitting,
             best_robust_accuracy=best_so_far,
             seed=config.seed,
         ),
         divergence,
-        ResultsLog(results_path, payload),
+        ResultsLog(built.run.results_path, record),
         TensorBoard(
-            tensorboard_dir,
+            built.run.tensorboard_dir,
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
-            first_batch=initial_epoch * steps_per_epoch,
+            first_batch=initial_epoch * built.steps_per_epoch,
         ),
         resume,
         Progress(),
     ]
-    if batches < epochs * steps_per_epoch:
-        callbacks.insert(0, StopAfterBatches(batches, steps_per_epoch))
-    if initial_epoch < epochs:
-        trainer.fit(
-            train_ds,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks,
-            verbose=config.verbose,
-            shuffle=False,  # the training split is shuffled by data.load
-        )
+    if built.batches < built.epochs * built.steps_per_epoch:
+        callbacks.insert(0, StopAfterBatches(built.batches, built.steps_per_epoch))
+    return callbacks
 
-    payload["optimizer_steps"] = int(trainer.optimizer.iterations.numpy())
+
+def _finish(
+    config: TrainConfig, built: _Built, record: RunRecord, divergence: Divergence
+) -> RunRecord:
+    """A diverged run's record, or the selected model's test numbers in a complete one."""
+    run = built.run
     if divergence.outcome is not None:
-        payload["status"] = "diverged"
-        payload["divergence"] = divergence.outcome
-        write_json_atomic(results_path, payload)
-        raise Diverged(f"training diverged: {run.divergence_message(payload)}", payload)
-    if os.path.exists(best_path):
-        classifier.load_weights(best_path)
+        record.status = "diverged"
+        record.divergence = divergence.outcome
+        record.save(run.results_path)
+        raise Diverged(f"training diverged: {run.divergence_message(record)}", record)
+    if os.path.exists(run.best_weights):
+        built.classifier.load_weights(run.best_weights)
     # The test numbers are those of the float32 model, as evaluate.py and the export compute.
     keras.mixed_precision.set_global_policy("float32")
     float32_classifier = _build_classifier(config)
-    float32_classifier.set_weights(classifier.get_weights())
-    payload["final"] = evaluate_test(float32_classifier, config)
-    payload["status"] = "complete"
-    write_json_atomic(results_path, payload)
+    float32_classifier.set_weights(built.classifier.get_weights())
+    record.final = evaluate_test(float32_classifier, config)
+    record.status = "complete"
+    record.save(run.results_path)
     # On the epoch curves' axis (epochs from 0), at the epoch of the model they measure.
-    selected = [h["epoch"] for h in payload["history"] if h.get("val_best")]
-    step = (selected or [len(payload["history"])])[-1] - 1
-    with tf.summary.create_file_writer(os.path.join(tensorboard_dir, "test")).as_default():
-        for name, value in payload["final"].items():
+    selected = record.selected_epoch()
+    step = (selected.epoch if selected else len(record.history)) - 1
+    test_logs = os.path.join(run.tensorboard_dir, "test")
+    with tf.summary.create_file_writer(test_logs).as_default():
+        for name, value in record.final.items():
             if isinstance(value, float):
                 tf.summary.scalar(name, value, step=max(step, 0))
-    return payload
+    return record
 
 
 def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any]:

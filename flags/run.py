@@ -3,7 +3,7 @@ flags.txt), the check of an existing run directory against them, and the TrainCo
 
     words = run_flags(values)                       # {"eps": "--eps=8.0", "seed": "", ...}
     state = check_workdir("runs/a", words)          # "new", "resume", "complete", "diverged"
-    config = config_from_flags("runs/a", values)    # fbat_tf.training.TrainConfig
+    config = config_from_flags("runs/a", values)    # fbat_tf.records.TrainConfig
 
 `values` are parsed flags: this process's own by default; sweep.py parses each cell's. Importing
 this module defines train.py's flags and loads no TensorFlow.
@@ -109,11 +109,7 @@ def check_method(config) -> None:
     from fbat_tf import methods
 
     method = methods.create(config.method, eps=config.eps, **config.method_options)
-    if method.single_device and config.strategy != "default":
-        raise ValueError(
-            f"--method={config.method} carries δ across batches on one device: use "
-            f"--strategy=default, not --strategy={config.strategy}"
-        )
+    methods.check_strategy(method, config.strategy)
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
@@ -121,7 +117,7 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     method (a parameter of its constructor) from the flag of its name; only the unit
     conversions are written out. A new method option is its parameter plus its flag."""
     from fbat_tf import device, methods
-    from fbat_tf.training import TrainConfig
+    from fbat_tf.records import TrainConfig
 
     convert = {
         "lambda_inv": lambda value: None if value is None else value / 255,

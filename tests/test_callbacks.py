@@ -3,6 +3,7 @@ guard, driven by attacks whose effect is known in closed form on a linear model.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -21,8 +22,8 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
-    write_json_atomic,
 )
+from fbat_tf.records import write_json_atomic
 from tests.helpers import linear_model
 
 EPS = 0.3
@@ -268,7 +269,7 @@ def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
     guard.on_train_batch_end(2, {"nonfinite_batches": 3.0})
     assert model.stop_training
     guard.on_epoch_end(1, {"nonfinite_batches": 3.0})
-    assert guard.outcome == {
+    assert dataclasses.asdict(guard.outcome) == {
         "epoch": 2,
         "reason": "skipped_batches",
         "nonfinite_batches": 3,
@@ -288,17 +289,17 @@ def test_divergence_stops_past_the_skip_limit_and_on_non_finite_validation():
     free.on_train_batch_end(1, {"nonfinite_batches": 16.0})
     assert not model.stop_training  # 16 of the 128 planned: the epoch could still recover
     free.on_epoch_end(2, {"nonfinite_batches": 16.0})
-    assert free.outcome["reason"] == "skipped_batches"
-    assert (free.outcome["nonfinite_batches"], free.outcome["steps"]) == (16, 16)
+    assert free.outcome.reason == "skipped_batches"
+    assert (free.outcome.nonfinite_batches, free.outcome.steps) == (16, 16)
 
     validation = Divergence(steps_per_epoch=8)
     validation.set_model(model)
     validation.on_epoch_begin(0)
     validation.on_train_batch_end(0, {"nonfinite_batches": 0.0})
     validation.on_epoch_end(0, {"nonfinite_batches": 0.0, "val_nonfinite_examples": 5.0})
-    assert validation.outcome["reason"] == "validation"
-    assert validation.outcome["val_nonfinite_examples"] == 5
-    assert math.isclose(validation.outcome["last_finite_loss"], 3.5)
+    assert validation.outcome.reason == "validation"
+    assert validation.outcome.val_nonfinite_examples == 5
+    assert math.isclose(validation.outcome.last_finite_loss, 3.5)
 
 
 def test_the_epoch_line_shows_the_numbers_that_matter_and_trouble_only_when_there_is_some():

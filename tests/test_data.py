@@ -482,20 +482,24 @@ def test_local_tiny_imagenet_layout(tmp_path):
     assert x.shape == (30, 64, 64, 3) and 0.0 <= x.min() and x.max() <= 1.0
 
 
-def tiny_imagenet_folder(root, rng, per_class_val: int) -> list[tuple[str, str]]:
-    """A small tiny-imagenet-200/ as downloaded: 3 classes, 5 train images and `per_class_val`
-    val images a class (annotations in mixed class order), an unlabelled test/images/."""
-    wnids = ["n02000002", "n01000001", "n03000003"]
+def tiny_imagenet_folder(
+    root, rng, per_class_val: int, classes: int = 3, per_class_train: int = 5
+) -> list[tuple[str, str]]:
+    """A small tiny-imagenet-200/ as downloaded: `classes` classes (wnids not in sorted order),
+    `per_class_train` train images and `per_class_val` val images a class (annotations in mixed
+    class order), an unlabelled test/images/. Returns the annotations (file, wnid)."""
+    wnids = ["n02000002", "n01000001", "n03000003"][:classes]
     (root / "val" / "images").mkdir(parents=True)
     (root / "test" / "images").mkdir(parents=True)
     write_jpeg(str(root / "test" / "images" / "test_0.JPEG"), np.zeros((64, 64, 3), np.uint8))
     (root / "wnids.txt").write_text("\n".join(wnids) + "\n")
     for wnid in wnids:
         (root / "train" / wnid / "images").mkdir(parents=True)
-        for i in range(5):
+        for i in range(per_class_train):
             image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
             write_jpeg(str(root / "train" / wnid / "images" / f"{wnid}_{i}.JPEG"), image)
-    annotations = [(f"val_{i}.JPEG", wnids[(i * 7) % 3]) for i in range(3 * per_class_val)]
+    count = classes * per_class_val
+    annotations = [(f"val_{i}.JPEG", wnids[(i * 7) % classes]) for i in range(count)]
     for name, _ in annotations:
         image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
         write_jpeg(str(root / "val" / "images" / name), image)

@@ -193,7 +193,7 @@ def test_a_non_chief_worker_trains_without_writing_into_the_workdir(tmp_path, mo
 
     workdir = tmp_path / "run"
     chief = train(fashion_mnist_config(str(workdir), max_train_examples=128, epochs=1))
-    assert chief["optimizer_steps"] == 2
+    assert chief.optimizer_steps == 2
 
     def mtimes():
         return {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
@@ -204,8 +204,8 @@ def test_a_non_chief_worker_trains_without_writing_into_the_workdir(tmp_path, mo
     scratch = os.path.join(tempfile.gettempdir(), "fbat_worker_*")
     before = set(glob.glob(scratch))
     results = train(fashion_mnist_config(str(workdir), max_train_examples=128, epochs=2))
-    assert results["status"] == "complete" and results["optimizer_steps"] == 4
-    assert [h["epoch"] for h in results["history"]] == [2]  # epoch 1 came from the chief
+    assert results.status == "complete" and results.optimizer_steps == 4
+    assert [e.epoch for e in results.history] == [2]  # epoch 1 came from the chief
     assert mtimes() == written
     assert set(glob.glob(scratch)) == before
 

@@ -261,7 +261,7 @@ def test_a_results_file_that_cannot_be_written_is_refused_before_any_work(tmp_pa
 def test_a_finished_evaluation_that_cannot_be_written_is_kept_elsewhere(tmp_path):
     """The folder of --results went away during the attacks: the results go to a file in the
     temporary folder, which evaluate.py names, and nothing half-written stays behind."""
-    from fbat_tf.callbacks import write_json_atomic
+    from fbat_tf.records import write_json_atomic
     from fbat_tf.run import save_results
 
     results = {"clean_accuracy": 0.5, "robust_accuracy": {"pgd@8": 0.25}}

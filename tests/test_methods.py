@@ -429,3 +429,14 @@ def test_attack_gradients_do_not_overflow_float16_at_the_weight_pass_scale():
     # δ* = P_C(z + λ⁻¹ g_z) from float16 gradients: equal up to float16 rounding of g_z.
     assert np.mean(np.abs(adv - reference_adv) < 1e-3) > 0.99
     assert all(np.isfinite(g.numpy()).all() for g in grads)
+
+
+def test_a_method_that_carries_delta_across_batches_is_refused_off_a_single_device():
+    """One rule, asked by train.py's flag check and by training alike."""
+    from fbat_tf import methods
+
+    with pytest.raises(ValueError, match="--method=free carries δ .* not --strategy=mirrored"):
+        methods.check_strategy(methods.create("free"), "mirrored")
+    methods.check_strategy(methods.create("free"), "default")
+    for name in ("standard", "fastat", "fastbat"):
+        methods.check_strategy(methods.create(name), "mirrored")

@@ -17,7 +17,7 @@ from tests.tiny import fashion_mnist_config
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
-def tiny(tmp_path, method: str, seed: int) -> dict:
+def tiny(tmp_path, method: str, seed: int):
     config = fashion_mnist_config(
         str(tmp_path / f"{method}-{seed}"), method=method, seed=seed, width=2, batch_size=16
     )
@@ -30,7 +30,7 @@ def test_runs_of_one_seed_share_initial_weights_and_data_order_whatever_the_meth
         (method, seed): tiny(tmp_path, method, seed)
         for method, seed in (("standard", 0), ("fastbat", 0), ("free", 0), ("standard", 1))
     }
-    pairing = {key: result["pairing"] for key, result in runs.items()}
+    pairing = {key: result.pairing for key, result in runs.items()}
     assert pairing["standard", 0] == pairing["fastbat", 0] == pairing["free", 0]
     # Another seed draws other weights and another first batch: the check can fail.
     other = pairing["standard", 1]

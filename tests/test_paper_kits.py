@@ -23,7 +23,7 @@ from tests.test_data import (
     make_cifar10,
     make_tarball,
     prepare_as_released_loader,
-    write_jpeg,
+    tiny_imagenet_folder,
     write_python2_pickle,
 )
 from tests.test_sweep import COMMITTED, _mtimes
@@ -67,23 +67,10 @@ def data_dir(tmp_path_factory):
             },
         )
     make_tarball(str(staging), "cifar-100-python", str(root / "cifar-100-python.tar.gz"))
+    # Tiny-ImageNet as the paper's released loader leaves it (val images in class folders).
     tiny = root / "tiny-imagenet-200"
-    wnids = ["n01000001", "n02000002"]
-    (tiny / "val" / "images").mkdir(parents=True)
-    (tiny / "wnids.txt").write_text("\n".join(wnids) + "\n")
-    for wnid in wnids:
-        (tiny / "train" / wnid / "images").mkdir(parents=True)
-        for i in range(10):
-            image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
-            write_jpeg(str(tiny / "train" / wnid / "images" / f"{wnid}_{i}.JPEG"), image)
-    lines = []
-    for i in range(4):
-        image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
-        write_jpeg(str(tiny / "val" / "images" / f"val_{i}.JPEG"), image)
-        lines.append(f"val_{i}.JPEG\t{wnids[i % 2]}\t0\t0\t63\t63")
-    (tiny / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-    # As the paper's released loader leaves the folder (val images in class folders).
-    prepare_as_released_loader(tiny, [(f"val_{i}.JPEG", wnids[i % 2]) for i in range(4)], 1)
+    annotations = tiny_imagenet_folder(tiny, rng, per_class_val=2, classes=2, per_class_train=10)
+    prepare_as_released_loader(tiny, annotations, 1)
     return str(root)
 
 

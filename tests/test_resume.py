@@ -47,7 +47,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
     tmp_path, monkeypatch, method, epochs, options, steps
 ):
     complete = train(_config(str(tmp_path / "complete"), method, epochs, **options))
-    assert complete["optimizer_steps"] == steps
+    assert complete.optimizer_steps == steps
 
     save = callbacks.ResumeCheckpoint.on_epoch_end
 
@@ -61,8 +61,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         train(_config(killed, method, epochs, **options))
     monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save)
     resumed = train(_config(killed, method, epochs, **options))
-    assert resumed["optimizer_steps"] == steps
-    assert [h["epoch"] for h in resumed["history"]] == [h["epoch"] for h in complete["history"]]
+    assert resumed.optimizer_steps == steps
+    assert [e.epoch for e in resumed.history] == [e.epoch for e in complete.history]
 
     expected = _checkpoint_values(str(tmp_path / "complete"))
     got = _checkpoint_values(killed)
@@ -74,4 +74,4 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         assert np.abs(delta).max() > 0
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
-    assert resumed["final"] == {**complete["final"], "eval_time_s": resumed["final"]["eval_time_s"]}
+    assert resumed.final == {**complete.final, "eval_time_s": resumed.final["eval_time_s"]}

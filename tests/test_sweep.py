@@ -269,7 +269,13 @@ def _fake_cell(
         epoch["val_fgsm_accuracy"] = fgsm
     code = {"package": "fbat-tf", "revision": "0" * 40, "dirty": False}
     with open(os.path.join(cell, sweeps.RESULTS), "w") as f:
-        results = {"status": "complete", "history": history, "epochs": len(history), "code": code}
+        results = {
+            "config": {"workdir": cell},  # as every run's record holds its config
+            "status": "complete",
+            "history": history,
+            "epochs": len(history),
+            "code": code,
+        }
         if title is not None:
             results["method"] = {"title": title}
         json.dump(results, f)
@@ -513,7 +519,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     """Cost = the run's optimizer steps × its method's passes per step; each variant is paired
     over seeds with the most robust, and the cheapest one shown equivalent is named; measured
     time comes second, marked when taken under load. By hand."""
-    from fbat_tf.sweeps import report as sweep_report
+    from fbat_tf.sweeps import comparisons, costs, plots
 
     def passes(forward, backward, second=0):
         return {"forward": forward, "backward": backward, "second_order": second, "tangent": 0}
@@ -568,7 +574,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
             *[cell("fastbat", passes(3, 4, 1), fastbat[s], s) for s in seeds],
         ],
     }
-    rows = {r["variant"]: r for r in sweep_report.cost_rows(report)[8.0]}
+    rows = {r["variant"]: r for r in costs.cost_rows(report)[8.0]}
     assert [rows[v]["passes"] for v in ("fastat", "pgd", "fastbat")] == [400, 600, 800]
     assert rows["fastbat"]["most_robust"]  # mean 0.5064 against pgd's 0.5062
     # Paired differences pgd − fastbat, in points: -0.2, 0.3, -0.2, -0.1, 0.1; mean -0.02.
@@ -579,27 +585,27 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert versus["interval"] == pytest.approx((-0.02 - half, -0.02 + half), abs=1e-4)
     assert versus["verdict"] == "equivalent"
     assert rows["fastat"]["versus_best"]["verdict"] == "b"  # 5 points behind at every seed
-    assert sweep_report.cheapest_equivalent(list(rows.values()))["variant"] == "pgd"
+    assert costs.cheapest_equivalent(list(rows.values()))["variant"] == "pgd"
     assert [rows[v]["pareto"] for v in ("fastat", "pgd", "fastbat")] == [True, True, True]
 
     # What the reader of sweep.md sees: passes first, time second and marked.
-    table = "\n".join(sweep_report.cost_table(report))
+    table = "\n".join(costs.cost_table(report))
     # fastat − fastbat: -5.1, -4.9, -5.2, -5.0, -5.0 points; mean -5.04 ± 0.14.
     assert "| 8 | fastat | 4 | 0.4 | 45.6 | 5 | -5.0 [-5.2, -4.9] | fastbat ahead | yes |" in table
     assert "equivalent within ±1 point" in table
     assert "10 (10–20) |" in table  # fastat: 100 steps × 0.1 s, rounds 0.1–0.2 s
     assert "Measured under a load above the cores: indicative only." in table
     assert "- ε = 8: pgd (50.6%, 0.6k passes); most robust fastbat (50.6%, 0.8k passes)" in table
-    listed = "\n".join(sweep_report.comparison_table(report))
+    listed = "\n".join(comparisons.comparison_table(report))
     assert "| 8 | fastbat | pgd | 5 | +0.0 [" in listed and "| – |" in listed
 
     # Comparisons across revisions, uncommitted code or unpaired runs are marked.
     report["cells"][5]["code"] = {"revisions": ["r2"], "dirty": True}
     report["cells"][10]["train"]["pairing"] = {"initial_weights": "other"}
-    marks = sweep_report.comparison(report, 8.0, "fastbat", "pgd")["marks"]
+    marks = comparisons.comparison(report, 8.0, "fastbat", "pgd")["marks"]
     assert marks == ["different revisions", "uncommitted or unrecorded code †", "not paired"]
     figure = tmp_path / "robust_vs_cost.png"
-    sweep_report.plot_robust_vs_cost(report, str(figure))
+    plots.plot_robust_vs_cost(report, str(figure))
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
 
 
@@ -820,7 +826,7 @@ def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
 def test_paper_rows_count_only_the_seeds_that_ran():
     """A published row whose setting has three seeds, one of them run: the report names that
     run alone and says n = 1 of 3."""
-    from fbat_tf.sweeps import report as sweep_report
+    from fbat_tf.sweeps import paper
 
     def cell(seed, robust=None):
         found = {
@@ -851,9 +857,9 @@ def test_paper_rows_count_only_the_seeds_that_ran():
             ],
         },
     }
-    (row,) = sweep_report.paper_rows(report)
+    (row,) = paper.paper_rows(report)
     assert row["measured_runs"] == ["out/fastbat-eps8-seed0"] and row["setting_runs"] == 3
-    assert "45.00 (n = 1 of 3)" in "\n".join(sweep_report.paper_table(report))
+    assert "45.00 (n = 1 of 3)" in "\n".join(paper.paper_table(report))
 
 
 def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(tmp_path):
@@ -866,7 +872,14 @@ def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(
     cell_dir.mkdir(parents=True)
     code = {"package": "fbat-tf", "revision": "a" * 40, "dirty": False}
     (cell_dir / sweeps.RESULTS).write_text(
-        json.dumps({"status": "complete", "history": [], "code": code})
+        json.dumps(
+            {
+                "config": {"workdir": str(cell_dir)},
+                "status": "complete",
+                "history": [],
+                "code": code,
+            }
+        )
     )
     record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
     assert record["code"] == {"revisions": ["a" * 40], "dirty": False}

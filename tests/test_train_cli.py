@@ -264,10 +264,10 @@ def _cifar_config(workdir: str, eval_autoattack: bool = False) -> TrainConfig:
 def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
     with mock_tfds(num_examples=40):
         complete = train(_cifar_config(str(tmp_path / "complete"), eval_autoattack=True))
-        steps_per_epoch = complete["steps_per_epoch"]
+        steps_per_epoch = complete.steps_per_epoch
         assert steps_per_epoch == 36 // 8  # 40 examples, the last 10% held out, partial dropped
-        assert complete["optimizer_steps"] == 2 * steps_per_epoch
-        final = complete["final"]
+        assert complete.optimizer_steps == 2 * steps_per_epoch
+        final = complete.final
         assert final["test_examples"] == 8
         # The per-example worst case over more attacks can only be lower.
         assert final["test_aa_robust_accuracy"] <= final["test_clean_accuracy"]
@@ -280,9 +280,9 @@ def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
         train_scalars = _scalars(str(tmp_path / "complete" / "tensorboard" / "train"))
         assert len(train_scalars["epoch_ig_norm_ratio"]) == 2
         assert len(train_scalars["epoch_learning_rate"]) == 2
-        history = complete["history"]
+        history = complete.history
         np.testing.assert_allclose(
-            scalars["epoch_robust_accuracy"], [h["val_robust_accuracy"] for h in history]
+            scalars["epoch_robust_accuracy"], [e.val_robust_accuracy for e in history]
         )
         assert os.listdir(tmp_path / "complete" / "checkpoints" / "last")
 
@@ -339,7 +339,8 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
         train_run.check_workdir(str(tmp_path), current("--eps=4"))
 
     # As a user meets it: the same command on that finished run is told it is done.
-    (tmp_path / "results.json").write_text('{"status": "complete"}')
+    finished = {"config": {"workdir": str(tmp_path)}, "status": "complete", "history": []}
+    (tmp_path / "results.json").write_text(json.dumps(finished))
     again = run_train("--method=fastbat", "--noexport", f"--workdir={tmp_path}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "finished run" in again.stdout
@@ -419,7 +420,7 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
     assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "diverged" and results["divergence"]["epoch"] == 2
-    assert error.value.results["divergence"] == results["divergence"]
+    assert error.value.record.to_dict()["divergence"] == results["divergence"]
     assert [h["epoch"] for h in results["history"]] == [1, 2]
     assert results["history"][0]["val_best"] == 1.0
     assert "the best checkpoint so far" in str(error.value)

@@ -46,23 +46,23 @@ def measure(cell_dir: str) -> dict | None:
     if not run.has_best_weights():
         return None
     classifier, config = classifiers.load_classifier(cell_dir)
-    if config["method"] == "standard":
+    if config.method == "standard":
         return None  # not adversarially trained: nothing to overfit to
-    eps = config["eps"]
+    eps = config.eps
     validation = data.load(
-        config["dataset"],
+        config.dataset,
         "validation",
-        data_dir=config.get("data_dir"),
-        batch_size=config["batch_size"],
-        max_examples=config["val_examples"] or None,
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        max_examples=config.val_examples or None,
         download=False,
     )
     attacks = {
         "fgsm": (eps, PGD(eps, steps=1, restarts=1, step_size=eps, random_start=False)),
-        "pgd": (eps, PGD(eps, config["val_attack_steps"], config["val_restarts"])),
+        "pgd": (eps, PGD(eps, config.val_attack_steps, config.val_restarts)),
     }
     result = evaluation.evaluate(
-        classifiers.InferenceGraph(classifier), validation, attacks, seed=config["seed"]
+        classifiers.InferenceGraph(classifier), validation, attacks, seed=config.seed
     )
     autoattack = None
     if os.path.exists(run.eval_path("autoattack")):
@@ -71,7 +71,7 @@ def measure(cell_dir: str) -> dict | None:
     robust = result["robust_accuracy"]
     return {
         "cell": os.path.basename(cell_dir.rstrip("/")),
-        "method": config["method"],
+        "method": config.method,
         "eps_255": round(eps * 255, 3),
         "examples": result["examples"],
         "clean": result["clean_accuracy"],

@@ -118,7 +118,7 @@ REGISTRY: dict[str, Entry] = {
         ),
         Entry(
             "transfer",
-            "fbat_tf.evaluation:transfer_pgd",
+            "fbat_tf.attacks.transfer:transfer_pgd",
             "transfer PGD-{steps}-{restarts}",
             _PGD_OPTIONS,
             "pgd",

@@ -59,3 +59,13 @@ def create(name: str, eps: float = 8.0 / 255, **options: Any) -> Method:
 
 
 __all__ = ["Method", "create", "names", "option_names"]
+
+
+def check_strategy(method: Method, strategy: str) -> None:
+    """ValueError where `method` cannot run under the distribution strategy named `strategy`:
+    a method that carries δ from batch to batch (`single_device`, Free-AT) runs on one device."""
+    if method.single_device and strategy != "default":
+        raise ValueError(
+            f"--method={method.name} carries δ across batches on one device: use "
+            f"--strategy=default, not --strategy={strategy}"
+        )

@@ -6,9 +6,11 @@
     report = collect(definition, "results/fashion_mnist")   # what the cells' files say
     write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
 
-The package reads and writes files only (sweep.py runs the programs): `definition` (the JSON
-format, the cells, their commands), `results` (what the cells hold) and `report` (sweep.json,
-the tables and the plots).
+`definition` (the JSON format, the cells, their commands; its evaluations in `evaluations`),
+`results` (what the cells hold), `scheduler` (runs the cells' programs in order, each claimed
+by `claims` while it runs, from the code `revision` pinned), `estimate` (GPU time before a run)
+and the report: `report` (sweep.json and the tables, put together from `readings`, `costs`,
+`comparisons` with `paired`, and `paper`) and `plots`.
 """
 
 from fbat_tf.sweeps import estimate
@@ -26,7 +28,9 @@ from fbat_tf.sweeps.definition import (
     flag_words,
     load_definition,
 )
-from fbat_tf.sweeps.report import PLOTS, markdown, paper_rows, write_report
+from fbat_tf.sweeps.paper import paper_rows
+from fbat_tf.sweeps.plots import PLOTS
+from fbat_tf.sweeps.report import markdown, write_report
 from fbat_tf.sweeps.results import (
     cell_record,
     cell_state,

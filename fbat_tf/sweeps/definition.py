@@ -41,6 +41,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fbat_tf import attacks, run
+from fbat_tf.sweeps.errors import DefinitionError
+from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluations
 
 RESULTS = run.RESULTS
 FLAGS_FILE = run.FLAGS
@@ -48,15 +50,6 @@ FLAGS_FILE = run.FLAGS
 EVAL_PGD = run.eval_file("pgd")
 EVAL_AUTOATTACK = run.eval_file("autoattack")
 
-# The older form of "evaluation" and its defaults.
-EVALUATION_DEFAULTS = {
-    "pgd_steps": 50,
-    "pgd_restarts": 10,
-    "pgd_examples": 1000,
-    "autoattack_examples": 1000,
-    "batch_size": 500,
-}
-_EVALUATION_KEYS = ("attack", "name", "eps", "examples", "options")
 # Flags of a cell that its evaluate.py commands need too (where the data is).
 _DATA_FLAGS = ("dataset", "data_dir", "download")
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
@@ -73,10 +66,6 @@ _KEYS = (
     "comparisons",
     "margin",
 )
-
-
-class DefinitionError(ValueError):
-    """A sweep definition that cannot run, with what is wrong in it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,45 +98,6 @@ class Cell:
         """The method with its options: "fastbat", "fastbat ig_coef=0.3"."""
         options = " ".join(f"{key}={_word(value)}" for key, value in self.options.items())
         return f"{self.method} {options}".strip()
-
-
-@dataclasses.dataclass(frozen=True)
-class Evaluation:
-    """One evaluate.py command per cell: an attack of the registry, by name."""
-
-    name: str
-    attack: str
-    eps: str | tuple[float, ...]  # "grid", "own" or budgets in 1/255 units
-    examples: int
-    options: dict[str, Any]
-
-    @property
-    def label(self) -> str:
-        return attacks.label(self.attack, self.options)
-
-    def file(self, budgets: Sequence[float] | None = None) -> str:
-        """eval-<name>.json; eval-<name>-eps64_76.json for budgets added later."""
-        if budgets is None:
-            return run.eval_file(self.name)
-        return run.eval_file(f"{self.name}-eps{'_'.join(f'{eps:g}' for eps in budgets)}")
-
-    def budgets(self, definition: Definition, cell: Cell) -> list[float]:
-        """The budgets (1/255) this evaluation attacks the cell at."""
-        if self.eps == "grid":
-            return definition.eps_values()
-        if self.eps == "own":
-            return [cell.eps]
-        return sorted(set(self.eps))
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "attack": self.attack,
-            "label": self.label,
-            "eps": self.eps if isinstance(self.eps, str) else list(self.eps),
-            "examples": self.examples,
-            "options": self.options,
-        }
 
 
 @dataclasses.dataclass
@@ -188,88 +138,6 @@ class Definition:
         }
 
 
-def _older_evaluation(path: str, given: Mapping[str, Any]) -> tuple[int, list[Evaluation]]:
-    unknown = sorted(set(given) - set(EVALUATION_DEFAULTS))
-    if unknown:
-        raise DefinitionError(
-            f"{path}: unknown evaluation keys {unknown}; known: 'batch_size', 'attacks' (or "
-            f"the older {list(EVALUATION_DEFAULTS)})"
-        )
-    values = {**EVALUATION_DEFAULTS, **given}
-    for key, value in given.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise DefinitionError(f"{path}: evaluation {key!r} must be an integer >= 1")
-    options = {"steps": values["pgd_steps"], "restarts": values["pgd_restarts"]}
-    return values["batch_size"], [
-        Evaluation("pgd", "pgd", "grid", values["pgd_examples"], options),
-        Evaluation("autoattack", "autoattack", "own", values["autoattack_examples"], {}),
-    ]
-
-
-def _evaluations(path: str, given: Any) -> tuple[int, list[Evaluation]]:
-    if not isinstance(given, dict):
-        raise DefinitionError(f"{path}: 'evaluation' must be an object")
-    if "attacks" not in given:
-        return _older_evaluation(path, given)
-    unknown = sorted(set(given) - {"attacks", "batch_size"})
-    if unknown:
-        raise DefinitionError(
-            f"{path}: unknown evaluation keys {unknown}; with 'attacks', give only 'batch_size'"
-        )
-    batch_size = given.get("batch_size", EVALUATION_DEFAULTS["batch_size"])
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise DefinitionError(f"{path}: evaluation 'batch_size' must be an integer >= 1")
-    entries = given["attacks"]
-    if not isinstance(entries, list) or not entries:
-        raise DefinitionError(f"{path}: evaluation 'attacks' must be a non-empty list")
-    found: list[Evaluation] = []
-    for i, entry in enumerate(entries):
-        where = f"{path}: evaluation attack {i}"
-        if not isinstance(entry, dict) or "attack" not in entry:
-            raise DefinitionError(f"{where}: give an object with 'attack' (a registry name)")
-        unknown = sorted(set(entry) - set(_EVALUATION_KEYS))
-        if unknown:
-            raise DefinitionError(f"{where}: unknown keys {unknown}; known {_EVALUATION_KEYS}")
-        attack = entry["attack"]
-        if attack not in attacks.names():
-            raise DefinitionError(f"{where}: unknown attack {attack!r}; known {attacks.names()}")
-        if "source" in attacks.entry(attack).uses:
-            raise DefinitionError(f"{where}: {attack!r} needs a source model; a sweep has none")
-        options = entry.get("options", {})
-        if not isinstance(options, dict):
-            raise DefinitionError(f"{where}: 'options' must map option names to values")
-        try:
-            attacks.label(attack, options)  # refuses unknown options
-        except ValueError as error:
-            raise DefinitionError(f"{where}: {error}") from None
-        name = entry.get("name", attack)
-        if (
-            not isinstance(name, str)
-            or not name
-            or not all(c.isalnum() or c in "_" for c in name.replace("-", "_"))
-        ):
-            raise DefinitionError(f"{where}: 'name' must be letters, digits, '-' or '_'")
-        if any(e.name == name for e in found):
-            raise DefinitionError(f"{where}: a second evaluation named {name!r}; give 'name'")
-        eps = entry.get("eps", "grid")
-        if isinstance(eps, list):
-            if not eps or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 255
-                for v in eps
-            ):
-                raise DefinitionError(f"{where}: 'eps' budgets must be numbers in (0, 255]")
-            eps = tuple(float(v) for v in eps)
-        elif eps not in ("grid", "own"):
-            raise DefinitionError(
-                f'{where}: \'eps\' is "grid", "own" or a list of budgets, got {eps!r}'
-            )
-        examples = entry.get("examples", EVALUATION_DEFAULTS["pgd_examples"])
-        if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
-            raise DefinitionError(f"{where}: 'examples' must be an integer >= 1")
-        found.append(Evaluation(name, attack, eps, examples, dict(options)))
-    return batch_size, found
-
-
 def load_definition(path: str) -> Definition:
     """Read and check the structure of a definition (flag names and values: sweep.py)."""
     name = os.path.splitext(os.path.basename(path))[0]
@@ -301,7 +169,7 @@ def load_definition(path: str) -> Definition:
                 )
         if "method" not in part and "method" not in shared:
             raise DefinitionError(f"{path}: grid part {i} names no method")
-    batch_size, evaluations = _evaluations(path, raw.get("evaluation", {}))
+    batch_size, evaluations = parse_evaluations(path, raw.get("evaluation", {}))
     definition = Definition(
         name=name,
         path=path,

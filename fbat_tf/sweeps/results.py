@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import catalog, run
+from fbat_tf.records import RunRecord
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -110,56 +111,54 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
             for name, argv in commands(definition, cell, sweep_dir).items()
         },
     }
-    results = _read(os.path.join(cell_dir, RESULTS))
-    if results is None:
+    found = RunRecord.read(os.path.join(cell_dir, RESULTS))
+    if found is None:
         return {**record, "code": {"revisions": [], "dirty": False}}
-    history = results.get("history", [])
+    record["train"] = train_record(found, cell, os.path.join(cell_dir, RESULTS))
     # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
-    record["title"] = (results.get("method") or {}).get("title")
-    robust = [h.get("val_robust_accuracy") for h in history]
-    if any("val_best" in h for h in history):
-        # The epoch whose weights best.weights.h5 holds: the last one validation marked best
-        # (none where validation never gave a number, as in a run that diverged at once).
-        marked = [i for i, h in enumerate(history) if h.get("val_best")]
-        selected = marked[-1] if marked else None
-    else:  # runs from before validation marked it
-        finite = [i for i, value in enumerate(robust) if value is not None and value == value]
-        selected = max(finite, key=lambda i: robust[i]) if finite else None
-    record["train"] = {
-        "source": os.path.join(cell_dir, RESULTS),
-        "status": results.get("status"),
-        "epochs": results.get("epochs"),
-        "epochs_run": len(history),
-        "selected_epoch": None if selected is None else history[selected]["epoch"],
-        "val_clean_accuracy": [h.get("val_clean_accuracy") for h in history],
-        "val_robust_accuracy": robust,
-        # FGSM accuracy, logged by runs since the guard compares it with PGD's.
-        "val_fgsm_accuracy": [h.get("val_fgsm_accuracy") for h in history],
-        "overfitting_epochs": [h["epoch"] for h in history if h.get("val_overfitting", 0) > 0],
-        "seconds_per_epoch": _mean(h.get("epoch_time") for h in history),
-        "train_seconds": sum(h.get("epoch_time", 0.0) for h in history),
-        "optimizer_steps": results.get("optimizer_steps"),
-        "code": results.get("code"),
-        # What prices the run's steps; for runs from before the method recorded it, derived
-        # from the method config they recorded.
-        "cost_variant": _cost_variant(results.get("method") or {}, cell.method),
-        # Passes through the model per optimizer step: as the run recorded them, or for runs
-        # from before, as its recorded method config declares.
-        "passes": _passes(results.get("method") or {}, cell.method),
-        # Fingerprints of the initial weights and the first training batch (runs since they
-        # were recorded): runs paired by seed share them.
-        "pairing": results.get("pairing"),
-    }
-    # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
-    for name in ("ig_norm_ratio", "inactive_fraction"):
-        if any(name in h for h in history):
-            record["train"][name] = _mean(h.get(name) for h in history)
+    record["title"] = (found.method or {}).get("title")
     for evaluation in definition.evaluations:
         found = _evaluation_record(cell_dir, evaluation)
         if found is not None:
             record[evaluation.name] = found
     record["code"] = cell_code(record, definition)
     return record
+
+
+def train_record(found: RunRecord, cell: Cell, source: str) -> dict[str, Any]:
+    """What the report says of a cell's training run, from its record."""
+    history = found.history
+    selected = found.selected_epoch()
+    train = {
+        "source": source,
+        "status": found.status,
+        "epochs": found.epochs,
+        "epochs_run": len(history),
+        "selected_epoch": None if selected is None else selected.epoch,
+        "val_clean_accuracy": [e.val_clean_accuracy for e in history],
+        "val_robust_accuracy": [e.val_robust_accuracy for e in history],
+        # FGSM accuracy, logged by runs since the guard compares it with PGD's.
+        "val_fgsm_accuracy": [e.val_fgsm_accuracy for e in history],
+        "overfitting_epochs": [e.epoch for e in history if e.overfitting],
+        "seconds_per_epoch": _mean(e.seconds for e in history),
+        "train_seconds": sum(e.seconds or 0.0 for e in history),
+        "optimizer_steps": found.optimizer_steps,
+        "code": found.code,
+        # What prices the run's steps; for runs from before the method recorded it, derived
+        # from the method config they recorded.
+        "cost_variant": _cost_variant(found.method or {}, cell.method),
+        # Passes through the model per optimizer step: as the run recorded them, or for runs
+        # from before, as its recorded method config declares.
+        "passes": _passes(found.method or {}, cell.method),
+        # Fingerprints of the initial weights and the first training batch (runs since they
+        # were recorded): runs paired by seed share them.
+        "pairing": found.pairing,
+    }
+    # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
+    for name in ("ig_norm_ratio", "inactive_fraction"):
+        if any(name in e.logs for e in history):
+            train[name] = found.mean_log(name)
+    return train
 
 
 def cell_code(record: dict[str, Any], definition: Definition) -> dict[str, Any]:

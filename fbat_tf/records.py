@@ -1,0 +1,304 @@
+"""A run's record as types: what results.json holds, read and written here and nowhere else.
+
+    record = RunRecord.load(path)             # FileNotFoundError, or ValueError naming the file
+    record.config.method, record.config.eps   # the TrainConfig the run was started with
+    record.status                             # "running", "complete" or "diverged"
+    for epoch in record.history:              # one Epoch a finished epoch, in order
+        epoch.epoch, epoch.val_robust_accuracy, epoch.get("ig_norm_ratio")
+    record.selected_epoch()                   # the Epoch whose weights best.weights.h5 holds
+    record.save(path)                         # atomically; NaN and infinity as null
+
+Keys a record does not know (written by a later version, or by an earlier one since retired)
+are kept in `extra` and written back as they were; fields a record lacks (written before they
+existed) take the defaults they had before they existed. Every committed results.json loads
+(tests/test_records.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import os
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
+
+    workdir: str
+    method: str = "fastbat"
+    dataset: str = "cifar10"
+    model: str = "preact_resnet18"
+    width: int | None = None
+    activation: str = "relu"
+    eps: float = 8.0 / 255
+    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    epochs: int = 20
+    batch_size: int = 128
+    lr_max: float = 0.2
+    lr_schedule: str = "cyclic"
+    momentum: float = 0.9
+    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
+    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
+    momentum_at_peak: float | None = None
+    weight_decay: float = 5e-4
+    max_train_examples: int | None = None
+    steps_per_epoch: int | None = None
+    val_attack_steps: int = 10
+    val_restarts: int = 1
+    val_examples: int = 1000
+    eval_examples: int = 1000
+    eval_pgd_steps: int = 50
+    eval_pgd_restarts: int = 10
+    eval_autoattack: bool = True
+    strategy: str = "default"
+    stop_on_overfitting: bool = False
+    max_skipped_fraction: float = 0.25
+    precision: str = "float32"
+    jit_compile: bool = True
+    seed: int = 0
+    data_dir: str | None = None
+    download: bool = True
+    # "train": validation is the training split's last 10%; "test": half the test split
+    # (data.held_out), training on all of the training split.
+    validation_from: str = "train"
+    tensorboard_every: int = 100
+    verbose: int = 1
+
+
+@dataclasses.dataclass
+class Epoch:
+    """One finished epoch: its number (from 1) and the logs Keras and the callbacks gave it
+    (training loss and accuracy, validation's accuracies, whatever a method logs)."""
+
+    epoch: int
+    logs: dict[str, float | None] = dataclasses.field(default_factory=dict)
+
+    def get(self, name: str) -> float | None:
+        """A log by name (a method's own, such as "ig_norm_ratio"); None where absent."""
+        return self.logs.get(name)
+
+    @property
+    def val_robust_accuracy(self) -> float | None:
+        return self.logs.get("val_robust_accuracy")
+
+    @property
+    def val_clean_accuracy(self) -> float | None:
+        return self.logs.get("val_clean_accuracy")
+
+    @property
+    def val_fgsm_accuracy(self) -> float | None:
+        return self.logs.get("val_fgsm_accuracy")
+
+    @property
+    def seconds(self) -> float | None:
+        return self.logs.get("epoch_time")
+
+    @property
+    def overfitting(self) -> bool:
+        """Whether the catastrophic-overfitting guard fired in this epoch."""
+        return (self.logs.get("val_overfitting") or 0) > 0
+
+    @property
+    def marked_best(self) -> bool | None:
+        """Whether validation saved this epoch's weights as the best so far (None: a run from
+        before validation marked it)."""
+        if "val_best" not in self.logs:
+            return None
+        return bool(self.logs["val_best"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, **self.logs}
+
+
+@dataclasses.dataclass
+class DivergenceOutcome:
+    """Why a run stopped as diverged (callbacks.Divergence)."""
+
+    epoch: int  # from 1
+    reason: str  # "skipped_batches" or "validation"
+    nonfinite_batches: int
+    steps: int
+    max_skipped_fraction: float
+    val_nonfinite_examples: int
+    last_finite_loss: float | None
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """results.json of a training run."""
+
+    config: TrainConfig
+    status: str = "running"  # "complete" once tested, "diverged" when it stopped so
+    history: list[Epoch] = dataclasses.field(default_factory=list)
+    # train.py's test of the selected model (training.evaluate_test); None before it ran.
+    final: dict[str, Any] | None = None
+    # The method's own config (its options, title, cost variant) and passes per step.
+    method: dict[str, Any] | None = None
+    code: dict[str, Any] | None = None  # provenance.code(): revision, dirty
+    # Fingerprints of the initial weights and the first training batch: runs of one seed
+    # share them whatever the method.
+    pairing: dict[str, str] | None = None
+    split: dict[str, Any] | None = None  # where validation came from, and the held-out seed
+    dataset: str | None = None
+    model: str | None = None
+    device: str | None = None
+    tf32: bool | None = None
+    machine: dict[str, Any] | None = None
+    replicas: int | None = None
+    steps_per_epoch: int | None = None
+    epochs: int | None = None
+    total_steps: int | None = None
+    optimizer_steps: int | None = None
+    divergence: DivergenceOutcome | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    # -------------------------------------------------------------------------- reading
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> RunRecord:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        config_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        saved = dict(payload.get("config") or {})
+        config = TrainConfig(**{k: v for k, v in saved.items() if k in config_fields})
+        values = {k: v for k, v in payload.items() if k in known and k != "config"}
+        values["history"] = [
+            Epoch(int(h["epoch"]), {k: v for k, v in h.items() if k != "epoch"})
+            for h in payload.get("history") or []
+        ]
+        if payload.get("divergence") is not None:
+            values["divergence"] = DivergenceOutcome(**payload["divergence"])
+        extra = {k: v for k, v in payload.items() if k not in known}
+        retired = {k: v for k, v in saved.items() if k not in config_fields}
+        if retired:  # config fields since retired: written back as they were
+            extra["config"] = retired
+        return cls(config=config, extra=extra, **values)
+
+    @classmethod
+    def load(cls, path: str) -> RunRecord:
+        """The record at `path`: FileNotFoundError where there is none, ValueError naming the
+        file where it is not a run's record."""
+        with open(path) as f:
+            try:
+                payload = json.load(f)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} is not readable JSON ({error})") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict):
+            raise ValueError(f"{path} is not a training run's record (no config)")
+        return cls.from_dict(payload)
+
+    @classmethod
+    def read(cls, path: str) -> RunRecord | None:
+        """The record at `path`, or None where it is absent or not (yet) a readable record."""
+        try:
+            return cls.load(path)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    # -------------------------------------------------------------------------- writing
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "extra":
+                continue
+            if field.name == "config":
+                value = {**dataclasses.asdict(value), **self.extra.get("config", {})}
+            elif field.name == "history":
+                value = [epoch.to_dict() for epoch in value]
+            elif field.name == "divergence":
+                value = None if value is None else dataclasses.asdict(value)
+            if value is None and field.name not in ("status", "config", "history"):
+                continue  # a part the run has not reached, or did not record
+            payload[field.name] = value
+        payload.update({k: v for k, v in self.extra.items() if k != "config"})
+        return payload
+
+    def save(self, path: str) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    # -------------------------------------------------------------------------- questions
+
+    def selected_epoch(self) -> Epoch | None:
+        """The epoch whose weights best.weights.h5 holds: the last one validation marked best
+        (none where validation never gave a number, as in a run that diverged at once); for a
+        run from before validation marked it, the epoch of the highest validation robust
+        accuracy."""
+        if any(epoch.marked_best is not None for epoch in self.history):
+            marked = [epoch for epoch in self.history if epoch.marked_best]
+            return marked[-1] if marked else None
+        finite = [
+            epoch
+            for epoch in self.history
+            if epoch.val_robust_accuracy is not None and math.isfinite(epoch.val_robust_accuracy)
+        ]
+        return max(finite, key=lambda epoch: epoch.val_robust_accuracy) if finite else None
+
+    def mean_log(self, name: str) -> float | None:
+        """The mean over epochs of a log (None where no epoch logged it)."""
+        values = [
+            e.get(name)
+            for e in self.history
+            if isinstance(e.get(name), numbers.Real) and math.isfinite(e.get(name))
+        ]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def is_diverged(self) -> bool:
+        return self.status == "diverged"
+
+    def keep_epochs_until(self, last: int) -> None:
+        """Forget the epochs after `last` (a resumed run trains them again)."""
+        self.history = [epoch for epoch in self.history if epoch.epoch <= last]
+
+    def record_epoch(self, epoch: Epoch) -> None:
+        """Add a finished epoch, in place of any earlier record of the same or a later one."""
+        self.keep_epochs_until(epoch.epoch - 1)
+        self.history.append(epoch)
+
+
+# ------------------------------------------------------------------------------ JSON files
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
+    or infinite number is written as null (JSON has no such numbers)."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
+            os.remove(tmp)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | np.ndarray):
+        return finite_or_null(value.tolist())
+    if hasattr(value, "numpy"):  # a TensorFlow tensor (this module does not import TensorFlow)
+        return finite_or_null(value.numpy().tolist())
+    raise TypeError(f"not JSON serializable: {type(value)}")
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with each NaN or infinite float, at any depth, replaced by None: JSON has no
+    spelling for them that every reader takes (results.json, model cards, sweep.json)."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, numbers.Real) and not math.isfinite(value):  # numpy's floats too
+        return None
+    return value

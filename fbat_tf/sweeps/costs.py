@@ -1,0 +1,170 @@
+"""Robustness against cost: each variant's training cost in passes through the model (and the
+measured time of its steps, second), its Pareto standing and its paired comparison with the
+most robust variant at each ε."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from fbat_tf import catalog
+from fbat_tf.sweeps import readings
+from fbat_tf.sweeps.comparisons import comparison, interval_words, margin_words
+
+
+def cell_passes(cell: dict[str, Any]) -> float | None:
+    """Passes through the model of the run's optimizer steps (DESIGN.md §3.6)."""
+    train = cell.get("train", {})
+    steps, per_step = train.get("optimizer_steps"), train.get("passes")
+    return None if not steps or not per_step else steps * catalog.total_passes(per_step)
+
+
+def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The cost bench's step times, where the definition names one, and whether they were
+    measured under a load above the machine's cores (then no choice rests on them)."""
+    cost = report.get("cost")
+    if not cost:
+        return None
+    setting = cost.get("setting", {})
+    load = setting.get("load_average_1min") or {}
+    cores = (setting.get("machine") or {}).get("cpu_count")
+    peak = max(load.values()) if load else None
+    return {
+        **cost,
+        "load": peak,
+        "cores": cores,
+        "under_load": peak is not None and cores is not None and peak > cores,
+    }
+
+
+def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
+    """Per ε, each variant: its runs' mean cost in passes, its passes per step, its
+    robustness (the last evaluation, mean over seeds), whether it is on the Pareto front (no
+    other is as cheap and as robust), its paired comparison with the most robust variant, and
+    the measured time of its steps where a cost bench gives one."""
+    name = readings.evaluations(report)[-1]["name"]
+    timing = measured_time(report)
+    per_eps: dict[float, list[dict[str, Any]]] = {}
+    for (variant, eps), cells in readings.groups(report["cells"]).items():
+        passes = [p for p in (cell_passes(cell) for cell in cells) if p is not None]
+        robust = readings.attacked(cells, name)
+        if not passes or not robust:
+            continue
+        row = {
+            "variant": readings.label(variant, cells),
+            "key": variant,
+            "passes": statistics.fmean(passes),
+            "passes_per_step": catalog.total_passes(cells[0]["train"]["passes"]),
+            "robust": statistics.fmean(robust),
+            "seeds": len(robust),
+        }
+        if timing:
+            step = timing["step_seconds"].get(cells[0]["train"].get("cost_variant"))
+            steps = [c["train"]["optimizer_steps"] for c in cells if "train" in c]
+            rounds = timing["round_step_seconds"].get(cells[0]["train"].get("cost_variant"))
+            if step is not None:
+                row["seconds"] = step * statistics.fmean(steps)
+                row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]
+        per_eps.setdefault(eps, []).append(row)
+    for eps, rows in per_eps.items():
+        best = max(rows, key=lambda row: row["robust"])
+        for row in rows:
+            row["pareto"] = not any(
+                other["passes"] <= row["passes"]
+                and other["robust"] >= row["robust"]
+                and (other["passes"], other["robust"]) != (row["passes"], row["robust"])
+                for other in rows
+            )
+            row["most_robust"] = row is best
+            row["versus_best"] = (
+                None if row is best else comparison(report, eps, row["key"], best["key"])
+            )
+        rows.sort(key=lambda row: row["passes"])
+    return dict(sorted(per_eps.items()))
+
+
+def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cheapest variant (in passes) that is the most robust or shown equivalent to it."""
+    return min(
+        (r for r in rows if r["most_robust"] or r["versus_best"]["verdict"] == "equivalent"),
+        key=lambda r: r["passes"],
+    )
+
+
+def cost_table(report: dict[str, Any]) -> list[str]:
+    """The robustness-against-cost section, or nothing where no run recorded its steps."""
+    rows_by_eps = cost_rows(report)
+    if not rows_by_eps:
+        return []
+    evaluation = readings.evaluations(report)[-1]
+    timing = measured_time(report)
+    lines = [
+        f"## Robustness against cost ({evaluation['label']})",
+        "",
+        "Cost: each run's optimizer steps × its method's passes through the model per step "
+        "(forward, backward and second-order passes, DESIGN.md §3.6), which no machine load "
+        "moves. Against the most robust variant at each ε: the paired difference of robust "
+        "accuracy over seeds (points, 95 % interval) and its verdict (equivalent: within "
+        f"{margin_words(report)} by two one-sided tests; one seed decides nothing). Pareto: no "
+        "other variant is both as cheap and as robust.",
+    ]
+    columns = "| ε (/255) | method | passes/step | run (k passes) | robust (%) | seeds | "
+    columns += "vs the most robust | verdict | Pareto |"
+    rule = "|---|---|---|---|---|---|---|---|---|"
+    if timing:
+        setting = timing.get("setting", {})
+        rounds = len(next(iter(timing["round_step_seconds"].values())))
+        load = "unrecorded" if timing["load"] is None else f"up to {timing['load']:.1f}"
+        lines[-1] += (
+            f" Time, second: each run's optimizer steps × its method's step time measured side "
+            f"by side in `{timing['source']}` ({setting.get('model')}, width "
+            f"{setting.get('width')}, batch {setting.get('batch_size')}, {setting.get('device')}"
+            f"; median and range over {rounds} rounds; load average {load} on "
+            f"{timing['cores']} cores)."
+        )
+        if timing["under_load"]:
+            lines[-1] += " **Measured under a load above the cores: indicative only.**"
+        columns += " time (s) |"
+        rule += "---|"
+    lines += ["", columns, rule]
+    for eps, rows in rows_by_eps.items():
+        for row in rows:
+            versus = row["versus_best"]
+            says = "most robust" if versus is None else versus["says"]
+            if versus and versus["marks"]:
+                says += f" ({', '.join(versus['marks'])})"
+            line = (
+                f"| {eps:g} | {row['variant']} | {row['passes_per_step']} | "
+                f"{row['passes'] / 1000:.1f} | {100 * row['robust']:.1f} | {row['seeds']} | "
+                f"{interval_words(versus)} | {says} | {'yes' if row['pareto'] else ''} |"
+            )
+            if timing:
+                spread = row.get("seconds_rounds") or []
+                time = "–" if "seconds" not in row else f"{row['seconds']:.0f}"
+                if len(spread) > 1:
+                    time += f" ({min(spread):.0f}–{max(spread):.0f})"
+                line += f" {time} |"
+            lines.append(line)
+    lines += [
+        "",
+        "The cheapest method (in passes) that is the most robust or shown equivalent to it, at "
+        "each ε; cheaper methods the seeds cannot tell from it are named as undecided:",
+        "",
+    ]
+    for eps, rows in rows_by_eps.items():
+        best = next(r for r in rows if r["most_robust"])
+        cheap = cheapest_equivalent(rows)
+        undecided = [
+            r["variant"]
+            for r in rows
+            if r["passes"] < cheap["passes"] and r["versus_best"]["verdict"] == "undecided"
+        ]
+        line = (
+            f"- ε = {eps:g}: {cheap['variant']} ({100 * cheap['robust']:.1f}%, "
+            f"{cheap['passes'] / 1000:.1f}k passes); most robust {best['variant']} "
+            f"({100 * best['robust']:.1f}%, {best['passes'] / 1000:.1f}k passes)"
+        )
+        if undecided:
+            line += f"; undecided: {', '.join(undecided)}"
+        lines.append(line)
+    return lines

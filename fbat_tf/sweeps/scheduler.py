@@ -1,0 +1,156 @@
+"""Running a sweep's cells, one after another in this process: each cell's train.py, then its
+evaluate.py commands, from the sweep's pinned code, with a line per cell and the report
+rewritten after each.
+
+    outcome = run_cells(definition, to_run, sweep_dir, code, wait_seconds=60)
+    outcome.failed, outcome.diverged              # cell names
+
+Several such processes may share one sweep directory: each cell is claimed (claims.py) by the
+process that runs it, and cells another live process holds are waited for, then taken over
+should it die.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from fbat_tf.run import Run
+from fbat_tf.sweeps import claims, revision
+from fbat_tf.sweeps.definition import Cell, Definition, commands
+from fbat_tf.sweeps.report import write_report
+from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
+
+
+def program(argv: list[str], code: revision.Pinned) -> list[str]:
+    """The command line of `python <argv>` with the program taken from the code the cells run."""
+    return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
+
+
+def run_program(argv: list[str], log_path: str, code: revision.Pinned) -> None:
+    """Run `python <argv>` from the sweep's code, in the working directory sweep.py was started
+    in (so that relative paths mean what they mean to sweep.py), its output appended to a log."""
+    command = program(argv, code)
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {shlex.join(['python', *command[1:]])}\n")
+        log.flush()
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if status != 0:
+        with open(log_path) as log:
+            tail = log.read()[-2000:]
+        raise RuntimeError(f"{argv[0]} failed (exit {status}); end of {log_path}:\n{tail}")
+
+
+def run_cell(
+    definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned
+) -> dict[str, float]:
+    """Train (or resume) and evaluate one cell; seconds spent per part."""
+    cell_dir = os.path.join(sweep_dir, cell.name)
+    argv = commands(definition, cell, sweep_dir)
+    # Logs beside the cells: train.py wants a new run directory empty.
+    log_dir = os.path.join(sweep_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    spent = {}
+    start = time.perf_counter()
+    if cell_state(cell_dir) in ("new", "started"):
+        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"), code)
+    spent["train"] = time.perf_counter() - start
+    if not Run(cell_dir).has_best_weights():
+        raise RuntimeError(
+            f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
+            "the committed results), so it cannot be evaluated: delete "
+            f"{Run(cell_dir).results_path} to train it again"
+        )
+    start = time.perf_counter()
+    log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+    # Budgets added to the grid after an evaluation ran go into a file of their own.
+    missing = missing_budgets(definition, cell, cell_dir)
+    later = commands(definition, cell, sweep_dir, missing)
+    for evaluation in definition.evaluations:
+        if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
+            run_program(argv[evaluation.name], log, code)
+        elif evaluation.name in missing:
+            run_program(later[evaluation.name], log, code)
+    spent["evaluate"] = time.perf_counter() - start
+    return spent
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """The cells a run of the scheduler could not finish: diverged (a finding) or failed."""
+
+    diverged: list[str] = dataclasses.field(default_factory=list)
+    failed: list[str] = dataclasses.field(default_factory=list)
+
+
+def run_cells(
+    definition: Definition,
+    to_run: list[Cell],
+    sweep_dir: str,
+    code: revision.Pinned,
+    wait_seconds: float,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> Outcome:
+    """Run the cells in order, each claimed while it runs; one line per cell (its time, the
+    sweep's, and the time left at the mean of the cells run so far), the report rewritten
+    after each. Cells another live process holds are waited for."""
+    outcome = Outcome()
+    spent_cells: list[float] = []
+    begin = time.perf_counter()
+    ran = 0
+    pending = to_run
+    while pending:
+        waiting = []
+        for cell in pending:
+            cell_dir = os.path.join(sweep_dir, cell.name)
+            if cell_state(cell_dir, definition) == "done":
+                continue  # finished by another process
+            claim = claims.take(sweep_dir, cell.name)
+            if claim is None:
+                waiting.append(cell)
+                continue
+            ran += 1
+            counter = f"[{ran}/{len(to_run)}] {cell.name}"
+            try:
+                if cell_state(cell_dir, definition) == "done":
+                    continue
+                spent = run_cell(definition, cell, sweep_dir, code)
+            except RuntimeError as error:
+                if cell_state(cell_dir) == "diverged":  # a finding, not a failure
+                    outcome.diverged.append(cell.name)
+                    say(
+                        f"{counter}: diverged in training, not evaluated: "
+                        f"{Run(cell_dir).divergence_message()}"
+                    )
+                else:
+                    outcome.failed.append(cell.name)
+                    print(f"{counter}: FAILED\n{error}", file=sys.stderr)
+                continue
+            finally:
+                claim.release()
+            spent_cells.append(sum(spent.values()))
+            left = (len(to_run) - ran) * sum(spent_cells) / len(spent_cells)
+            say(
+                f"{counter}: trained in {duration(spent['train'])}, evaluated in "
+                f"{duration(spent['evaluate'])}; sweep {duration(time.perf_counter() - begin)} "
+                f"spent, about {duration(left)} left"
+            )
+            write_report(collect(definition, sweep_dir), sweep_dir)
+        if waiting:
+            names = ", ".join(c.name for c in waiting[:3]) + (", ..." if len(waiting) > 3 else "")
+            say(f"waiting for {len(waiting)} cells other sweep.py processes run: {names}")
+            time.sleep(wait_seconds)
+        pending = waiting
+    return outcome

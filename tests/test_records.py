@@ -1,0 +1,115 @@
+"""A run's record as types: every committed results.json loads and is written back as it was,
+the selected epoch is worked out one way, and keys a version does not know survive it."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+
+import pytest
+
+from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord, TrainConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMITTED = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "results.json")))
+
+
+def test_the_committed_records_are_many():
+    assert len(COMMITTED) >= 100  # every study's cells
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_path):
+    with open(path) as f:
+        saved = json.load(f)
+    record = RunRecord.load(path)
+    assert record.config.dataset == saved["config"]["dataset"]
+    assert [e.epoch for e in record.history] == [h["epoch"] for h in saved["history"]]
+    copy = tmp_path / "results.json"
+    record.save(str(copy))
+    written = json.loads(copy.read_text())
+    # A part a run did not record (null) is left out; every other value is as it was, and the
+    # config gains the fields added since at the defaults it ran with.
+    defaults = dataclasses.asdict(TrainConfig(workdir=saved["config"]["workdir"]))
+    assert written == {
+        **{k: v for k, v in saved.items() if v is not None},
+        "config": {**defaults, **saved["config"]},
+    }
+
+
+def epochs(*logs: dict) -> list[Epoch]:
+    return [Epoch(i + 1, dict(values)) for i, values in enumerate(logs)]
+
+
+def test_the_selected_epoch_is_the_last_marked_best_else_the_most_robust():
+    config = TrainConfig(workdir="w")
+    marked = RunRecord(
+        config,
+        history=epochs(
+            {"val_best": 1.0, "val_robust_accuracy": 0.3},
+            {"val_best": 1.0, "val_robust_accuracy": 0.4},
+            {"val_best": 0.0, "val_robust_accuracy": 0.5},  # not saved: e.g. overfitting
+        ),
+    )
+    assert marked.selected_epoch().epoch == 2
+    never = RunRecord(config, history=epochs({"val_best": 0.0, "val_robust_accuracy": None}))
+    assert never.selected_epoch() is None  # diverged before validation gave a number
+    # Runs from before validation marked it: the highest finite robust accuracy, first of ties.
+    older = RunRecord(
+        config,
+        history=epochs(
+            {"val_robust_accuracy": 0.2},
+            {"val_robust_accuracy": float("nan")},
+            {"val_robust_accuracy": 0.35},
+            {"val_robust_accuracy": 0.35},
+        ),
+    )
+    assert older.selected_epoch().epoch == 3
+    assert RunRecord(config).selected_epoch() is None
+
+
+def test_unknown_keys_and_retired_config_fields_survive_and_missing_fields_default(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(
+        json.dumps(
+            {
+                "config": {"workdir": "w", "method": "fastat", "old_flag": 3},
+                "status": "complete",
+                "history": [{"epoch": 1, "loss": 1.5, "new_log": 2.0}],
+                "later_block": {"x": 1},
+                "divergence": None,
+            }
+        )
+    )
+    record = RunRecord.load(str(path))
+    assert record.config.method == "fastat"
+    assert record.config.validation_from == "train"  # as runs before the field ran
+    assert record.history[0].get("new_log") == 2.0
+    record.save(str(path))
+    written = json.loads(path.read_text())
+    assert written["later_block"] == {"x": 1}
+    assert written["config"]["old_flag"] == 3
+    assert written["history"] == [{"epoch": 1, "loss": 1.5, "new_log": 2.0}]
+
+
+def test_a_diverged_record_round_trips_with_its_outcome(tmp_path):
+    outcome = DivergenceOutcome(3, "skipped_batches", 40, 100, 0.25, 0, None)
+    record = RunRecord(TrainConfig(workdir="w"), status="diverged", divergence=outcome)
+    path = str(tmp_path / "results.json")
+    record.save(path)
+    again = RunRecord.load(path)
+    assert again.is_diverged and again.divergence == outcome
+
+
+def test_a_file_that_is_not_a_record_is_refused_naming_it(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="results.json is not readable JSON"):
+        RunRecord.load(str(path))
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a training run's record"):
+        RunRecord.load(str(path))
+    assert RunRecord.read(str(path)) is None
+    assert RunRecord.read(str(tmp_path / "absent.json")) is None
