@@ -32,6 +32,10 @@ MODELS = (
 ACTIVATIONS = ("relu", "softplus", "swish")
 METHODS = ("standard", "fastat", "fastat_ga", "nfgsm", "pgd", "free", "fastbat")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+# PGD-K-R as evaluations run it unless told otherwise: PGD-50-10 (DESIGN.md §4.2). Every default
+# of PGD's steps and restarts (the attack, its registry options, train.py's final test, a sweep
+# definition's evaluation) is this one.
+PGD_STEPS, PGD_RESTARTS = 50, 10
 
 # Fast-BAT's choices (DESIGN.md §3).
 IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware", "none")

@@ -23,6 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from fbat_tf import catalog
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack, bar_verbosity
 from fbat_tf.attacks.losses import correct, cross_entropy
@@ -53,8 +54,8 @@ def _nonfinite_rows(values: tf.Tensor) -> tf.Tensor:
 
 def pgd_attacks(
     eps_values: Sequence[float],
-    steps: int = 50,
-    restarts: int = 10,
+    steps: int = catalog.PGD_STEPS,
+    restarts: int = catalog.PGD_RESTARTS,
     jit_compile: bool = False,
 ) -> dict[str, tuple[float, Attack]]:
     """PGD-K-R at each ε (pixel units), named "pgd@<ε in 1/255>"."""

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from fbat_tf import catalog
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -53,8 +55,8 @@ class TrainConfig:
     val_restarts: int = 1
     val_examples: int = 1000
     eval_examples: int = 1000
-    eval_pgd_steps: int = 50
-    eval_pgd_restarts: int = 10
+    eval_pgd_steps: int = catalog.PGD_STEPS
+    eval_pgd_restarts: int = catalog.PGD_RESTARTS
     eval_autoattack: bool = True
     strategy: str = "default"
     stop_on_overfitting: bool = False

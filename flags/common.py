@@ -5,26 +5,37 @@ On the command line ε is in 1/255 units (`--eps=8` means 8/255) for every datas
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
 from absl import flags
 
 from fbat_tf import catalog
+from fbat_tf.records import TrainConfig
 
-DATASET = flags.DEFINE_enum("dataset", "cifar10", list(catalog.DATASETS), "Dataset name.")
+# The run's defaults, written once, in TrainConfig: every flag that sets a field of it takes the
+# field's default (ε, the precision, XLA and verbosity aside: their flags speak other units or
+# add "auto").
+RUN = {
+    field.name: field.default
+    for field in dataclasses.fields(TrainConfig)
+    if field.default is not dataclasses.MISSING
+}
+
+DATASET = flags.DEFINE_enum("dataset", RUN["dataset"], list(catalog.DATASETS), "Dataset name.")
 DATA_DIR = flags.DEFINE_string(
     "data_dir",
-    None,
+    RUN["data_dir"],
     "Directory with local dataset files (CIFAR python tarball or folder, MNIST-style IDX .gz "
     "files, tiny-imagenet-200/) or prepared TFDS data. Default: the standard places.",
 )
 DOWNLOAD = flags.DEFINE_bool(
-    "download", True, "Let TFDS download a dataset that is neither local nor prepared."
+    "download", RUN["download"], "Let TFDS download a dataset that is neither local nor prepared."
 )
 VALIDATION_FROM = flags.DEFINE_enum(
     "validation_from",
-    "train",
+    RUN["validation_from"],
     ["train", "test"],
     "Where model selection's validation examples come from. train: the training split's last "
     "10%. test: half of each class of the test split, drawn by a fixed seed, with training on "
@@ -37,8 +48,12 @@ flags.register_multi_flags_validator(
     message="--validation_from=test needs a dataset held in memory; "
     f"{', '.join(catalog.STREAMED_DATASETS)} take validation from the training split",
 )
-BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Global batch size.", lower_bound=1)
-SEED = flags.DEFINE_integer("seed", 0, "Seed of weights, data order and every random draw.")
+BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", RUN["batch_size"], "Global batch size.", lower_bound=1
+)
+SEED = flags.DEFINE_integer(
+    "seed", RUN["seed"], "Seed of weights, data order and every random draw."
+)
 PRECISION = flags.DEFINE_enum(
     "precision",
     "auto",
@@ -55,7 +70,7 @@ JIT_COMPILE = flags.DEFINE_enum(
 )
 STRATEGY = flags.DEFINE_enum(
     "strategy",
-    "default",
+    RUN["strategy"],
     list(catalog.STRATEGIES),
     "tf.distribute strategy; --batch_size is the global batch, split over the replicas "
     "(see BUILD.md).",

@@ -6,34 +6,39 @@ from absl import flags
 
 from fbat_tf import catalog
 from flags import common
-from flags.common import eps_flag
+from flags.common import RUN, eps_flag
 
 # What to train.
-METHOD = flags.DEFINE_enum("method", "fastbat", list(catalog.METHODS), "Training method.")
-MODEL = flags.DEFINE_enum("model", "preact_resnet18", list(catalog.MODELS), "Architecture.")
+METHOD = flags.DEFINE_enum("method", RUN["method"], list(catalog.METHODS), "Training method.")
+MODEL = flags.DEFINE_enum("model", RUN["model"], list(catalog.MODELS), "Architecture.")
 WIDTH = flags.DEFINE_integer(
-    "width", None, "Base channel count (default: the architecture's standard).", lower_bound=1
+    "width",
+    RUN["width"],
+    "Base channel count (default: the architecture's standard).",
+    lower_bound=1,
 )
 ACTIVATION = flags.DEFINE_enum(
-    "activation", "relu", list(catalog.ACTIVATIONS), "Nonlinearity of the model."
+    "activation", RUN["activation"], list(catalog.ACTIVATIONS), "Nonlinearity of the model."
 )
 EPS = eps_flag("eps", 8.0, "Training perturbation budget ε.")
 
 # Optimization.
 EPOCHS = flags.DEFINE_integer(
-    "epochs", 20, "Epochs (Free-AT divides them by --free_replays).", lower_bound=1
+    "epochs", RUN["epochs"], "Epochs (Free-AT divides them by --free_replays).", lower_bound=1
 )
-LR_MAX = flags.DEFINE_float("lr_max", 0.2, "Peak learning rate.", lower_bound=0.0)
+LR_MAX = flags.DEFINE_float("lr_max", RUN["lr_max"], "Peak learning rate.", lower_bound=0.0)
 LR_SCHEDULE = flags.DEFINE_enum(
     "lr_schedule",
-    "cyclic",
+    RUN["lr_schedule"],
     ["cyclic", "piecewise"],
     "cyclic: 0 -> lr_max at mid-training -> 0, per iteration; piecewise: x0.1 at 50% and 75%.",
 )
-MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum.", lower_bound=0.0, upper_bound=1.0)
+MOMENTUM = flags.DEFINE_float(
+    "momentum", RUN["momentum"], "SGD momentum.", lower_bound=0.0, upper_bound=1.0
+)
 MOMENTUM_AT_PEAK = flags.DEFINE_float(
     "momentum_at_peak",
-    None,
+    RUN["momentum_at_peak"],
     "Momentum at the learning-rate peak of the cyclic schedule, moving linearly with the rate "
     "from --momentum at lr 0 (0.8 with --momentum=0.9 is PyTorch CyclicLR's default, which the "
     "paper's released trainer uses). Default: constant --momentum.",
@@ -46,13 +51,22 @@ flags.register_multi_flags_validator(
     message="--momentum_at_peak cycles the momentum with --lr_schedule=cyclic only",
 )
 WEIGHT_DECAY = flags.DEFINE_float(
-    "weight_decay", 5e-4, "Coupled L2 weight decay (added to the gradient).", lower_bound=0.0
+    "weight_decay",
+    RUN["weight_decay"],
+    "Coupled L2 weight decay (added to the gradient).",
+    lower_bound=0.0,
 )
 MAX_TRAIN_EXAMPLES = flags.DEFINE_integer(
-    "max_train_examples", None, "Train on the first N training examples only.", lower_bound=1
+    "max_train_examples",
+    RUN["max_train_examples"],
+    "Train on the first N training examples only.",
+    lower_bound=1,
 )
 STEPS_PER_EPOCH = flags.DEFINE_integer(
-    "steps_per_epoch", None, "Optimizer batches per epoch (default: one pass).", lower_bound=1
+    "steps_per_epoch",
+    RUN["steps_per_epoch"],
+    "Optimizer batches per epoch (default: one pass).",
+    lower_bound=1,
 )
 
 # Method options.
@@ -111,35 +125,46 @@ FREE_REPLAYS = flags.DEFINE_integer("free_replays", 8, "Free-AT replays m.", low
 
 # Validation, model selection and final evaluation.
 VAL_ATTACK_STEPS = flags.DEFINE_integer(
-    "val_attack_steps", 10, "PGD steps of robust validation.", lower_bound=1
+    "val_attack_steps", RUN["val_attack_steps"], "PGD steps of robust validation.", lower_bound=1
 )
 VAL_RESTARTS = flags.DEFINE_integer(
-    "val_restarts", 1, "PGD restarts of robust validation.", lower_bound=1
+    "val_restarts", RUN["val_restarts"], "PGD restarts of robust validation.", lower_bound=1
 )
 VAL_EXAMPLES = flags.DEFINE_integer(
-    "val_examples", 1000, "Validation examples attacked each epoch (0: all).", lower_bound=0
+    "val_examples",
+    RUN["val_examples"],
+    "Validation examples attacked each epoch (0: all).",
+    lower_bound=0,
 )
 EVAL_EXAMPLES = flags.DEFINE_integer(
-    "eval_examples", 1000, "Test examples of the final evaluation (0: all).", lower_bound=0
+    "eval_examples",
+    RUN["eval_examples"],
+    "Test examples of the final evaluation (0: all).",
+    lower_bound=0,
 )
 EVAL_PGD_STEPS = flags.DEFINE_integer(
-    "eval_pgd_steps", 50, "PGD steps of the final evaluation.", lower_bound=1
+    "eval_pgd_steps", RUN["eval_pgd_steps"], "PGD steps of the final evaluation.", lower_bound=1
 )
 EVAL_PGD_RESTARTS = flags.DEFINE_integer(
-    "eval_pgd_restarts", 10, "PGD restarts of the final evaluation.", lower_bound=1
+    "eval_pgd_restarts",
+    RUN["eval_pgd_restarts"],
+    "PGD restarts of the final evaluation.",
+    lower_bound=1,
 )
 EVAL_AUTOATTACK = flags.DEFINE_bool(
-    "eval_autoattack", True, "Also run AutoAttack (standard) in the final evaluation."
+    "eval_autoattack",
+    RUN["eval_autoattack"],
+    "Also run AutoAttack (standard) in the final evaluation.",
 )
 STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "stop_on_overfitting",
-    False,
+    RUN["stop_on_overfitting"],
     "Stop when the catastrophic-overfitting guard fires (it always warns and logs).",
 )
 
 MAX_SKIPPED_FRACTION = flags.DEFINE_float(
     "max_skipped_fraction",
-    0.25,
+    RUN["max_skipped_fraction"],
     "Stop the run as diverged when more than this fraction of an epoch's steps are skipped "
     "because their loss, gradients or batch-norm statistics are not finite.",
     lower_bound=0.0,
@@ -157,7 +182,7 @@ WORKDIR = flags.DEFINE_string(
 )
 TENSORBOARD_EVERY = flags.DEFINE_integer(
     "tensorboard_every",
-    100,
+    RUN["tensorboard_every"],
     "Also write training scalars every N batches (0: per epoch only).",
     lower_bound=0,
 )

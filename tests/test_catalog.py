@@ -78,3 +78,40 @@ def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name,
     method = methods.create(name, eps=8 / 255, **options)
     assert method.cost_variant == spelled
     assert catalog.cost_variant(name, method.config()) == spelled  # from a recorded config
+
+
+def test_each_default_is_written_once():
+    """train.py's flags take TrainConfig's defaults (those in other units aside), and every
+    default of PGD's steps and restarts is the catalog's PGD-50-10."""
+    import dataclasses
+    import inspect
+
+    from absl import flags as absl_flags
+
+    import flags.common  # noqa: F401 (defines the flags)
+    import flags.train  # noqa: F401
+    from fbat_tf.attacks.pgd import PGD
+    from fbat_tf.attacks.transfer import transfer_pgd
+    from fbat_tf.evaluation import pgd_attacks
+    from fbat_tf.records import TrainConfig
+    from fbat_tf.sweeps import estimate, evaluations
+
+    other_units = {"workdir", "eps", "precision", "jit_compile", "verbose"}
+    compared = 0
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in absl_flags.FLAGS and field.name not in other_units:
+            assert absl_flags.FLAGS[field.name].default == field.default, field.name
+            compared += 1
+    assert compared >= 25
+    pgd = (catalog.PGD_STEPS, catalog.PGD_RESTARTS)
+    assert pgd == (50, 10)
+    for function in (PGD.__init__, transfer_pgd, pgd_attacks):
+        parameters = inspect.signature(function).parameters
+        assert (parameters["steps"].default, parameters["restarts"].default) == pgd
+    assert tuple(attacks.entry("pgd").defaults().values()) == pgd
+    config = TrainConfig(workdir="w")
+    assert (config.eval_pgd_steps, config.eval_pgd_restarts) == pgd
+    older = evaluations.EVALUATION_DEFAULTS
+    assert (older["pgd_steps"], older["pgd_restarts"]) == pgd
+    defaults = estimate.TRAIN_DEFAULTS
+    assert (defaults["eval_pgd_steps"], defaults["eval_pgd_restarts"]) == pgd

@@ -25,6 +25,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fbat_tf import catalog
+
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -65,8 +67,8 @@ class Entry:
 
 
 _PGD_OPTIONS = (
-    Option("steps", 50, "PGD steps K.", lower_bound=1),
-    Option("restarts", 10, "PGD random restarts R.", lower_bound=1),
+    Option("steps", catalog.PGD_STEPS, "PGD steps K.", lower_bound=1),
+    Option("restarts", catalog.PGD_RESTARTS, "PGD random restarts R.", lower_bound=1),
 )
 _AUTOATTACK = "fbat_tf.attacks.autoattack"
 # AutoAttack standard's parts: forward-backward passes per attacked example (a forward counts

@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import catalog, constraints
 from fbat_tf.attacks.base import Attack, Loop
 from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
@@ -28,8 +28,8 @@ class PGD(Attack):
     def __init__(
         self,
         eps: float,
-        steps: int = 50,
-        restarts: int = 10,
+        steps: int = catalog.PGD_STEPS,
+        restarts: int = catalog.PGD_RESTARTS,
         step_size: float | None = None,
         jit_compile: bool | None = False,
         random_start: bool = True,

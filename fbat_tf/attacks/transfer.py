@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from fbat_tf import catalog
 from fbat_tf.attacks.base import Attack, Breakdown
 from fbat_tf.attacks.pgd import PGD
 
@@ -28,7 +29,11 @@ class TransferAttack(Attack):
 
 
 def transfer_pgd(
-    eps: float, steps: int = 50, restarts: int = 10, *, source: Callable
+    eps: float,
+    steps: int = catalog.PGD_STEPS,
+    restarts: int = catalog.PGD_RESTARTS,
+    *,
+    source: Callable,
 ) -> TransferAttack:
     """PGD-K-R crafted on `source` (the registry's "transfer")."""
     return TransferAttack(source, PGD(eps, steps, restarts))

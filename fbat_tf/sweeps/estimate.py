@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fbat_tf import attacks
+from fbat_tf.records import TrainConfig
 from fbat_tf.sweeps.definition import Cell, Definition, expand
 
 
@@ -48,16 +49,18 @@ def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | No
     return None
 
 
-# train.py's defaults for the epoch's robust validation and its final evaluation
-# (flags/train.py).
+# train.py's defaults for the epoch's robust validation and its final evaluation: TrainConfig's.
 TRAIN_DEFAULTS = {
-    "val_examples": 1000,
-    "val_attack_steps": 10,
-    "val_restarts": 1,
-    "eval_examples": 1000,
-    "eval_pgd_steps": 50,
-    "eval_pgd_restarts": 10,
-    "eval_autoattack": True,
+    name: getattr(TrainConfig(workdir=""), name)
+    for name in (
+        "val_examples",
+        "val_attack_steps",
+        "val_restarts",
+        "eval_examples",
+        "eval_pgd_steps",
+        "eval_pgd_restarts",
+        "eval_autoattack",
+    )
 }
 
 

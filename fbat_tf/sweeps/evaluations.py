@@ -9,13 +9,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fbat_tf import attacks, run
+from fbat_tf import attacks, catalog, run
 from fbat_tf.sweeps.errors import DefinitionError
 
 # The older form of "evaluation" and its defaults.
 EVALUATION_DEFAULTS = {
-    "pgd_steps": 50,
-    "pgd_restarts": 10,
+    "pgd_steps": catalog.PGD_STEPS,
+    "pgd_restarts": catalog.PGD_RESTARTS,
     "pgd_examples": 1000,
     "autoattack_examples": 1000,
     "batch_size": 500,
