@@ -101,3 +101,16 @@ def test_the_accuracy_step_bounds_the_spread_of_the_differences():
     assert found["interval"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-4)
     assert found["verdict"] == "equivalent"
     assert paired.compare(a, b)["verdict"] == "a"  # without the bound: a spurious lead
+
+
+def test_a_difference_that_rounds_to_zero_is_written_without_a_minus():
+    from fbat_tf.sweeps.paired import signed_points
+
+    assert [signed_points(v) for v in (-0.04, 0.04, 0.0, -0.05, 1.25, -2.0)] == [
+        "+0.0",
+        "+0.0",
+        "+0.0",
+        "-0.1",
+        "+1.2",
+        "-2.0",
+    ]

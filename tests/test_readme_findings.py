@@ -74,7 +74,8 @@ def test_every_quoted_paired_verdict_is_the_reports():
             else:  # quoted the other way round
                 pair = report[b, a, eps]
                 expected = (-pair["mean"], -pair["interval"][1], -pair["interval"][0])
-            shown = tuple(f"{value:+.1f}" for value in expected)
+            # One decimal with its sign; a zero is "+0.0" from either side.
+            shown = tuple(f"{value:+.1f}".replace("-0.0", "+0.0") for value in expected)
             assert (mean, low, high) == shown, (heading, a, b, eps)
             assert says == pair["says"], (heading, a, b, eps)
             checked += 1

@@ -76,9 +76,11 @@ def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def interval_words(found: dict[str, Any] | None) -> str:
     if not found or found["interval"] is None:
-        return "–" if not found or found["mean"] is None else f"{found['mean']:+.1f} (one seed)"
-    low, high = found["interval"]
-    return f"{found['mean']:+.1f} [{low:+.1f}, {high:+.1f}]"
+        if not found or found["mean"] is None:
+            return "–"
+        return f"{paired.signed_points(found['mean'])} (one seed)"
+    low, high = (paired.signed_points(value) for value in found["interval"])
+    return f"{paired.signed_points(found['mean'])} [{low}, {high}]"
 
 
 def margin_words(report: dict[str, Any]) -> str:

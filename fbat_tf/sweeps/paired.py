@@ -110,3 +110,10 @@ def describe(found: Mapping[str, Any], a: str, b: str) -> str:
     if verdict == "equivalent":
         return f"equivalent within ±{found['margin']:g} point{'s' if found['margin'] != 1 else ''}"
     return "undecided"
+
+
+def signed_points(value: float) -> str:
+    """A difference in points with its sign, one decimal: "+1.2", "-0.4", and "+0.0" for a
+    difference that rounds to zero from either side (never "-0.0")."""
+    text = f"{value:+.1f}"
+    return "+0.0" if text == "-0.0" else text
