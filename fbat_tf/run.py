@@ -1,7 +1,7 @@
 """A training run directory, and the one place that knows its layout.
 
     run = Run("runs/demo")
-    run.is_run(), run.is_complete()        # results.json present / its status "complete"
+    run.is_run(), run.status()             # results.json present / "running", "complete", ...
     run.is_diverged()                      # its status "diverged"; run.divergence_message()
     run.record()                           # results.json as a records.RunRecord
     run.config()                           # the TrainConfig the run was started with
@@ -167,13 +167,17 @@ class Run:
         """results.json, or None when absent or not (yet) a readable record."""
         return RunRecord.read(self.results_path)
 
-    def is_complete(self) -> bool:
+    def status(self) -> str | None:
+        """The record's status ("running", "complete", "diverged"), read once; None without a
+        readable record."""
         record = self.read_record()
-        return record is not None and record.is_complete
+        return None if record is None else record.status
+
+    def is_complete(self) -> bool:
+        return self.status() == "complete"
 
     def is_diverged(self) -> bool:
-        record = self.read_record()
-        return record is not None and record.is_diverged
+        return self.status() == "diverged"
 
     def divergence_message(self, record: RunRecord | None = None) -> str:
         """What a diverged run's results.json (or `record`) says of it, in words, with what to

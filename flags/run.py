@@ -90,9 +90,10 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
             + "; ".join(differing)
             + "). Use a new --workdir, or the same flags to resume."
         )
-    if run.is_diverged():
+    status = run.status()
+    if status == "diverged":
         return "diverged"
-    return "complete" if run.is_complete() else "resume"
+    return "complete" if status == "complete" else "resume"
 
 
 # Method options spelt otherwise on the command line than in the method's constructor.

@@ -71,9 +71,10 @@ def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     the training's state alone ('trained' at most). A diverged run is not trained again (train.py
     refuses it) nor evaluated."""
     cell = run.Run(cell_dir)
-    if cell.is_diverged():
+    status = cell.status()
+    if status == "diverged":
         return "diverged"
-    if not cell.is_complete():
+    if status != "complete":
         return "started" if os.path.exists(cell.flags_path) else "new"
     if definition is None:
         return "trained"
