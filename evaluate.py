@@ -109,12 +109,13 @@ def load_models(model_path: str, strategy):
     return classifier, known, source
 
 
-def setting(model_path: str, known: dict) -> tuple[str, list[float], str]:
-    """The dataset, the budgets and where the run's validation came from: the command line's,
-    else the model's own; ValueError where neither says."""
+def setting(model_path: str, named: str | None, known: dict) -> tuple[str, list[float], str]:
+    """The dataset, the budgets and where the run's validation came from: the command line's
+    (the dataset `named`, read once by named_dataset), else the model's own; ValueError where
+    neither says."""
     from fbat_tf import data
 
-    dataset = named_dataset() or known.get("dataset")
+    dataset = named or known.get("dataset")
     if dataset is None:
         raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
     data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
@@ -245,7 +246,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {results_path} exists; pass another --results")  # now that it is known
     try:
         classifier, known, source = load_models(model_path, strategy)
-        dataset, eps_values, validation_from = setting(model_path, known)
+        dataset, eps_values, validation_from = setting(model_path, named, known)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
     split, examples = checked_split(model_path, classifier, dataset, validation_from)
