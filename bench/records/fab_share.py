@@ -1,0 +1,70 @@
+"""How many examples AutoAttack's FAB-T breaks that APGD-CE and APGD-T left robust, over every
+committed AutoAttack evaluation: what choosing one FAB flavour over another can move at most.
+
+    python bench/records/fab_share.py        # writes bench/results/fab_share.json and .md
+
+AutoAttack (standard) runs APGD-CE, APGD-T, FAB-T and Square in turn, each on what the ones
+before left robust; evaluate.py records the robust accuracy after each part. FAB-T's share is
+the accuracy after APGD-T minus the accuracy after FAB-T, times the examples. Reads files only.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shares() -> list[dict]:
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        for key, parts in result.get("autoattack_per_attack", {}).items():
+            if "apgd-t" in parts and "fab-t" in parts:
+                broken = round((parts["apgd-t"] - parts["fab-t"]) * result["examples"])
+                found.append(
+                    {
+                        "file": os.path.relpath(path, ROOT),
+                        "budget": key,
+                        "examples": result["examples"],
+                        "fab_t_broke": broken,
+                    }
+                )
+    return found
+
+
+def main() -> None:
+    found = shares()
+    examples = sum(row["examples"] for row in found)
+    broke = sum(row["fab_t_broke"] for row in found)
+    worst = max(found, key=lambda row: row["fab_t_broke"])
+    summary = {
+        "evaluations": len(found),
+        "examples": examples,
+        "fab_t_broke": broke,
+        "evaluations_where_it_broke_any": sum(1 for row in found if row["fab_t_broke"] > 0),
+        "most_in_one": {key: worst[key] for key in ("file", "budget", "examples", "fab_t_broke")},
+    }
+    out = os.path.join(ROOT, "bench", "results", "fab_share")
+    with open(f"{out}.json", "w") as f:
+        json.dump({"summary": summary, "evaluations": found}, f, indent=2)
+    text = "\n".join(
+        [
+            "| AutoAttack evaluations | examples | broken by FAB-T after APGD-T | evaluations "
+            "with any | most in one evaluation |",
+            "|---|---|---|---|---|",
+            f"| {len(found)} | {examples} | {broke} ({100 * broke / examples:.3f}%) | "
+            f"{summary['evaluations_where_it_broke_any']} | {worst['fab_t_broke']} of "
+            f"{worst['examples']} ({worst['file']}, {worst['budget']}) |",
+        ]
+    )
+    with open(f"{out}.md", "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
