@@ -184,8 +184,8 @@ MUTATIONS = [
         "T12",
         "a resumed run reads the data from the first epoch again",
         "fbat_tf/training.py",
-        "start_batch=initial_epoch * steps_per_epoch,",
-        "start_batch=0,",
+        "built.stream(initial_epoch * built.steps_per_epoch),",
+        "built.stream(0),",
         ("tests/test_resume.py",),
     ),
     # Our own: where a bug would cost a user most.
@@ -289,8 +289,8 @@ MUTATIONS = [
         "O12",
         "train.py's final evaluation runs the mixed-precision model",
         "fbat_tf/training.py",
-        'payload["final"] = evaluate_test(float32_classifier, config)',
-        'payload["final"] = evaluate_test(classifier, config)',
+        "record.final = evaluate_test(float32_classifier, config)",
+        "record.final = evaluate_test(built.classifier, config)",
         (
             "tests/test_train_cli.py::test_final_evaluation_runs_the_float32_model_evaluate_py_loads",
         ),
