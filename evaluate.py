@@ -42,16 +42,12 @@ FLAGS = absl_flags.FLAGS
 
 
 def build_attacks(names, eps_values, jit_compile, source=None):
-    """{"<attack>@<ε/255>": (ε, attack)} in the order asked, each with its flags' options."""
+    """{(attack, ε): attack} in the order asked, each with its flags' options."""
+    from fbat_tf import evaluation
+
+    options = {name: eval_flags.attack_options(name) for name in names}
     context = {"jit_compile": jit_compile, "source": source}
-    return {
-        f"{name}@{eps * 255:g}": (
-            eps,
-            attacks.create(name, eps, context, **eval_flags.attack_options(name)),
-        )
-        for eps in eps_values
-        for name in names
-    }
+    return evaluation.registry_attacks(names, eps_values, options, context)
 
 
 def label(name: str) -> str:
@@ -162,59 +158,54 @@ def checked_split(model_path: str, classifier, dataset: str, validation_from: st
     return split, examples
 
 
-def described(results: dict, model_path: str, dataset: str, validation_from: str) -> dict:
-    """evaluate()'s results with what produced them, and any sign of gradient masking."""
+def described(result, model_path: str, dataset: str, validation_from: str):
+    """evaluate()'s EvaluationResult with what produced it, and any sign of gradient masking."""
     from fbat_tf import device, provenance
     from fbat_tf.attacks.autoattack import masking_gap
 
-    # Summed over every replica and worker.
-    breakdown = results.pop("per_attack")
-    seconds = results.pop("per_attack_seconds")
-    results.update(
+    result.dataset = dataset
+    result.code = provenance.code()
+    result.device = device.describe()
+    result.extra.update(
         model_path=model_path,
-        dataset=dataset,
         split=eval_flags.SPLIT.value,
         validation_from=validation_from,
         attacks=eval_flags.ATTACKS.value,
         **{name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
-        autoattack_per_attack=breakdown,
-        autoattack_seconds=seconds,
         seed=common.SEED.value,
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
         strategy=common.STRATEGY.value,
-        device=device.describe(),
         machine=provenance.machine(),
-        code=provenance.code(),
     )
-    for name, per_attack in breakdown.items():
-        extra = masking_gap(per_attack)
+    for attacked in result.robust:
+        extra = masking_gap(attacked.parts) if attacked.parts else None
         if extra is not None and extra > 0:
             logging.warning(
                 "%s: Square broke %.2f%% of the examples that the gradient attacks did not; "
                 "a sign of gradient masking",
-                name,
+                attacked.key,
                 100 * extra,
             )
-            results.setdefault("gradient_masking_warning", {})[name] = extra
-    return results
+            result.extra.setdefault("gradient_masking_warning", {})[attacked.key] = extra
+    return result
 
 
-def write_outputs(results: dict, results_path: str, budgets: int) -> None:
+def write_outputs(result, results_path: str, budgets: int) -> None:
     """The table first, so that a failure to write loses nothing the user sees; then the JSON
     (elsewhere, named, where it cannot go where asked) and, with several ε, the plot."""
     from fbat_tf import plots
     from fbat_tf.records import write_json_atomic
 
-    first = f"first {results['examples']} examples"
-    print(f"\n{results['dataset']} {eval_flags.SPLIT.value}, {first}\n")
-    print(table(results))
-    saved = run_files.save_results(results, results_path, write_json_atomic)
+    first = f"first {result.examples} examples"
+    print(f"\n{result.dataset} {eval_flags.SPLIT.value}, {first}\n")
+    print(table(result))
+    saved = run_files.save_results(result.to_dict(), results_path, write_json_atomic)
     if saved != results_path:
         sys.exit(f"error: could not write {results_path}; the results are in {saved}")
     if budgets > 1:
         plot_path = os.path.splitext(results_path)[0] + ".png"
         labels = {name: label(name) for name in eval_flags.ATTACKS.value}
-        plots.plot_robustness(results, plot_path, labels)
+        plots.plot_robustness(result, plot_path, labels)
         print(f"plot in {plot_path}")
     print(f"results in {results_path}")
 
@@ -256,13 +247,13 @@ def main(argv: list[str]) -> None:
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
     built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
     try:
-        results = evaluation.evaluate(
+        result = evaluation.evaluate(
             classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
         )
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
-    results = described(results, model_path, dataset, validation_from)
-    write_outputs(results, results_path, len(eps_values))
+    result = described(result, model_path, dataset, validation_from)
+    write_outputs(result, results_path, len(eps_values))
 
 
 def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:
@@ -291,18 +282,18 @@ def say_estimate(classifier, split, names: list[str], budgets: int, examples: in
         )
 
 
-def table(results: dict) -> str:
+def table(result) -> str:
     lines = [
         "| attack | ε (/255) | robust accuracy | time (s) |",
         "|---|---|---|---|",
-        f"| clean | 0 | {results['clean_accuracy']:.4f} | |",
+        f"| clean | 0 | {result.clean_accuracy:.4f} | |",
     ]
-    for key, accuracy in results["robust_accuracy"].items():
-        name, eps = key.split("@")
-        lines.append(f"| {label(name)} | {eps} | {accuracy:.4f} | {results['time_s'][key]:.1f} |")
-        for part, value in results["autoattack_per_attack"].get(key, {}).items():
+    for r in result.robust:
+        eps = f"{r.eps:g}"
+        lines.append(f"| {label(r.attack)} | {eps} | {r.robust_accuracy:.4f} | {r.seconds:.1f} |")
+        for part, value in r.parts.items():
             if part != "clean":
-                spent = results["autoattack_seconds"][key].get(part, 0.0)
+                spent = r.part_seconds.get(part, 0.0)
                 lines.append(f"| &nbsp;&nbsp;after {part} | {eps} | {value:.4f} | {spent:.1f} |")
     return "\n".join(lines)
 

@@ -27,7 +27,7 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from fbat_tf import onednn, startup
+from fbat_tf import attacks, onednn, startup
 from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
@@ -113,16 +113,14 @@ def main(argv: list[str]) -> None:
             shutil.rmtree(config.workdir, ignore_errors=True)
         raise
     final = record.final
-    autoattack = (
-        f", AutoAttack {final['test_aa_robust_accuracy']:.4f}"
-        if "test_aa_robust_accuracy" in final
-        else ""
+    options = {"pgd": {"steps": config.eval_pgd_steps, "restarts": config.eval_pgd_restarts}}
+    robust = ", ".join(
+        f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
+        for r in final.robust
     )
     print(
-        f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
-        f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} "
-        f"{final['test_pgd_robust_accuracy']:.4f}{autoattack}; results in "
-        f"{Run(config.workdir).results_path}"
+        f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
+        f"results in {Run(config.workdir).results_path}"
     )
     if chief:
         export_once(config.workdir)

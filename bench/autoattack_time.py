@@ -50,22 +50,22 @@ def main(argv: list[str]) -> None:
         f"--{'' if _FOLD.value else 'no'}fold_weights",
     ]
     wall, load, evaluated = run_evaluate(arguments, env)
-    (key,) = evaluated["robust_accuracy"]
+    (attacked,) = evaluated.robust
     report = {
         "model_path": _MODEL_PATH.value,
-        "dataset": evaluated["dataset"],
-        "examples": evaluated["examples"],
+        "dataset": evaluated.dataset,
+        "examples": evaluated.examples,
         "batch_size": _BATCH.value,
-        "eps_255": float(key.split("@")[1]),
+        "eps_255": attacked.eps,
         "fold_weights": _FOLD.value,
         "onednn": _ONEDNN.value,
         "wall_time_s": wall,
-        "autoattack_time_s": evaluated["time_s"][key],
-        "seconds_per_attack": evaluated["autoattack_seconds"][key],
-        "clean_accuracy": evaluated["clean_accuracy"],
-        "robust_accuracy": evaluated["robust_accuracy"][key],
-        "robust_accuracy_after": evaluated["autoattack_per_attack"][key],
-        "device": evaluated["device"],
+        "autoattack_time_s": attacked.seconds,
+        "seconds_per_attack": attacked.part_seconds,
+        "clean_accuracy": evaluated.clean_accuracy,
+        "robust_accuracy": attacked.robust_accuracy,
+        "robust_accuracy_after": attacked.parts,
+        "device": evaluated.device,
         "machine": machine(),
         "load_average_1min": load,
         "evaluate_command": "python evaluate.py " + " ".join(arguments),

@@ -203,21 +203,21 @@ def run_fbat_tf(model_path: str, user_env: dict[str, str]) -> dict:
     """One evaluate.py run in a child process, as the report's fbat-tf side."""
     env = dict(user_env, TF_CPP_MIN_LOG_LEVEL="2")
     wall, load, evaluated = run_evaluate(evaluate_arguments(model_path), env)
-    if evaluated["examples"] != _N.value:
-        sys.exit(f"error: evaluate.py attacked {evaluated['examples']} examples, not {_N.value}")
-    pgd_key, aa_key = f"pgd@{_EPS.value:g}", f"autoattack@{_EPS.value:g}"
+    if evaluated.examples != _N.value:
+        sys.exit(f"error: evaluate.py attacked {evaluated.examples} examples, not {_N.value}")
+    pgd, aa = (evaluated.attacked(name, _EPS.value) for name in ("pgd", "autoattack"))
     print(f"fbat-tf (evaluate.py): {wall:.1f} s wall", flush=True)
     return {
         "wall_time_s": wall,
-        "clean_accuracy": evaluated["clean_accuracy"],
-        "pgd_time_s": evaluated["time_s"][pgd_key],
-        "pgd_robust_accuracy": evaluated["robust_accuracy"][pgd_key],
-        "autoattack_time_s": evaluated["time_s"][aa_key],
-        "autoattack_robust_accuracy": evaluated["robust_accuracy"][aa_key],
-        "autoattack_seconds": evaluated["autoattack_seconds"][aa_key],
-        "autoattack_per_attack": evaluated["autoattack_per_attack"][aa_key],
+        "clean_accuracy": evaluated.clean_accuracy,
+        "pgd_time_s": pgd.seconds,
+        "pgd_robust_accuracy": pgd.robust_accuracy,
+        "autoattack_time_s": aa.seconds,
+        "autoattack_robust_accuracy": aa.robust_accuracy,
+        "autoattack_seconds": aa.part_seconds,
+        "autoattack_per_attack": aa.parts,
         "load_average_1min": load,
-        "device": evaluated["device"],
+        "device": evaluated.device,
     }
 
 

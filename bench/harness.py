@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from absl import flags
 
@@ -163,10 +163,12 @@ def variant_label(text: str) -> str:
     return " ".join([name, *(f"{key}={value}" for key, value in options.items())])
 
 
-def run_evaluate(arguments: list[str], env: dict[str, str]) -> tuple[float, dict, dict]:
+def run_evaluate(arguments: list[str], env: dict[str, str]) -> tuple[float, dict, Any]:
     """evaluate.py with `arguments` in a child process, as a user runs it from the repository's
-    root, its JSON written to a temporary file: (wall time in s, the load around it, its JSON).
-    Exits with its stderr if it failed."""
+    root, its JSON written to a temporary file: (wall time in s, the load around it, its
+    EvaluationResult). Exits with its stderr if it failed."""
+    from fbat_tf.records import EvaluationResult
+
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "eval.json")
         command = [sys.executable, os.path.join(ROOT, "evaluate.py"), *arguments]
@@ -178,8 +180,7 @@ def run_evaluate(arguments: list[str], env: dict[str, str]) -> tuple[float, dict
             wall = time.perf_counter() - start
         if child.returncode != 0:
             sys.exit(f"error: evaluate.py failed:\n{child.stderr[-3000:]}")
-        with open(path) as f:
-            return wall, load, json.load(f)
+        return wall, load, EvaluationResult.load(path)
 
 
 # Timed steps and their memory.

@@ -249,14 +249,14 @@ def model_card(workdir: str) -> dict[str, Any]:
     """What a training run's results.json says about its model, for assets.extra.
 
     Figures the run does not hold are null, never estimated: the test numbers before the run
-    has finished, RA-AA until the run records `final["test_aa_robust_accuracy"]`, the training
+    has finished, RA-AA until the run's final evaluation holds AutoAttack's, the training
     time if an epoch lacks its time.
     """
     run = Run(workdir)
     record = run.record()
     config = record.config
     history = record.history
-    final = record.final or {}
+    final = record.final
     eps = float(config.eps)
     method = record.method or {"name": config.method, **config.method_options}
 
@@ -264,21 +264,23 @@ def model_card(workdir: str) -> dict[str, Any]:
     complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)
     best = record.selected_epoch()  # the epoch whose weights were exported
 
+    tested_pgd = final.get("pgd") if final else None
+    tested_aa = final.get("autoattack") if final else None
     pgd = None
-    if "test_pgd_robust_accuracy" in final:
+    if tested_pgd is not None:
         pgd = {
-            "robust_accuracy": final["test_pgd_robust_accuracy"],
-            "steps": final.get("pgd_steps"),
-            "restarts": final.get("pgd_restarts"),
+            "robust_accuracy": tested_pgd.robust_accuracy,
+            "steps": config.eval_pgd_steps,
+            "restarts": config.eval_pgd_restarts,
             "step_size": eps / 4,  # DESIGN.md §4: sign steps of ε/4
-            "time_s": final.get("eval_time_s"),
+            "time_s": tested_pgd.seconds,
         }
     autoattack = None
-    if final.get("test_aa_robust_accuracy") is not None:
+    if tested_aa is not None:
         autoattack = {
-            "robust_accuracy": final["test_aa_robust_accuracy"],
-            "version": final.get("aa_version", "standard"),
-            "time_s": final.get("aa_time_s"),
+            "robust_accuracy": tested_aa.robust_accuracy,
+            "version": "standard",  # the only version train.py runs
+            "time_s": tested_aa.seconds,
         }
 
     return {
@@ -333,9 +335,9 @@ def model_card(workdir: str) -> dict[str, Any]:
         },
         "robustness": {
             "split": "test",
-            "examples": final.get("test_examples"),
+            "examples": final.examples if final else None,
             "eps": eps,
-            "clean_accuracy": final.get("test_clean_accuracy"),
+            "clean_accuracy": final.clean_accuracy if final else None,
             "pgd": pgd,
             "autoattack": autoattack,
         },

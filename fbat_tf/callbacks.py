@@ -95,7 +95,7 @@ class RobustValidation(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         logs = logs if logs is not None else {}
-        attacks = {"pgd": (self.eps, self.attack), "fgsm": (self.eps, self.single_step)}
+        attacks = {("pgd", self.eps): self.attack, ("fgsm", self.eps): self.single_step}
         try:
             result = evaluate(self.classifier, self.dataset, attacks, seed=self.seed)
         except NonFiniteError as error:
@@ -103,22 +103,22 @@ class RobustValidation(keras.callbacks.Callback):
             logs["val_nonfinite_examples"] = float(error.examples)
             self.model.stop_training = True
             return
-        robust = result["robust_accuracy"]["pgd"]
-        single_step = result["robust_accuracy"]["fgsm"]
-        logs["val_loss"] = result["loss"]
-        logs["val_clean_accuracy"] = result["clean_accuracy"]
+        robust = result.robust_accuracy("pgd")
+        single_step = result.robust_accuracy("fgsm")
+        logs["val_loss"] = result.loss
+        logs["val_clean_accuracy"] = result.clean_accuracy
         logs["val_robust_accuracy"] = robust
         logs["val_fgsm_accuracy"] = single_step
 
         # The fixed batch is the validation set's first: its own figures come with the whole
         # set's (same examples, same seed), without attacking it a second time.
-        fixed = result["per_batch"][0]
-        fixed_robust = fixed["robust_accuracy"]["pgd"]
+        fixed = result.per_batch[0]
+        fixed_robust = fixed.robust_accuracy("pgd")
         overfitting = (
             robust < self.best - self.drop
             or (
                 fixed_robust < self.fixed_best - self.drop
-                and fixed["clean_accuracy"] >= fixed_robust + self.drop
+                and fixed.clean_accuracy >= fixed_robust + self.drop
             )
             or single_step > robust + self.masking_gap
         )

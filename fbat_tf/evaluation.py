@@ -2,13 +2,13 @@
 
 classifier, config = classifiers.load_classifier("runs/fmnist")   # the run's selected weights
 test = data.load("fashion_mnist", "test", max_examples=1000)
-results = evaluate(classifier, test, pgd_attacks([8 / 255], steps=50, restarts=10))
-results["robust_accuracy"]["pgd@8"]                      # RA under PGD-50-10 at 8/255
+result = evaluate(classifier, test, pgd_attacks([8 / 255], steps=50, restarts=10))
+result.robust_accuracy("pgd", 8)                         # RA under PGD-50-10 at 8/255
 
 strategy = distribute.create_strategy("mirrored")        # each batch split over the local GPUs
 with strategy.scope():
     classifier, config = classifiers.load_classifier("runs/fmnist")
-results = evaluate(classifier, test, pgd_attacks([8 / 255]), strategy=strategy)
+result = evaluate(classifier, test, pgd_attacks([8 / 255]), strategy=strategy)
 
 transfer_robust_accuracy(source, target, PGD(8 / 255), test, eps=8 / 255)   # crafted on source
 """
@@ -23,13 +23,14 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import catalog
+from fbat_tf import attacks, catalog
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack, bar_verbosity
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.attacks.transfer import TransferAttack
 from fbat_tf.constraints import check_in_ball
+from fbat_tf.records import AttackResult, BatchResult, EvaluationResult, eps_255
 
 # Inputs pooled for an attack that batches itself (AutoAttack) before it runs over them.
 POOL_BYTES = 1 << 30
@@ -52,16 +53,33 @@ def _nonfinite_rows(values: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.float32))
 
 
+# The attacks of an evaluation: each by its name and ε (pixel units).
+Attacks = Mapping[tuple[str, float], Attack]
+
+
 def pgd_attacks(
     eps_values: Sequence[float],
     steps: int = catalog.PGD_STEPS,
     restarts: int = catalog.PGD_RESTARTS,
     jit_compile: bool = False,
-) -> dict[str, tuple[float, Attack]]:
-    """PGD-K-R at each ε (pixel units), named "pgd@<ε in 1/255>"."""
+) -> dict[tuple[str, float], Attack]:
+    """PGD-K-R at each ε (pixel units), named "pgd"."""
+    return {("pgd", eps): PGD(eps, steps, restarts, jit_compile=jit_compile) for eps in eps_values}
+
+
+def registry_attacks(
+    names: Sequence[str],
+    eps_values: Sequence[float],
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> dict[tuple[str, float], Attack]:
+    """Each attack of the registry named, at each ε (pixel units) in that order, with its
+    options by attack name (the rest at their defaults); `context` as `attacks.create`'s."""
+    options = options or {}
     return {
-        f"pgd@{eps * 255:g}": (eps, PGD(eps, steps, restarts, jit_compile=jit_compile))
+        (name, eps): attacks.create(name, eps, context, **options.get(name, {}))
         for eps in eps_values
+        for name in names
     }
 
 
@@ -123,14 +141,13 @@ class _Pool:
 class _Tally:
     """Running sums of an evaluation, and its result."""
 
-    def __init__(self, attacks: Mapping[str, tuple[float, Attack]]):
+    def __init__(self, attacks: Attacks):
         self.clean = self.loss = self.total = 0.0
         self.robust = dict.fromkeys(attacks, 0.0)
         self.covered = dict.fromkeys(attacks, 0.0)  # examples each attack has counted so far
         self.seconds = dict.fromkeys(attacks, 0.0)
         self.parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
-        self.per_batch: list[dict[str, Any]] = []
-        self.names = list(attacks)
+        self.per_batch: list[BatchResult] = []
 
     def add_clean(self, batch: int, counts: dict[str, float]) -> None:
         if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
@@ -143,23 +160,21 @@ class _Tally:
         self.clean += counts["correct"]
         self.loss += counts["loss"]
         self.total += counts["examples"]
-        self.per_batch.append(
-            {
-                "examples": int(counts["examples"]),
-                # a global batch holds examples; never 0
-                "clean_accuracy": counts["correct"] / max(counts["examples"], 1.0),
-                "robust_accuracy": dict.fromkeys(self.names),
-            }
-        )
+        # a global batch holds examples; never 0
+        accuracy = counts["correct"] / max(counts["examples"], 1.0)
+        self.per_batch.append(BatchResult(int(counts["examples"]), accuracy))
 
-    def add_robust(self, name: str, index: list, counts: dict[str, Any], seconds: float) -> None:
-        """Attack `name`'s counts over the global batches in `index` (see _Pool.take)."""
+    def add_robust(
+        self, name: tuple[str, float], index: list, counts: dict[str, Any], seconds: float
+    ) -> None:
+        """The counts of attack `name` over the global batches in `index` (see _Pool.take)."""
         self.seconds[name] += seconds
         for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
             this_batch = self.per_batch[batch]
-            this_batch["robust_accuracy"][name] = hits / max(this_batch["examples"], 1)
+            accuracy = hits / max(this_batch.examples, 1)
+            this_batch.robust.append(AttackResult(name[0], eps_255(name[1]), accuracy))
             self.robust[name] += hits
-            self.covered[name] += this_batch["examples"]
+            self.covered[name] += this_batch.examples
         for key, value in counts.items():
             kind, part = key.split("/", 1)
             per_part = self.parts[kind].setdefault(name, {})
@@ -167,27 +182,36 @@ class _Tally:
 
     def running(self) -> list[tuple[str, float]]:
         """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far."""
-        counted = [(name, self.robust[name] / n) for name, n in self.covered.items() if n]
+        counted = [
+            (f"{name}@{eps_255(eps):g}", self.robust[name, eps] / n)
+            for (name, eps), n in self.covered.items()
+            if n
+        ]
         return [("clean", self.clean / self.total), *counted]
 
-    def result(self, replicas: int) -> dict[str, Any]:
+    def result(self, replicas: int) -> EvaluationResult:
         if self.total == 0:
             raise ValueError("evaluation got an empty dataset")
         total = self.total
-        return {
-            "examples": int(total),
-            "clean_accuracy": self.clean / total,
-            "loss": self.loss / total,
-            "robust_accuracy": {name: value / total for name, value in self.robust.items()},
-            "per_attack": {
-                name: {part: count / total for part, count in counts.items()}
-                for name, counts in self.parts["robust"].items()
-            },
-            "per_attack_seconds": self.parts["seconds"],
-            "per_batch": self.per_batch,
-            "time_s": self.seconds,
-            "replicas": replicas,
-        }
+        robust = [
+            AttackResult(
+                name,
+                eps_255(eps),
+                count / total,
+                self.seconds[name, eps],
+                {part: n / total for part, n in self.parts["robust"].get((name, eps), {}).items()},
+                self.parts["seconds"].get((name, eps), {}),
+            )
+            for (name, eps), count in self.robust.items()
+        ]
+        return EvaluationResult(
+            int(total),
+            self.clean / total,
+            self.loss / total,
+            robust,
+            self.per_batch,
+            replicas,
+        )
 
 
 def _clean_counts(classifier: Callable, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -264,20 +288,21 @@ def _summed(strategy: tf.distribute.Strategy, fn: Callable, *args) -> dict[str, 
 def evaluate(
     classifier: keras.Model,
     dataset: tf.data.Dataset,
-    attacks: Mapping[str, tuple[float, Attack]],
+    attacks: Attacks,
     progress: bool = False,
     strategy: tf.distribute.Strategy | None = None,
     seed: int = 0,
-) -> dict[str, Any]:
-    """Clean loss and accuracy, and robust accuracy and time of each named (ε, attack).
+) -> EvaluationResult:
+    """Clean loss and accuracy, and robust accuracy and time of each attack, given by its name
+    and ε (pixel units): {("pgd", 8 / 255): PGD(8 / 255)}.
 
     Every adversarial batch is checked to lie in C before it counts. An example whose clean
     input, clean logits, adversarial point or adversarial logits are not finite raises
     NonFiniteError, naming how many, before its batch is attacked or counted. `progress` shows a bar
-    over the batches with the running accuracies. For an attack with parts (AutoAttack),
-    "per_attack" gives the accuracy after each part and "per_attack_seconds" the time each took.
-    "per_batch" holds each global batch's own "examples", "clean_accuracy" and
-    "robust_accuracy" (e.g. the fixed first batch the overfitting guard watches).
+    over the batches with the running accuracies. For an attack with parts (AutoAttack), its
+    AttackResult's `parts` give the accuracy after each part and `part_seconds` the time each
+    took. `per_batch` holds each global batch's own examples and accuracies (e.g. the fixed
+    first batch the overfitting guard watches).
 
     Global batch b is attacked with the seed [seed, b·R + r] on replica r of R, so the numbers
     are a function of the arguments alone (the same at every call, e.g. every epoch's
@@ -287,14 +312,14 @@ def evaluate(
     (all of them, up to POOL_BYTES of inputs) joined, in one call per replica, with the seed
     [seed, b·R + r] of the pool's first batch b, as `attack.in_slices(the replica's batch
     size)`: each of its parts then attacks the examples still robust across the pool, a batch at
-    a time, as the reference re-batches its survivors before every attack. Its "per_batch"
+    a time, as the reference re-batches its survivors before every attack. Its per-batch
     counts are kept.
 
     `strategy` (default: the current one) splits each global batch of `dataset` over its
     replicas: each replica runs the clean pass and every attack on its shard, and the counts are
     summed over replicas (and workers), so that an attack that is deterministic per example gives
-    the counts of one device. "time_s" is wall time, whatever the number of replicas;
-    "per_attack_seconds" sums the replicas' (and workers') times. Load the classifier under
+    the counts of one device. An attack's `seconds` are wall time, whatever the number of
+    replicas; `part_seconds` sum the replicas' (and workers') times. Load the classifier under
     `strategy.scope()`, so that each replica reads its own copy of the weights.
     """
     strategy = strategy or tf.distribute.get_strategy()
@@ -306,11 +331,11 @@ def evaluate(
         else None
     )
     tally = _Tally(attacks)
-    pools = {name: _Pool(attack) for name, (_, attack) in attacks.items()}
+    pools = {name: _Pool(attack) for name, attack in attacks.items()}
     clean_counts = functools.partial(_clean_counts, classifier)
 
-    def run(name: str) -> None:
-        eps, attack = attacks[name]
+    def run(name: tuple[str, float]) -> None:
+        eps, attack = name[1], attacks[name]
         index, x, y = pools[name].take(strategy)
         start = time.perf_counter()
         fn = functools.partial(_robust_counts, classifier, eps, attack, index, seed, progress)
@@ -350,8 +375,8 @@ def transfer_robust_accuracy(
     `evaluate` with a TransferAttack: every crafted batch is checked to lie in C (radius `eps`)
     before it counts, and batch b is attacked with the seed [seed, b].
     """
-    transfer = {"transfer": (eps, TransferAttack(source_model, attack))}
-    return evaluate(target_model, dataset, transfer, seed=seed)["robust_accuracy"]["transfer"]
+    transfer = {("transfer", eps): TransferAttack(source_model, attack)}
+    return evaluate(target_model, dataset, transfer, seed=seed).robust_accuracy("transfer")
 
 
 def seconds_per_pass(classifier, x: tf.Tensor, y: tf.Tensor, repeats: int = 3) -> float:

@@ -6,17 +6,18 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def plot_robustness(results: dict[str, Any], path: str, labels: Mapping[str, str]) -> None:
-    """Robust accuracy against ε, one line per attack, the clean accuracy at ε = 0."""
+def plot_robustness(result: Any, path: str, labels: Mapping[str, str]) -> None:
+    """Robust accuracy against ε, one line per attack, the clean accuracy at ε = 0 (`result`
+    an EvaluationResult)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     curves: dict[str, list[tuple[float, float]]] = {}
-    for key, accuracy in results["robust_accuracy"].items():
-        name, eps = key.split("@")
-        curves.setdefault(name, [(0.0, results["clean_accuracy"])]).append((float(eps), accuracy))
+    for attacked in result.robust:
+        start = [(0.0, result.clean_accuracy)]
+        curves.setdefault(attacked.attack, start).append((attacked.eps, attacked.robust_accuracy))
     figure, axes = plt.subplots(figsize=(5, 3.5))
     for name, points in curves.items():
         eps, accuracy = zip(*sorted(points), strict=True)
@@ -26,7 +27,7 @@ def plot_robustness(results: dict[str, Any], path: str, labels: Mapping[str, str
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     axes.legend()
-    axes.set_title(f"{results.get('dataset', '')}: first {results['examples']} examples")
+    axes.set_title(f"{result.dataset or ''}: first {result.examples} examples")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -28,7 +28,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 import keras
 import numpy as np
@@ -44,7 +43,6 @@ from fbat_tf import (
     provenance,
     schedules,
 )
-from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
     Divergence,
@@ -56,7 +54,7 @@ from fbat_tf.callbacks import (
     StopAfterBatches,
     TensorBoard,
 )
-from fbat_tf.records import RunRecord, TrainConfig
+from fbat_tf.records import EvaluationResult, RunRecord, TrainConfig
 from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
 
@@ -369,16 +367,18 @@ def _finish(
     selected = record.selected_epoch()
     step = (selected.epoch if selected else len(record.history)) - 1
     test_logs = os.path.join(run.tensorboard_dir, "test")
+    final = record.final
     with tf.summary.create_file_writer(test_logs).as_default():
-        for name, value in record.final.items():
-            if isinstance(value, float):
-                tf.summary.scalar(name, value, step=max(step, 0))
+        tf.summary.scalar("test_clean_accuracy", final.clean_accuracy, step=max(step, 0))
+        for attacked in final.robust:
+            tag = f"test_{attacked.attack}_robust_accuracy"
+            tf.summary.scalar(tag, attacked.robust_accuracy, step=max(step, 0))
     return record
 
 
-def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any]:
+def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationResult:
     """SA, PGD-K-R and AutoAttack (standard) robust accuracy of the selected model on the first
-    N test examples."""
+    N test examples: evaluate.py's evaluation of the run, with the run's settings."""
     test_ds = data.load(
         config.dataset,
         "test",
@@ -388,35 +388,24 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> dict[str, Any
         download=config.download,
         validation_from=config.validation_from,
     )
-    pgd = PGD(
-        config.eps,
-        steps=config.eval_pgd_steps,
-        restarts=config.eval_pgd_restarts,
-        jit_compile=config.jit_compile,
+    names = ["pgd", "autoattack"] if config.eval_autoattack else ["pgd"]
+    options = {"pgd": {"steps": config.eval_pgd_steps, "restarts": config.eval_pgd_restarts}}
+    built = evaluation.registry_attacks(
+        names, [config.eps], options, {"jit_compile": config.jit_compile}
     )
-    attacks = {"pgd": (config.eps, pgd)}
-    if config.eval_autoattack:
-        attacks["autoattack"] = (config.eps, AutoAttack(config.eps))
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
     inference = classifiers.InferenceGraph(classifier)
     result = evaluation.evaluate(
-        inference, test_ds, attacks, progress=config.verbose > 0, seed=config.seed
+        inference, test_ds, built, progress=config.verbose > 0, seed=config.seed
     )
-    final = {
-        "test_examples": result["examples"],
-        "test_clean_accuracy": result["clean_accuracy"],
-        "test_pgd_robust_accuracy": result["robust_accuracy"]["pgd"],
-        "pgd_steps": config.eval_pgd_steps,
-        "pgd_restarts": config.eval_pgd_restarts,
-        "eval_time_s": sum(result["time_s"].values()),
-    }
-    if config.eval_autoattack:
-        autoattack = attacks["autoattack"][1]
-        final.update(
-            test_aa_robust_accuracy=result["robust_accuracy"]["autoattack"],
-            aa_version=autoattack.version,
-            aa_time_s=result["time_s"]["autoattack"],
-            test_aa_per_attack=result["per_attack"]["autoattack"],
-        )
-    return final
+    result.dataset = config.dataset
+    result.extra.update(
+        split="test",
+        validation_from=config.validation_from,
+        attacks=names,
+        pgd_steps=config.eval_pgd_steps,
+        pgd_restarts=config.eval_pgd_restarts,
+        seed=config.seed,
+    )
+    return result

@@ -37,11 +37,24 @@ RUNS = {"fastbat": [], "standard": ["--method=standard"]}
 RECORDED = os.path.join(ROOT, "results", "demo")
 # What a rerun must reproduce exactly, per epoch and in the final evaluation.
 EPOCH_KEYS = ("loss", "adv_accuracy", "val_clean_accuracy", "val_robust_accuracy")
-FINAL_KEYS = ("test_examples", "test_clean_accuracy", "test_pgd_robust_accuracy")
+FINAL_KEYS = ("examples", "clean_accuracy", "pgd_robust_accuracy")
 
 
 def recorded_path(name: str) -> str:
     return os.path.join(RECORDED, f"fmnist-{name}", "results.json")
+
+
+def final_numbers(results: dict) -> dict[str, float]:
+    """The test numbers of a run's final evaluation, whichever schema its results.json has."""
+    from fbat_tf.records import EvaluationResult
+
+    eps = results.get("config", {}).get("eps", 0.0)  # names the attack's ε, compared by none
+    final = EvaluationResult.from_final(results["final"], eps)
+    return {
+        "examples": final.examples,
+        "clean_accuracy": final.clean_accuracy,
+        "pgd_robust_accuracy": final.robust_accuracy("pgd"),
+    }
 
 
 def table_row(results: dict) -> list[str]:
@@ -49,7 +62,7 @@ def table_row(results: dict) -> list[str]:
     that epoch, test clean and PGD-20 accuracy, as README prints them."""
     history = results["history"]
     selected = [h for h in history if h.get("val_best")][-1]
-    final = results["final"]
+    final = final_numbers(results)
     return [
         f"{selected['epoch']} of {len(history)}",
         *(
@@ -57,8 +70,8 @@ def table_row(results: dict) -> list[str]:
             for value in (
                 selected["val_clean_accuracy"],
                 selected["val_robust_accuracy"],
-                final["test_clean_accuracy"],
-                final["test_pgd_robust_accuracy"],
+                final["clean_accuracy"],
+                final["pgd_robust_accuracy"],
             )
         ),
     ]
@@ -108,9 +121,10 @@ def differences(new: dict, old: dict) -> list[str]:
         for key in EPOCH_KEYS:
             if differ(a.get(key), b.get(key)):
                 found.append(f"epoch {a['epoch']} {key}: {a.get(key)!r}, recorded {b.get(key)!r}")
+    new_final, old_final = final_numbers(new), final_numbers(old)
     for key in FINAL_KEYS:
-        if differ(new["final"][key], old["final"][key]):
-            found.append(f"{key}: {new['final'][key]!r}, recorded {old['final'][key]!r}")
+        if differ(new_final[key], old_final[key]):
+            found.append(f"{key}: {new_final[key]!r}, recorded {old_final[key]!r}")
     return found
 
 

@@ -47,14 +47,14 @@ def test_robust_accuracy_counts_examples_whose_worst_case_margin_is_positive():
     expected = float(np.mean(worst.argmax(1) == y))
     assert 0.0 < expected < 1.0
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
-    result = evaluate(model, dataset, {"pgd": (EPS, PGD(EPS, steps=10, restarts=2))})
-    assert result["clean_accuracy"] == 1.0
-    assert result["robust_accuracy"]["pgd"] == pytest.approx(expected)
-    assert result["examples"] == n
+    result = evaluate(model, dataset, {("pgd", EPS): PGD(EPS, steps=10, restarts=2)})
+    assert result.clean_accuracy == 1.0
+    assert result.robust_accuracy("pgd") == pytest.approx(expected)
+    assert result.examples == n
     # Each batch's own figures: the closed form on its 16 examples.
     per_batch = [np.mean(worst[i : i + 16].argmax(1) == y[i : i + 16]) for i in range(0, n, 16)]
-    assert [b["examples"] for b in result["per_batch"]] == [16] * 4
-    assert [b["robust_accuracy"]["pgd"] for b in result["per_batch"]] == pytest.approx(per_batch)
+    assert [b.examples for b in result.per_batch] == [16] * 4
+    assert [b.robust_accuracy("pgd") for b in result.per_batch] == pytest.approx(per_batch)
 
 
 def test_zero_step_pgd_returns_a_random_start_inside_the_ball():

@@ -156,27 +156,27 @@ def test_evaluate_gives_autoattack_the_survivors_of_all_batches(monkeypatch):
     first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
-    result = evaluate(threshold_model(), dataset, {"aa": (COMPOSITION_EPS, attack)}, seed=5)
+    result = evaluate(threshold_model(), dataset, {("aa", COMPOSITION_EPS): attack}, seed=5)
 
     assert first.seen == [[1, 2, 3, 4], [6, 7, 8, 9], [10, 10, 10, 11]]  # padded with 10
     assert second.seen == [[4, 6, 7, 8], [9, 9, 10, 11]]
     assert first.seeds[0] == [5, 0]  # the pool starts at batch 0
     after_second = set(range(N)) - CLEAN_WRONG - FIRST_BREAKS - SECOND_BREAKS  # 8, 9, 10, 11
-    assert result["robust_accuracy"]["aa"] == len(after_second) / N
-    assert result["per_attack"]["aa"] == {"clean": 10 / N, "first": 7 / N, "second": 4 / N}
-    per_batch = [b["robust_accuracy"]["aa"] for b in result["per_batch"]]
+    assert result.robust_accuracy("aa") == len(after_second) / N
+    assert result.attacked("aa").parts == {"clean": 10 / N, "first": 7 / N, "second": 4 / N}
+    per_batch = [b.robust_accuracy("aa") for b in result.per_batch]
     assert per_batch == [0.0, 0.0, 1.0]  # ids 0–3, 4–7, 8–11
-    assert set(result["per_attack_seconds"]["aa"]) == {"first", "second"}
+    assert set(result.attacked("aa").part_seconds) == {"first", "second"}
 
     # A pool too small for two batches: the ensemble runs batch by batch, with the same counts.
     monkeypatch.setattr(evaluation, "POOL_BYTES", 1)
     first, second = StandIn(FIRST_BREAKS, 0.01), StandIn(SECOND_BREAKS, 0.02)
     attack = AutoAttack(COMPOSITION_EPS, "custom", {"first": first, "second": second})
-    by_batch = evaluate(threshold_model(), dataset, {"aa": (COMPOSITION_EPS, attack)}, seed=5)
+    by_batch = evaluate(threshold_model(), dataset, {("aa", COMPOSITION_EPS): attack}, seed=5)
     assert first.seen == [[1, 2, 3], [4, 6, 7], [8, 9, 10, 11]]
     assert [s[1] for s in first.seeds] == [0, 1, 2]  # batch b's seed [seed, b]
-    for key in ("robust_accuracy", "per_attack", "per_batch"):
-        assert by_batch[key] == result[key], key
+    for key in ("robust_accuracy", "autoattack_per_attack", "per_batch"):
+        assert by_batch.to_dict()[key] == result.to_dict()[key], key
 
 
 def test_attacks_after_everything_is_broken_are_not_called():
@@ -270,9 +270,9 @@ def test_evaluate_runs_autoattack_like_any_attack(standard_model):
     model, x, y = standard_model
     attack = AutoAttack(EPS, "custom", {"apgd-ce": APGD(EPS, "ce", steps=20)})
     dataset = tf.data.Dataset.from_tensor_slices((x[:32], y[:32])).batch(16)
-    result = evaluate(model, dataset, {"aa": (EPS, attack)})
-    assert result["robust_accuracy"]["aa"] == pytest.approx(result["per_attack"]["aa"]["apgd-ce"])
-    assert result["examples"] == 32
+    result = evaluate(model, dataset, {("aa", EPS): attack})
+    assert result.robust_accuracy("aa") == pytest.approx(result.attacked("aa").parts["apgd-ce"])
+    assert result.examples == 32
 
 
 @pytest.mark.skipif(

@@ -9,7 +9,15 @@ import json
 import os
 import re
 
-from tests.demo import FLAGFILE, ROOT, RUNS, readme_rows, recorded_path, table_row
+from tests.demo import (
+    FLAGFILE,
+    ROOT,
+    RUNS,
+    final_numbers,
+    readme_rows,
+    recorded_path,
+    table_row,
+)
 
 # Set by the machine or the command line, not by the flag file.
 NOT_FROM_FLAGS = ("workdir", "verbose", "data_dir", "download")
@@ -31,10 +39,12 @@ def test_readme_results_table_is_the_recorded_demo_runs():
     for name in RUNS:
         assert rows[name] == table_row(_recorded(name)), name
     # What the first command prints at its end, as "Two commands" quotes it.
-    final = _recorded("fastbat")["final"]
+    recorded = _recorded("fastbat")
+    final, config = final_numbers(recorded), recorded["config"]
     line = (
-        f"test ({final['test_examples']} examples): clean {final['test_clean_accuracy']:.4f}, "
-        f"PGD-{final['pgd_steps']}-{final['pgd_restarts']} {final['test_pgd_robust_accuracy']:.4f}"
+        f"test ({final['examples']} examples): clean {final['clean_accuracy']:.4f}, "
+        f"PGD-{config['eval_pgd_steps']}-{config['eval_pgd_restarts']} "
+        f"{final['pgd_robust_accuracy']:.4f}"
     )
     assert f"It reports `{line}`" in _readme()
     # The revision the table names is the one that made the runs.
@@ -91,4 +101,4 @@ def test_a_rerun_on_another_setup_is_compared_within_the_spread_of_setups():
     elsewhere["machine"] = {**machine, "cpu": "Intel Xeon"}
     assert demo.differences(elsewhere, old) == []
     elsewhere["final"]["test_clean_accuracy"] = 0.870
-    assert demo.differences(elsewhere, old) == ["test_clean_accuracy: 0.87, recorded 0.853"]
+    assert demo.differences(elsewhere, old) == ["clean_accuracy: 0.87, recorded 0.853"]

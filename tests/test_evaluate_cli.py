@@ -221,14 +221,14 @@ def test_evaluate_counts_no_non_finite_input_or_output():
     x = np.array([[0.2, 0, 0, 0], [0.45, 0, 0, 0], [0.9, 0, 0, 0], [0.3, 0, 0, 0]], np.float32)
     y = np.zeros(4, np.int32)
     finite = tf.data.Dataset.from_tensor_slices((x[[0, 1, 3]], y[:3])).batch(3)
-    assert evaluate(model, finite, {"none": (0.01, NudgeAttack(0.0))})["examples"] == 3
+    assert evaluate(model, finite, {("none", 0.01): NudgeAttack(0.0)}).examples == 3
     with pytest.raises(NonFiniteError, match="1 of 4 examples give non-finite logits") as error:
         evaluate(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(4), {})
     assert error.value.examples == 1
     with pytest.raises(NonFiniteError, match="1 adversarial examples give non-finite logits"):
-        evaluate(model, finite, {"nudge": (0.1, NudgeAttack(0.1))})  # 0.45 + 0.1 > 0.5
+        evaluate(model, finite, {("nudge", 0.1): NudgeAttack(0.1)})  # 0.45 + 0.1 > 0.5
     with pytest.raises(NonFiniteError, match="the attack's points are not finite for 3"):
-        evaluate(model, finite, {"nan": (0.1, NaNAttack(0.1))})
+        evaluate(model, finite, {("nan", 0.1): NaNAttack(0.1)})
 
 
 def test_a_transfer_attack_without_a_source_model_is_refused_before_tensorflow(tmp_path):

@@ -101,12 +101,12 @@ def run(strategy_name, batch_size, fold):
     })
     shards = Shards()
     attacks = {
-        "pgd": (EPS, PGD(EPS, steps=3, restarts=1)),
-        "aa": (EPS, ensemble),
-        "none": (EPS, shards),
+        ("pgd", EPS): PGD(EPS, steps=3, restarts=1),
+        ("aa", EPS): ensemble,
+        ("none", EPS): shards,
     }
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-    result = evaluation.evaluate(classifier, dataset, attacks, strategy=strategy)
+    result = evaluation.evaluate(classifier, dataset, attacks, strategy=strategy).to_dict()
     result["shards"] = shards.seen
     return result
 
@@ -144,7 +144,7 @@ def _child(code: str, *args: str) -> subprocess.CompletedProcess:
 def _counts(result: dict) -> dict:
     """Accuracies as integer counts of examples (of evaluation.evaluate or evaluate.py)."""
     n = result["examples"]
-    per_attack = result.get("per_attack", result.get("autoattack_per_attack"))
+    per_attack = result["autoattack_per_attack"]
     return {
         "examples": n,
         "clean": round(result["clean_accuracy"] * n),
@@ -186,11 +186,9 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     # The comparison means something: the attacks break some examples, not all.
     assert single["examples"] == 10
     assert single["clean"] == 8
-    assert 0 < single["robust"]["pgd"] < single["clean"]
-    aa = single["per_attack"]["aa"]
-    assert (
-        aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == single["robust"]["aa"] > 0
-    )
+    assert 0 < single["robust"]["pgd@8"] < single["clean"]
+    aa, robust = single["per_attack"]["aa@8"], single["robust"]["aa@8"]
+    assert aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == robust > 0
     for key in (
         "default/3",
         "mirrored/4",
@@ -203,7 +201,7 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
         replicas = 1 if key.startswith("default") else 2
         assert results[key]["replicas"] == replicas
         # Each part of the ensemble was timed, on every replica.
-        assert set(results[key]["per_attack_seconds"]["aa"]) == {"apgd-ce", "apgd-t"}
+        assert set(results[key]["autoattack_seconds"]["aa@8"]) == {"apgd-ce", "apgd-t"}
     # Each replica attacked its own shard on its own device, the empty one included.
     assert results["default/3"]["shards"] == [["0", 3]] * 3 + [["0", 1]]
     split = [["0", 2], ["1", 1]] * 3 + [["0", 1], ["1", 0]]

@@ -1,5 +1,6 @@
-"""A run's record as types: every committed results.json loads and is written back as it was,
-the selected epoch is worked out one way, and keys a version does not know survive it."""
+"""Records as types: every committed results.json and evaluation loads and is written back as
+it was (a run's final evaluation in the one evaluation schema), the selected epoch is worked out
+one way, and keys a version does not know survive it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,47 @@ import os
 
 import pytest
 
-from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord, TrainConfig
+from fbat_tf.records import (
+    DivergenceOutcome,
+    Epoch,
+    EvaluationResult,
+    RunRecord,
+    TrainConfig,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "results.json")))
+EVALUATIONS = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-*.json")))
 
 
 def test_the_committed_records_are_many():
     assert len(COMMITTED) >= 100  # every study's cells
+    assert len(EVALUATIONS) >= 200
+
+
+def _legacy_final_as_evaluation(final: dict, eps_255: float) -> dict:
+    """A final block from before it was an evaluation's result, in that schema, by hand."""
+    key = f"{eps_255:g}"
+    robust = {f"pgd@{key}": final["test_pgd_robust_accuracy"]}
+    aa_time = final.get("aa_time_s") or 0.0
+    time_s = {f"pgd@{key}": final["eval_time_s"] - aa_time}
+    parts = {}
+    if final.get("test_aa_robust_accuracy") is not None:
+        robust[f"autoattack@{key}"] = final["test_aa_robust_accuracy"]
+        time_s[f"autoattack@{key}"] = final.get("aa_time_s")
+        parts[f"autoattack@{key}"] = final["test_aa_per_attack"]
+    kept = {k: final[k] for k in ("pgd_steps", "pgd_restarts", "aa_version") if k in final}
+    return {
+        "examples": final["test_examples"],
+        "clean_accuracy": final["test_clean_accuracy"],
+        "loss": None,
+        "robust_accuracy": robust,
+        "time_s": time_s,
+        "replicas": None,
+        **kept,
+        "autoattack_per_attack": parts,
+        "autoattack_seconds": {},
+    }
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: os.path.relpath(p, ROOT))
@@ -33,10 +67,59 @@ def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_pa
     # A part a run did not record (null) is left out; every other value is as it was, and the
     # config gains the fields added since at the defaults it ran with.
     defaults = dataclasses.asdict(TrainConfig(workdir=saved["config"]["workdir"]))
-    assert written == {
+    expected = {
         **{k: v for k, v in saved.items() if v is not None},
         "config": {**defaults, **saved["config"]},
     }
+    if "final" in saved and "robust_accuracy" not in saved["final"]:
+        # The final evaluation is written in the evaluation schema, with the same numbers.
+        eps = round(saved["config"]["eps"] * 255, 4)
+        final = _legacy_final_as_evaluation(saved["final"], eps)
+        expected["final"] = {**final, "dataset": saved["config"]["dataset"]}
+    assert written == expected
+
+
+@pytest.mark.parametrize("path", EVALUATIONS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_committed_evaluation_loads_and_is_written_back_as_it_was(path, tmp_path):
+    with open(path) as f:
+        saved = json.load(f)
+    result = EvaluationResult.load(path)
+    assert [r.key for r in result.robust] == list(saved["robust_accuracy"])
+    for attacked in result.robust:
+        attack, eps = attacked.key.split("@")
+        assert result.robust_accuracy(attack, float(eps)) == saved["robust_accuracy"][attacked.key]
+    copy = tmp_path / "eval.json"
+    result.save(str(copy))
+    assert json.loads(copy.read_text()) == saved
+
+
+def test_a_final_evaluation_in_the_evaluation_schema_round_trips(tmp_path):
+    config = TrainConfig(workdir="w", eps=16 / 255, dataset="fashion_mnist")
+    legacy = {
+        "test_examples": 500,
+        "test_clean_accuracy": 0.836,
+        "test_pgd_robust_accuracy": 0.738,
+        "pgd_steps": 10,
+        "pgd_restarts": 1,
+        "eval_time_s": 5.0,
+        "test_aa_robust_accuracy": 0.714,
+        "aa_version": "standard",
+        "aa_time_s": 3.5,
+        "test_aa_per_attack": {"clean": 0.836, "apgd-ce": 0.72, "square": 0.714},
+    }
+    record = RunRecord.from_dict({"config": dataclasses.asdict(config), "final": legacy})
+    final = record.final
+    assert (final.examples, final.clean_accuracy) == (500, 0.836)
+    assert final.robust_accuracy("pgd", 16) == 0.738
+    assert final.attacked("pgd").seconds == pytest.approx(1.5)  # 5.0 in all, AutoAttack 3.5
+    assert final.robust_accuracy("autoattack") == 0.714
+    assert final.attacked("autoattack").parts["apgd-ce"] == 0.72
+    with pytest.raises(KeyError, match="pgd@8"):
+        final.attacked("pgd", 8)
+    record.save(str(tmp_path / "results.json"))
+    again = RunRecord.load(str(tmp_path / "results.json"))
+    assert again.final == final
+    assert again.to_dict() == record.to_dict()
 
 
 def epochs(*logs: dict) -> list[Epoch]:

@@ -74,4 +74,8 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         assert np.abs(delta).max() > 0
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
-    assert resumed.final == {**complete.final, "eval_time_s": resumed.final["eval_time_s"]}
+    # The same test numbers; only the time they took differs.
+    untimed = [r.to_dict() for r in (resumed.final, complete.final)]
+    for payload in untimed:
+        del payload["time_s"], payload["autoattack_seconds"]
+    assert untimed[0] == untimed[1]

@@ -135,8 +135,8 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     for key in ("val_robust_accuracy", "val_clean_accuracy", "epoch_time", "ig_norm_ratio"):
         assert key in results["history"][-1]
     final = results["final"]
-    assert final["test_examples"] == 64
-    assert 0.0 <= final["test_pgd_robust_accuracy"] <= final["test_clean_accuracy"] <= 1.0
+    assert final["examples"] == 64
+    assert 0.0 <= final["robust_accuracy"]["pgd@8"] <= final["clean_accuracy"] <= 1.0
     assert (workdir / "checkpoints" / "best.weights.h5").exists()
     assert "--eps=8.0" in (workdir / "flags.txt").read_text()
     assert glob.glob(str(workdir / "tensorboard" / "train" / "events.out.tfevents.*"))
@@ -268,12 +268,12 @@ def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
         assert steps_per_epoch == 36 // 8  # 40 examples, the last 10% held out, partial dropped
         assert complete.optimizer_steps == 2 * steps_per_epoch
         final = complete.final
-        assert final["test_examples"] == 8
+        assert final.examples == 8
         # The per-example worst case over more attacks can only be lower.
-        assert final["test_aa_robust_accuracy"] <= final["test_clean_accuracy"]
-        per_attack = list(final["test_aa_per_attack"].values())
+        assert final.robust_accuracy("autoattack") <= final.clean_accuracy
+        per_attack = list(final.attacked("autoattack").parts.values())
         assert per_attack == sorted(per_attack, reverse=True)
-        assert per_attack[-1] == final["test_aa_robust_accuracy"]
+        assert per_attack[-1] == final.robust_accuracy("autoattack")
 
         scalars = _scalars(str(tmp_path / "complete" / "tensorboard" / "validation"))
         assert len(scalars["epoch_robust_accuracy"]) == 2
@@ -477,7 +477,7 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((workdir / "results.json").read_text())
     assert results["split"] == {"validation_from": "test", "held_out_seed": 10}
-    assert results["final"]["test_examples"] == 5000
+    assert results["final"]["examples"] == 5000
     assert results["tf32"] is False  # a CPU has none
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     counts = {}

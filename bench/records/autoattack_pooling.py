@@ -48,14 +48,15 @@ def run(classifier, dataset, eps: float, pool_bytes: int) -> dict:
     default = evaluation.POOL_BYTES
     evaluation.POOL_BYTES = pool_bytes
     try:
-        result = evaluation.evaluate(classifier, dataset, {"aa": (eps, AutoAttack(eps))})
+        result = evaluation.evaluate(classifier, dataset, {("aa", eps): AutoAttack(eps)})
     finally:
         evaluation.POOL_BYTES = default
+    attacked = result.attacked("aa")
     return {
-        "time_s": result["time_s"]["aa"],
-        "robust_accuracy": result["robust_accuracy"]["aa"],
-        "seconds": result["per_attack_seconds"]["aa"],
-        "per_attack": result["per_attack"]["aa"],
+        "time_s": attacked.seconds,
+        "robust_accuracy": attacked.robust_accuracy,
+        "seconds": attacked.part_seconds,
+        "per_attack": attacked.parts,
     }
 
 

@@ -14,22 +14,24 @@ import glob
 import json
 import os
 
+from fbat_tf.records import EvaluationResult
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def shares() -> list[dict]:
     found = []
     for path in sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))):
-        with open(path) as f:
-            result = json.load(f)
-        for key, parts in result.get("autoattack_per_attack", {}).items():
+        result = EvaluationResult.load(path)
+        for attacked in result.robust:
+            parts = attacked.parts
             if "apgd-t" in parts and "fab-t" in parts:
-                broken = round((parts["apgd-t"] - parts["fab-t"]) * result["examples"])
+                broken = round((parts["apgd-t"] - parts["fab-t"]) * result.examples)
                 found.append(
                     {
                         "file": os.path.relpath(path, ROOT),
-                        "budget": key,
-                        "examples": result["examples"],
+                        "budget": attacked.key,
+                        "examples": result.examples,
                         "fab_t_broke": broken,
                     }
                 )

@@ -16,7 +16,6 @@ the cell's test AutoAttack accuracy. The overfitting guard's gap threshold is ch
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 
@@ -25,6 +24,8 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
 from harness import command_line, machine, write_json  # noqa: E402
+
+from fbat_tf.records import EvaluationResult  # noqa: E402
 
 _SWEEP_DIR = flags.DEFINE_string(
     "sweep_dir", "results/fashion_mnist", "A sweep's results folder (one run directory per cell)."
@@ -58,26 +59,24 @@ def measure(cell_dir: str) -> dict | None:
         download=False,
     )
     attacks = {
-        "fgsm": (eps, PGD(eps, steps=1, restarts=1, step_size=eps, random_start=False)),
-        "pgd": (eps, PGD(eps, config.val_attack_steps, config.val_restarts)),
+        ("fgsm", eps): PGD(eps, steps=1, restarts=1, step_size=eps, random_start=False),
+        ("pgd", eps): PGD(eps, config.val_attack_steps, config.val_restarts),
     }
     result = evaluation.evaluate(
         classifiers.InferenceGraph(classifier), validation, attacks, seed=config.seed
     )
-    autoattack = None
-    if os.path.exists(run.eval_path("autoattack")):
-        with open(run.eval_path("autoattack")) as f:
-            (autoattack,) = json.load(f)["robust_accuracy"].values()
-    robust = result["robust_accuracy"]
+    tested = EvaluationResult.read(run.eval_path("autoattack"))
+    autoattack = tested.robust_accuracy("autoattack") if tested else None
+    fgsm, pgd = result.robust_accuracy("fgsm"), result.robust_accuracy("pgd")
     return {
         "cell": os.path.basename(cell_dir.rstrip("/")),
         "method": config.method,
         "eps_255": round(eps * 255, 3),
-        "examples": result["examples"],
-        "clean": result["clean_accuracy"],
-        "fgsm": robust["fgsm"],
-        "pgd": robust["pgd"],
-        "gap": robust["fgsm"] - robust["pgd"],
+        "examples": result.examples,
+        "clean": result.clean_accuracy,
+        "fgsm": fgsm,
+        "pgd": pgd,
+        "gap": fgsm - pgd,
         "test_autoattack": autoattack,
     }
 

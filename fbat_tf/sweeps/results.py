@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import catalog, run
-from fbat_tf.records import RunRecord
+from fbat_tf.records import EvaluationResult, RunRecord
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -40,8 +40,8 @@ def evaluation_results(cell_dir: str, evaluation: Evaluation) -> dict[str, tuple
     found: dict[str, tuple[float, str]] = {}
     for name in _files(cell_dir, evaluation):
         path = os.path.join(cell_dir, name)
-        for key, value in _read(path)["robust_accuracy"].items():
-            found.setdefault(key.split("@")[1], (value, path))
+        for attacked in EvaluationResult.load(path).robust:
+            found.setdefault(f"{attacked.eps:g}", (attacked.robust_accuracy, path))
     return found
 
 
@@ -193,23 +193,21 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] 
     """What the evaluation's files say: robust accuracy by ε (with its file), and for an
     ensemble the accuracy after each part and the seconds each took, by ε."""
     source = os.path.join(cell_dir, evaluation.file())
-    main = _read(source)
+    main = EvaluationResult.read(source)
     if main is None:
         return None
     merged = evaluation_results(cell_dir, evaluation)
-    parts = main.get("autoattack_per_attack", {})
-    seconds = main.get("autoattack_seconds", {})
     return {
         "source": source,
         "label": evaluation.label,
-        "examples": main["examples"],
-        "clean_accuracy": main["clean_accuracy"],
+        "examples": main.examples,
+        "clean_accuracy": main.clean_accuracy,
         "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
         "sources": {eps: path for eps, (_, path) in merged.items()},
-        "time_s": {key.split("@")[1]: value for key, value in main.get("time_s", {}).items()},
-        "per_part": {key.split("@")[1]: value for key, value in parts.items()},
-        "part_seconds": {key.split("@")[1]: value for key, value in seconds.items()},
-        "code": main.get("code"),
+        "time_s": {f"{r.eps:g}": r.seconds for r in main.robust},
+        "per_part": {f"{r.eps:g}": r.parts for r in main.robust if r.parts},
+        "part_seconds": {f"{r.eps:g}": r.part_seconds for r in main.robust if r.part_seconds},
+        "code": main.code,
     }
 
 

@@ -1,76 +1,15 @@
-"""A run's record as types: what results.json holds, read and written here and nowhere else.
-
-    record = RunRecord.load(path)             # FileNotFoundError, or ValueError naming the file
-    record.config.method, record.config.eps   # the TrainConfig the run was started with
-    record.status                             # "running", "complete" or "diverged"
-    for epoch in record.history:              # one Epoch a finished epoch, in order
-        epoch.epoch, epoch.val_robust_accuracy, epoch.get("ig_norm_ratio")
-    record.selected_epoch()                   # the Epoch whose weights best.weights.h5 holds
-    record.save(path)                         # atomically; NaN and infinity as null
-
-Keys a record does not know (written by a later version, or by an earlier one since retired)
-are kept in `extra` and written back as they were; fields a record lacks (written before they
-existed) take the defaults they had before they existed. Every committed results.json loads
-(tests/test_records.py).
-"""
+"""A training run's record: results.json as RunRecord, its Epochs and how it ended."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import numbers
-import os
 from typing import Any
 
-import numpy as np
-
-from fbat_tf import catalog
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
-
-    workdir: str
-    method: str = "fastbat"
-    dataset: str = "cifar10"
-    model: str = "preact_resnet18"
-    width: int | None = None
-    activation: str = "relu"
-    eps: float = 8.0 / 255
-    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    epochs: int = 20
-    batch_size: int = 128
-    lr_max: float = 0.2
-    lr_schedule: str = "cyclic"
-    momentum: float = 0.9
-    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
-    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
-    momentum_at_peak: float | None = None
-    weight_decay: float = 5e-4
-    max_train_examples: int | None = None
-    steps_per_epoch: int | None = None
-    val_attack_steps: int = 10
-    val_restarts: int = 1
-    val_examples: int = 1000
-    eval_examples: int = 1000
-    eval_pgd_steps: int = catalog.PGD_STEPS
-    eval_pgd_restarts: int = catalog.PGD_RESTARTS
-    eval_autoattack: bool = True
-    strategy: str = "default"
-    stop_on_overfitting: bool = False
-    max_skipped_fraction: float = 0.25
-    precision: str = "float32"
-    jit_compile: bool = True
-    seed: int = 0
-    data_dir: str | None = None
-    download: bool = True
-    # "train": validation is the training split's last 10%; "test": half the test split
-    # (data.held_out), training on all of the training split.
-    validation_from: str = "train"
-    tensorboard_every: int = 100
-    verbose: int = 1
+from fbat_tf.records.config import TrainConfig
+from fbat_tf.records.evaluations import EvaluationResult
+from fbat_tf.records.files import read_json, write_json_atomic
 
 
 @dataclasses.dataclass
@@ -139,7 +78,7 @@ class RunRecord:
     status: str = "running"  # "complete" once tested, "diverged" when it stopped so
     history: list[Epoch] = dataclasses.field(default_factory=list)
     # train.py's test of the selected model (training.evaluate_test); None before it ran.
-    final: dict[str, Any] | None = None
+    final: EvaluationResult | None = None
     # The method's own config (its options, title, cost variant) and passes per step.
     method: dict[str, Any] | None = None
     code: dict[str, Any] | None = None  # provenance.code(): revision, dirty
@@ -175,6 +114,10 @@ class RunRecord:
         ]
         if payload.get("divergence") is not None:
             values["divergence"] = DivergenceOutcome(**payload["divergence"])
+        if payload.get("final") is not None:
+            values["final"] = EvaluationResult.from_final(
+                payload["final"], config.eps, config.dataset
+            )
         extra = {k: v for k, v in payload.items() if k not in known}
         retired = {k: v for k, v in saved.items() if k not in config_fields}
         if retired:  # config fields since retired: written back as they were
@@ -185,11 +128,7 @@ class RunRecord:
     def load(cls, path: str) -> RunRecord:
         """The record at `path`: FileNotFoundError where there is none, ValueError naming the
         file where it is not a run's record."""
-        with open(path) as f:
-            try:
-                payload = json.load(f)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path} is not readable JSON ({error})") from None
+        payload = read_json(path)
         if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict):
             raise ValueError(f"{path} is not a training run's record (no config)")
         return cls.from_dict(payload)
@@ -216,6 +155,8 @@ class RunRecord:
                 value = [epoch.to_dict() for epoch in value]
             elif field.name == "divergence":
                 value = None if value is None else dataclasses.asdict(value)
+            elif field.name == "final":
+                value = None if value is None else value.to_dict()
             if value is None and field.name not in ("status", "config", "history"):
                 continue  # a part the run has not reached, or did not record
             payload[field.name] = value
@@ -267,40 +208,3 @@ class RunRecord:
         """Add a finished epoch, in place of any earlier record of the same or a later one."""
         self.keep_epochs_until(epoch.epoch - 1)
         self.history.append(epoch)
-
-
-# ------------------------------------------------------------------------------ JSON files
-
-
-def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
-    or infinite number is written as null (JSON has no such numbers)."""
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
-            os.remove(tmp)
-        raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic | np.ndarray):
-        return finite_or_null(value.tolist())
-    if hasattr(value, "numpy"):  # a TensorFlow tensor (this module does not import TensorFlow)
-        return finite_or_null(value.numpy().tolist())
-    raise TypeError(f"not JSON serializable: {type(value)}")
-
-
-def finite_or_null(value: Any) -> Any:
-    """`value` with each NaN or infinite float, at any depth, replaced by None: JSON has no
-    spelling for them that every reader takes (results.json, model cards, sweep.json)."""
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_or_null(item) for item in value]
-    if isinstance(value, numbers.Real) and not math.isfinite(value):  # numpy's floats too
-        return None
-    return value

@@ -1,0 +1,39 @@
+"""What runs and evaluations leave behind, as types: read and written here and nowhere else.
+
+    record = RunRecord.load(path)             # results.json; FileNotFoundError, or ValueError
+    record.config.method, record.config.eps   # the TrainConfig the run was started with
+    record.status                             # "running", "complete" or "diverged"
+    for epoch in record.history:              # one Epoch a finished epoch, in order
+        epoch.epoch, epoch.val_robust_accuracy, epoch.get("ig_norm_ratio")
+    record.selected_epoch()                   # the Epoch whose weights best.weights.h5 holds
+    record.final.robust_accuracy("pgd")       # train.py's test of that model: an EvaluationResult
+    record.save(path)                         # atomically; NaN and infinity as null
+
+    result = EvaluationResult.load(path)      # evaluate.py's JSON (eval-*.json)
+    result.clean_accuracy, result.robust_accuracy("autoattack", 8)   # ε in 1/255
+    for attacked in result.robust:            # one AttackResult an attack and ε
+        attacked.attack, attacked.eps, attacked.parts
+
+Keys a record does not know (written by a later version, or by an earlier one since retired)
+are kept in `extra` and written back as they were; fields a record lacks (written before they
+existed) take the defaults they had before they existed. Every committed results.json and
+evaluation loads (tests/test_records.py).
+"""
+
+from fbat_tf.records.config import TrainConfig
+from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult, eps_255
+from fbat_tf.records.files import finite_or_null, write_json_atomic
+from fbat_tf.records.runs import DivergenceOutcome, Epoch, RunRecord
+
+__all__ = [
+    "AttackResult",
+    "BatchResult",
+    "DivergenceOutcome",
+    "Epoch",
+    "EvaluationResult",
+    "RunRecord",
+    "TrainConfig",
+    "eps_255",
+    "finite_or_null",
+    "write_json_atomic",
+]

@@ -1,0 +1,53 @@
+"""A run's settings: TrainConfig, whose defaults are train.py's flags' defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fbat_tf import catalog
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
+
+    workdir: str
+    method: str = "fastbat"
+    dataset: str = "cifar10"
+    model: str = "preact_resnet18"
+    width: int | None = None
+    activation: str = "relu"
+    eps: float = 8.0 / 255
+    method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    epochs: int = 20
+    batch_size: int = 128
+    lr_max: float = 0.2
+    lr_schedule: str = "cyclic"
+    momentum: float = 0.9
+    # Momentum at the learning-rate peak, moving with the cyclic rate from `momentum` at lr 0
+    # (PyTorch CyclicLR's default: 0.9 -> 0.8 -> 0.9); None keeps the momentum constant.
+    momentum_at_peak: float | None = None
+    weight_decay: float = 5e-4
+    max_train_examples: int | None = None
+    steps_per_epoch: int | None = None
+    val_attack_steps: int = 10
+    val_restarts: int = 1
+    val_examples: int = 1000
+    eval_examples: int = 1000
+    eval_pgd_steps: int = catalog.PGD_STEPS
+    eval_pgd_restarts: int = catalog.PGD_RESTARTS
+    eval_autoattack: bool = True
+    strategy: str = "default"
+    stop_on_overfitting: bool = False
+    max_skipped_fraction: float = 0.25
+    precision: str = "float32"
+    jit_compile: bool = True
+    seed: int = 0
+    data_dir: str | None = None
+    download: bool = True
+    # "train": validation is the training split's last 10%; "test": half the test split
+    # (data.held_out), training on all of the training split.
+    validation_from: str = "train"
+    tensorboard_every: int = 100
+    verbose: int = 1

@@ -1,0 +1,214 @@
+"""An evaluation's result: evaluate.py's JSON, and train.py's test of a run's selected model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fbat_tf.records.files import read_json, write_json_atomic
+
+
+def eps_255(eps: float) -> float:
+    """ε in pixel units as an evaluation names it, in 1/255: 8/255 -> 8.0."""
+    return float(f"{eps * 255:g}")
+
+
+@dataclasses.dataclass
+class AttackResult:
+    """One attack at one ε, over an evaluation's examples or one batch of them."""
+
+    attack: str  # the name it was evaluated under: the registry's ("pgd", "autoattack")
+    eps: float  # in 1/255
+    robust_accuracy: float
+    seconds: float | None = None
+    # An ensemble's robust accuracy after each of its parts ("clean" first), and their seconds.
+    parts: dict[str, float] = dataclasses.field(default_factory=dict)
+    part_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.attack}@{self.eps:g}"
+
+
+def _split_key(key: str) -> tuple[str, float]:
+    attack, _, eps = key.rpartition("@")
+    return attack, float(eps)
+
+
+class _Attacked:
+    """Robust accuracy by attack and ε, for an evaluation and for each of its batches."""
+
+    robust: list[AttackResult]
+
+    def attacked(self, attack: str, eps: float | None = None) -> AttackResult:
+        """The result of `attack` at `eps` (1/255; None: its only ε). KeyError if absent."""
+        found = [r for r in self.robust if r.attack == attack and eps in (None, r.eps)]
+        if len(found) != 1:
+            have = [r.key for r in self.robust]
+            raise KeyError(f"{attack}@{'?' if eps is None else f'{eps:g}'} among {have}")
+        return found[0]
+
+    def get(self, attack: str, eps: float | None = None) -> AttackResult | None:
+        """The result of `attack` at `eps` (1/255; None: its only ε), or None."""
+        try:
+            return self.attacked(attack, eps)
+        except KeyError:
+            return None
+
+    def robust_accuracy(self, attack: str, eps: float | None = None) -> float:
+        return self.attacked(attack, eps).robust_accuracy
+
+
+@dataclasses.dataclass
+class BatchResult(_Attacked):
+    """One global batch of an evaluation."""
+
+    examples: int
+    clean_accuracy: float
+    robust: list[AttackResult] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        robust = {r.key: r.robust_accuracy for r in self.robust}
+        return {
+            "examples": self.examples,
+            "clean_accuracy": self.clean_accuracy,
+            "robust_accuracy": robust,
+        }
+
+
+@dataclasses.dataclass
+class EvaluationResult(_Attacked):
+    """What one evaluation found (evaluation.evaluate): evaluate.py's JSON and train.py's test
+    of the selected model (RunRecord.final), one schema. `extra` holds how it was made (model
+    path, split, the attacks' options, seed, device, ...) as written."""
+
+    examples: int
+    clean_accuracy: float
+    loss: float | None = None
+    robust: list[AttackResult] = dataclasses.field(default_factory=list)
+    per_batch: list[BatchResult] = dataclasses.field(default_factory=list)
+    replicas: int | None = None
+    dataset: str | None = None
+    device: str | None = None  # what it ran on (device.describe())
+    code: dict[str, Any] | None = None  # provenance.code() of the evaluating code
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> EvaluationResult:
+        parts, seconds = (
+            payload.get(k) or {} for k in ("autoattack_per_attack", "autoattack_seconds")
+        )
+        times = payload.get("time_s") or {}
+        robust = [
+            AttackResult(
+                *_split_key(key), value, times.get(key), parts.get(key, {}), seconds.get(key, {})
+            )
+            for key, value in payload["robust_accuracy"].items()
+        ]
+        batches = [
+            BatchResult(
+                b["examples"],
+                b["clean_accuracy"],
+                [
+                    AttackResult(*_split_key(key), value)
+                    for key, value in b["robust_accuracy"].items()
+                    if value is not None
+                ],
+            )
+            for b in payload.get("per_batch") or []
+        ]
+        numbers_ = ("examples", "clean_accuracy", "loss", "replicas", "dataset", "device", "code")
+        written = (
+            "robust_accuracy",
+            "time_s",
+            "per_batch",
+            "autoattack_per_attack",
+            "autoattack_seconds",
+            *numbers_,
+        )
+        return cls(
+            **{k: payload.get(k) for k in numbers_},
+            robust=robust,
+            per_batch=batches,
+            extra={k: v for k, v in payload.items() if k not in written},
+        )
+
+    @classmethod
+    def from_final(
+        cls, final: dict[str, Any], eps: float, dataset: str | None = None
+    ) -> EvaluationResult:
+        """A run's final evaluation (results.json's "final"), also as runs wrote it before it
+        was an evaluation's result: then with the run's ε (pixel units) and dataset."""
+        if "robust_accuracy" in final:
+            return cls.from_dict(final)
+        eps = eps_255(eps)
+        total, aa_seconds = final.get("eval_time_s"), final.get("aa_time_s")
+        robust = [
+            AttackResult(
+                "pgd",
+                eps,
+                final["test_pgd_robust_accuracy"],
+                None if total is None else total - (aa_seconds or 0.0),
+            )
+        ]
+        if final.get("test_aa_robust_accuracy") is not None:
+            robust.append(
+                AttackResult(
+                    "autoattack",
+                    eps,
+                    final["test_aa_robust_accuracy"],
+                    aa_seconds,
+                    final.get("test_aa_per_attack") or {},
+                )
+            )
+        kept = ("pgd_steps", "pgd_restarts", "aa_version")
+        return cls(
+            final["test_examples"],
+            final["test_clean_accuracy"],
+            robust=robust,
+            dataset=dataset,
+            extra={k: final[k] for k in kept if k in final},
+        )
+
+    @classmethod
+    def load(cls, path: str) -> EvaluationResult:
+        """evaluate.py's JSON at `path`: FileNotFoundError where there is none, ValueError
+        naming the file where it is not an evaluation's."""
+        payload = read_json(path)
+        if not isinstance(payload, dict) or not isinstance(payload.get("robust_accuracy"), dict):
+            raise ValueError(f"{path} is not an evaluation's result (no robust_accuracy)")
+        return cls.from_dict(payload)
+
+    @classmethod
+    def read(cls, path: str) -> EvaluationResult | None:
+        """The result at `path`, or None where there is none."""
+        try:
+            return cls.load(path)
+        except FileNotFoundError:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "examples": self.examples,
+            "clean_accuracy": self.clean_accuracy,
+            "loss": self.loss,
+            "robust_accuracy": {r.key: r.robust_accuracy for r in self.robust},
+            "time_s": {r.key: r.seconds for r in self.robust},
+        }
+        if self.per_batch:
+            payload["per_batch"] = [batch.to_dict() for batch in self.per_batch]
+        payload["replicas"] = self.replicas
+        payload["dataset"] = self.dataset
+        payload.update(self.extra)
+        payload["autoattack_per_attack"] = {r.key: r.parts for r in self.robust if r.parts}
+        payload["autoattack_seconds"] = {
+            r.key: r.part_seconds for r in self.robust if r.part_seconds
+        }
+        if self.device is not None:
+            payload["device"] = self.device
+        if self.code is not None:
+            payload["code"] = self.code
+        return payload
+
+    def save(self, path: str) -> None:
+        write_json_atomic(path, self.to_dict())

@@ -1,0 +1,55 @@
+"""Records as JSON files: read whole or refused with the file's name, written atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from typing import Any
+
+import numpy as np
+
+
+def read_json(path: str) -> Any:
+    """The JSON at `path`: FileNotFoundError where there is none, ValueError naming the file
+    where it is not JSON."""
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not readable JSON ({error})") from None
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
+    or infinite number is written as null (JSON has no such numbers)."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
+            os.remove(tmp)
+        raise
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic | np.ndarray):
+        return finite_or_null(value.tolist())
+    if hasattr(value, "numpy"):  # a TensorFlow tensor (this module does not import TensorFlow)
+        return finite_or_null(value.numpy().tolist())
+    raise TypeError(f"not JSON serializable: {type(value)}")
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with each NaN or infinite float, at any depth, replaced by None: JSON has no
+    spelling for them that every reader takes (results.json, model cards, sweep.json)."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, numbers.Real) and not math.isfinite(value):  # numpy's floats too
+        return None
+    return value
