@@ -31,9 +31,9 @@ from harness import (
     table,
 )
 
-from fbat_tf import catalog  # noqa: E402  (harness puts the checkout on the path)
+from fbat_tf import methods  # noqa: E402  (harness puts the checkout on the path)
 
-ALL_METHODS = list(catalog.METHODS)
+ALL_METHODS = methods.names()
 
 _METHODS = flags.DEFINE_list("methods", ALL_METHODS, "Methods to time.")
 _DATASET = flags.DEFINE_string("dataset", "fashion_mnist", "Dataset.")

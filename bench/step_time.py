@@ -45,9 +45,9 @@ from harness import (
     variant_label,
 )
 
-from fbat_tf import catalog  # noqa: E402  (harness puts the checkout on the path)
+from fbat_tf import methods  # noqa: E402  (harness puts the checkout on the path)
 
-ALL_METHODS = list(catalog.METHODS)
+ALL_METHODS = methods.names()
 # Fast-BAT with each implicit_autodiff mode named explicitly ("fastbat" itself is "auto").
 ALIASES = {
     "fastbat_bob": "fastbat:implicit_autodiff=backward_over_backward",

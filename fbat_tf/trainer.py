@@ -44,7 +44,7 @@ import tensorflow as tf
 from absl import logging
 
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.methods import Method
+from fbat_tf.methods.base import Method
 from fbat_tf.models.layers import use_exact_batch_norm
 
 

@@ -54,6 +54,7 @@ from fbat_tf.callbacks import (
     StopAfterBatches,
     TensorBoard,
 )
+from fbat_tf.methods.base import Method
 from fbat_tf.records import EvaluationResult, RunRecord, TrainConfig
 from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
@@ -144,7 +145,7 @@ class _Built:
     the data, and the length of training."""
 
     run: Run
-    method: methods.Method
+    method: Method
     classifier: keras.Model
     trainer: AdversarialTrainer
     stream: Callable[[int], tf.data.Dataset]  # the training stream from its n-th batch

@@ -96,14 +96,6 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     return "complete" if status == "complete" else "resume"
 
 
-# Method options spelt otherwise on the command line than in the method's constructor.
-OPTION_FLAGS = {
-    "pgd": {"steps": "attack_steps"},
-    "free": {"replays": "free_replays"},
-    "nfgsm": {"noise": "nfgsm_noise", "clip": "nfgsm_clip"},
-}
-
-
 def check_method(config) -> None:
     """ValueError for the method's options, or for a strategy the method cannot run under,
     before anything is created (the method says which: `single_device`)."""
@@ -114,21 +106,17 @@ def check_method(config) -> None:
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
-    """The run's TrainConfig: each field from the flag of its name, and each option of the
-    method (a parameter of its constructor) from the flag of its name; only the unit
-    conversions are written out. A new method option is its parameter plus its flag."""
+    """The run's TrainConfig: each field from the flag of its name, and each option the method
+    declares from its flag (through the option's `from_flag`, where its units differ)."""
     from fbat_tf import device, methods
     from fbat_tf.records import TrainConfig
 
-    convert = {
-        "lambda_inv": lambda value: None if value is None else value / 255,
-        "implicit_autodiff": device.resolve_implicit_autodiff,
-    }
-    spelt = OPTION_FLAGS.get(values.method, {})
+    entry = methods.entry(values.method)
     options = {
-        option: convert.get(option, lambda value: value)(values[spelt.get(option, option)].value)
-        for option in methods.option_names(values.method)
-        if spelt.get(option, option) in values
+        option.name: (option.from_flag or (lambda value: value))(
+            values[entry.flag_name(option)].value
+        )
+        for option in entry.options
     }
     fields = {field.name for field in dataclasses.fields(TrainConfig)}
     given = {name: values[name].value for name in fields if name in values}

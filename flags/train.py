@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from absl import flags
 
-from fbat_tf import catalog
+from fbat_tf import catalog, methods
 from flags import common
 from flags.common import RUN, eps_flag
 
 # What to train.
-METHOD = flags.DEFINE_enum("method", RUN["method"], list(catalog.METHODS), "Training method.")
+METHOD = flags.DEFINE_enum("method", RUN["method"], methods.names(), "Training method.")
 MODEL = flags.DEFINE_enum("model", RUN["model"], list(catalog.MODELS), "Architecture.")
 WIDTH = flags.DEFINE_integer(
     "width",
@@ -69,59 +69,29 @@ STEPS_PER_EPOCH = flags.DEFINE_integer(
     lower_bound=1,
 )
 
-# Method options.
-LAMBDA_INV = flags.DEFINE_float(
-    "lambda_inv",
-    None,
-    "Fast-BAT lower-level step 1/λ in 1/255 units (default 5000 for eps <= 8, 2500 above).",
-    lower_bound=0.0,
-)
-IG_COEF = flags.DEFINE_float(
-    "ig_coef", 0.1, "Fast-BAT implicit-gradient coefficient c = α2/(λ·α1).", lower_bound=0.0
-)
-IG = flags.DEFINE_enum(
-    "ig", "hessian_free", list(catalog.IMPLICIT_GRADIENTS), "Fast-BAT implicit gradient."
-)
-CG_STEPS = flags.DEFINE_integer(
-    "cg_steps", 3, "Conjugate-gradient steps of --ig=hessian_aware.", lower_bound=1
-)
-IMPLICIT_AUTODIFF = flags.DEFINE_enum(
-    "implicit_autodiff",
-    "auto",
-    list(catalog.IMPLICIT_AUTODIFF),
-    "How Fast-BAT differentiates its implicit term (both exact). auto: forward_over_backward on "
-    "GPU/TPU, backward_over_backward on CPU.",
-)
-TAU = flags.DEFINE_float(
-    "tau",
-    None,
-    "Fast-BAT margin of the inactive-constraint mask in pixel units (default: 1e-7 in float32).",
-    lower_bound=0.0,
-)
-LINEARIZATION = flags.DEFINE_enum(
-    "linearization", "pgd_nosign", list(catalog.LINEARIZATIONS), "Fast-BAT linearization point z."
-)
-GA_COEF = flags.DEFINE_float(
-    "ga_coef",
-    None,
-    "GradAlign coefficient (default 0.2 at eps <= 8, 2.0 at eps >= 16).",
-    lower_bound=0.0,
-)
-NFGSM_NOISE = flags.DEFINE_float(
-    "nfgsm_noise",
-    2.0,
-    "N-FGSM noise: eta ~ U[-k*eps, k*eps] for this k.",
-    lower_bound=0.0,
-)
-NFGSM_CLIP = flags.DEFINE_float(
-    "nfgsm_clip",
-    None,
-    "N-FGSM: clip the perturbation to [-c*eps, c*eps] for this c (default: no clip, as the "
-    "paper trains).",
-    lower_bound=0.0,
-)
-ATTACK_STEPS = flags.DEFINE_integer("attack_steps", 2, "PGD-AT attack steps K.", lower_bound=1)
-FREE_REPLAYS = flags.DEFINE_integer("free_replays", 8, "Free-AT replays m.", lower_bound=1)
+# Method options: one flag per option a method declares (fbat_tf.methods).
+
+
+def _define_option_flags() -> dict[str, flags.FlagHolder]:
+    defines = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
+    holders: dict[str, flags.FlagHolder] = {}
+    for entry in methods.REGISTRY.values():
+        for option in entry.options:
+            name = entry.flag_name(option)
+            if option.choices:
+                holders[name] = flags.DEFINE_enum(
+                    name, option.default, list(option.choices), option.help
+                )
+            elif option.type in defines:
+                holders[name] = defines[option.type](
+                    name, option.default, option.help, lower_bound=option.lower_bound
+                )
+            else:
+                holders[name] = flags.DEFINE_string(name, option.default, option.help)
+    return holders
+
+
+OPTION_FLAGS = _define_option_flags()
 
 # Validation, model selection and final evaluation.
 VAL_ATTACK_STEPS = flags.DEFINE_integer(

@@ -1,8 +1,10 @@
-"""The catalog names what the registries build, and the entry points parse their flags without
-loading TensorFlow, so that a bad command fails at once."""
+"""The catalog names what the registries build, methods and attacks declare their options, and
+the entry points parse their flags without loading TensorFlow, so that a bad command fails at
+once."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -23,7 +25,6 @@ def test_each_registry_builds_exactly_the_catalogued_names():
     streamed = tuple(n for n in data.names() if not registry.lookup(n).in_memory)
     assert streamed == catalog.STREAMED_DATASETS
     assert tuple(models.names()) == catalog.MODELS
-    assert tuple(methods.names()) == catalog.METHODS
     assert distribute.STRATEGIES == catalog.STRATEGIES
     assert layers.ACTIVATIONS == catalog.ACTIVATIONS
     assert fast_bat.IMPLICIT_GRADIENTS == catalog.IMPLICIT_GRADIENTS
@@ -77,7 +78,7 @@ def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name,
     # bench/step_time.py names a variant "name:key=value"; its JSON keys read "name key=value".
     method = methods.create(name, eps=8 / 255, **options)
     assert method.cost_variant == spelled
-    assert catalog.cost_variant(name, method.config()) == spelled  # from a recorded config
+    assert methods.cost_variant(name, method.config()) == spelled  # from a recorded config
 
 
 def test_each_default_is_written_once():
@@ -115,3 +116,16 @@ def test_each_default_is_written_once():
     assert (older["pgd_steps"], older["pgd_restarts"]) == pgd
     defaults = estimate.TRAIN_DEFAULTS
     assert (defaults["eval_pgd_steps"], defaults["eval_pgd_restarts"]) == pgd
+    # A method option's default is its declaration's: train.py's flag and the constructor take
+    # it from there.
+    declared = 0
+    for name in methods.names():
+        entry = methods.entry(name)
+        module, attribute = entry.target.split(":")
+        cls = getattr(importlib.import_module(module), attribute)
+        parameters = inspect.signature(cls.__init__).parameters
+        for option in entry.options:
+            assert absl_flags.FLAGS[entry.flag_name(option)].default == option.default
+            assert parameters[option.name].default == option.default, (name, option.name)
+            declared += 1
+    assert declared >= 12

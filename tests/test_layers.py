@@ -202,9 +202,9 @@ def test_no_branch_on_a_method_or_attack_name_outside_its_own_package():
     """Methods and attacks say what others need of them (replays, single_device, log names,
     cost_variant, options, labels); nothing outside fbat_tf/methods and fbat_tf/attacks compares
     a name with one of theirs."""
-    from fbat_tf import attacks, catalog
+    from fbat_tf import attacks, methods
 
-    names = set(catalog.METHODS) | set(attacks.names())
+    names = set(methods.names()) | set(attacks.names())
     sources = [
         path
         for module, path in module_names().items()

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.methods.base import Method
 from fbat_tf.methods.fast_at_ga import default_ga_coef
 from fbat_tf.methods.fast_bat import LINEARIZATIONS
 
@@ -62,7 +63,7 @@ def batch(seed: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.constant(x), tf.constant(rng.integers(0, 4, BATCH), tf.int32)
 
 
-def make(name: str, options: dict) -> methods.Method:
+def make(name: str, options: dict) -> Method:
     method = methods.create(name, eps=EPS, **options)
     method.build((BATCH, *SHAPE))
     return method

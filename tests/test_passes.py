@@ -1,5 +1,5 @@
 """What a training step costs in passes through the model, counted on the model itself for every
-method and compared with what the method declares (catalog.passes).
+method and compared with what the method declares (its registry entry, fbat_tf.methods).
 
 A probe at the model's output counts, in eager execution: each forward pass (a call of the
 model); each backward pass (the gradient of a loss of the outputs flowing back into them); and
@@ -111,10 +111,10 @@ def test_forward_over_backward_makes_the_forward_passes_it_declares():
 def test_a_runs_recorded_config_prices_as_the_method_itself():
     """The report prices runs by their recorded method config, older ones included: the same
     counts as the method object gives, and the counts behind the cost ratios."""
-    assert {name for name, _ in VARIANTS} == set(catalog.METHODS)  # every method is counted
+    assert {name for name, _ in VARIANTS} == set(methods.names())  # every method is counted
     for name, options in VARIANTS:
         method = methods.create(name, eps=EPS, **options)
-        assert catalog.passes(name, method.config()) == method.passes
+        assert methods.passes(name, method.config()) == method.passes
     variants = [("fastat", {}), ("pgd", {"steps": 2}), ("fastbat", {"ig": "none"}), ("fastbat", {})]
-    totals = [catalog.total_passes(catalog.passes(name, config)) for name, config in variants]
+    totals = [catalog.total_passes(methods.passes(name, config)) for name, config in variants]
     assert totals == [4, 6, 6, 8]

@@ -1,67 +1,288 @@
-"""Training methods by name: one module each, one registry line each.
+"""Training methods by name: one module each, one registry line each, importable without
+TensorFlow (each method's module loads on first use).
 
     from fbat_tf import methods
     method = methods.create("fastbat", eps=8 / 255, lambda_inv=5000 / 255, ig_coef=0.1)
     grads, logs = method.gradients(model, x, y, seed)
+    methods.entry("nfgsm").options       # what train.py makes flags of: name, type, default, ...
+    methods.passes("pgd", {"steps": 10}) # passes through the model of one optimizer step
 
-Library APIs take ε and λ⁻¹ in pixel units; the command line's 1/255 units are converted in
-`flags/`.
+A method declares here the options a user sets (train.py's flags, TrainConfig's
+`method_options`, a sweep definition's flags all follow from them), what one of its steps costs
+in passes through the model (DESIGN.md §3.6), and the options that change that cost. Its
+constructor takes the declared defaults (`defaults(name)`). Library APIs take ε and λ⁻¹ in
+pixel units; the command line's 1/255 units are converted by the options' `from_flag`.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from fbat_tf.methods.base import Method
-from fbat_tf.methods.fast_at import FastAT
-from fbat_tf.methods.fast_at_ga import FastATGradAlign
-from fbat_tf.methods.fast_bat import FastBAT
-from fbat_tf.methods.free_at import FreeAT
-from fbat_tf.methods.n_fgsm import NFGSM
-from fbat_tf.methods.pgd_at import PGDAT
-from fbat_tf.methods.standard import Standard
+from fbat_tf import catalog
+from fbat_tf.catalog import IMPLICIT_AUTODIFF, IMPLICIT_GRADIENTS, LINEARIZATIONS, counts
 
-_REGISTRY: dict[str, type[Method]] = {
-    "standard": Standard,
-    "fastat": FastAT,
-    "fastat_ga": FastATGradAlign,
-    "nfgsm": NFGSM,
-    "pgd": PGDAT,
-    "free": FreeAT,
-    "fastbat": FastBAT,
+
+def _resolve_implicit_autodiff(value: str) -> str:
+    from fbat_tf import device  # loads TensorFlow: resolved once flags are parsed
+
+    return device.resolve_implicit_autodiff(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A constructor keyword a user may set, as train.py's flag `flag` (default
+    `<method>_<name>`); `from_flag` turns the flag's value into the constructor's."""
+
+    name: str
+    type: type  # float, int or str
+    default: Any
+    help: str
+    flag: str | None = None
+    choices: tuple[str, ...] | None = None
+    lower_bound: float | None = None
+    from_flag: Callable[[Any], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One method: its name, the class that implements it ("module:Class"), its options, the
+    passes through the model of one optimizer step given its config (options it lacks at their
+    defaults), and the options that change that cost with the value its plain name means."""
+
+    name: str
+    target: str
+    options: tuple[Option, ...] = ()
+    passes: Callable[[Mapping[str, Any]], dict[str, int]] = lambda config: counts(1, 1)
+    cost_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # A run's recorded config in the form the method states it now (runs recorded before an
+    # option was stated so).
+    as_now: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda config: config
+
+    def flag_name(self, option: Option) -> str:
+        return option.flag or f"{self.name}_{option.name}"
+
+    def defaults(self) -> dict[str, Any]:
+        return {option.name: option.default for option in self.options}
+
+
+def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    steps = int(config.get("steps", defaults("pgd")["steps"]))
+    return counts(steps + 1, steps + 1)  # K input gradients, then the weight gradient
+
+
+def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    config = {**defaults("fastbat"), "implicit_autodiff": IMPLICIT_AUTODIFF[1], **config}
+    ig = config["ig"]
+    # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
+    # lower-level gradient at z and step 3's upper level at δ*.
+    gradient_start = config["linearization"] in LINEARIZATIONS[:2]
+    parts = [counts(1, 1) if gradient_start else counts(), counts(2, 2)]
+    forward_mode = config["implicit_autodiff"] == IMPLICIT_AUTODIFF[2]
+    # Step 5's mixed derivative along H ⊙ v, and each conjugate-gradient step's Hessian-vector
+    # product: forward and weight passes at z carrying tangents, or back through a recorded
+    # backward pass (and, for a product, the forward and backward pass it records).
+    implicit = counts(1, 1, tangent=2) if forward_mode else counts(backward=1, second_order=1)
+    product = counts(1, 1, tangent=2) if forward_mode else counts(1, 2, 1)
+    products = int(config["cg_steps"]) if ig == IMPLICIT_GRADIENTS[1] else 0
+    if ig != IMPLICIT_GRADIENTS[2]:
+        parts += [implicit, *[product] * products]
+    return catalog.added(*parts)
+
+
+_FASTBAT = (
+    Option(
+        "lambda_inv",
+        float,
+        None,
+        "Fast-BAT lower-level step 1/λ in 1/255 units (default 5000 for eps <= 8, 2500 above).",
+        "lambda_inv",
+        lower_bound=0.0,
+        from_flag=lambda value: None if value is None else value / 255,
+    ),
+    Option(
+        "ig_coef",
+        float,
+        0.1,
+        "Fast-BAT implicit-gradient coefficient c = α2/(λ·α1).",
+        "ig_coef",
+        lower_bound=0.0,
+    ),
+    Option("ig", str, "hessian_free", "Fast-BAT implicit gradient.", "ig", IMPLICIT_GRADIENTS),
+    Option(
+        "linearization",
+        str,
+        "pgd_nosign",
+        "Fast-BAT linearization point z.",
+        "linearization",
+        LINEARIZATIONS,
+    ),
+    Option(
+        "cg_steps", int, 3, "Conjugate-gradient steps of --ig=hessian_aware.", "cg_steps", None, 1
+    ),
+    Option(
+        "tau",
+        float,
+        None,
+        "Fast-BAT margin of the inactive-constraint mask in pixel units (default: 1e-7 in "
+        "float32).",
+        "tau",
+        lower_bound=0.0,
+    ),
+    Option(
+        "implicit_autodiff",
+        str,
+        "auto",
+        "How Fast-BAT differentiates its implicit term (both exact). auto: "
+        "forward_over_backward on GPU/TPU, backward_over_backward on CPU.",
+        "implicit_autodiff",
+        IMPLICIT_AUTODIFF,
+        from_flag=_resolve_implicit_autodiff,
+    ),
+)
+
+# Each method; the flags keep the spellings runs were started with.
+REGISTRY: dict[str, Entry] = {
+    entry.name: entry
+    for entry in (
+        Entry("standard", "fbat_tf.methods.standard:Standard"),
+        Entry("fastat", "fbat_tf.methods.fast_at:FastAT", passes=lambda c: counts(2, 2)),
+        Entry(
+            "fastat_ga",
+            "fbat_tf.methods.fast_at_ga:FastATGradAlign",
+            (
+                Option(
+                    "ga_coef",
+                    float,
+                    None,
+                    "GradAlign coefficient (default 0.2 at eps <= 8, 2.0 at eps >= 16).",
+                    "ga_coef",
+                    lower_bound=0.0,
+                ),
+            ),
+            # FGSM's, the clean and the noisy (recorded over θ) input gradients and the weight
+            # pass, which also runs back through the noisy gradient and its forward.
+            passes=lambda c: counts(4, 5, 1),
+        ),
+        Entry(
+            "nfgsm",
+            "fbat_tf.methods.n_fgsm:NFGSM",
+            (
+                Option(
+                    "noise",
+                    float,
+                    2.0,
+                    "N-FGSM noise: eta ~ U[-k*eps, k*eps] for this k.",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "clip",
+                    float,
+                    None,
+                    "N-FGSM: clip the perturbation to [-c*eps, c*eps] for this c (default: no "
+                    "clip, as the paper trains).",
+                    lower_bound=0.0,
+                ),
+            ),
+            passes=lambda c: counts(2, 2),
+        ),
+        Entry(
+            "pgd",
+            "fbat_tf.methods.pgd_at:PGDAT",
+            (Option("steps", int, 2, "PGD-AT attack steps K.", "attack_steps", lower_bound=1),),
+            passes=_pgd_passes,
+            cost_options={"steps": 2},
+        ),
+        Entry(
+            "free",
+            "fbat_tf.methods.free_at:FreeAT",
+            (Option("replays", int, 8, "Free-AT replays m.", "free_replays", lower_bound=1),),
+            # One backward pass gives the weight and the δ gradient.
+            passes=lambda c: counts(1, 1),
+        ),
+        Entry(
+            "fastbat",
+            "fbat_tf.methods.fast_bat:FastBAT",
+            _FASTBAT,
+            passes=_fastbat_passes,
+            cost_options={"ig": "hessian_free"},
+            # A zero implicit coefficient is first-order Fast-BAT (ig "none"), which runs'
+            # configs said only lately.
+            as_now=lambda c: {**c, "ig": "none"} if float(c.get("ig_coef", 0.1)) == 0 else c,
+        ),
+    )
 }
 
 
+def register(entry: Entry) -> None:
+    """Add a method at run time (a line of REGISTRY does the same in the package)."""
+    if entry.name in REGISTRY:
+        raise ValueError(f"a method named {entry.name!r} exists already")
+    taken = {e.flag_name(o) for e in REGISTRY.values() for o in e.options}
+    clashing = sorted(taken & {entry.flag_name(o) for o in entry.options})
+    if clashing:
+        raise ValueError(f"method {entry.name!r}: flags {clashing} belong to another method")
+    REGISTRY[entry.name] = entry
+
+
 def names() -> list[str]:
-    return list(_REGISTRY)
+    return list(REGISTRY)
+
+
+def entry(name: str) -> Entry:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}; choose one of {names()}")
+    return REGISTRY[name]
 
 
 def option_names(name: str) -> list[str]:
-    """The options of method `name`: its constructor's parameters besides ε, in order."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r}; choose one of {names()}")
-    parameters = inspect.signature(_REGISTRY[name].__init__).parameters
-    return [p for p in parameters if p not in ("self", "eps")]
+    """The options of method `name` a user sets, in order."""
+    return [option.name for option in entry(name).options]
 
 
-def create(name: str, eps: float = 8.0 / 255, **options: Any) -> Method:
+def defaults(name: str) -> dict[str, Any]:
+    """The declared default of each option of method `name`: its constructor's defaults."""
+    return entry(name).defaults()
+
+
+def create(name: str, eps: float = 8.0 / 255, **options: Any):
     """The method `name` with budget ε (pixel units) and its options (None = default)."""
-    accepted = option_names(name)
-    cls = _REGISTRY[name]
-    unknown = sorted(set(options) - set(accepted))
+    found = entry(name)
+    unknown = sorted(set(options) - set(option_names(name)))
     if unknown:
         raise ValueError(
-            f"method {name!r} takes no option(s) {unknown}; it takes {sorted(accepted)}"
+            f"method {name!r} takes no option(s) {unknown}; it takes {option_names(name)}"
         )
-    options = {k: v for k, v in options.items() if v is not None}
-    return cls(eps=eps, **options)
+    module, attribute = found.target.split(":")
+    cls = getattr(importlib.import_module(module), attribute)
+    return cls(eps=eps, **{k: v for k, v in options.items() if v is not None})
 
 
-__all__ = ["Method", "create", "names", "option_names"]
+def recorded_config(name: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A run's recorded method config in the form the method states it now."""
+    return entry(name).as_now(config)
 
 
-def check_strategy(method: Method, strategy: str) -> None:
+def passes(name: str, config: Mapping[str, Any]) -> dict[str, int]:
+    """Passes through the model of one optimizer step of method `name` with hyper-parameters
+    `config` (a method's config, or a run's recorded one: missing options count as their
+    defaults; Fast-BAT's implicit autodiff as on a CPU, where every committed run was made)."""
+    return entry(name).passes(recorded_config(name, config))
+
+
+def cost_variant(name: str, config: Mapping[str, Any]) -> str:
+    """The method with the options that change what a step costs, as bench/step_time.py names
+    its variants ("fastbat ig=none", "pgd steps=10"): a sweep report prices a run by it.
+    `config`: a method's or a run's recorded config (options it lacks count as plain)."""
+    config = recorded_config(name, config)
+    plain = entry(name).cost_options
+    differing = [f"{k}={config[k]}" for k, value in plain.items() if config.get(k, value) != value]
+    return " ".join([name, *differing])
+
+
+def check_strategy(method: Any, strategy: str) -> None:
     """ValueError where `method` cannot run under the distribution strategy named `strategy`:
     a method that carries δ from batch to batch (`single_device`, Free-AT) runs on one device."""
     if method.single_device and strategy != "default":
@@ -69,3 +290,19 @@ def check_strategy(method: Method, strategy: str) -> None:
             f"--method={method.name} carries δ across batches on one device: use "
             f"--strategy=default, not --strategy={strategy}"
         )
+
+
+__all__ = [
+    "Entry",
+    "Option",
+    "check_strategy",
+    "cost_variant",
+    "create",
+    "defaults",
+    "entry",
+    "names",
+    "option_names",
+    "passes",
+    "recorded_config",
+    "register",
+]

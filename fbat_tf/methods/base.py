@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import catalog, constraints
+from fbat_tf import constraints, methods
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.losses import correct, cross_entropy
 
@@ -132,14 +132,14 @@ class Method:
     def cost_variant(self) -> str:
         """The method with the options that change what a step costs, as bench/step_time.py
         names its variants ("fastbat ig=none"): a sweep report prices a run by it. The options
-        are catalog.COST_OPTIONS', read from the method's attributes of those names."""
-        options = catalog.COST_OPTIONS.get(self.name, {})
-        return catalog.cost_variant(self.name, {name: getattr(self, name) for name in options})
+        are those its registry entry names, read from the method's attributes of those names."""
+        options = methods.entry(self.name).cost_options
+        return methods.cost_variant(self.name, {name: getattr(self, name) for name in options})
 
     @property
     def passes(self) -> dict[str, int]:
-        """Passes through the model of one optimizer step, by kind (catalog.passes)."""
-        return catalog.passes(self.name, self.config())
+        """Passes through the model of one optimizer step, by kind, as its entry declares."""
+        return methods.passes(self.name, self.config())
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""

@@ -15,7 +15,7 @@ import math
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, methods
 from fbat_tf.attacks.losses import correct, cosine_per_example, cross_entropy
 from fbat_tf.methods.base import Method, fgsm_step, input_gradient, per_example_scale, scaled
 
@@ -36,7 +36,12 @@ class FastATGradAlign(Method):
     second_order = True
     log_names = ("loss", "adv_accuracy", "ga_cosine", "ga_coef")
 
-    def __init__(self, eps: float, ga_coef: float | None = None, alpha: float | None = None):
+    def __init__(
+        self,
+        eps: float,
+        ga_coef: float | None = methods.defaults("fastat_ga")["ga_coef"],
+        alpha: float | None = None,
+    ):
         super().__init__(eps)
         self.ga_coef = default_ga_coef(self.eps) if ga_coef is None else float(ga_coef)
         if self.ga_coef < 0:

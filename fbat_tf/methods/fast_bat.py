@@ -26,7 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints, device
+from fbat_tf import constraints, device, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
@@ -46,19 +46,22 @@ def _broadcast_per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(values, shape)
 
 
+_DEFAULT = methods.defaults("fastbat")  # the registry declares the options
+
+
 class FastBAT(Method):
     name = "fastbat"
 
     def __init__(
         self,
         eps: float,
-        lambda_inv: float | None = None,
-        ig_coef: float = 0.1,
-        ig: str = "hessian_free",
-        linearization: str = "pgd_nosign",
-        cg_steps: int = 3,
-        tau: float | None = None,
-        implicit_autodiff: str = "auto",
+        lambda_inv: float | None = _DEFAULT["lambda_inv"],
+        ig_coef: float = _DEFAULT["ig_coef"],
+        ig: str = _DEFAULT["ig"],
+        linearization: str = _DEFAULT["linearization"],
+        cg_steps: int = _DEFAULT["cg_steps"],
+        tau: float | None = _DEFAULT["tau"],
+        implicit_autodiff: str = _DEFAULT["implicit_autodiff"],
     ):
         super().__init__(eps)
         self.implicit_autodiff = device.resolve_implicit_autodiff(implicit_autodiff)

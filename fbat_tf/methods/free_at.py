@@ -16,7 +16,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.methods.base import Method, scaled, unscaled
 
@@ -26,7 +26,12 @@ class FreeAT(Method):
     title = "Free-AT"
     single_device = True
 
-    def __init__(self, eps: float, replays: int = 8, alpha: float | None = None):
+    def __init__(
+        self,
+        eps: float,
+        replays: int = methods.defaults("free")["replays"],
+        alpha: float | None = None,
+    ):
         super().__init__(eps)
         if replays < 1:
             raise ValueError(f"free needs replays >= 1, got {replays!r}")

@@ -17,8 +17,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, methods
 from fbat_tf.methods.base import Method, input_gradient
+
+_DEFAULT = methods.defaults("nfgsm")  # the registry declares the options
 
 
 class NFGSM(Method):
@@ -28,9 +30,9 @@ class NFGSM(Method):
     def __init__(
         self,
         eps: float,
-        noise: float = 2.0,
+        noise: float = _DEFAULT["noise"],
         alpha: float | None = None,
-        clip: float | None = None,
+        clip: float | None = _DEFAULT["clip"],
     ):
         super().__init__(eps)
         if not noise >= 0:

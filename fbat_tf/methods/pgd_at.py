@@ -8,14 +8,16 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import constraints, methods
 from fbat_tf.methods.base import Method, fgsm_step
 
 
 class PGDAT(Method):
     name = "pgd"
 
-    def __init__(self, eps: float, steps: int = 2, alpha: float | None = None):
+    def __init__(
+        self, eps: float, steps: int = methods.defaults("pgd")["steps"], alpha: float | None = None
+    ):
         super().__init__(eps)
         if steps < 1:
             raise ValueError(f"pgd needs steps >= 1, got {steps!r}")

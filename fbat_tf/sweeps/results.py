@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from fbat_tf import catalog, run
+from fbat_tf import methods, run
 from fbat_tf.records import EvaluationResult, RunRecord
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
@@ -274,8 +274,8 @@ def load_paper(path: str) -> dict[str, Any]:
 
 
 def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
-    return method.get("passes") or catalog.passes(method.get("name", name), method)
+    return method.get("passes") or methods.passes(method.get("name", name), method)
 
 
 def _cost_variant(method: dict[str, Any], name: str) -> str:
-    return method.get("cost_variant") or catalog.cost_variant(method.get("name", name), method)
+    return method.get("cost_variant") or methods.cost_variant(method.get("name", name), method)
