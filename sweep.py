@@ -9,6 +9,8 @@
 
     python sweep.py --sweep=fashion_mnist --allow_dirty   # run uncommitted code, marked so
     python sweep.py --sweep=fashion_mnist --repin         # move the sweep to the current HEAD
+    python sweep.py --sweep=paper_table2 --launcher=ray   # every GPU of this machine, one a cell
+    python sweep.py --sweep=paper_table2 --launcher=ray --ray_address=auto   # a Ray cluster
 
 Cells run committed code: the first start pins the checkout's revision (revision.json) and
 checks it out under `<sweep_dir>/code/`, from where every train.py and evaluate.py runs, so
@@ -37,7 +39,7 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.sweeps import revision, scheduler  # noqa: E402
+from fbat_tf.sweeps import cluster, revision, scheduler  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -343,9 +345,20 @@ def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
     )
     if code is not None:
         print(describe_pinned(code), flush=True)
-    outcome = scheduler.run_cells(
-        definition, to_run, sweep_dir, code, sweep_flags.WAIT_SECONDS.value
-    )
+    if sweep_flags.LAUNCHER.value == "ray" and to_run:
+        resources = cluster.Resources(
+            address=sweep_flags.RAY_ADDRESS.value,
+            cpus_per_cell=sweep_flags.CPUS_PER_CELL.value,
+            retries=sweep_flags.CELL_RETRIES.value,
+        )
+        try:
+            outcome = cluster.run_cells_on_ray(definition, to_run, sweep_dir, code, resources)
+        except cluster.LauncherError as error:
+            sys.exit(f"error: {error}")
+    else:
+        outcome = scheduler.run_cells(
+            definition, to_run, sweep_dir, code, sweep_flags.WAIT_SECONDS.value
+        )
     diverged += outcome.diverged
     paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
@@ -359,6 +372,11 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     refuse_train_flags()
+    if sweep_flags.LAUNCHER.value == "ray":
+        try:
+            cluster.check_ray()  # before anything is written
+        except cluster.LauncherError as error:
+            sys.exit(f"error: {error}")
     try:
         definition, sweep_dir, cells, data_problem = prepare()
     except (sweeps.DefinitionError, revision.RevisionError) as error:

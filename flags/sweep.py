@@ -45,6 +45,38 @@ WAIT_SECONDS = flags.DEFINE_float(
     "How often a process waiting for the cells other sweep.py processes hold looks again.",
     lower_bound=0.0,
 )
+LAUNCHER = flags.DEFINE_enum(
+    "launcher",
+    "local",
+    ["local", "ray"],
+    "local: the cells one after another in this process (several such processes may share a "
+    "sweep directory). ray: each cell a Ray task, as many at once as the cluster holds (one GPU "
+    'each where it has GPUs); needs pip install -e ".[cluster]".',
+)
+RAY_ADDRESS = flags.DEFINE_string(
+    "ray_address",
+    None,
+    "With --launcher=ray: the Ray cluster to run on (auto, or HOST:PORT of its head). Default: "
+    "Ray starts on this machine and uses all of its GPUs (or CPUs).",
+)
+CPUS_PER_CELL = flags.DEFINE_float(
+    "cpus_per_cell",
+    1.0,
+    "With --launcher=ray on a cluster without GPUs: the CPUs each cell holds.",
+    lower_bound=0.01,
+)
+CELL_RETRIES = flags.DEFINE_integer(
+    "cell_retries",
+    1,
+    "With --launcher=ray: how many more times a failed cell is run before it is reported as "
+    "failed (a diverged cell is not run again).",
+    lower_bound=0,
+)
+flags.register_multi_flags_validator(
+    ["launcher", "ray_address"],
+    lambda f: f["launcher"] == "ray" or f["ray_address"] is None,
+    message="--ray_address needs --launcher=ray",
+)
 ALLOW_DIRTY = flags.DEFINE_bool(
     "allow_dirty",
     False,

@@ -50,6 +50,31 @@ def test_a_claim_is_held_while_its_owner_lives_and_taken_over_after(tmp_path):
     assert claims.take(sweep_dir, "cell") is None
 
 
+def test_a_live_claim_on_another_host_is_not_taken_over_between_late_heartbeats(
+    tmp_path, monkeypatch
+):
+    """The owner touches its claim every HEARTBEAT_SECONDS; a claim is stale only after
+    STALE_SECONDS untouched. Another host's live owner whose last few heartbeats came late (a
+    loaded machine, a network filesystem's cached file times) still holds its cell: a claim
+    stale sooner would have its cell run twice."""
+    sweep_dir = str(tmp_path)
+    path = tmp_path / "claims" / "cell.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    late = time.time() - 3 * claims.HEARTBEAT_SECONDS  # three heartbeats missed
+    os.utime(path, (late, late))
+    assert claims.owner(sweep_dir, "cell") is not None
+    assert claims.take(sweep_dir, "cell") is None
+
+    # And an owner does touch its claim at the heartbeat.
+    monkeypatch.setattr(claims, "HEARTBEAT_SECONDS", 0.05)
+    held = claims.take(sweep_dir, "other")
+    start = os.path.getmtime(tmp_path / "claims" / "other.json")
+    time.sleep(0.5)
+    assert os.path.getmtime(tmp_path / "claims" / "other.json") > start
+    held.release()
+
+
 def _start(definition: str, out, log, tree: str = ROOT):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(

@@ -1,5 +1,7 @@
 """Claims on a sweep's cells, so that several sweep.py processes can share one sweep directory
 (one per GPU, or a job array on a cluster with a shared filesystem) and no cell runs twice.
+With Ray (--launcher=ray) one driver schedules every cell and holds the claims of those it
+runs; the claims serve the sweeps that run without Ray.
 
     claim = claims.take(sweep_dir, "fastbat-eps8-seed0")   # None: another live process has it
     ...                                                     # train and evaluate the cell
@@ -9,7 +11,9 @@ A claim is the file `<sweep_dir>/claims/<cell>.json`, created atomically (O_CREA
 with the owner's host, process id and start time; while the owner runs the cell it touches the
 file every HEARTBEAT_SECONDS. A claim is stale, and taken over, when its owner is a process of
 this host that no longer exists, or when the file has not been touched for STALE_SECONDS (an
-owner on another host that died). A stale claim is replaced under a short-lived lock file, so
+owner on another host that died): ten heartbeats, so that a live owner's late heartbeats (a
+loaded machine, a network filesystem's cached file times) never make its claim look stale
+(tests/test_sweep_claims.py). A stale claim is replaced under a short-lived lock file, so
 that of two processes that find it stale only one takes the cell over.
 """
 

@@ -21,6 +21,12 @@ PLOTS = {
 }
 
 
+def _legend(axes, **options) -> None:
+    """A legend where the axes hold labelled lines (a sweep with no finished cell has none)."""
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(**options)
+
+
 def _pyplot():
     import matplotlib
 
@@ -73,7 +79,7 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
         axes.set_xlabel("training cost (passes through the model)")
         axes.set_ylabel(f"{label} (%)")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=5)
+        _legend(axes, fontsize=5)
     _finish(
         figure,
         grid,
@@ -125,7 +131,7 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
     axes.set_ylabel("robust accuracy (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, ncol=2)
+    _legend(axes, fontsize=7, ncol=2)
     axes.set_title(f"{report['sweep']}: robust accuracy against ε")
     _save(figure, path)
 
@@ -153,7 +159,7 @@ def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
     axes.set_xlabel(f"{last['label']} accuracy (%) at the training ε")
     axes.set_ylabel("clean accuracy (%)")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
+    _legend(axes, fontsize=7)
     axes.set_title(f"{report['sweep']}: clean against robust (labels: ε/255)")
     _save(figure, path)
 
@@ -191,7 +197,7 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
         axes.set_xlabel("epoch")
         axes.set_ylim(0, 100)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=6)
+        _legend(axes, fontsize=6)
     for axes in grid[:, 0]:
         axes.set_ylabel("validation PGD accuracy (%)")
     _finish(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ from fbat_tf.sweeps import claims, revision
 from fbat_tf.sweeps.definition import Cell, Definition, commands
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
+from fbat_tf.sweeps.steps import Step, run_steps
 
 
 def program(argv: list[str], code: revision.Pinned) -> list[str]:
@@ -32,53 +31,42 @@ def program(argv: list[str], code: revision.Pinned) -> list[str]:
     return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
 
 
-def run_program(argv: list[str], log_path: str, code: revision.Pinned) -> None:
-    """Run `python <argv>` from the sweep's code, in the working directory sweep.py was started
-    in (so that relative paths mean what they mean to sweep.py), its output appended to a log."""
-    command = program(argv, code)
-    with open(log_path, "a") as log:
-        log.write(f"\n$ {shlex.join(['python', *command[1:]])}\n")
-        log.flush()
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    if status != 0:
-        with open(log_path) as log:
-            tail = log.read()[-2000:]
-        raise RuntimeError(f"{argv[0]} failed (exit {status}); end of {log_path}:\n{tail}")
-
-
-def run_cell(
-    definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned
-) -> dict[str, float]:
-    """Train (or resume) and evaluate one cell; seconds spent per part."""
+def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
+    """What is left of a cell, as the commands that do it: its training unless finished, then
+    each evaluation it lacks (or the budgets added to the grid since one ran)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     argv = commands(definition, cell, sweep_dir)
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    spent = {}
-    start = time.perf_counter()
+    steps = []
     if cell_state(cell_dir) in ("new", "started"):
-        run_program(argv["train"], os.path.join(log_dir, f"{cell.name}.train.log"), code)
-    spent["train"] = time.perf_counter() - start
-    if not Run(cell_dir).has_best_weights():
-        raise RuntimeError(
-            f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
-            "the committed results), so it cannot be evaluated: delete "
-            f"{Run(cell_dir).results_path} to train it again"
-        )
-    start = time.perf_counter()
+        log = os.path.join(log_dir, f"{cell.name}.train.log")
+        steps.append(Step("train", program(argv["train"], code), log))
+    weights = Run(cell_dir).best_weights
+    needs = (
+        weights,
+        f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
+        "the committed results), so it cannot be evaluated: delete "
+        f"{Run(cell_dir).results_path} to train it again",
+    )
     log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
     # Budgets added to the grid after an evaluation ran go into a file of their own.
     missing = missing_budgets(definition, cell, cell_dir)
     later = commands(definition, cell, sweep_dir, missing)
     for evaluation in definition.evaluations:
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
-            run_program(argv[evaluation.name], log, code)
+            steps.append(Step(evaluation.name, program(argv[evaluation.name], code), log, needs))
         elif evaluation.name in missing:
-            run_program(later[evaluation.name], log, code)
-    spent["evaluate"] = time.perf_counter() - start
-    return spent
+            steps.append(Step(evaluation.name, program(later[evaluation.name], code), log, needs))
+    return steps
+
+
+def run_cell(
+    definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned
+) -> dict[str, float]:
+    """Train (or resume) and evaluate one cell here; seconds spent per part."""
+    return run_steps(plan(definition, cell, sweep_dir, code), os.getcwd())
 
 
 def duration(seconds: float) -> str:

@@ -1,0 +1,182 @@
+"""Running a sweep's cells as Ray tasks: on every GPU of a machine, or across the machines of a
+Ray cluster (KubeRay, `ray start` on SLURM nodes).
+
+    check_ray()                                    # LauncherError naming the install command
+    outcome = run_cells_on_ray(definition, to_run, sweep_dir, code, Resources(...))
+
+Each cell is one task, holding one GPU where the cluster has GPUs (else `cpus_per_cell` CPUs),
+so Ray runs as many cells at once as the cluster holds and gives each its own device
+(CUDA_VISIBLE_DEVICES). A task runs the cell's steps (fbat_tf/sweeps/steps.py, sent to the
+worker as code, not imported there) from the sweep's pinned code, which lies under the sweep
+directory: every worker must see the sweep directory, the working directory and any
+--data_dir at the paths the driver names (a shared filesystem), or the cell fails at once
+saying so. Results land in the sweep directory as with the sequential launcher, so a driver
+started again finishes the sweep without running a finished cell again (a cell cut short
+resumes from its last epoch). A failed cell is retried `retries` times, then reported with
+the end of its log; a diverged cell is a finding, not retried. The driver holds each running
+cell's claim (claims.py), so that sweep.py processes without Ray leave those cells alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fbat_tf.run import Run
+from fbat_tf.sweeps import claims, revision, steps
+from fbat_tf.sweeps.definition import Cell, Definition
+from fbat_tf.sweeps.report import write_report
+from fbat_tf.sweeps.results import cell_state, collect
+from fbat_tf.sweeps.scheduler import Outcome, duration, plan
+
+INSTALL = 'pip install -e ".[cluster]"'
+
+
+class LauncherError(RuntimeError):
+    """The Ray launcher cannot start: Ray is missing, or the cluster cannot be reached."""
+
+
+def check_ray() -> None:
+    """LauncherError unless Ray can be imported."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise LauncherError(f"--launcher=ray needs Ray: {INSTALL}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Where the cells run and what each holds."""
+
+    address: str | None = None  # a running cluster ("auto", "HOST:PORT"); None: this machine
+    cpus_per_cell: float = 1.0  # on a cluster without GPUs
+    retries: int = 1  # a failed cell's further attempts
+    num_cpus: int | None = None  # CPUs of a local instance (None: all of this machine's)
+
+
+def connect(resources: Resources) -> dict[str, Any]:
+    """Ray started on this machine (all its GPUs), or joined at `address`: the cluster's
+    resources and its dashboard's address."""
+    import ray
+
+    try:
+        context = ray.init(
+            address=resources.address or "local",
+            num_cpus=None if resources.address else resources.num_cpus,
+            log_to_driver=False,
+            include_dashboard=None,
+        )
+    except (ConnectionError, OSError, RuntimeError, ValueError) as error:
+        where = resources.address or "this machine"
+        raise LauncherError(f"Ray could not start or connect at {where}: {error}") from None
+    return {"resources": ray.cluster_resources(), "dashboard": context.dashboard_url}
+
+
+def slots(cluster: dict[str, float], resources: Resources) -> tuple[int, dict[str, float]]:
+    """How many cells the cluster runs at once, and what each task asks for."""
+    gpus = int(cluster.get("GPU", 0))
+    if gpus:
+        return gpus, {"num_gpus": 1, "num_cpus": 1}
+    per_cell = resources.cpus_per_cell
+    return max(1, int(cluster.get("CPU", 1) // per_cell)), {"num_cpus": per_cell}
+
+
+def _paths(definition: Definition, sweep_dir: str, code: revision.Pinned) -> dict[str, str]:
+    paths = {"the sweep directory": os.path.abspath(sweep_dir), "the sweep's code": code.tree}
+    if definition.flags.get("data_dir"):
+        paths["--data_dir"] = os.path.abspath(definition.flags["data_dir"])
+    return paths
+
+
+def run_cells_on_ray(
+    definition: Definition,
+    to_run: list[Cell],
+    sweep_dir: str,
+    code: revision.Pinned,
+    resources: Resources,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+    complain: Callable[[str], None] = lambda line: print(line, flush=True),
+) -> Outcome:
+    """Run the cells as Ray tasks, as many at once as the cluster holds; one line per finished
+    cell (its time; cells done, running and to run; the time left), the report rewritten after
+    each."""
+    import ray
+    from ray import cloudpickle
+
+    cluster = connect(resources)
+    capacity, asks = slots(cluster["resources"], resources)
+    say(
+        f"Ray: {capacity} cells at a time ({', '.join(f'{k}={v:g}' for k, v in asks.items())} "
+        f"each); dashboard at {cluster['dashboard'] or 'none (pip install ray[default])'}"
+    )
+    # The worker gets the steps' code with the task, whatever fbat-tf it has installed.
+    cloudpickle.register_pickle_by_value(steps)
+    task = ray.remote(max_retries=0, **asks)(steps.run_steps)
+    paths, cwd = _paths(definition, sweep_dir, code), os.getcwd()
+    outcome = Outcome()
+    queue, attempts = list(to_run), dict.fromkeys((c.name for c in to_run), 0)
+    running: dict[Any, tuple[Cell, claims.Claim]] = {}
+    spent_cells: list[float] = []
+    begin, finished = time.perf_counter(), 0
+    try:
+        while queue or running:
+            while queue and len(running) < capacity:
+                cell = queue.pop(0)
+                if cell_state(os.path.join(sweep_dir, cell.name), definition) == "done":
+                    finished += 1
+                    continue
+                claim = claims.take(sweep_dir, cell.name)
+                if claim is None:
+                    complain(f"{cell.name}: another sweep.py process runs it; left to it")
+                    finished += 1
+                    continue
+                attempts[cell.name] += 1
+                ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, None, paths)
+                running[ref] = (cell, claim)
+            (ref,), _ = ray.wait(list(running), num_returns=1)
+            cell, claim = running.pop(ref)
+            claim.release()
+            counter = f"[{finished + 1}/{len(to_run)}] {cell.name}"
+            try:
+                spent = ray.get(ref)
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as error:
+                cell_dir = os.path.join(sweep_dir, cell.name)
+                reason = str(getattr(error, "cause", None) or error)
+                if cell_state(cell_dir) == "diverged":  # a finding, not a failure
+                    outcome.diverged.append(cell.name)
+                    finished += 1
+                    say(
+                        f"{counter}: diverged in training, not evaluated: "
+                        f"{Run(cell_dir).divergence_message()}"
+                    )
+                elif attempts[cell.name] <= resources.retries:
+                    lines = [line for line in reason.splitlines() if line.strip()] or ["failed"]
+                    first = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+                    say(
+                        f"{cell.name}: failed (attempt {attempts[cell.name]} of "
+                        f"{resources.retries + 1}), trying again: {first}"
+                    )
+                    queue.insert(0, cell)
+                else:
+                    outcome.failed.append(cell.name)
+                    finished += 1
+                    complain(f"{counter}: FAILED after {attempts[cell.name]} attempts\n{reason}")
+                continue
+            finished += 1
+            spent_cells.append(sum(spent.values()))
+            left = (len(to_run) - finished) * sum(spent_cells) / len(spent_cells) / capacity
+            say(
+                f"{counter}: trained in {duration(spent['train'])}, evaluated in "
+                f"{duration(spent['evaluate'])}; {len(running)} running, {len(queue)} to run; "
+                f"sweep {duration(time.perf_counter() - begin)} spent, about "
+                f"{duration(left)} left"
+            )
+            write_report(collect(definition, sweep_dir), sweep_dir)
+    finally:
+        for _, claim in running.values():
+            claim.release()
+        ray.shutdown()
+    return outcome

@@ -1,0 +1,90 @@
+"""The commands of one cell, run one after another: what every launcher runs for a cell, in
+this process or on a Ray worker. Only the standard library: a Ray worker runs it as it is sent,
+whatever fbat-tf it has installed, and the programs come from the sweep's pinned code.
+
+    seconds = run_steps(steps, cwd)      # {"train": s, "evaluate": s}; RuntimeError on failure
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One program of a cell: `python <argv>` with the program from the sweep's code."""
+
+    part: str  # "train", or the evaluation's name
+    command: list[str]  # the interpreter, the program's path and its arguments
+    log: str  # its output is appended here
+    # A file that must exist before it runs, and what to say where it does not.
+    needs: tuple[str, str] | None = None
+
+
+def _die_with_parent() -> None:
+    """In a child, before it runs: be killed when the process that started it dies (Linux),
+    so that a killed Ray worker leaves no train.py behind to hold its run directory."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def run_step(step: Step, cwd: str, env: dict[str, str]) -> None:
+    """Run one step, its output appended to its log; RuntimeError with the log's end if it
+    fails."""
+    if step.needs is not None and not os.path.exists(step.needs[0]):
+        raise RuntimeError(step.needs[1])
+    with open(step.log, "a") as log:
+        log.write(f"\n$ {shlex.join(['python', *step.command[1:]])}\n")
+        log.flush()
+        status = subprocess.run(
+            step.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            preexec_fn=_die_with_parent,
+        ).returncode
+    if status != 0:
+        with open(step.log) as log:
+            tail = log.read()[-2000:]
+        program = os.path.basename(step.command[1])
+        raise RuntimeError(f"{program} failed (exit {status}); end of {step.log}:\n{tail}")
+
+
+def check_paths(paths: dict[str, str]) -> None:
+    """RuntimeError naming this host and the first of `paths` ({what: path}) it does not
+    see: a worker of a cluster must see the sweep's directories at the paths the driver
+    named."""
+    for what, path in paths.items():
+        if not os.path.exists(path):
+            raise RuntimeError(
+                f"{socket.gethostname()}: {what} {path} does not exist here; every worker must "
+                "see it at the same path (a shared filesystem)"
+            )
+
+
+def run_steps(
+    steps: list[Step],
+    cwd: str,
+    env: dict[str, str] | None = None,
+    paths: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Run a cell's steps in order from `cwd` (where sweep.py was started, so that relative
+    paths mean what they mean to it), after checking `paths`; the seconds of its training and
+    of its evaluations."""
+    check_paths({"the working directory": cwd, **(paths or {})})
+    env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="2")
+    spent = {"train": 0.0, "evaluate": 0.0}
+    for step in steps:
+        start = time.perf_counter()
+        run_step(step, cwd, env)
+        spent["train" if step.part == "train" else "evaluate"] += time.perf_counter() - start
+    return spent

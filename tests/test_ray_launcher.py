@@ -1,0 +1,229 @@
+"""sweep.py --launcher=ray: the cells as Ray tasks on a local Ray instance on CPU, as a user
+runs it. A driver killed midway and started again finishes the sweep with the sequential
+launcher's numbers and runs no finished cell twice; a failing cell is retried, then reported
+with its log; a diverged one is not retried; without Ray, one line and nothing written."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from tests.test_sweep import PGD_OWN, TINY_FLAGS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+needs_data = pytest.mark.skipif(
+    not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist"
+)
+
+# A method whose every step fails: a cell that fails however often it runs.
+FAILING_MODULE = """
+from fbat_tf.methods.base import Method
+
+
+class Failing(Method):
+    name = "failing"
+
+    def gradients(self, model, x, y, seed, loss_scale=None):
+        raise RuntimeError("this method always fails")
+"""
+FAILING_LINE = 'register(Entry("failing", "fbat_tf.methods.failing:Failing"))\n'
+
+
+def _tree(tmp_path, definitions: dict[str, dict]) -> str:
+    """A copy of the project's code with these sweep definitions: its cells run it as it is
+    (--allow_dirty), whatever the checkout holds."""
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for package in ("fbat_tf", "flags"):
+        shutil.copytree(os.path.join(ROOT, package), tree / package, ignore=ignore)
+    for program in ("train.py", "evaluate.py", "sweep.py"):
+        shutil.copy(os.path.join(ROOT, program), tree / program)
+    (tree / "configs" / "sweeps").mkdir(parents=True)
+    for name, definition in definitions.items():
+        (tree / "configs" / "sweeps" / f"{name}.json").write_text(json.dumps(definition))
+    return str(tree)
+
+
+@pytest.fixture
+def ray_env(tmp_path):
+    """The environment of a sweep.py run under test, marked, so that the Ray processes a
+    killed driver leaves behind are found and stopped afterwards."""
+    marker = uuid.uuid4().hex
+    # Ray's sockets live under its temporary folder, whose path must stay short.
+    scratch = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", FBAT_TEST_RAY=marker, RAY_TMPDIR=scratch)
+    env.pop("RAY_ADDRESS", None)
+    yield env
+    _stop_marked(marker)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_marked(marker: str) -> None:
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(path, "rb") as f:
+                marked = f"FBAT_TEST_RAY={marker}".encode() in f.read().split(b"\0")
+            if marked:
+                os.kill(int(path.split("/")[2]), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def _sweep(tree: str, env: dict, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "sweep.py", "--allow_dirty", *args],
+        cwd=tree,
+        env=dict(env, PYTHONPATH=tree),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _numbers(cell_dir: str) -> dict:
+    """What a cell found: every epoch's logs but their times, and each evaluation's accuracies."""
+    with open(os.path.join(cell_dir, "results.json")) as f:
+        results = json.load(f)
+    timed = ("epoch_time", "images_per_second")
+    found = {
+        "history": [{k: v for k, v in h.items() if k not in timed} for h in results["history"]]
+    }
+    for path in sorted(glob.glob(os.path.join(cell_dir, "eval-*.json"))):
+        with open(path) as f:
+            evaluation = json.load(f)
+        found[os.path.basename(path)] = (
+            evaluation["clean_accuracy"],
+            evaluation["robust_accuracy"],
+        )
+    return found
+
+
+def _runs_of(log: str, program: str) -> int:
+    """How many times a cell's log shows `program` started."""
+    if not os.path.exists(log):
+        return 0
+    with open(log) as f:
+        return sum(1 for line in f if line.startswith("$ python") and f"/{program} " in line)
+
+
+def test_launcher_ray_without_ray_says_so_in_one_line_and_writes_nothing(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text("import sys\nsys.modules['ray'] = None\n")
+    sweep_dir = tmp_path / "sweep"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "sweep.py",
+            "--sweep=fashion_mnist",
+            f"--sweep_dir={sweep_dir}",
+            "--launcher=ray",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=f"{hidden}{os.pathsep}{ROOT}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip() == 'error: --launcher=ray needs Ray: pip install -e ".[cluster]"'
+    assert not sweep_dir.exists()
+
+
+@needs_data
+def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(tmp_path, ray_env):
+    definition = {
+        "description": "four tiny cells",
+        "flags": {**TINY_FLAGS, "max_train_examples": 128, "jit_compile": "false"},
+        "grid": [{"method": ["standard", "fastat"], "eps": [8], "seed": [0, 1]}],
+        "evaluation": PGD_OWN,
+    }
+    tree = _tree(tmp_path, {"four": definition})
+    sequential = _sweep(tree, ray_env, "--sweep=four", "--sweep_dir=results/sequential")
+    assert sequential.returncode == 0, sequential.stderr[-3000:]
+
+    # Two cells at a time, whatever the machine's cores.
+    per_cell = f"--cpus_per_cell={max(1, (os.cpu_count() or 2) // 2)}"
+    command = [sys.executable, "sweep.py", "--allow_dirty", "--sweep=four", "--launcher=ray"]
+    command += ["--sweep_dir=results/ray", per_cell]
+    driver = subprocess.Popen(
+        command,
+        cwd=tree,
+        env=dict(ray_env, PYTHONPATH=tree),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    ray_dir = os.path.join(tree, "results", "ray")
+    deadline = time.time() + 600
+    while time.time() < deadline and driver.poll() is None:
+        if glob.glob(os.path.join(ray_dir, "*", "eval-pgd.json")):
+            break
+        time.sleep(0.5)
+    assert driver.poll() is None, driver.stdout.read()[-3000:]  # killed midway, not after
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    first = driver.stdout.read()
+    assert "Ray: 2 cells at a time" in first and "dashboard at" in first, first[-2000:]
+    finished = {
+        os.path.basename(os.path.dirname(p))
+        for p in glob.glob(os.path.join(ray_dir, "*", "eval-pgd.json"))
+    }
+    assert 1 <= len(finished) < 4
+
+    again = _sweep(tree, ray_env, *command[2:])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "4 cells, " in again.stdout and "[" in again.stdout
+    for cell in sorted(os.listdir(os.path.join(tree, "results", "sequential"))):
+        cell_dir = os.path.join(tree, "results", "sequential", cell)
+        if not os.path.exists(os.path.join(cell_dir, "results.json")):
+            continue  # logs, claims
+        assert _numbers(os.path.join(ray_dir, cell)) == _numbers(cell_dir), cell
+        logs = os.path.join(ray_dir, "logs", cell)
+        if cell in finished:  # finished before the kill: not run again
+            assert _runs_of(f"{logs}.train.log", "train.py") == 1, cell
+            assert _runs_of(f"{logs}.evaluate.log", "evaluate.py") == 1, cell
+        else:  # cut short (a training resumes where it stopped) or not begun
+            assert _runs_of(f"{logs}.evaluate.log", "evaluate.py") >= 1, cell
+
+
+@needs_data
+def test_a_failing_cell_is_retried_then_reported_and_a_diverged_one_is_not(tmp_path, ray_env):
+    definition = {
+        "description": "a cell that fails and one that diverges",
+        "flags": {**TINY_FLAGS, "epochs": 1, "jit_compile": "false"},
+        "grid": [
+            {"method": ["failing"], "eps": [8]},
+            {"method": ["fastbat"], "eps": [8], "lr_max": [1e6], "steps_per_epoch": [5]},
+        ],
+        "evaluation": PGD_OWN,
+    }
+    tree = _tree(tmp_path, {"bad": definition})
+    with open(os.path.join(tree, "fbat_tf", "methods", "failing.py"), "w") as f:
+        f.write(FAILING_MODULE)
+    with open(os.path.join(tree, "fbat_tf", "methods", "__init__.py"), "a") as f:
+        f.write(FAILING_LINE)
+    done = _sweep(tree, ray_env, "--sweep=bad", "--launcher=ray", "--cell_retries=2")
+    assert done.returncode != 0
+    logs = os.path.join(tree, "results", "bad", "logs")
+    (failing,) = glob.glob(os.path.join(logs, "failing-*.train.log"))
+    (diverged,) = glob.glob(os.path.join(logs, "fastbat-*.train.log"))
+    assert _runs_of(failing, "train.py") == 3  # once, then the two retries
+    assert _runs_of(diverged, "train.py") == 1
+    assert "attempt 1 of 3" in done.stdout and "attempt 2 of 3" in done.stdout
+    # Reported with the end of its log, which names the cause.
+    assert "FAILED after 3 attempts" in done.stdout + done.stderr
+    assert "this method always fails" in done.stdout + done.stderr
+    assert "diverged in training, not evaluated" in done.stdout
+    assert "error: 1 cells failed: failing-" in done.stderr
