@@ -372,6 +372,9 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     refuse_train_flags()
+    ray_only = [f"--{n}" for n in sweep_flags.RAY_ONLY if absl_flags.FLAGS[n].present]
+    if ray_only and sweep_flags.LAUNCHER.value != "ray":
+        sys.exit(f"error: {', '.join(ray_only)}: for --launcher=ray only")
     if sweep_flags.LAUNCHER.value == "ray":
         try:
             cluster.check_ray()  # before anything is written

@@ -72,11 +72,8 @@ CELL_RETRIES = flags.DEFINE_integer(
     "failed (a diverged cell is not run again).",
     lower_bound=0,
 )
-flags.register_multi_flags_validator(
-    ["launcher", "ray_address"],
-    lambda f: f["launcher"] == "ray" or f["ray_address"] is None,
-    message="--ray_address needs --launcher=ray",
-)
+# Flags of the Ray launcher alone: refused with the local one.
+RAY_ONLY = ("ray_address", "cpus_per_cell", "cell_retries")
 ALLOW_DIRTY = flags.DEFINE_bool(
     "allow_dirty",
     False,

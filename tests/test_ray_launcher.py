@@ -227,3 +227,17 @@ def test_a_failing_cell_is_retried_then_reported_and_a_diverged_one_is_not(tmp_p
     assert "this method always fails" in done.stdout + done.stderr
     assert "diverged in training, not evaluated" in done.stdout
     assert "error: 1 cells failed: failing-" in done.stderr
+
+
+def test_the_ray_launcher_s_flags_are_refused_with_the_local_one(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "sweep.py", "--sweep=fashion_mnist", f"--sweep_dir={tmp_path / 's'}"]
+        + ["--cell_retries=2", "--ray_address=auto"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip() == "error: --ray_address, --cell_retries: for --launcher=ray only"
+    assert not (tmp_path / "s").exists()
