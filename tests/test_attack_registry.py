@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import pathlib
 import subprocess
 import sys
 
@@ -16,6 +16,7 @@ import tensorflow as tf
 from fbat_tf import data
 from fbat_tf.classifiers import load_classifier
 from tests.test_sweep import TINY_FLAGS
+from tests.trees import project_copy, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -48,13 +49,7 @@ def test_a_toy_attack_with_one_option_runs_in_a_sweep_and_through_evaluate_py(tm
     """In a copy of the project with the toy's module and its registry line, a sweep definition
     names the toy with an option; sweep.py trains a tiny cell and evaluate.py attacks it with
     the toy. Its number equals the same perturbation computed here on the cell's model."""
-    tree = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("fbat_tf", "flags"):
-        shutil.copytree(os.path.join(ROOT, package), tree / package, ignore=ignore)
-    for program in ("train.py", "evaluate.py", "sweep.py"):
-        shutil.copy(os.path.join(ROOT, program), tree / program)
-    (tree / "configs" / "sweeps").mkdir(parents=True)
+    tree = pathlib.Path(project_copy(tmp_path))
     (tree / "fbat_tf" / "attacks" / "toy.py").write_text(TOY_MODULE)
     with open(tree / "fbat_tf" / "attacks" / "__init__.py", "a") as f:
         f.write(TOY_LINE)
@@ -72,15 +67,7 @@ def test_a_toy_attack_with_one_option_runs_in_a_sweep_and_through_evaluate_py(tm
     }
     (tree / "configs" / "sweeps" / "toy.json").write_text(json.dumps(definition))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(tree))
-    done = subprocess.run(
-        # A copy, not a git checkout: its code runs as it is, which the report marks.
-        [sys.executable, "sweep.py", "--sweep=toy", "--allow_dirty"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_sweep(tree, "--sweep=toy")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     cell = tree / "results" / "toy" / "standard-eps255"
     measured = json.loads((cell / "eval-toy.json").read_text())

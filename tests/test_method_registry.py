@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
 from tests.test_sweep import PGD_OWN, TINY_FLAGS
+from tests.trees import project_copy, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -55,13 +56,7 @@ def test_a_toy_method_with_one_option_trains_through_train_py_and_a_sweep(tmp_pa
     names the toy and sets its option; sweep.py trains the cell with train.py. The option is on
     train.py's command line, in the run's config and in the method the steps ran: the largest
     move the toy logs is scale·ε, which pixels between 0.25 and 0.75 reach."""
-    tree = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("fbat_tf", "flags"):
-        shutil.copytree(os.path.join(ROOT, package), tree / package, ignore=ignore)
-    for program in ("train.py", "evaluate.py", "sweep.py"):
-        shutil.copy(os.path.join(ROOT, program), tree / program)
-    (tree / "configs" / "sweeps").mkdir(parents=True)
+    tree = pathlib.Path(project_copy(tmp_path))
     (tree / "fbat_tf" / "methods" / "toy.py").write_text(TOY_MODULE)
     with open(tree / "fbat_tf" / "methods" / "__init__.py", "a") as f:
         f.write(TOY_LINE)
@@ -84,15 +79,7 @@ def test_a_toy_method_with_one_option_trains_through_train_py_and_a_sweep(tmp_pa
         "evaluation": PGD_OWN,
     }
     (tree / "configs" / "sweeps" / "toy.json").write_text(json.dumps(definition))
-    done = subprocess.run(
-        # A copy, not a git checkout: its code runs as it is, which the report marks.
-        [sys.executable, "sweep.py", "--sweep=toy", "--allow_dirty"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_sweep(tree, "--sweep=toy")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (cell,) = (tree / "results" / "toy").glob("toy-*")
     assert "--toy_scale=0.25" in (cell / "flags.txt").read_text().split("\n")

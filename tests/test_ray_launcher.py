@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from tests.test_sweep import PGD_OWN, TINY_FLAGS
+from tests.trees import project_copy, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -38,21 +39,6 @@ class Failing(Method):
         raise RuntimeError("this method always fails")
 """
 FAILING_LINE = 'register(Entry("failing", "fbat_tf.methods.failing:Failing"))\n'
-
-
-def _tree(tmp_path, definitions: dict[str, dict]) -> str:
-    """A copy of the project's code with these sweep definitions: its cells run it as it is
-    (--allow_dirty), whatever the checkout holds."""
-    tree = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("fbat_tf", "flags"):
-        shutil.copytree(os.path.join(ROOT, package), tree / package, ignore=ignore)
-    for program in ("train.py", "evaluate.py", "sweep.py"):
-        shutil.copy(os.path.join(ROOT, program), tree / program)
-    (tree / "configs" / "sweeps").mkdir(parents=True)
-    for name, definition in definitions.items():
-        (tree / "configs" / "sweeps" / f"{name}.json").write_text(json.dumps(definition))
-    return str(tree)
 
 
 @pytest.fixture
@@ -78,17 +64,6 @@ def _stop_marked(marker: str) -> None:
                 os.kill(int(path.split("/")[2]), signal.SIGKILL)
         except (OSError, ValueError):
             continue
-
-
-def _sweep(tree: str, env: dict, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "sweep.py", "--allow_dirty", *args],
-        cwd=tree,
-        env=dict(env, PYTHONPATH=tree),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _numbers(cell_dir: str) -> dict:
@@ -149,8 +124,8 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
         "grid": [{"method": ["standard", "fastat"], "eps": [8], "seed": [0, 1]}],
         "evaluation": PGD_OWN,
     }
-    tree = _tree(tmp_path, {"four": definition})
-    sequential = _sweep(tree, ray_env, "--sweep=four", "--sweep_dir=results/sequential")
+    tree = project_copy(tmp_path, {"four": definition})
+    sequential = run_sweep(tree, "--sweep=four", "--sweep_dir=results/sequential", env=ray_env)
     assert sequential.returncode == 0, sequential.stderr[-3000:]
 
     # Two cells at a time, whatever the machine's cores.
@@ -182,7 +157,7 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
     }
     assert 1 <= len(finished) < 4
 
-    again = _sweep(tree, ray_env, *command[2:])
+    again = run_sweep(tree, *command[3:], env=ray_env)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "4 cells, " in again.stdout and "[" in again.stdout
     for cell in sorted(os.listdir(os.path.join(tree, "results", "sequential"))):
@@ -209,12 +184,12 @@ def test_a_failing_cell_is_retried_then_reported_and_a_diverged_one_is_not(tmp_p
         ],
         "evaluation": PGD_OWN,
     }
-    tree = _tree(tmp_path, {"bad": definition})
+    tree = project_copy(tmp_path, {"bad": definition})
     with open(os.path.join(tree, "fbat_tf", "methods", "failing.py"), "w") as f:
         f.write(FAILING_MODULE)
     with open(os.path.join(tree, "fbat_tf", "methods", "__init__.py"), "a") as f:
         f.write(FAILING_LINE)
-    done = _sweep(tree, ray_env, "--sweep=bad", "--launcher=ray", "--cell_retries=2")
+    done = run_sweep(tree, "--sweep=bad", "--launcher=ray", "--cell_retries=2", env=ray_env)
     assert done.returncode != 0
     logs = os.path.join(tree, "results", "bad", "logs")
     (failing,) = glob.glob(os.path.join(logs, "failing-*.train.log"))

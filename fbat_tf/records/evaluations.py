@@ -174,10 +174,7 @@ class EvaluationResult(_Attacked):
     def load(cls, path: str) -> EvaluationResult:
         """evaluate.py's JSON at `path`: FileNotFoundError where there is none, ValueError
         naming the file where it is not an evaluation's."""
-        payload = read_json(path)
-        if not isinstance(payload, dict) or not isinstance(payload.get("robust_accuracy"), dict):
-            raise ValueError(f"{path} is not an evaluation's result (no robust_accuracy)")
-        return cls.from_dict(payload)
+        return cls.from_dict(read_json(path, "an evaluation's result", "robust_accuracy"))
 
     @classmethod
     def read(cls, path: str) -> EvaluationResult | None:

@@ -11,14 +11,17 @@ from typing import Any
 import numpy as np
 
 
-def read_json(path: str) -> Any:
-    """The JSON at `path`: FileNotFoundError where there is none, ValueError naming the file
-    where it is not JSON."""
+def read_json(path: str, what: str, key: str) -> dict[str, Any]:
+    """The JSON object at `path`, which holds the object `key`: FileNotFoundError where there
+    is none, ValueError naming the file where it is not JSON or not `what`."""
     with open(path) as f:
         try:
-            return json.load(f)
+            payload = json.load(f)
         except json.JSONDecodeError as error:
             raise ValueError(f"{path} is not readable JSON ({error})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get(key), dict):
+        raise ValueError(f"{path} is not {what} (no {key})")
+    return payload
 
 
 def write_json_atomic(path: str, payload: Any) -> None:

@@ -128,10 +128,7 @@ class RunRecord:
     def load(cls, path: str) -> RunRecord:
         """The record at `path`: FileNotFoundError where there is none, ValueError naming the
         file where it is not a run's record."""
-        payload = read_json(path)
-        if not isinstance(payload, dict) or not isinstance(payload.get("config"), dict):
-            raise ValueError(f"{path} is not a training run's record (no config)")
-        return cls.from_dict(payload)
+        return cls.from_dict(read_json(path, "a training run's record", "config"))
 
     @classmethod
     def read(cls, path: str) -> RunRecord | None:
