@@ -188,8 +188,8 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert report["robust_accuracy"]["pgd@4"] <= report["clean_accuracy"]
     assert "| PGD-2-1 | 8 |" in evaluated.stdout
     # train.py's test numbers are evaluate.py's: the same float32 model, points and attack.
-    assert report["clean_accuracy"] == final["test_clean_accuracy"]
-    assert report["robust_accuracy"]["pgd@8"] == final["test_pgd_robust_accuracy"]
+    assert report["clean_accuracy"] == final["clean_accuracy"]
+    assert report["robust_accuracy"]["pgd@8"] == final["robust_accuracy"]["pgd@8"]
     again = run_train(*evaluation, program="evaluate.py")
     assert again.returncode != 0 and "exists" in again.stderr
 
