@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,7 +99,7 @@ def run_cells_on_ray(
     code: revision.Pinned,
     resources: Resources,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
-    complain: Callable[[str], None] = lambda line: print(line, flush=True),
+    complain: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> Outcome:
     """Run the cells as Ray tasks, as many at once as the cluster holds; one line per finished
     cell (its time; cells done, running and to run; the time left), the report rewritten after
@@ -123,6 +124,8 @@ def run_cells_on_ray(
     begin, finished = time.perf_counter(), 0
     try:
         while queue or running:
+            # Nodes added to the cluster meanwhile take cells too.
+            capacity = max(capacity, slots(ray.cluster_resources(), resources)[0])
             while queue and len(running) < capacity:
                 cell = queue.pop(0)
                 if cell_state(os.path.join(sweep_dir, cell.name), definition) == "done":
@@ -136,13 +139,15 @@ def run_cells_on_ray(
                 attempts[cell.name] += 1
                 ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, None, paths)
                 running[ref] = (cell, claim)
+            if not running:
+                continue  # every cell left was done, or another process's
             (ref,), _ = ray.wait(list(running), num_returns=1)
             cell, claim = running.pop(ref)
             claim.release()
             counter = f"[{finished + 1}/{len(to_run)}] {cell.name}"
             try:
                 spent = ray.get(ref)
-            except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as error:
+            except ray.exceptions.RayError as error:
                 cell_dir = os.path.join(sweep_dir, cell.name)
                 reason = str(getattr(error, "cause", None) or error)
                 if cell_state(cell_dir) == "diverged":  # a finding, not a failure
