@@ -102,7 +102,7 @@ def main(argv: list[str]) -> None:
                 f.writelines(f"{line}\n" for line in current.values() if line)
     print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
 
-    from fbat_tf.training import Diverged, train
+    from fbat_tf.training import Diverged, final_attack_options, train
 
     try:
         record = train(config)
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
             shutil.rmtree(config.workdir, ignore_errors=True)
         raise
     final = record.final
-    options = {"pgd": {"steps": config.eval_pgd_steps, "restarts": config.eval_pgd_restarts}}
+    options = final_attack_options(config)
     robust = ", ".join(
         f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
         for r in final.robust

@@ -377,6 +377,11 @@ def _finish(
     return record
 
 
+def final_attack_options(config: TrainConfig) -> dict[str, dict[str, int]]:
+    """The options of the final test's attacks, by attack name (PGD's steps and restarts)."""
+    return {"pgd": {"steps": config.eval_pgd_steps, "restarts": config.eval_pgd_restarts}}
+
+
 def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationResult:
     """SA, PGD-K-R and AutoAttack (standard) robust accuracy of the selected model on the first
     N test examples: evaluate.py's evaluation of the run, with the run's settings."""
@@ -390,9 +395,8 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         validation_from=config.validation_from,
     )
     names = ["pgd", "autoattack"] if config.eval_autoattack else ["pgd"]
-    options = {"pgd": {"steps": config.eval_pgd_steps, "restarts": config.eval_pgd_restarts}}
     built = evaluation.registry_attacks(
-        names[:1], [config.eps], options, {"jit_compile": config.jit_compile}
+        names[:1], [config.eps], final_attack_options(config), {"jit_compile": config.jit_compile}
     )
     # AutoAttack chooses where to compile with XLA itself (attacks/autoattack.py), as
     # evaluate.py's default leaves it to.

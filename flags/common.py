@@ -77,6 +77,27 @@ STRATEGY = flags.DEFINE_enum(
 )
 
 
+def option_flag(
+    name: str,
+    default,
+    help_text: str,
+    choices=None,
+    lower_bound: float | None = None,
+    kind: type | None = None,
+) -> flags.FlagHolder:
+    """The flag of a declared option (a method's or an attack's): an enum where it has
+    choices, else by its type (`kind`, or its default's)."""
+    kind = kind or type(default)
+    if choices:
+        return flags.DEFINE_enum(name, default, list(choices), help_text)
+    if kind is bool:
+        return flags.DEFINE_bool(name, default, help_text)
+    if kind in (int, float):
+        define = flags.DEFINE_integer if kind is int else flags.DEFINE_float
+        return define(name, default, help_text, lower_bound=lower_bound)
+    return flags.DEFINE_string(name, default, help_text)
+
+
 def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
     """A perturbation budget in 1/255 units, in (0, 255]."""
     holder = flags.DEFINE_float(name, default, help_text + " In 1/255 units (8 means 8/255).")

@@ -45,24 +45,10 @@ def _define_option_flags() -> dict[str, flags.FlagHolder]:
     for entry in attacks.REGISTRY.values():
         for option in entry.options:
             name = entry.flag_name(option)
-            if name in holders:
-                continue
-            if option.choices:
-                holders[name] = flags.DEFINE_enum(
-                    name, option.default, list(option.choices), option.help
+            if name not in holders:
+                holders[name] = common.option_flag(
+                    name, option.default, option.help, option.choices, option.lower_bound
                 )
-            elif isinstance(option.default, bool):
-                holders[name] = flags.DEFINE_bool(name, option.default, option.help)
-            elif isinstance(option.default, int):
-                holders[name] = flags.DEFINE_integer(
-                    name, option.default, option.help, lower_bound=option.lower_bound
-                )
-            elif isinstance(option.default, float):
-                holders[name] = flags.DEFINE_float(
-                    name, option.default, option.help, lower_bound=option.lower_bound
-                )
-            else:
-                holders[name] = flags.DEFINE_string(name, option.default, option.help)
     return holders
 
 

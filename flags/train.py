@@ -72,26 +72,13 @@ STEPS_PER_EPOCH = flags.DEFINE_integer(
 # Method options: one flag per option a method declares (fbat_tf.methods).
 
 
-def _define_option_flags() -> dict[str, flags.FlagHolder]:
-    defines = {int: flags.DEFINE_integer, float: flags.DEFINE_float}
-    holders: dict[str, flags.FlagHolder] = {}
-    for entry in methods.REGISTRY.values():
-        for option in entry.options:
-            name = entry.flag_name(option)
-            if option.choices:
-                holders[name] = flags.DEFINE_enum(
-                    name, option.default, list(option.choices), option.help
-                )
-            elif option.type in defines:
-                holders[name] = defines[option.type](
-                    name, option.default, option.help, lower_bound=option.lower_bound
-                )
-            else:
-                holders[name] = flags.DEFINE_string(name, option.default, option.help)
-    return holders
-
-
-OPTION_FLAGS = _define_option_flags()
+OPTION_FLAGS = {
+    entry.flag_name(o): common.option_flag(
+        entry.flag_name(o), o.default, o.help, o.choices, o.lower_bound, o.type
+    )
+    for entry in methods.REGISTRY.values()
+    for o in entry.options
+}
 
 # Validation, model selection and final evaluation.
 VAL_ATTACK_STEPS = flags.DEFINE_integer(

@@ -157,5 +157,11 @@ def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
             test = server.scalars(f"every{every}/tensorboard/test", "test_clean_accuracy")
             assert test == [(selected - 1, test[0][1])]
             np.testing.assert_allclose(test[0][1], results["final"]["clean_accuracy"], rtol=1e-6)
+            # And each attack's robust accuracy, named by the attack, at the same step.
+            for key, accuracy in results["final"]["robust_accuracy"].items():
+                tag = f"test_{key.split('@')[0]}_robust_accuracy"
+                served = server.scalars(f"every{every}/tensorboard/test", tag)
+                assert served == [(selected - 1, served[0][1])], tag
+                np.testing.assert_allclose(served[0][1], accuracy, rtol=1e-6)
     finally:
         server.close()

@@ -137,7 +137,7 @@ def run_cells_on_ray(
                     finished += 1
                     continue
                 attempts[cell.name] += 1
-                ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, None, paths)
+                ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, paths)
                 running[ref] = (cell, claim)
             if not running:
                 continue  # every cell left was done, or another process's

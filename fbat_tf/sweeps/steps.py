@@ -71,17 +71,12 @@ def check_paths(paths: dict[str, str]) -> None:
             )
 
 
-def run_steps(
-    steps: list[Step],
-    cwd: str,
-    env: dict[str, str] | None = None,
-    paths: dict[str, str] | None = None,
-) -> dict[str, float]:
+def run_steps(steps: list[Step], cwd: str, paths: dict[str, str] | None = None) -> dict[str, float]:
     """Run a cell's steps in order from `cwd` (where sweep.py was started, so that relative
     paths mean what they mean to it), after checking `paths`; the seconds of its training and
     of its evaluations."""
     check_paths({"the working directory": cwd, **(paths or {})})
-    env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     spent = {"train": 0.0, "evaluate": 0.0}
     for step in steps:
         start = time.perf_counter()
