@@ -45,7 +45,7 @@ from absl import logging
 
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.methods.base import Method
-from fbat_tf.models.layers import use_exact_batch_norm
+from fbat_tf.models.layers import use_exact_second_derivatives
 
 
 class AdversarialTrainer(keras.Model):
@@ -63,12 +63,13 @@ class AdversarialTrainer(keras.Model):
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
         if method.second_order:
-            converted = use_exact_batch_norm(classifier)
+            converted = use_exact_second_derivatives(classifier)
             if converted:
                 logging.warning(
                     "%s differentiates input gradients again, which keras.layers."
-                    "BatchNormalization gets wrong in training mode: %d batch-norm layers of the "
-                    "model (%s) now use fbat_tf.models.layers.BatchNormalization (same weights).",
+                    "BatchNormalization (in training mode) and MaxPooling2D (under XLA) get "
+                    "wrong: %d layers of the model (%s) now use fbat_tf.models.layers."
+                    "BatchNormalization and MaxPooling2D (same weights).",
                     method.name,
                     len(converted),
                     ", ".join(converted[:5]) + (", ..." if len(converted) > 5 else ""),

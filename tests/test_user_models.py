@@ -1,8 +1,11 @@
 """Users' own Keras models: one built with keras.layers.BatchNormalization gets a wrong Fast-BAT
-implicit term (Keras' batch statistics have wrong second derivatives); the trainer switches its
-batch-norm layers, in place and with their weights, to fbat_tf's, after which the term equals
-central finite differences of the implicit objective (float64). Batch norm of an unknown
-subclass is refused. And the README's Python example runs as printed."""
+implicit term (Keras' batch statistics have wrong second derivatives), one with
+keras.layers.MaxPooling2D a wrong one under XLA (XLA's second derivative of max pooling picks
+each window's maximum at bfloat16 precision); the trainer switches those layers, in place and
+with their weights, to fbat_tf's, after which the term equals central finite differences of
+the implicit objective (float64), and under XLA what TensorFlow's own kernels compute eagerly.
+Batch norm of an unknown subclass is refused. And the README's Python example runs as
+printed."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from fbat_tf import methods
-from fbat_tf.models.layers import BatchNormalization
+from fbat_tf.models.layers import BatchNormalization, MaxPooling2D
 from fbat_tf.trainer import AdversarialTrainer
 from tests.reference import assert_grads_close, finite_difference, global_norm
 from tests.test_fastbat_reference import _implicit_objective, _inputs, _reference, _seed
@@ -84,6 +88,53 @@ def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(ca
         np.testing.assert_allclose(model(x, training=mode).numpy(), logits[mode], rtol=1e-12)
 
     assert_grads_close(implicit_term(model, x, y), numeric, rtol=1e-6)
+
+
+def model_with_keras_max_pooling():
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((16, 16, 2))
+    h = keras.layers.Conv2D(4, 3, padding="same")(inputs)
+    h = keras.layers.Activation("softplus")(h)
+    h = keras.layers.MaxPooling2D(2, name="users_pool")(h)
+    h = keras.layers.Conv2D(4, 3, padding="same")(h)
+    h = keras.layers.Activation("softplus")(h)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    return keras.Model(inputs, keras.layers.Dense(3)(h))
+
+
+def second_derivative(model, x, y, v, jit_compile):
+    """∇θ⟨∇x Σ CE, v⟩, the product Fast-BAT's implicit term and GradAlign differentiate. (Not
+    the implicit term itself: XLA draws its random start from other random numbers.)"""
+
+    def compute():
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x, training=True))
+                )
+            product = tf.reduce_sum(inner.gradient(loss, x) * v)
+        return outer.gradient(product, model.trainable_variables)
+
+    grads = tf.function(compute, jit_compile=True)() if jit_compile else compute()
+    return [np.asarray(g, dtype=np.float64) for g in grads]
+
+
+def test_keras_max_pooling_is_converted_and_then_differentiates_twice_under_xla_exactly(caplog):
+    model = model_with_keras_max_pooling()
+    x, y = _inputs((4, 16, 16, 2), "float32")
+    v = tf.constant(np.random.default_rng(1).normal(size=x.shape), tf.float32)
+    # TensorFlow's own kernels, eagerly: exact second derivatives of max pooling.
+    eager = second_derivative(model, x, y, v, jit_compile=False)
+    wrong = second_derivative(model, x, y, v, jit_compile=True)
+    error = global_norm([a - b for a, b in zip(wrong, eager, strict=True)])
+    assert error > 1e-3 * global_norm(eager)  # what XLA gives (bfloat16 comparisons)
+
+    with caplog.at_level(logging.WARNING):
+        AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=True)
+    assert "users_pool" in caplog.text and "MaxPooling2D" in caplog.text
+    assert isinstance(model.get_layer("users_pool"), MaxPooling2D)
+    assert_grads_close(second_derivative(model, x, y, v, jit_compile=True), eager, rtol=1e-5)
 
 
 def test_first_order_methods_leave_the_model_alone():

@@ -16,8 +16,10 @@ Conventions kept here so that every architecture agrees on them:
   epsilon 1e-5) and exact second derivatives of its batch statistics (`BatchNormalization`
   below; Keras's own layer gets them wrong); convolutions before batch norm have no bias;
 - the final Dense layer is float32 under any mixed-precision policy, so logits are float32;
-- max pooling runs in float32: XLA has no 16-bit kernel for MaxPoolGradGrad, which the
-  second derivatives of Fast-BAT and GradAlign need.
+- max pooling is `MaxPooling2D` below, a maximum over the window's strided slices: XLA's own
+  second derivative of max pooling (MaxPoolGradGrad) picks each window's maximum by its value
+  rounded to bfloat16 and so routes Fast-BAT's implicit term and GradAlign's regularizer wrongly
+  (2-10% on small_cnn, tests/test_models.py), and has no 16-bit kernel.
 """
 
 from __future__ import annotations
@@ -184,34 +186,44 @@ class BatchNormalization(keras.layers.BatchNormalization):
         return keras.ops.squeeze(mean, axis=axes), keras.ops.squeeze(variance, axis=axes)
 
 
-def use_exact_batch_norm(model: keras.Layer) -> list[str]:
-    """Give every `keras.layers.BatchNormalization` in `model` (nested layers included) the exact
-    second derivatives of `BatchNormalization` above, in place: the same layer objects, weights
-    and config, only the batch statistics' derivative changes. Returns the converted layers'
-    names. Raises ValueError for another subclass of Keras' batch norm, which it cannot vouch for.
+def use_exact_second_derivatives(model: keras.Layer) -> list[str]:
+    """Give every `keras.layers.BatchNormalization` and `keras.layers.MaxPooling2D` in `model`
+    (nested layers included) the exact second derivatives of this module's `BatchNormalization`
+    and `MaxPooling2D`, in place: the same layer objects, weights and config, only their
+    derivatives change. Returns the converted layers' names. Raises ValueError for another
+    subclass of either Keras layer, which it cannot vouch for.
 
-    Fast-BAT's implicit term and GradAlign differentiate an input gradient again with batch norm
-    in training mode; with Keras' own layer they come out wrong without an error.
+    Fast-BAT's implicit term and GradAlign differentiate an input gradient again, with batch
+    norm in training mode and often under XLA; with Keras' own layers they come out wrong
+    without an error.
     """
+    exact = {
+        keras.layers.BatchNormalization: BatchNormalization,
+        keras.layers.MaxPooling2D: MaxPooling2D,
+    }
     # Keras has no public walk over a layer's nested layers (Model.layers stops at custom layers).
     found = list(model._flatten_layers(include_self=True, recursive=True))
-    keras_own = [layer for layer in found if type(layer) is keras.layers.BatchNormalization]
     unknown = [
         f"{layer.name} ({type(layer).__name__})"
         for layer in found
-        if isinstance(layer, keras.layers.BatchNormalization)
-        and not isinstance(layer, BatchNormalization)
-        and layer not in keras_own
+        for keras_class, ours in exact.items()
+        if isinstance(layer, keras_class)
+        and type(layer) is not keras_class
+        and not isinstance(layer, ours)
     ]
     if unknown:
         raise ValueError(
-            f"{', '.join(unknown)}: batch normalization of a class that second derivatives are "
-            "not checked for; build the model with fbat_tf.models.layers.BatchNormalization "
-            "(keras.layers.BatchNormalization's arguments, exact second derivatives) instead"
+            f"{', '.join(unknown)}: a batch-normalization or max-pooling class that second "
+            "derivatives are not checked for; build the model with fbat_tf.models.layers."
+            "BatchNormalization or MaxPooling2D (Keras' arguments, exact second derivatives) "
+            "instead"
         )
-    for layer in keras_own:
-        layer.__class__ = BatchNormalization
-    return [layer.name for layer in keras_own]
+    converted = []
+    for layer in found:
+        if type(layer) in exact:
+            layer.__class__ = exact[type(layer)]
+            converted.append(layer.name)
+    return converted
 
 
 def batch_norm(x: keras.KerasTensor, name: str) -> keras.KerasTensor:
@@ -226,11 +238,59 @@ def activate(x: keras.KerasTensor, activation: str, name: str) -> keras.KerasTen
     )
 
 
+@keras.saving.register_keras_serializable(package="fbat_tf")
+class MaxPooling2D(keras.layers.MaxPooling2D):
+    """keras.layers.MaxPooling2D with derivatives of every order exact under XLA.
+
+    The maximum is taken over the pool's strided slices of the input (its edges repeated where
+    "same" pads), one `maximum` at a time, so that its derivatives are
+    selections: the first derivative routes each window's gradient to its maximum (the first
+    one on ties, as TensorFlow's kernel does), and the second routes by the same exact
+    comparison. XLA's kernel for the second derivative (MaxPoolGradGrad) compares the values
+    rounded to bfloat16 and takes a window's wrong element when two agree to about three
+    digits. Only `call` changes (config, output shape and saving are Keras's).
+    """
+
+    def call(self, inputs):
+        channels_last = self.data_format == "channels_last"
+        x = inputs if channels_last else keras.ops.transpose(inputs, (0, 2, 3, 1))
+        sizes = []
+        for axis, (pool, stride) in enumerate(
+            zip(self.pool_size, self.strides, strict=True), start=1
+        ):
+            size = x.shape[axis] if x.shape[axis] is not None else keras.ops.shape(x)[axis]
+            if self.padding == "same":
+                out = -(-size // stride)
+                total = (out - 1) * stride + pool - size
+                before = total // 2
+                if not isinstance(total, int) or total > 0:
+                    # Edge rows repeated instead of −∞: a window reaching past the edge holds the
+                    # edge row too, so its maximum is the same; and unlike padding (whose
+                    # gradient XLA slices with an op that has no gradient) a gather can be
+                    # differentiated forward over backward.
+                    rows = keras.ops.arange(-before, size + total - before)
+                    x = keras.ops.take(x, keras.ops.clip(rows, 0, size - 1), axis=axis)
+            else:
+                out = (size - pool) // stride + 1
+            sizes.append(out)
+        (pool_h, pool_w), (stride_h, stride_w), (out_h, out_w) = self.pool_size, self.strides, sizes
+        pooled = None
+        for a in range(pool_h):
+            for b in range(pool_w):
+                part = x[
+                    :,
+                    a : a + (out_h - 1) * stride_h + 1 : stride_h,
+                    b : b + (out_w - 1) * stride_w + 1 : stride_w,
+                    :,
+                ]
+                # maximum's gradient goes to its first argument on ties: the earlier element.
+                pooled = part if pooled is None else keras.ops.maximum(pooled, part)
+        return pooled if channels_last else keras.ops.transpose(pooled, (0, 3, 1, 2))
+
+
 def max_pool(x: keras.KerasTensor, pool_size: int, stride: int, name: str) -> keras.KerasTensor:
-    """Max pooling in float32 (see the module docstring: MaxPoolGradGrad under XLA)."""
-    return keras.layers.MaxPooling2D(
-        pool_size, strides=stride, padding="same", dtype="float32", name=name
-    )(x)
+    """Max pooling with exact second derivatives under XLA (`MaxPooling2D`)."""
+    return MaxPooling2D(pool_size, strides=stride, padding="same", name=name)(x)
 
 
 def classifier_head(
