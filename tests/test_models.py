@@ -390,8 +390,7 @@ def test_mixed_precision_logits_are_float32(mixed_policy):
 
 @pytest.mark.parametrize("mixed_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
 def test_second_order_gradient_under_mixed_precision(mixed_policy):
-    # small_cnn has max pooling, differentiated twice in the policy's 16 bits here (XLA's own
-    # kernel for that has no 16-bit version; fbat_tf.models.layers.MaxPooling2D needs none).
+    # small_cnn has max pooling, which stays in float32 under the mixed policies.
     model = models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.25, "swish", width=4)
     x = random_pixels((4, 28, 28, 1))
     _, grads = mixed_second_derivative_fn(model, training=True)(x, np.arange(4), np.ones_like(x))

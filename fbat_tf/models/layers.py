@@ -19,7 +19,9 @@ Conventions kept here so that every architecture agrees on them:
 - max pooling is `MaxPooling2D` below, a maximum over the window's strided slices: XLA's own
   second derivative of max pooling (MaxPoolGradGrad) picks each window's maximum by its value
   rounded to bfloat16 and so routes Fast-BAT's implicit term and GradAlign's regularizer wrongly
-  (2-10% on small_cnn, tests/test_models.py), and has no 16-bit kernel.
+  (2-10% on small_cnn, tests/test_models.py), and has no 16-bit kernel. It runs in float32 under
+  the mixed policies, which changes no value (the maximum of 16-bit numbers is one of them); that
+  every device has 16-bit kernels for its second derivative outside XLA is not checked here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from fbat_tf.catalog import ACTIVATIONS
 
@@ -238,20 +242,31 @@ def activate(x: keras.KerasTensor, activation: str, name: str) -> keras.KerasTen
     )
 
 
+def _compiled_by_xla() -> bool:
+    """Whether the graph being built is compiled by XLA (inside `tf.function(jit_compile=True)`),
+    as TensorFlow's own gradients ask it."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 @keras.saving.register_keras_serializable(package="fbat_tf")
 class MaxPooling2D(keras.layers.MaxPooling2D):
     """keras.layers.MaxPooling2D with derivatives of every order exact under XLA.
 
-    The maximum is taken over the pool's strided slices of the input (its edges repeated where
-    "same" pads), one `maximum` at a time, so that its derivatives are
-    selections: the first derivative routes each window's gradient to its maximum (the first
-    one on ties, as TensorFlow's kernel does), and the second routes by the same exact
-    comparison. XLA's kernel for the second derivative (MaxPoolGradGrad) compares the values
-    rounded to bfloat16 and takes a window's wrong element when two agree to about three
-    digits. Only `call` changes (config, output shape and saving are Keras's).
+    XLA's kernel for the second derivative (MaxPoolGradGrad) compares the values rounded to
+    bfloat16 and takes a window's wrong element where two agree to about three digits. Compiled
+    by XLA, this layer takes the maximum over the pool's strided slices of the input (its edges
+    repeated where "same" pads), one `maximum` at a time, so that its derivatives are selections
+    by exact comparisons: the first routes each window's gradient to its maximum (the first one
+    on ties, as TensorFlow's kernel does), the second routes the same way. Under XLA that is
+    also faster than Keras' layer. Outside XLA it is Keras' layer: TensorFlow's kernels are exact
+    there, and the slices would double a small CNN's training step. Only `call` changes
+    (config, output shape and saving are Keras's).
     """
 
     def call(self, inputs):
+        if not _compiled_by_xla():
+            # TensorFlow's own kernels differentiate it twice exactly, and faster.
+            return super().call(inputs)
         channels_last = self.data_format == "channels_last"
         x = inputs if channels_last else keras.ops.transpose(inputs, (0, 2, 3, 1))
         sizes = []
@@ -289,8 +304,9 @@ class MaxPooling2D(keras.layers.MaxPooling2D):
 
 
 def max_pool(x: keras.KerasTensor, pool_size: int, stride: int, name: str) -> keras.KerasTensor:
-    """Max pooling with exact second derivatives under XLA (`MaxPooling2D`)."""
-    return MaxPooling2D(pool_size, strides=stride, padding="same", name=name)(x)
+    """Max pooling with exact second derivatives under XLA (`MaxPooling2D`), in float32 (see the
+    module docstring)."""
+    return MaxPooling2D(pool_size, strides=stride, padding="same", dtype="float32", name=name)(x)
 
 
 def classifier_head(
