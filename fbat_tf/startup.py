@@ -33,7 +33,9 @@ def load_tensorflow() -> None:
     if "tensorflow" in sys.modules:
         return
     sys.stderr.flush()
-    fd = sys.stderr.fileno()
+    # TensorFlow's C++ log writes to file descriptor 2, whatever sys.stderr is (pytest, for one,
+    # gives sys.stderr a file of its own).
+    fd = 2
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), fd)

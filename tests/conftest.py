@@ -7,8 +7,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
+
+from fbat_tf import startup  # noqa: E402
+
+# TensorFlow's start-up lines left out, as the entry points leave them out: pytest-xdist's
+# controller would otherwise print them after the summary.
+startup.load_tensorflow()
+
+import keras  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
