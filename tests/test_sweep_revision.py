@@ -54,6 +54,24 @@ def test_a_dirty_tree_is_refused_naming_the_files_but_the_sweeps_own_results_do_
     assert "code/" not in git(repo, "status", "--porcelain", "--untracked-files=all")
 
 
+def test_another_sweeps_results_rewritten_beside_it_do_not_make_the_tree_dirty(repo):
+    # Another sweep, running beside this one, rewrites its report and adds cells' files.
+    other = repo / "results" / "other"
+    (other / "cell").mkdir(parents=True)
+    (other / "sweep.json").write_text("{}\n")
+    (other / "cell" / "results.json").write_text("{}\n")
+    git(repo, "add", "-A")
+    git(repo, *IDENTITY, "commit", "-q", "-m", "another sweep's results")
+    (other / "sweep.json").write_text('{"cells": []}\n')
+    (other / "cell" / "results.json").write_text('{"history": []}\n')
+    pinned = revision.pin(str(repo / "results" / "s"), str(repo))
+    assert pinned.revision == git(repo, "rev-parse", "HEAD")
+    # Code beside them still counts.
+    (repo / "code.py").write_text("A = 2\n")
+    with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 1 .*code\.py"):
+        revision.pin(str(repo / "results" / "t"), str(repo))
+
+
 def test_the_recorded_revision_runs_until_repinned_and_is_checked_out_again_where_missing(repo):
     sweep_dir = repo / "results" / "s"
     first = revision.pin(str(sweep_dir), str(repo))

@@ -64,14 +64,28 @@ def head(root: str) -> str:
 
 
 def changed_files(root: str, exclude: str | None = None) -> list[str]:
-    """Tracked files that differ from HEAD, relative to `root`, those under `exclude` aside."""
+    """Tracked files that differ from HEAD, relative to `root`, those under `exclude` and in any
+    sweep's directory aside: results, which another sweep running beside this one rewrites, not
+    code."""
     pathspec = ["--", "."]
     if exclude is not None:
         relative = os.path.relpath(os.path.abspath(exclude), os.path.abspath(root))
         if not relative.startswith(os.pardir):
             pathspec.append(f":(exclude){relative}")
     status = _git(root, "status", "--porcelain", "--untracked-files=no", *pathspec)
-    return [line[3:] for line in status.splitlines() if line.strip()]
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
+    return [path for path in changed if not _in_a_sweep_directory(root, path)]
+
+
+def _in_a_sweep_directory(root: str, path: str) -> bool:
+    """Whether a folder holding `path` is a sweep's (it holds the report or the pinned
+    revision)."""
+    folder = os.path.dirname(path)
+    while folder:
+        if any(os.path.exists(os.path.join(root, folder, n)) for n in ("sweep.json", FILE)):
+            return True
+        folder = os.path.dirname(folder)
+    return False
 
 
 def recorded(sweep_dir: str) -> dict | None:
