@@ -262,7 +262,8 @@ def test_small_cnn_second_order_gradient_under_xla_is_what_tensorflow_computes_e
     # (preact_resnet18 gets the same check, and more, in the finite-difference test below.)
     # The reference: the same model and weights with Keras' max pooling, run eagerly, where
     # TensorFlow's kernel differentiates max pooling twice exactly; under XLA that kernel
-    # compares at bfloat16 precision (fbat_tf.models.layers.MaxPooling2D) and is off by 2-10%.
+    # compares at bfloat16 precision and is off by 5-7% (bench/README.md, "Max pooling under
+    # XLA").
     model = models.build("small_cnn", 10, (28, 28, 1), 0.5, 0.25, "softplus", width=8)
     x = random_pixels((4, 28, 28, 1))
     v = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)

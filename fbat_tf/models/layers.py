@@ -19,9 +19,10 @@ Conventions kept here so that every architecture agrees on them:
 - max pooling is `MaxPooling2D` below, a maximum over the window's strided slices: XLA's own
   second derivative of max pooling (MaxPoolGradGrad) picks each window's maximum by its value
   rounded to bfloat16 and so routes Fast-BAT's implicit term and GradAlign's regularizer wrongly
-  (2-10% on small_cnn, tests/test_models.py), and has no 16-bit kernel. It runs in float32 under
-  the mixed policies, which changes no value (the maximum of 16-bit numbers is one of them); that
-  every device has 16-bit kernels for its second derivative outside XLA is not checked here.
+  (5-7% on small_cnn; bench/README.md, "Max pooling under XLA"), and has no 16-bit kernel. It
+  runs in float32 under the mixed policies, which changes no value (the maximum of 16-bit numbers
+  is one of them); that every device has 16-bit kernels for its second derivative outside XLA is
+  not checked here.
 """
 
 from __future__ import annotations
@@ -259,14 +260,18 @@ class MaxPooling2D(keras.layers.MaxPooling2D):
     by exact comparisons: the first routes each window's gradient to its maximum (the first one
     on ties, as TensorFlow's kernel does), the second routes the same way. Under XLA that is
     also faster than Keras' layer. Outside XLA it is Keras' layer: TensorFlow's kernels are exact
-    there, and the slices would double a small CNN's training step. Only `call` changes
-    (config, output shape and saving are Keras's).
+    there, and the slices would take about twice a small CNN's gradient time (bench/max_pool.py).
+    Only `call` changes (config, output shape and saving are Keras's).
     """
 
     def call(self, inputs):
         if not _compiled_by_xla():
             # TensorFlow's own kernels differentiate it twice exactly, and faster.
             return super().call(inputs)
+        return self.maximum_over_slices(inputs)
+
+    def maximum_over_slices(self, inputs):
+        """The pooled maximum with every derivative a selection by exact comparisons."""
         channels_last = self.data_format == "channels_last"
         x = inputs if channels_last else keras.ops.transpose(inputs, (0, 2, 3, 1))
         sizes = []
