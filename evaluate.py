@@ -166,13 +166,13 @@ def described(result, model_path: str, dataset: str, validation_from: str):
     result.dataset = dataset
     result.code = provenance.code()
     result.device = device.describe()
-    result.extra.update(
-        model_path=model_path,
-        split=eval_flags.SPLIT.value,
-        validation_from=validation_from,
-        attacks=eval_flags.ATTACKS.value,
-        **{name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
-        seed=common.SEED.value,
+    result.extra["model_path"] = model_path
+    result.describe(
+        eval_flags.SPLIT.value,
+        validation_from,
+        eval_flags.ATTACKS.value,
+        {name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
+        common.SEED.value,
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
         strategy=common.STRATEGY.value,
         machine=provenance.machine(),

@@ -408,12 +408,11 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         inference, test_ds, built, progress=config.verbose > 0, seed=config.seed
     )
     result.dataset = config.dataset
-    result.extra.update(
-        split="test",
-        validation_from=config.validation_from,
-        attacks=names,
-        pgd_steps=config.eval_pgd_steps,
-        pgd_restarts=config.eval_pgd_restarts,
-        seed=config.seed,
+    result.describe(
+        "test",
+        config.validation_from,
+        names,
+        {"pgd_steps": config.eval_pgd_steps, "pgd_restarts": config.eval_pgd_restarts},
+        config.seed,
     )
     return result

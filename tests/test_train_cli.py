@@ -503,4 +503,16 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
         )
         evaluated = json.loads(out.read_text())
         counts[evaluated["validation_from"]] = evaluated["examples"]
+        # train.py's test and evaluate.py describe an evaluation under the same keys.
+        described = ("split", "validation_from", "attacks", "pgd_steps", "pgd_restarts", "seed")
+        assert [evaluated[key] for key in described] == [
+            "test",
+            evaluated["validation_from"],
+            ["pgd"],
+            1,
+            1,
+            0,
+        ]
+        final = results["final"]
+        assert [final[key] for key in described] == ["test", "test", ["pgd"], 2, 1, 0]
     assert counts == {"test": 5000, "train": 10000}

@@ -93,6 +93,27 @@ class EvaluationResult(_Attacked):
     code: dict[str, Any] | None = None  # provenance.code() of the evaluating code
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def describe(
+        self,
+        split: str,
+        validation_from: str,
+        attacks: list[str],
+        options: dict[str, Any],
+        seed: int,
+        **more: Any,
+    ) -> None:
+        """Record how the evaluation was made, under the keys every writer uses: the split and
+        where validation examples come from, the attacks by name and their options (each under
+        its flag's name: `pgd_steps`, ...), the seed, and anything the writer adds."""
+        self.extra.update(
+            split=split,
+            validation_from=validation_from,
+            attacks=list(attacks),
+            **options,
+            seed=seed,
+            **more,
+        )
+
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> EvaluationResult:
         parts, seconds = (
