@@ -49,25 +49,26 @@ def verdicts(sweep: str) -> dict[tuple[str, str, float], dict]:
 
 
 def quotes(text: str):
-    """(a, b, ε, mean, low, high, verdict) of each quote, names carried to unnamed ones."""
+    """(report, a, b, ε, mean, low, high, verdict) of each quote, names carried to unnamed ones.
+    A quote belongs to the report the section links last before it (its first link if none
+    comes before)."""
+    links = [(m.start(), m.group(1)) for m in re.finditer(r"results/(\w+)/sweep\.md", text)]
     a = b = None
     for match in QUOTE.finditer(text):
         if match.group(1):
             a, b = match.group(1), match.group(2)
-        yield a, b, float(match.group(3)), *match.group(4, 5, 6), match.group(7).strip()
+        before = [name for start, name in links if start < match.start()]
+        report = before[-1] if before else links[0][1] if links else None
+        yield report, a, b, float(match.group(3)), *match.group(4, 5, 6), match.group(7).strip()
 
 
 def test_every_quoted_paired_verdict_is_the_reports():
     checked = 0
     for heading, text in sections().items():
-        linked = re.search(r"results/(\w+)/sweep\.md", text)
-        found = list(quotes(text))
-        if not found:
-            continue
-        assert linked, f"README section {heading!r} quotes verdicts without naming its report"
-        report = verdicts(linked.group(1))
-        for a, b, eps, mean, low, high, says in found:
+        for sweep, a, b, eps, mean, low, high, says in quotes(text):
+            assert sweep, f"README section {heading!r} quotes verdicts without naming its report"
             assert a is not None, (heading, eps)
+            report = verdicts(sweep)
             if (a, b, eps) in report:
                 pair = report[a, b, eps]
                 expected = (pair["mean"], *pair["interval"])
