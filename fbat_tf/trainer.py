@@ -65,14 +65,15 @@ class AdversarialTrainer(keras.Model):
         if method.second_order:
             converted = use_exact_second_derivatives(classifier)
             if converted:
+                more = f" and {len(converted) - 5} more" if len(converted) > 5 else ""
                 logging.warning(
-                    "%s differentiates input gradients again, which keras.layers."
-                    "BatchNormalization (in training mode) and MaxPooling2D (under XLA) get "
-                    "wrong: %d layers of the model (%s) now use fbat_tf.models.layers."
-                    "BatchNormalization and MaxPooling2D (same weights).",
+                    "%s differentiates input gradients again, which Keras' BatchNormalization "
+                    "(in training mode) and MaxPooling2D (under XLA) get wrong; these layers of "
+                    "the model now use fbat_tf.models.layers' class of the same name, with the "
+                    "same weights: %s%s",
                     method.name,
-                    len(converted),
-                    ", ".join(converted[:5]) + (", ..." if len(converted) > 5 else ""),
+                    ", ".join(converted[:5]),
+                    more,
                 )
         self.classifier = classifier
         self.method = method

@@ -195,7 +195,8 @@ def use_exact_second_derivatives(model: keras.Layer) -> list[str]:
     """Give every `keras.layers.BatchNormalization` and `keras.layers.MaxPooling2D` in `model`
     (nested layers included) the exact second derivatives of this module's `BatchNormalization`
     and `MaxPooling2D`, in place: the same layer objects, weights and config, only their
-    derivatives change. Returns the converted layers' names. Raises ValueError for another
+    derivatives change. Returns the converted layers, each as "name (Keras class)". Raises
+    ValueError for another
     subclass of either Keras layer, which it cannot vouch for.
 
     Fast-BAT's implicit term and GradAlign differentiate an input gradient again, with batch
@@ -226,8 +227,8 @@ def use_exact_second_derivatives(model: keras.Layer) -> list[str]:
     converted = []
     for layer in found:
         if type(layer) in exact:
+            converted.append(f"{layer.name} ({type(layer).__name__})")
             layer.__class__ = exact[type(layer)]
-            converted.append(layer.name)
     return converted
 
 
