@@ -143,3 +143,29 @@ def test_the_paired_study_chooses_pgd_2_at_at_every_eps_as_the_readme_says():
     assert "**PGD-2-AT at every ε of the study.**" in text
     assert "From ε = 48 it is ahead of every other method" in text
     assert "**At ε = 16 the 4-pass methods cannot be told from it.**" in text
+
+
+def test_the_fab_t_share_quoted_is_the_benchs_over_every_committed_evaluation():
+    """BUILD.md and bench/README.md quote bench/results/fab_share.json, and that file counts every
+    committed AutoAttack evaluation (rerun the bench when a sweep's evaluations land)."""
+    import glob
+
+    with open(os.path.join(ROOT, "bench", "results", "fab_share.json")) as f:
+        share = json.load(f)
+    summary = share["summary"]
+    committed = glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))
+    counted = {row["file"] for row in share["evaluations"]}
+    assert counted == {os.path.relpath(path, ROOT) for path in committed}
+    evaluations, examples, broke = (
+        f"{summary[key]:,}" for key in ("evaluations", "examples", "fab_t_broke")
+    )
+    worst = summary["most_in_one"]
+    with open(os.path.join(ROOT, "BUILD.md")) as f:
+        build = " ".join(f.read().split())
+    assert (
+        f"over the {evaluations} committed Fashion-MNIST AutoAttack evaluations ({examples} "
+        f"examples) FAB-T broke {broke} more, at most {worst['fab_t_broke']} of "
+        f"{worst['examples']} in one evaluation"
+    ) in build
+    with open(os.path.join(ROOT, "bench", "README.md")) as f:
+        assert f"{broke} of {examples} examples." in f.read()
