@@ -57,6 +57,17 @@ def test_equivalent_when_the_90_interval_lies_within_the_margin():
     assert paired.compare(a, b, margin=0.1)["verdict"] == "undecided"
 
 
+def test_not_ahead_when_only_the_90_interval_excludes_zero():
+    a, b = records(BASE, [1.0, 2.2, -0.2, 1.6, 0.4])
+    found = paired.compare(a, b)
+    # By hand: mean 1.0, s_d = sqrt(3.6 / 4), standard error s_d/√5.
+    error = math.sqrt(3.6 / 4) / math.sqrt(5)
+    assert found["interval"] == pytest.approx((1.0 - T975_4 * error, 1.0 + T975_4 * error))
+    assert found["interval"][0] < 0 < found["interval90"][0]  # -0.18 and +0.10
+    assert found["interval90"][1] > 1  # 1.90: not within the margin either
+    assert found["verdict"] == "undecided"
+
+
 def test_undecided_when_the_seeds_cannot_tell():
     a, b = records(BASE, [3.0, -2.0, 1.0, -3.0, 1.0])
     found = paired.compare(a, b)
