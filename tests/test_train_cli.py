@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -450,7 +451,13 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     while not (workdir / "flags.txt").exists():
         assert first.poll() is None and time.time() < deadline
         time.sleep(0.1)
-    second = run_train(*command)
+    # flags.txt is written once the lock is held. Stopped there, the first cannot end before
+    # the second starts however fast the machine trains it.
+    first.send_signal(signal.SIGSTOP)
+    try:
+        second = run_train(*command)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert second.returncode != 0 and "Traceback" not in second.stderr
     message = second.stderr.strip().splitlines()[-1]
     assert message.startswith(f"error: {workdir} is in use: process {first.pid} on ")
