@@ -169,3 +169,55 @@ def test_the_fab_t_share_quoted_is_the_benchs_over_every_committed_evaluation():
     ) in build
     with open(os.path.join(ROOT, "bench", "README.md")) as f:
         assert f"{broke} of {examples} examples." in f.read()
+
+
+def test_the_paired_study_s_other_figures_are_its_files():
+    """The figures README's paired-study section states outside verdicts and the table: compute
+    hours, the guard in Fast-BAT's runs, PGD-50-10 against AutoAttack on the same 500 images at
+    ε = 48, and how far PGD-2-AT leads from ε = 48 on."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+        report = json.load(f)
+    cells = report["cells"]
+    text = sections()["Which fast method at which ε (Fashion-MNIST, paired seeds)"]
+
+    hours = [
+        sum(c["train"]["train_seconds"] for c in cells) / 3600,
+        sum(sum(c["pgd"]["time_s"].values()) for c in cells) / 3600,
+        sum(sum(c["autoattack"]["time_s"].values()) for c in cells) / 3600,
+    ]
+    assert (
+        f"they took {sum(hours):.1f} hours of this machine's 2 cores (training {hours[0]:.1f} h, "
+        f"PGD-50-10 {hours[1]:.1f} h, AutoAttack {hours[2]:.1f} h)"
+    ) in text
+
+    fastbat = [c for c in cells if c["method"] == "fastbat"]
+    assert len(fastbat) == 30 and not [c for c in fastbat if c["train"]["overfitting_epochs"]]
+    assert "the guard fired in none of the 30 Fast-BAT runs" in text
+
+    def same_points(variant: str) -> tuple[float, float]:
+        """Mean PGD-50-10 accuracy on AutoAttack's 500 images (the first batch of 500) and
+        AutoAttack's, ε = 48, in %."""
+        pgd, aa = [], []
+        for c in cells:
+            if c["variant"] == variant and c["eps"] == 48.0:
+                with open(os.path.join(ROOT, c["pgd"]["source"])) as f:
+                    first = json.load(f)["per_batch"][0]
+                assert first["examples"] == c["autoattack"]["examples"] == 500
+                pgd.append(first["robust_accuracy"]["pgd@48"])
+                aa.append(c["autoattack"]["robust_accuracy"]["48"])
+        return 100 * sum(pgd) / len(pgd), 100 * sum(aa) / len(aa)
+
+    fastat, nfgsm = same_points("fastat"), same_points("nfgsm")
+    assert (
+        f"PGD-50-10 accuracy is {nfgsm[0] - nfgsm[1]:.1f} points above its AutoAttack accuracy, "
+        f"where Fast-AT's is {fastat[0] - fastat[1]:.1f} points above ({fastat[0]:.1f}% against "
+        f"{fastat[1]:.1f}%"
+    ) in text
+
+    behind = [
+        -row["versus_best"]["mean"]
+        for eps in ("48", "76")
+        for row in report["robust_vs_cost"][eps]
+        if not row["most_robust"]
+    ]
+    assert f"by {min(behind):.1f} to {max(behind):.1f} points" in text
