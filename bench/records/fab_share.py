@@ -13,10 +13,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-
-from fbat_tf.records import EvaluationResult
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # fbat_tf, run from a checkout without installing it
+
+from fbat_tf.records import EvaluationResult  # noqa: E402
 
 
 def shares() -> list[dict]:
