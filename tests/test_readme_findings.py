@@ -221,3 +221,31 @@ def test_the_paired_study_s_other_figures_are_its_files():
         if not row["most_robust"]
     ]
     assert f"by {min(behind):.1f} to {max(behind):.1f} points" in text
+
+
+def test_bench_readme_s_max_pooling_tables_are_the_committed_bench_run():
+    """bench/README.md's "Max pooling under XLA" quotes bench/results/max_pool.json: each relative
+    error range and each gradient time and ratio, as the bench prints them, from a run at rest."""
+    with open(os.path.join(ROOT, "bench", "results", "max_pool.json")) as f:
+        found = json.load(f)
+    with open(os.path.join(ROOT, "bench", "README.md")) as f:
+        text = f.read().split("## Max pooling under XLA", 1)[1].split("\n## ", 1)[0]
+    assert (
+        found["command"] == "python bench/max_pool.py --json=bench/results/max_pool.json --rounds=5"
+    )
+    assert not found["times_under_load"]
+    for errors in found["second_derivative_relative_error"].values():
+        cells = [f"{min(e):.1e} – {max(e):.1e}" for e in (errors["keras_xla"], errors["fbat_xla"])]
+        assert f"| {cells[0]} | {cells[1]} |" in text
+    for execution, measured in found["step_time"].items():
+        for method in ("fastat", "fastbat"):
+            keras_s = measured[f"{method} keras"]["step_time_s"]
+            row = f"| {execution} | {method} | {1000 * keras_s:.0f} |"
+            for pooling in ("fbat", "slices"):
+                seconds = measured.get(f"{method} {pooling}", {}).get("step_time_s")
+                row += (
+                    " |"
+                    if seconds is None
+                    else f" {1000 * seconds:.0f} ({seconds / keras_s:.2f}×) |"
+                )
+            assert row in text, row
