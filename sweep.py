@@ -201,7 +201,7 @@ def describe_code(sweep_dir: str) -> str:
     if kept is not None and not sweep_flags.REPIN.value:
         return f"code: revision {kept['revision'][:12]}, pinned {kept.get('started')}"
     try:
-        changed = revision.changed_files(ROOT, exclude=sweep_dir)
+        changed = revision.changed_files(ROOT, sweep_dir)
         current = revision.head(ROOT)
     except revision.RevisionError:
         return "code: not a git checkout; a real run needs --allow_dirty"

@@ -179,3 +179,142 @@ def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path
     report = json.loads((out / "sweep.json").read_text())
     assert report["code"]["revisions"] == {pinned: 2} and not report["code"]["dirty_cells"]
     assert f"every cell ran revision {pinned[:12]}" in (out / "sweep.md").read_text()
+
+
+@pytest.fixture
+def removals(monkeypatch):
+    """Every directory removal attempted, recorded and refused: no test here can delete
+    anything, inside its temporary folder or outside it."""
+    import shutil
+
+    attempted: list[str] = []
+
+    def refuse(path, *args, **kwargs):
+        attempted.append(os.path.realpath(path))
+        raise PermissionError(f"removal refused in a test: {path}")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    return attempted
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["..", "../..", "/", "../../../../", 5, None, ["a" * 40], "A" * 40, "a" * 39, "a" * 40 + "/"],
+)
+def test_a_revision_json_that_names_no_commit_is_refused_naming_it_and_removes_nothing(
+    repo, removals, given
+):
+    sweep_dir = repo / "results" / "s"
+    pinned = revision.pin(str(sweep_dir), str(repo))
+    (sweep_dir / revision.FILE).write_text(json.dumps({"revision": given, "started": "x"}))
+    before = sorted(str(p) for p in repo.rglob("*"))
+    for repin in (False, True):  # --repin reads the old record too, to keep it as "earlier"
+        with pytest.raises(revision.RevisionError) as error:
+            revision.pin(str(sweep_dir), str(repo), repin=repin)
+        message = str(error.value)
+        assert str(sweep_dir / revision.FILE) in message and "40 hexadecimal digits" in message
+        assert "\n" not in message
+    assert removals == []
+    assert sorted(str(p) for p in repo.rglob("*")) == before
+    assert os.path.isdir(pinned.tree)
+
+
+def test_a_revision_not_in_the_repository_is_refused_naming_revision_json(repo, removals):
+    sweep_dir = repo / "results" / "s"
+    revision.pin(str(sweep_dir), str(repo))
+    (sweep_dir / revision.FILE).write_text(json.dumps({"revision": "0123456789" * 4}))
+    refused = r"revision\.json: revision 0123.*not a commit"
+    with pytest.raises(revision.RevisionError, match=refused):
+        revision.pin(str(sweep_dir), str(repo))
+    assert removals == []
+    assert not (sweep_dir / revision.DIRECTORY / "012345678901").exists()
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('{"revision": "ab', "cannot be read"),
+        ('{"started": "2026-01-01"}', "got '(none)'"),
+        ('["not", "an", "object"]', "got ['not', 'an', 'object']"),
+        ('{"revision": "' + "a" * 40 + '", "started": 5}', "'started' must be a date"),
+    ],
+)
+def test_a_malformed_revision_json_is_one_line_naming_it(repo, removals, text, said):
+    sweep_dir = repo / "results" / "s"
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / revision.FILE).write_text(text)
+    with pytest.raises(revision.RevisionError) as error:
+        revision.check(str(sweep_dir), str(repo))
+    assert str(sweep_dir / revision.FILE) in str(error.value) and said in str(error.value)
+    assert removals == []
+
+
+def test_only_checkouts_inside_the_sweeps_code_folder_are_ever_removed(repo, tmp_path, removals):
+    sweep_dir = repo / "results" / "s"
+    pinned = revision.pin(str(sweep_dir), str(repo))
+    # An edited checkout is made anew: the one removal asked for is that checkout.
+    with open(os.path.join(pinned.tree, "code.py"), "a") as f:
+        f.write("B = 2\n")
+    with pytest.raises(PermissionError):
+        revision.pin(str(sweep_dir), str(repo))
+    assert removals == [os.path.realpath(pinned.tree)]
+    # A link in its place, pointing outside, is never followed.
+    removals.clear()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine\n")
+    os.rename(pinned.tree, str(tmp_path / "moved"))
+    os.symlink(outside, pinned.tree)
+    with pytest.raises(revision.RevisionError, match="refusing to remove"):
+        revision.pin(str(sweep_dir), str(repo))
+    assert removals == [] and (outside / "keep.txt").exists()
+    for wrong in (str(sweep_dir), str(sweep_dir / revision.DIRECTORY), str(outside), "/"):
+        with pytest.raises(revision.RevisionError, match="refusing to remove"):
+            revision._remove_checkout(str(sweep_dir), wrong)
+    assert removals == []
+
+
+@pytest.mark.parametrize("where", [".", "code_folder"])
+def test_the_dirty_tree_refusal_holds_when_the_sweep_directory_holds_the_code(repo, where):
+    (repo / "code_folder").mkdir()
+    (repo / "code_folder" / "module.py").write_text("B = 1\n")
+    git(repo, "add", "-A")
+    git(repo, *IDENTITY, "commit", "-q", "-m", "a code folder")
+    sweep_dir = repo if where == "." else repo / "code_folder"
+    (repo / "code_folder" / "module.py").write_text("B = 2\n")
+    (repo / "code.py").write_text("A = 2\n")
+    with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 2 .*code\.py"):
+        revision.check(str(sweep_dir), str(repo))
+    # Once the sweep has run there (its revision and report beside the code), code still counts,
+    # and only the sweep's own outputs do not.
+    git(repo, "checkout", "--", ".")
+    revision.pin(str(sweep_dir), str(repo))
+    cell = sweep_dir / "standard-eps8-seed0"
+    cell.mkdir()
+    for name in ("flags.txt", "results.json", "sweep.json", "sweep.md", "plot.png"):
+        (cell if name in ("flags.txt", "results.json") else sweep_dir).joinpath(name).write_text(
+            "1\n"
+        )
+    git(repo, "add", "-A")
+    git(repo, *IDENTITY, "commit", "-q", "-m", "the sweep's outputs")
+    for name in ("sweep.json", "sweep.md", "plot.png", "standard-eps8-seed0/results.json"):
+        (sweep_dir / name).write_text("2\n")
+    assert revision.changed_files(str(repo), str(sweep_dir)) == []
+    (repo / "code_folder" / "module.py").write_text("B = 3\n")
+    assert revision.changed_files(str(repo), str(sweep_dir)) == ["code_folder/module.py"]
+    with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 1 .*module\.py"):
+        revision.check(str(sweep_dir), str(repo), repin=True)
+
+
+def test_sweep_py_names_a_malformed_revision_json_in_one_line(tmp_path):
+    tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
+    definition = write_definition(tmp_path, [{"method": ["standard"], "eps": [8]}])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / revision.FILE).write_text('{"revision": 5}')
+    for extra in ((), ("--dry_run",)):
+        done = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}", *extra)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1, done.stderr
+        assert str(out / revision.FILE) in lines[0] and "40 hexadecimal digits" in lines[0]
+    assert sorted(os.listdir(out)) == [revision.FILE]

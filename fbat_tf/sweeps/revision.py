@@ -10,9 +10,12 @@ revision out as a git worktree under `<sweep_dir>/code/`, where no edit reaches 
 train.py and evaluate.py run from there, so their results' `code` blocks name that revision,
 clean. A later start (a resumed sweep, another process, a fresh clone with the committed files)
 runs the recorded revision again, checking it out anew where needed; `repin=True` moves the
-sweep to the current HEAD. A tree whose tracked files differ from HEAD (the sweep's own
-directory aside: its results are not code) is refused at the first pin, since what would run
-is not what the user sees. `pin(..., allow_dirty=True)` runs the working tree as it is instead;
+sweep to the current HEAD. A tree whose tracked files differ from HEAD (a sweep's own outputs
+aside: its report, revision, claims, logs and cells are results, not code, wherever the sweep's
+directory is) is refused at the first pin, since what would run is not what the user sees.
+revision.json must name a commit (40 hexadecimal digits) of the repository, or the sweep stops
+naming the file; the only directories ever removed are checkouts directly inside the sweep's own
+code/ folder, never through a link. `pin(..., allow_dirty=True)` runs the working tree as it is instead;
 the report marks every cell such a run touches (its `code` says `dirty`).
 """
 
@@ -22,11 +25,22 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 
 FILE = "revision.json"
 DIRECTORY = "code"
+# A pinned revision is a commit's full name; anything else in revision.json is refused before
+# any path is made of it.
+_REVISION = re.compile(r"[0-9a-f]{40}")
+# What a checkout under code/ is named: the revision's first 12 digits, and while it is being
+# made, the same with the maker's process id.
+_CHECKOUT = re.compile(r"[0-9a-f]{12}(\.[0-9]+)?")
+# What a sweep writes in its own directory besides its cells (a cell is a run directory).
+_REPORT_FILES = ("sweep.json", "sweep.md", FILE, "tuning.json")
+_OUTPUT_FOLDERS = (DIRECTORY, "claims", "logs", "tuning")
+_RUN_FILES = ("flags.txt", "results.json", "train.lock")
 
 
 class RevisionError(RuntimeError):
@@ -63,37 +77,91 @@ def head(root: str) -> str:
     return _git(root, "rev-parse", "HEAD").strip()
 
 
-def changed_files(root: str, exclude: str | None = None) -> list[str]:
-    """Tracked files that differ from HEAD, relative to `root`, those under `exclude` and in any
-    sweep's directory aside: results, which another sweep running beside this one rewrites, not
-    code."""
-    pathspec = ["--", "."]
-    if exclude is not None:
-        relative = os.path.relpath(os.path.abspath(exclude), os.path.abspath(root))
-        if not relative.startswith(os.pardir):
-            pathspec.append(f":(exclude){relative}")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no", *pathspec)
+def changed_files(root: str, sweep_dir: str | None = None) -> list[str]:
+    """Tracked files that differ from HEAD, relative to `root`, a sweep's outputs aside: those
+    of `sweep_dir` and of any other sweep's directory, results that another sweep running
+    beside this one rewrites, not code. Code stays counted wherever the sweep directory is,
+    the repository's root or a code folder included."""
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".")
     changed = [line[3:] for line in status.splitlines() if line.strip()]
-    return [path for path in changed if not _in_a_sweep_directory(root, path)]
+    return [path for path in changed if not _is_sweep_output(root, path, sweep_dir)]
 
 
-def _in_a_sweep_directory(root: str, path: str) -> bool:
-    """Whether a folder holding `path` is a sweep's (it holds the report or the pinned
-    revision)."""
+def _is_sweep_output(root: str, path: str, sweep_dir: str | None) -> bool:
+    """Whether `path` (relative to `root`) is something a sweep wrote in its directory: its
+    report, plots, revision, claims, logs, checkouts, or a file in one of its cells (a run
+    directory). A folder is a sweep's when it is `sweep_dir` or holds a report or a pinned
+    revision."""
+    own = None if sweep_dir is None else os.path.realpath(sweep_dir)
     folder = os.path.dirname(path)
-    while folder:
-        if any(os.path.exists(os.path.join(root, folder, n)) for n in ("sweep.json", FILE)):
+    while True:
+        where = os.path.join(root, folder)
+        is_sweep = (own is not None and os.path.realpath(where) == own) or any(
+            os.path.isfile(os.path.join(where, n)) for n in ("sweep.json", FILE)
+        )
+        if is_sweep and _output_of(where, os.path.relpath(path, folder or ".")):
             return True
+        if not folder:
+            return False
         folder = os.path.dirname(folder)
-    return False
+
+
+def _output_of(sweep_folder: str, relative: str) -> bool:
+    """Whether `relative`, a path inside a sweep's folder, is one of the sweep's outputs."""
+    first, _, rest = relative.replace(os.sep, "/").partition("/")
+    if not rest:
+        return first in _REPORT_FILES or first.endswith(".png")
+    if first in _OUTPUT_FOLDERS:
+        return True
+    cell = os.path.join(sweep_folder, first)
+    return any(os.path.isfile(os.path.join(cell, n)) for n in _RUN_FILES) or any(
+        n.startswith("eval-") and n.endswith(".json") for n in _listing(cell)
+    )
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def recorded(sweep_dir: str) -> dict | None:
+    """The sweep's pinned revision record, None if there is none yet; RevisionError naming the
+    file where it is unreadable or its revision is not a commit's 40 hexadecimal digits."""
     path = os.path.join(sweep_dir, FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    fix = f"restore {path} from version control, or delete it to pin the checkout's HEAD"
+    try:
+        with open(path) as f:
+            kept = json.load(f)
+    except (OSError, ValueError) as error:
+        raise RevisionError(f"{path} cannot be read ({error}): {fix}") from None
+    given = kept.get("revision", "(none)") if isinstance(kept, dict) else kept
+    if not isinstance(given, str) or not _REVISION.fullmatch(given):
+        raise RevisionError(
+            f"{path}: the pinned revision must be a commit's 40 hexadecimal digits, got "
+            f"{given!r}: {fix}"
+        )
+    started = kept.get("started")
+    if started is not None and not isinstance(started, str):
+        raise RevisionError(f"{path}: 'started' must be a date, got {started!r}: {fix}")
+    return kept
+
+
+def _remove_checkout(sweep_dir: str, path: str) -> None:
+    """Remove a checkout this module makes, and nothing else: `path` must lie directly in the
+    sweep's own code/ folder, named as a checkout, and not be a link."""
+    parent = os.path.realpath(os.path.join(sweep_dir, DIRECTORY))
+    target = os.path.realpath(path)
+    if (
+        os.path.islink(path)
+        or os.path.dirname(target) != parent
+        or not _CHECKOUT.fullmatch(os.path.basename(target))
+    ):
+        raise RevisionError(f"refusing to remove {path}: not a checkout of {parent}")
+    shutil.rmtree(target)
 
 
 def _is_checkout_of(tree: str, revision: str) -> bool:
@@ -111,6 +179,8 @@ def _is_checkout_of(tree: str, revision: str) -> bool:
 
 def checkout(root: str, sweep_dir: str, revision: str) -> str:
     """A clean checkout of `revision` under `<sweep_dir>/code/`, made if missing or altered."""
+    if not _REVISION.fullmatch(revision):
+        raise RevisionError(f"not a commit's 40 hexadecimal digits: {revision!r}")
     parent = os.path.join(sweep_dir, DIRECTORY)
     tree = os.path.abspath(os.path.join(parent, revision[:12]))
     if _is_checkout_of(tree, revision):
@@ -119,13 +189,13 @@ def checkout(root: str, sweep_dir: str, revision: str) -> str:
     # Checkouts are code, not results: nothing under code/ is ever committed.
     with open(os.path.join(parent, ".gitignore"), "w") as f:
         f.write("*\n")
-    if os.path.exists(tree):  # a checkout copied from elsewhere, or one that was edited
-        shutil.rmtree(tree)
+    if os.path.lexists(tree):  # a checkout copied from elsewhere, or one that was edited
+        _remove_checkout(sweep_dir, tree)
     _git(root, "worktree", "prune")
     # Made aside and moved into place, so that a second process never sees half a checkout.
     staging = f"{tree}.{os.getpid()}"
-    if os.path.exists(staging):
-        shutil.rmtree(staging)
+    if os.path.lexists(staging):
+        _remove_checkout(sweep_dir, staging)
         _git(root, "worktree", "prune")
     _git(root, "worktree", "add", "--detach", "--quiet", staging, revision)
     try:
@@ -153,8 +223,15 @@ def check(
         ) from None
     kept = recorded(sweep_dir)
     if kept is not None and not repin:
+        try:
+            _git(root, "cat-file", "-e", f"{kept['revision']}^{{commit}}")
+        except RevisionError:
+            raise RevisionError(
+                f"{os.path.join(sweep_dir, FILE)}: revision {kept['revision']} is not a commit "
+                f"of {root}: fetch it, or pass --repin to move the sweep to this checkout's HEAD"
+            ) from None
         return kept["revision"], kept.get("started")
-    changed = changed_files(root, exclude=sweep_dir)
+    changed = changed_files(root, sweep_dir)
     if changed:
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
         raise RevisionError(
