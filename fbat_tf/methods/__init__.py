@@ -148,7 +148,20 @@ REGISTRY: dict[str, Entry] = {
     entry.name: entry
     for entry in (
         Entry("standard", "fbat_tf.methods.standard:Standard"),
-        Entry("fastat", "fbat_tf.methods.fast_at:FastAT", passes=lambda c: counts(2, 2)),
+        Entry(
+            "fastat",
+            "fbat_tf.methods.fast_at:FastAT",
+            (
+                Option(
+                    "step",
+                    float,
+                    1.25,
+                    "Fast-AT FGSM step alpha as a multiple of eps (the paper's 1.25).",
+                    lower_bound=0.0,
+                ),
+            ),
+            passes=lambda c: counts(2, 2),
+        ),
         Entry(
             "fastat_ga",
             "fbat_tf.methods.fast_at_ga:FastATGradAlign",
@@ -178,6 +191,13 @@ REGISTRY: dict[str, Entry] = {
                     lower_bound=0.0,
                 ),
                 Option(
+                    "step",
+                    float,
+                    1.0,
+                    "N-FGSM signed step alpha as a multiple of eps (the paper's 1).",
+                    lower_bound=0.0,
+                ),
+                Option(
                     "clip",
                     float,
                     None,
@@ -191,7 +211,17 @@ REGISTRY: dict[str, Entry] = {
         Entry(
             "pgd",
             "fbat_tf.methods.pgd_at:PGDAT",
-            (Option("steps", int, 2, "PGD-AT attack steps K.", "attack_steps", lower_bound=1),),
+            (
+                Option("steps", int, 2, "PGD-AT attack steps K.", "attack_steps", lower_bound=1),
+                Option(
+                    "step",
+                    float,
+                    None,
+                    "PGD-AT step alpha as a multiple of eps (default 0.5 for K <= 2; 2/255 "
+                    "itself for larger K).",
+                    lower_bound=0.0,
+                ),
+            ),
             passes=_pgd_passes,
             cost_options={"steps": 2},
         ),

@@ -10,6 +10,7 @@ single-step training from catastrophic overfitting at Fast-AT's cost. `clip=c` c
 [−cε, cε] after the box, as the released trainer's `--clip` does (off by default, as there).
 
     method = methods.create("nfgsm", eps=8 / 255)             # k = 2, α = ε, no clip
+    method = methods.create("nfgsm", eps=12 / 255, noise=3, step=8 / 12)   # k = 3, α = 8/255
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class NFGSM(Method):
         self,
         eps: float,
         noise: float = _DEFAULT["noise"],
-        alpha: float | None = None,
+        step: float = _DEFAULT["step"],
         clip: float | None = _DEFAULT["clip"],
     ):
         super().__init__(eps)
@@ -40,7 +41,10 @@ class NFGSM(Method):
         if clip is not None and not clip > 0:
             raise ValueError(f"nfgsm clip (a multiple of eps) must be > 0, got {clip!r}")
         self.noise = float(noise)
-        self.alpha = self.eps if alpha is None else float(alpha)
+        if not step > 0:
+            raise ValueError(f"nfgsm step (a multiple of eps) must be > 0, got {step!r}")
+        self.step = float(step)
+        self.alpha = self.step * self.eps
         self.clip = None if clip is None else float(clip)
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
@@ -54,4 +58,10 @@ class NFGSM(Method):
         return x + constraints.project(eta + self.alpha * tf.sign(grad), x, bound)
 
     def config(self) -> dict:
-        return {**super().config(), "noise": self.noise, "alpha": self.alpha, "clip": self.clip}
+        return {
+            **super().config(),
+            "noise": self.noise,
+            "step": self.step,
+            "alpha": self.alpha,
+            "clip": self.clip,
+        }

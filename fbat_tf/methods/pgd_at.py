@@ -1,6 +1,7 @@
 """PGD-K adversarial training (Madry et al., 2018) with a random start and signed steps.
 
 method = methods.create("pgd", eps=8 / 255, steps=10)   # α = 2/255 for K > 2, ε/2 otherwise
+method = methods.create("pgd", eps=8 / 255, step=0.25)  # α = ε/4 (a multiple of ε)
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ class PGDAT(Method):
     name = "pgd"
 
     def __init__(
-        self, eps: float, steps: int = methods.defaults("pgd")["steps"], alpha: float | None = None
+        self,
+        eps: float,
+        steps: int = methods.defaults("pgd")["steps"],
+        step: float | None = methods.defaults("pgd")["step"],
     ):
         super().__init__(eps)
         if steps < 1:
             raise ValueError(f"pgd needs steps >= 1, got {steps!r}")
         self.steps = int(steps)
         self.title = f"PGD-{self.steps}-AT"
-        if alpha is None:
-            alpha = self.eps / 2 if self.steps <= 2 else 2.0 / 255
-        self.alpha = float(alpha)
+        if step is not None and not step > 0:
+            raise ValueError(f"pgd step (a multiple of eps) must be > 0, got {step!r}")
+        if step is None:
+            self.alpha = self.eps / 2 if self.steps <= 2 else 2.0 / 255
+        else:
+            self.alpha = float(step) * self.eps
+        self.step = step
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
         def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -38,4 +46,4 @@ class PGDAT(Method):
         return x + delta
 
     def config(self) -> dict:
-        return {**super().config(), "steps": self.steps, "alpha": self.alpha}
+        return {**super().config(), "steps": self.steps, "step": self.step, "alpha": self.alpha}

@@ -15,8 +15,8 @@ aside: its report, revision, claims, logs and cells are results, not code, where
 directory is) is refused at the first pin, since what would run is not what the user sees.
 revision.json must name a commit (40 hexadecimal digits) of the repository, or the sweep stops
 naming the file; the only directories ever removed are checkouts directly inside the sweep's own
-code/ folder, never through a link. `pin(..., allow_dirty=True)` runs the working tree as it is instead;
-the report marks every cell such a run touches (its `code` says `dirty`).
+code/ folder, never through a link. `pin(..., allow_dirty=True)` runs the working tree as it is
+instead; the report marks every cell such a run touches (its `code` says `dirty`).
 """
 
 from __future__ import annotations
