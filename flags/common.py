@@ -89,13 +89,16 @@ def option_flag(
     choices, else by its type (`kind`, or its default's)."""
     kind = kind or type(default)
     if choices:
-        return flags.DEFINE_enum(name, default, list(choices), help_text)
-    if kind is bool:
-        return flags.DEFINE_bool(name, default, help_text)
-    if kind in (int, float):
+        holder = flags.DEFINE_enum(name, default, list(choices), help_text)
+    elif kind is bool:
+        holder = flags.DEFINE_bool(name, default, help_text)
+    elif kind in (int, float):
         define = flags.DEFINE_integer if kind is int else flags.DEFINE_float
-        return define(name, default, help_text, lower_bound=lower_bound)
-    return flags.DEFINE_string(name, default, help_text)
+        holder = define(name, default, help_text, lower_bound=lower_bound)
+    else:
+        holder = flags.DEFINE_string(name, default, help_text)
+    _guard(flags.FLAGS[name])  # defined after this module's own flags were guarded
+    return holder
 
 
 def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
@@ -106,6 +109,7 @@ def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
         lambda value: value is None or 0 < value <= 255,
         message=f"--{name} must be in (0, 255] (1/255 units)",
     )
+    _guard(flags.FLAGS[name])
     return holder
 
 
@@ -132,14 +136,24 @@ def refuse_unsafe_values(module_name: str) -> None:
     passes any bound), and a text value must hold no line break or NUL, which would write
     extra lines into flags.txt and the recorded commands."""
     for flag in flags.FLAGS.get_flags_for_module(module_name):
-        if flag.flag_type() == "float":
-            flags.register_validator(
-                flag.name, _finite, message=f"--{flag.name} must be a finite number"
-            )
-        elif flag.flag_type() in ("string", "multi_string") or "list" in flag.flag_type():
-            flags.register_validator(
-                flag.name, _one_line, message=f"--{flag.name} must not hold a line break"
-            )
+        _guard(flag)
+
+
+_GUARDED: set[str] = set()
+
+
+def _guard(flag: flags.Flag) -> None:
+    if flag.name in _GUARDED:
+        return
+    _GUARDED.add(flag.name)
+    if flag.flag_type() == "float":
+        flags.register_validator(
+            flag.name, _finite, message=f"--{flag.name} must be a finite number"
+        )
+    elif flag.flag_type() in ("string", "multi_string") or "list" in flag.flag_type():
+        flags.register_validator(
+            flag.name, _one_line, message=f"--{flag.name} must not hold a line break"
+        )
 
 
 refuse_unsafe_values(__name__)
