@@ -100,7 +100,11 @@ def main(argv: list[str]) -> None:
         if state == "new":
             with open(Run(config.workdir).flags_path, "w") as f:
                 f.writelines(f"{line}\n" for line in current.values() if line)
-    print(f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {source}")
+    eps = config.eps * 255
+    print(
+        f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {config.method} at "
+        f"ε = {eps:g}/255 ({config.eps:.4g}) on {config.dataset}, {config.model}; {source}"
+    )
 
     from fbat_tf.training import Diverged, final_attack_options, train
 

@@ -101,6 +101,47 @@ def option_flag(
     return holder
 
 
+ALLOW_SMALL_UNITS = flags.DEFINE_bool(
+    "allow_small_units",
+    False,
+    "Take --eps below 1 and --lambda_inv below 255 as given: both are in 1/255 units, so such "
+    "values are usually [0, 1]-pixel numbers typed by mistake (--eps=0.03 trains at 0.03/255).",
+)
+# Below these, a value in 1/255 units is most likely a [0, 1]-pixel number: ε = 0.03 means
+# 8/255 in most libraries, λ⁻¹ = 9.8 means 2500/255.
+SMALL_UNITS = {"eps": 1.0, "lambda_inv": 255.0}
+
+
+def units_problem(name: str, values: list[float], allowed: bool) -> str | None:
+    """The one-line refusal of a 1/255-unit flag given what looks like pixel units, or None."""
+    floor = SMALL_UNITS[name]
+    small = [v for v in values if v is not None and v < floor]
+    if allowed or not small:
+        return None
+    pixels = small[0]
+    meant = float(f"{pixels * 255:.3g}")
+    return (
+        f"--{name}={pixels:g}: {'ε' if name == 'eps' else 'λ⁻¹'} is in 1/255 units, so this is "
+        f"{pixels:g}/255 ≈ {pixels / 255:.2g}: did you mean --{name}={meant:g} "
+        f"({meant:g}/255 ≈ {pixels:.3g})? Pass --allow_small_units to keep {pixels:g}/255"
+    )
+
+
+def refuse_pixel_units(name: str, parse=lambda value: [value]) -> None:
+    """A validator refusing `name` below its floor in SMALL_UNITS unless --allow_small_units."""
+
+    def check(values: dict) -> bool:
+        given = values[name]
+        found = units_problem(
+            name, [] if given is None else parse(given), values[ALLOW_SMALL_UNITS.name]
+        )
+        if found:
+            raise flags.ValidationError(found)
+        return True
+
+    flags.register_multi_flags_validator([name, ALLOW_SMALL_UNITS.name], check)
+
+
 def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
     """A perturbation budget in 1/255 units, in (0, 255]."""
     holder = flags.DEFINE_float(name, default, help_text + " In 1/255 units (8 means 8/255).")

@@ -88,6 +88,7 @@ def _eps_values_ok(values: list[str] | None) -> bool:
 
 
 flags.register_validator("eps", _eps_values_ok, message="--eps values must be numbers in (0, 255]")
+common.refuse_pixel_units("eps", parse=lambda values: [float(v) for v in values])
 flags.register_validator(
     "attacks",
     lambda names: bool(names) and set(names) <= set(attacks.names()),

@@ -163,3 +163,5 @@ EXPORT_DIR = flags.DEFINE_string(
 NOT_RUN_DEFINING = ("verbose", "download", "data_dir", "export", "export_dir")
 
 common.refuse_unsafe_values(__name__)
+common.refuse_pixel_units("eps")
+common.refuse_pixel_units("lambda_inv")

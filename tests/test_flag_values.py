@@ -74,3 +74,36 @@ def test_train_py_refuses_a_non_finite_method_option_at_once(given):
     )
     name = given[2:].partition("=")[0]
     assert done.returncode != 0 and f"--{name} must be a finite number" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "program, given, meant",
+    [
+        ("train.py", "--eps=0.03", "--eps=7.65 (7.65/255 ≈ 0.03)"),
+        ("train.py", "--lambda_inv=9.8", "--lambda_inv=2500 (2500/255 ≈ 9.8)"),
+        ("evaluate.py", "--eps=4,0.031", "--eps=7.91 (7.91/255 ≈ 0.031)"),
+    ],
+)
+def test_a_budget_in_pixel_units_is_refused_with_the_value_meant(program, given, meant):
+    done = subprocess.run(
+        [sys.executable, program, given, *(["--model_path=."] if program == "evaluate.py" else [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "is in 1/255 units" in done.stderr and f"did you mean {meant}?" in done.stderr
+    assert "--allow_small_units" in done.stderr
+
+
+def test_allow_small_units_keeps_a_small_budget():
+    probe = (
+        "from absl import flags as absl_flags; import flags.train; "
+        "absl_flags.FLAGS(['train.py', '--eps=0.5', '--allow_small_units']); "
+        "print(absl_flags.FLAGS.eps)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "0.5", done.stderr[-2000:]

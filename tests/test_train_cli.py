@@ -128,6 +128,8 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]
+    # It starts saying what it trains: the method, ε in both units and the data.
+    assert f"Starting {workdir}: fastbat at ε = 8/255 (0.03137) on fashion_mnist" in result.stdout
     # It ends saying which epoch was selected, where things are, and what to run next.
     selected = [h["epoch"] for h in results["history"] if h["val_best"]][-1]
     assert f"selected epoch {selected} of 2 (validation PGD accuracy" in result.stdout
