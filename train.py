@@ -85,6 +85,7 @@ def main(argv: list[str]) -> None:
             config = dataclasses.replace(config, verbose=2)
         check_method(config)
         source = data.check_available(config.dataset, config.data_dir, config.download)
+        data.check_local_files(config.dataset, config.data_dir, config.download)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 

@@ -36,6 +36,8 @@ import shlex
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import tarfile
 
 import numpy as np
@@ -48,6 +50,7 @@ from fbat_tf.data import augment, local, tfds_source
 from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -924,3 +927,66 @@ def test_cifar_pixels_that_are_not_bytes_are_refused_naming_the_file(tmp_path, p
     with pytest.raises(ValueError, match=f"{re.escape(batch_path)}: CIFAR pixels") as raised:
         local.read(found, "train")
     assert says in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        (lambda y: (y + 0.9).tolist(), "label 0.9 (example 0) is not a whole class number"),
+        (lambda y: (y + 10).tolist(), "label 10 (example 0) is outside the dataset's 10 classes"),
+        (lambda y: (y - 1).tolist(), "label -1 (example 0) is outside the dataset's 10 classes"),
+    ],
+    ids=["fractional", "over", "negative"],
+)
+def test_cifar_labels_that_are_not_the_classes_are_refused_naming_the_file(tmp_path, labels, says):
+    """Float labels were truncated to integers and labels beyond the classes reached the loss,
+    which failed inside TensorFlow naming no file."""
+    make_cifar10(str(tmp_path))
+    batch_path = os.path.join(str(tmp_path), "cifar-10-batches-py", "data_batch_1")
+    with open(batch_path, "rb") as f:
+        batch = pickle.load(f, encoding="bytes")
+    batch[b"labels"] = labels(np.zeros(len(batch[b"labels"]), np.int64))
+    write_pickle(batch_path, batch)
+    with pytest.raises(ValueError, match=re.escape(f"{batch_path}: {says}")):
+        collect(in_order("cifar10", "train", data_dir=str(tmp_path), batch_size=8))
+    # Whole numbers written as floats are the classes they name.
+    batch[b"labels"] = np.zeros(len(batch[b"labels"]), np.float64).tolist()
+    write_pickle(batch_path, batch)
+    found = local.find("cifar10", str(tmp_path))
+    assert local.read(found, "train", 10)[1].dtype == np.int32
+
+
+def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the_file(tmp_path):
+    for name in os.listdir(FASHION_DIR):
+        shutil.copy(os.path.join(FASHION_DIR, name), tmp_path / name)
+    labels_path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    with gzip.open(labels_path, "rb") as f:
+        raw = bytearray(f.read())
+    raw[8 + 5] = 200  # the sixth test label
+    with gzip.open(labels_path, "wb") as f:
+        f.write(bytes(raw))
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "train.py"),
+            "--dataset=fashion_mnist",
+            f"--data_dir={tmp_path}",
+            "--model=small_cnn",
+            "--width=4",
+            "--epochs=1",
+            "--max_train_examples=256",
+            "--val_examples=64",
+            "--eval_examples=64",
+            "--noexport",
+            f"--workdir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
+    ], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

@@ -175,7 +175,7 @@ def _arrays(
 ) -> tuple[np.ndarray, np.ndarray]:
     def read() -> tuple[np.ndarray, np.ndarray]:
         if source.local_files is not None:
-            return local.read(source.local_files, part)
+            return local.read(source.local_files, part, entry.info.num_classes)
         tfds_split = entry.tfds_test_split if part == "test" else "train"
         return source.tfds.read_arrays(source.builder, tfds_split)
 
@@ -194,6 +194,17 @@ def _arrays(
             _ARRAY_CACHE.popitem(last=False)
     _ARRAY_CACHE.move_to_end(key)
     return _ARRAY_CACHE[key]
+
+
+def check_local_files(name: str, data_dir: str | None = None, download: bool = True) -> None:
+    """Decode a dataset's local files, both splits, so that a bad file (labels outside the
+    classes, say) stops a program before it trains, not at its final test; ValueError naming
+    the file. The decoded splits stay cached for the run. Nothing for TFDS data."""
+    entry = registry.lookup(name)
+    source = sources.resolve(entry, data_dir, download)
+    if source.local_files is not None:
+        for part in ("train", "test"):
+            _arrays(entry, source, part)
 
 
 def _check_batchable(name: str, split: str, count: int, options: dict) -> None:

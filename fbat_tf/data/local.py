@@ -108,17 +108,43 @@ def find(format_name: str, directory: str) -> LocalFiles | None:
     raise ValueError(f"unknown local format {format_name!r}; known: {sorted(DESCRIPTIONS)}")
 
 
-def read(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
-    """Decode the "train" or "test" part: uint8 images [N, H, W, C], int32 labels [N]."""
+def read(found: LocalFiles, part: str, classes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Decode the "train" or "test" part: uint8 images [N, H, W, C], int32 labels [N]. Every
+    label must be a whole number, and with `classes`, one of 0 … classes − 1: ValueError naming
+    the file otherwise."""
     if part not in ("train", "test"):
         raise ValueError(f"part must be 'train' or 'test', got {part!r}")
     if found.format_name in _CIFAR:
-        return _read_cifar(found, part)
+        return _read_cifar(found, part, classes)
     if found.format_name == "idx":
-        return _read_idx_pair(found.path, part)
+        return _read_idx_pair(found.path, part, classes)
     if found.format_name == "tiny_imagenet":
         return _read_tiny_imagenet(found.path, part)
     raise ValueError(f"unknown local format {found.format_name!r}")
+
+
+def checked_labels(labels: np.ndarray, classes: int | None, source: str) -> np.ndarray:
+    """`labels` as int32, each a whole number in 0 … classes − 1 (any whole number without
+    `classes`); ValueError naming `source` and the first label that is not."""
+    values = np.asarray(labels)
+    if values.dtype.kind not in "iuf" or values.ndim != 1:
+        raise ValueError(f"{source}: labels must be a list of class numbers, got {values.dtype}")
+    if values.dtype.kind == "f":
+        whole = np.isfinite(values) & (values == np.round(values))
+        if not whole.all():
+            at = int(np.flatnonzero(~whole)[0])
+            raise ValueError(
+                f"{source}: label {values[at]:g} (example {at}) is not a whole class number"
+            )
+    if classes is not None:
+        outside = (values < 0) | (values >= classes)
+        if outside.any():
+            at = int(np.flatnonzero(outside)[0])
+            raise ValueError(
+                f"{source}: label {values[at]:g} (example {at}) is outside the dataset's "
+                f"{classes} classes (0 to {classes - 1})"
+            )
+    return values.astype(np.int32)
 
 
 # ---------------------------------------------------------------------------------------- CIFAR
@@ -135,7 +161,7 @@ def _find_cifar(format_name: str, directory: str) -> LocalFiles | None:
     return None
 
 
-def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_cifar(found: LocalFiles, part: str, classes: int | None) -> tuple[np.ndarray, np.ndarray]:
     spec = _CIFAR[found.format_name]
     wanted = spec.train_files if part == "train" else spec.test_files
     if os.path.isdir(found.path):
@@ -159,7 +185,7 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
     images, labels = [], []
     for batch, source in batches:
         images.append(_cifar_pixels(_cifar_field(batch, "data", source), source))
-        labels.append(_cifar_field(batch, spec.label_key, source))
+        labels.append(checked_labels(_cifar_field(batch, spec.label_key, source), classes, source))
         if len(images[-1]) != len(labels[-1]):
             raise ValueError(
                 f"{source}: {len(images[-1])} CIFAR images but {len(labels[-1])} labels"
@@ -167,7 +193,7 @@ def _read_cifar(found: LocalFiles, part: str) -> tuple[np.ndarray, np.ndarray]:
     images, labels = np.concatenate(images), np.concatenate(labels)
     # Each row is 3072 bytes: the 32x32 red plane, then green, then blue.
     images = images.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    return np.ascontiguousarray(images), np.asarray(labels, np.int32)
+    return np.ascontiguousarray(images), labels
 
 
 def _cifar_pixels(images: np.ndarray, path: str) -> np.ndarray:
@@ -298,13 +324,14 @@ def read_idx(path: str) -> np.ndarray:
     return data.reshape(dims)
 
 
-def _read_idx_pair(directory: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_idx_pair(directory: str, part: str, classes: int | None) -> tuple[np.ndarray, np.ndarray]:
     images_stem, labels_stem = _IDX_FILES[part]
     images = read_idx(_idx_file(directory, images_stem))
-    labels = read_idx(_idx_file(directory, labels_stem))
+    labels_path = _idx_file(directory, labels_stem)
+    labels = read_idx(labels_path)
     if images.ndim != 3 or len(images) != len(labels):
         raise ValueError(f"IDX files in {directory}: images {images.shape}, labels {labels.shape}")
-    return images[..., np.newaxis], labels.astype(np.int32)
+    return images[..., np.newaxis], checked_labels(labels, classes, labels_path)
 
 
 # ---------------------------------------------------------------------------------- Tiny-ImageNet
