@@ -217,6 +217,13 @@ def main(argv: list[str]) -> None:
     results_path = checked_results_path(model_path)
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
     run = Run(model_path)
+    holder = run.in_use() if os.path.isdir(model_path) else None
+    if holder:
+        print(
+            f"warning: {model_path} is in use: {holder} trains in it; this evaluates its best "
+            "model so far, which a later epoch may replace",
+            file=sys.stderr,
+        )
     try:
         named = named_dataset()
     except ValueError as error:

@@ -90,6 +90,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
 
     chief = _chief()
+    held = None
     # A new run that fails before its first epoch is recorded leaves no directory behind.
     created = state == "new" and not (os.path.isdir(config.workdir) and os.listdir(config.workdir))
     if chief:
@@ -130,6 +131,7 @@ def main(argv: list[str]) -> None:
     if chief:
         export_once(config.workdir)
         print(summary(config.workdir, record))
+        Run(config.workdir).release(held)  # a finished run is no one's
 
 
 def summary(workdir: str, record) -> str:
@@ -148,7 +150,7 @@ def summary(workdir: str, record) -> str:
         f"{os.path.relpath(run.tensorboard_dir, workdir)}/",
         "next:",
         f"  tensorboard --logdir={shlex.quote(run.tensorboard_dir)}",
-        f"  python evaluate.py --model_path={quoted}            # PGD-50-10 and AutoAttack",
+        f"  python evaluate.py --model_path={quoted} --n_examples=1000   # PGD-50-10, AutoAttack",
     ]
     if not train_flags.EXPORT.value:
         lines.append(f"  python -m export --workdir={quoted}               # SavedModel")
@@ -175,7 +177,12 @@ def export_once(workdir: str) -> None:
     name = versions.run_name(
         common.DATASET.value, train_flags.MODEL.value, train_flags.METHOD.value
     )
-    if versions.existing_versions(os.path.join(export_dir, name)):
+    existing = versions.existing_versions(os.path.join(export_dir, name))
+    if existing:
+        print(
+            f"SavedModel for TF-Serving: {os.path.join(export_dir, name, str(max(existing)))} "
+            "exists already, not exported again (python -m export writes a new version)"
+        )
         return
     from export import savedmodel
 

@@ -90,6 +90,12 @@ def _default_name() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if _WORKDIR.value is not None and (holder := Run(_WORKDIR.value).in_use()):
+        sys.exit(
+            f"error: {_WORKDIR.value} is in use: {holder} trains in it, so its best model may "
+            "still change; train.py exports the model it selects when it ends (run this again "
+            "then if it ran with --noexport)"
+        )
     if _MODEL_PATH.value is not None:
         try:
             trust.check_keras_file(_MODEL_PATH.value, _TRUST_MODEL_CODE.value)

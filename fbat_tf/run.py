@@ -24,6 +24,7 @@ check a run directory before TensorFlow loads.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -145,6 +146,32 @@ class Run:
         handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
         return handle
+
+    def release(self, handle: Any) -> None:
+        """Give up the directory `hold` took, removing train.lock: a finished run holds none."""
+        if handle is None:
+            return
+        with contextlib.suppress(OSError):
+            os.remove(self.path(LOCK))
+        handle.close()
+
+    def in_use(self) -> str | None:
+        """Who trains in this run directory now ("process N on HOST"), or None: asked of the
+        kernel's lock on train.lock, which ends with the process however it ends."""
+        import fcntl
+
+        path = self.path(LOCK)
+        try:
+            handle = open(path)  # never created here
+        except OSError:
+            return None
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return handle.read().strip() or "another process"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return None
 
     def eval_path(self, name: str) -> str:
         """Where evaluate.py's results named `name` go: eval-<name>.json."""

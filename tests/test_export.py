@@ -811,3 +811,64 @@ def test_attacks_see_the_same_function_in_the_export_and_the_folded_graph(
         labels = tf.constant(np.arange(len(images)) % 10, tf.int32)
         x_adv, _ = APGD(8 / 255, "ce", steps=3)(candidate, tf.constant(images), labels, seed=0)
         evaluation.check_in_ball(x_adv, tf.constant(images), 8 / 255)
+
+
+def test_a_run_in_use_is_not_exported_and_its_evaluation_is_warned_of(tmp_path):
+    """Exported while train.py still trains, a run's first epoch's model became version 1, and
+    train.py's own export at the end skipped without a word: TF-Serving served the epoch-1
+    model. The export is refused, naming the process; an evaluation goes on, warned."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "results.json").write_text("{}")
+    (run_dir / "checkpoints" / "best.weights.h5").write_bytes(b"")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fbat_tf.run import Run; held = Run(sys.argv[1]).hold(); "
+            "print('held', flush=True); time.sleep(600)",
+            str(run_dir),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        refused = subprocess.run(
+            [sys.executable, "-m", "export", f"--workdir={run_dir}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode != 0
+        assert refused.stderr.strip().splitlines() == [
+            f"error: {run_dir} is in use: process {holder.pid} on {os.uname().nodename} trains "
+            "in it, so its best model may still change; train.py exports the model it selects "
+            "when it ends (run this again then if it ran with --noexport)"
+        ]
+        assert not (run_dir / "export").exists()
+        warned = subprocess.run(
+            [sys.executable, "evaluate.py", f"--model_path={run_dir}", "--n_examples=8"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert f"warning: {run_dir} is in use: process {holder.pid} on" in warned.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # The lock ends with its process: the same export is no longer refused as in use.
+    after = subprocess.run(
+        [sys.executable, "-m", "export", f"--workdir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "is in use" not in after.stderr

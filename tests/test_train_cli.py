@@ -467,6 +467,7 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     for curve in ("train", "validation"):
         assert len(glob.glob(str(workdir / "tensorboard" / curve / "events.out.tfevents.*"))) == 1
+    assert not (workdir / "train.lock").exists()  # a finished run is no one's
     again = run_train(*command)  # finished: not redone, and not refused as in use
     assert again.returncode == 0 and "holds a finished run" in again.stdout
 
