@@ -80,12 +80,54 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction sets oneDNN picks its CPU kernels by (its ISA levels: AVX2, AVX-512 core,
+# VNNI, BF16, AMX), as /proc/cpuinfo names them: two CPUs that differ here run other kernels,
+# which round differently.
+ISA_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+# The environment that sets which kernels TensorFlow and oneDNN run.
+KERNEL_VARIABLES = (
+    "TF_ENABLE_ONEDNN_OPTS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "TF_DETERMINISTIC_OPS",
+)
+
+
+def cpu_isa() -> list[str] | None:
+    """Which of ISA_FLAGS this CPU has (None where /proc/cpuinfo is not there)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [name for name in ISA_FLAGS if name in have]
+    except OSError:
+        pass
+    return None
+
+
 @functools.cache
 def machine() -> dict[str, Any]:
-    """The processor, the cores there are and this process may use, the platform and the
+    """The processor, the instruction sets its kernels are picked by, the kernel settings of
+    the environment, the cores there are and this process may use, the platform and the
     versions of Python, TensorFlow, Keras and NumPy (read without importing them)."""
     return {
         "cpu": cpu_model(),
+        "cpu_isa": cpu_isa(),
+        "kernel_settings": {v: os.environ[v] for v in KERNEL_VARIABLES if v in os.environ},
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),

@@ -88,8 +88,11 @@ def readme_rows(readme: str) -> dict[str, list[str]]:
     return rows
 
 
-# What names a setup: the processor and the library builds (results.json's "machine").
-SETUP = ("cpu", "tensorflow", "keras", "numpy")
+# What names a setup: the processor, the instruction sets its kernels are picked by (oneDNN
+# dispatches on AVX2, AVX-512, VNNI, ...: "AMD EPYC" names processors with and without
+# AVX-512), the kernel settings of the environment and the library builds (results.json's
+# "machine").
+SETUP = ("cpu", "cpu_isa", "kernel_settings", "tensorflow", "keras", "numpy")
 # On another setup the same code and seeds give other last digits (rounding in other kernels):
 # the Fast-BAT run's test numbers came out 0.8550 / 0.7830 on another machine where they are
 # 0.8530 / 0.7850 here, the one such difference measured. Between setups numbers are compared
@@ -97,11 +100,20 @@ SETUP = ("cpu", "tensorflow", "keras", "numpy")
 TOLERANCE = 0.01
 
 
+def setup_difference(new: dict, old: dict) -> str | None:
+    """Why two runs' setups may give other last digits (None: the same setup, where training is
+    deterministic): a field of SETUP they differ in, or one the recorded run does not name
+    (runs from before results.json recorded it)."""
+    a, b = new.get("machine") or {}, old.get("machine") or {}
+    unnamed = [key for key in SETUP if key not in b]
+    if unnamed:
+        return f"the recorded run names no {', '.join(unnamed)}"
+    differ = [f"{key} {a.get(key)!r}, recorded {b[key]!r}" for key in SETUP if a.get(key) != b[key]]
+    return "; ".join(differ) or None
+
+
 def same_setup(new: dict, old: dict) -> bool:
-    """Whether both runs name their setup and it is the same (runs from before results.json
-    recorded the machine name none)."""
-    a, b = new.get("machine"), old.get("machine")
-    return bool(a and b) and all(a.get(key) == b.get(key) for key in SETUP)
+    return setup_difference(new, old) is None
 
 
 def differences(new: dict, old: dict) -> list[str]:
@@ -172,8 +184,9 @@ def main() -> int:
             with open(recorded_path(name)) as f:
                 old = json.load(f)
             found = differences(new, old)
-            if not same_setup(new, old):
-                print(f"{name}: another setup than the recorded run's: within {TOLERANCE}")
+            why = setup_difference(new, old)
+            if why:
+                print(f"{name}: compared within {TOLERANCE}, not exactly: {why}")
             elif readme.get(name) != table_row(new):
                 found.append(f"README's row {readme.get(name)}, the run's {table_row(new)}")
             for line in found:

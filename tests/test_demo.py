@@ -84,7 +84,14 @@ def test_a_rerun_on_another_setup_is_compared_within_the_spread_of_setups():
     0.8550 / 0.7830 seen elsewhere against 0.8530 / 0.7850 here pass, 0.8700 does not."""
     from tests import demo
 
-    machine = {"cpu": "AMD EPYC", "tensorflow": "2.21.0", "keras": "3.15.1", "numpy": "2.4.6"}
+    machine = {
+        "cpu": "AMD EPYC",
+        "cpu_isa": ["avx2"],
+        "kernel_settings": {"TF_ENABLE_ONEDNN_OPTS": "1"},
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "numpy": "2.4.6",
+    }
     epoch = {"epoch": 1, "loss": 0.5, "adv_accuracy": 0.7, "val_clean_accuracy": 0.8}
     old = {
         "machine": machine,
@@ -102,3 +109,31 @@ def test_a_rerun_on_another_setup_is_compared_within_the_spread_of_setups():
     assert demo.differences(elsewhere, old) == []
     elsewhere["final"]["test_clean_accuracy"] = 0.870
     assert demo.differences(elsewhere, old) == ["clean_accuracy: 0.87, recorded 0.853"]
+
+
+def test_processors_of_one_name_with_other_instruction_sets_are_other_setups():
+    """ "AMD EPYC" names processors with and without AVX-512, whose oneDNN kernels round
+    differently: a rerun there is compared within the tolerance, saying why, as it is against
+    a recorded run that names no instruction sets."""
+    from tests import demo
+
+    machine = {
+        "cpu": "AMD EPYC",
+        "cpu_isa": ["avx2"],
+        "kernel_settings": {"TF_ENABLE_ONEDNN_OPTS": "1"},
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "numpy": "2.4.6",
+    }
+    recorded = {"machine": machine}
+    assert demo.setup_difference({"machine": dict(machine)}, recorded) is None
+    wider = {"machine": {**machine, "cpu_isa": ["avx2", "avx512f", "avx512_vnni"]}}
+    assert demo.setup_difference(wider, recorded) == (
+        "cpu_isa ['avx2', 'avx512f', 'avx512_vnni'], recorded ['avx2']"
+    )
+    capped = {"machine": {**machine, "kernel_settings": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}}
+    assert "kernel_settings" in demo.setup_difference(capped, recorded)
+    older = {"machine": {k: v for k, v in machine.items() if k not in ("cpu_isa",)}}
+    assert demo.setup_difference({"machine": machine}, older) == (
+        "the recorded run names no cpu_isa"
+    )
