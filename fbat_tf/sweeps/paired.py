@@ -322,7 +322,10 @@ def signed_points(value: float) -> str:
 
 
 def p_words(p: float | None) -> str:
-    """A p-value as a table shows it: "0.012", "<0.001", "–" where there is none."""
+    """A p-value as a table shows it: "0.342", "0.0496" (four decimals under 0.1, so that one
+    just under 0.05 does not read as 0.050), "<0.001", "–" where there is none."""
     if p is None:
         return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    if p < 0.001:
+        return "<0.001"
+    return f"{p:.4f}" if p < 0.1 else f"{p:.3f}"
