@@ -1,6 +1,6 @@
 """Paired comparisons over seeds (and, where the evaluations recorded them, over test images):
 how far variant A's robust accuracy is from B's, with a 95 % interval, p-values and a computed
-verdict, and Holm's correction over a family of such comparisons.
+verdict, and Holm's correction over a family of such comparisons (DESIGN.md §5.5).
 
     found = compare({0: 0.731, 1: 0.742, 2: 0.725}, {0: 0.720, 1: 0.733, 2: 0.719})
     found["mean"], found["interval"], found["p"], found["verdict"]   # points, (low, high), ., "a"
