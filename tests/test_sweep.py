@@ -247,10 +247,12 @@ def _fake_cell(
     epoch_time=2.0,
     val_fgsm=None,
     title=None,
+    aa_outcomes=None,
 ):
     """A cell directory as train.py and evaluate.py leave it, with chosen numbers (val_fgsm:
     FGSM accuracies per epoch, which runs before the FGSM guard did not log; title: the
-    method's title, which runs before titles did not record)."""
+    method's title, which runs before titles did not record; aa_outcomes: AutoAttack's
+    per-point outcomes, which evaluations before them did not record)."""
     cell = os.path.join(sweep_dir, name)
     os.makedirs(cell)
     history = [
@@ -303,6 +305,8 @@ def _fake_cell(
                 "robust_accuracy": {f"autoattack@{eps}": aa},
                 "autoattack_per_attack": {f"autoattack@{eps}": {"apgd-ce": aa + 0.02}},
                 "time_s": {f"autoattack@{eps}": 12.0},
+                "split": "test",
+                **({"outcomes": {f"autoattack@{eps}": aa_outcomes}} if aa_outcomes else {}),
             },
             f,
         )
@@ -591,22 +595,113 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     # What the reader of sweep.md sees: passes first, time second and marked.
     table = "\n".join(costs.cost_table(report))
     # fastat − fastbat: -5.1, -4.9, -5.2, -5.0, -5.0 points; mean -5.04 ± 0.14.
-    assert "| 8 | fastat | 4 | 0.4 | 45.6 | 5 | -5.0 [-5.2, -4.9] | fastbat ahead | yes |" in table
+    assert (
+        "| 8 | fastat | 4 | 0.4 | 45.6 | 5 | -5.0 [-5.2, -4.9] | fastbat ahead (seeds only) | yes |"
+        in table
+    )
+    assert "vs the most robust (uncorrected) | verdict (uncorrected) |" in table
     assert "equivalent within ±1 point" in table
     assert "10 (10–20) |" in table  # fastat: 100 steps × 0.1 s, rounds 0.1–0.2 s
     assert "Measured under a load above the cores: indicative only." in table
     assert "- ε = 8: pgd (50.6%, 0.6k passes); most robust fastbat (50.6%, 0.8k passes)" in table
     listed = "\n".join(comparisons.comparison_table(report))
-    assert "| 8 | fastbat | pgd | 5 | +0.0 [" in listed and "| – |" in listed
+    assert "| 8 | fastbat | pgd | 5 | +0.0 [" in listed and "| seeds only |" in listed
+    assert "m = 1" in listed  # one comparison: Holm's correction changes nothing
 
     # Comparisons across revisions, uncommitted code or unpaired runs are marked.
     report["cells"][5]["code"] = {"revisions": ["r2"], "dirty": True}
     report["cells"][10]["train"]["pairing"] = {"initial_weights": "other"}
     marks = comparisons.comparison(report, 8.0, "fastbat", "pgd")["marks"]
-    assert marks == ["different revisions", "uncommitted or unrecorded code †", "not paired"]
+    assert marks == [
+        "different revisions",
+        "uncommitted or unrecorded code †",
+        "not paired",
+        "seeds only",
+    ]
     figure = tmp_path / "robust_vs_cost.png"
     plots.plot_robust_vs_cost(report, str(figure))
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
+
+
+def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them(tmp_path):
+    """Where every cell's AutoAttack file records its per-point outcomes, the comparison is the
+    seeds × images model on them (the se of paired.crossed on the outcome matrix); where a cell
+    lacks them, or they do not give its accuracy, seeds only, marked. The table is one family,
+    corrected by Holm, raw and corrected side by side; sweep.json holds both."""
+    import random
+
+    from fbat_tf.sweeps import comparisons, paired
+
+    rng = random.Random(0)
+    points = 40
+
+    def outcomes(right):
+        return "".join("1" if rng.random() < right else "0" for _ in range(points))
+
+    strings = {}
+    for seed in range(3):
+        strings["fastat", seed] = outcomes(0.4)
+        strings["fastbat", seed] = outcomes(0.7)
+    out = str(tmp_path / "out")
+    for (method, seed), string in strings.items():
+        for eps in (8, 16):
+            aa = string.count("1") / points
+            given = string
+            if (method, eps, seed) == ("fastat", 16, 2):
+                given = None  # at ε = 16 one cell recorded none
+            _fake_cell(
+                out,
+                f"{method}-eps{eps}-seed{seed}",
+                clean=0.8,
+                pgd={8: 0.5, 16: 0.3},
+                aa=aa,
+                val_robust=[0.3, 0.4],
+                aa_outcomes=given,
+            )
+    path = write_definition(
+        tmp_path,
+        [{"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0, 1, 2]}],
+        comparisons=[["fastbat", "fastat"]],
+    )
+    report = sweeps.collect(sweeps.load_definition(path), out)
+    cell = next(c for c in report["cells"] if c["name"] == "fastat-eps8-seed0")
+    assert cell["autoattack"]["outcomes"] == {
+        "8": {"points": strings["fastat", 0], "split": "test"}
+    }
+
+    at8, at16 = comparisons.listed_comparisons(report)
+    seeds = [0, 1, 2]
+    matrix = paired.outcome_matrix(
+        {s: strings["fastbat", s] for s in seeds}, {s: strings["fastat", s] for s in seeds}, seeds
+    )
+    model = paired.crossed(matrix, resolution=100 / points)
+    assert at8["model"] == "seeds × images" and at8["images"] == points
+    assert at8["se"] == pytest.approx(model["se"]) and at8["df"] == pytest.approx(model["df"])
+    assert at8["mean"] == pytest.approx(sum(map(sum, matrix)) / (3 * points))
+    assert "seeds only" not in at8["marks"]
+    assert at16["model"] == "seeds only" and "seeds only" in at16["marks"]
+    assert at8["family"] == at16["family"] == 2
+    holm = paired.holm([at8["p"], at16["p"]])
+    assert [at8["p_holm"], at16["p_holm"]] == pytest.approx(holm)
+
+    table = "\n".join(comparisons.comparison_table(report))
+    assert "m = 2" in table and "Holm" in table
+    assert "| 8 | fastbat | fastat | 3 × 40 images |" in table
+    assert "| 16 | fastbat | fastat | 3 |" in table and "| seeds only |" in table
+    paths = sweeps.write_report(report, out)
+    saved = json.load(open(paths["json"]))
+    assert saved["paired_family"]["size"] == 2
+    row = saved["paired_comparisons"][0]
+    assert {"p", "p_holm", "p_equivalence", "p_equivalence_holm", "verdict", "raw_verdict"} <= set(
+        row
+    )
+
+    # Outcomes that do not give the recorded accuracy are not used.
+    cell = next(c for c in report["cells"] if c["name"] == "fastbat-eps8-seed1")
+    cell["autoattack"]["robust_accuracy"]["8"] += 0.1
+    found = comparisons.comparison(report, 8.0, "fastbat", "fastat")
+    assert found["model"] == "seeds only"
+    assert "seeds only (outcomes disagree with the accuracy)" in found["marks"]
 
 
 def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
@@ -711,6 +806,7 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     done = run_sweep("--sweep=fashion_mnist_ig", f"--sweep_dir={copy}", "--report_only")
     assert done.returncode == 0, done.stderr[-3000:]
     table = (copy / "sweep.md").read_text().split("## Robustness against cost")[1]
+    table = table.split("\n## ")[0]  # the paired comparisons follow, with as many columns
     per_step = {}
     for line in table.splitlines():
         cells = [c.strip() for c in line.split("|")[1:-1]]

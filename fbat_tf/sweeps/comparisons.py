@@ -1,5 +1,8 @@
-"""Paired comparisons of a sweep's variants over seeds (sweeps/paired.py), with what weakens
-each one (other revisions, uncommitted code, runs of one seed that did not start alike)."""
+"""Paired comparisons of a sweep's variants over seeds, and over test images where the cells'
+evaluations recorded which points they got right (sweeps/paired.py), with what weakens each one
+(other revisions, uncommitted code, runs of one seed that did not start alike, the images left
+out). The definition's comparisons, at every ε, are one family: Holm's correction applies to
+them together."""
 
 from __future__ import annotations
 
@@ -17,6 +20,48 @@ def _by_seed(cells: Sequence[dict[str, Any]], name: str) -> dict[int, float]:
         if value is not None:
             values[cell["seed"]] = value
     return values
+
+
+def _outcomes_by_seed(
+    cells: Sequence[dict[str, Any]], name: str, seeds: Sequence[int]
+) -> dict[int, dict[str, Any]] | None:
+    """Each seed's recorded outcomes of evaluation `name` at the cell's own ε, or None where a
+    cell has none."""
+    found = {}
+    for cell in cells:
+        record = cell.get(name, {}).get("outcomes", {}).get(f"{cell['eps']:g}")
+        if record is not None:
+            found[cell["seed"]] = record
+    return found if all(s in found for s in seeds) else None
+
+
+def per_point_outcomes(
+    cells_a: Sequence[dict[str, Any]],
+    cells_b: Sequence[dict[str, Any]],
+    name: str,
+    accuracies: tuple[dict[int, float], dict[int, float]],
+    seeds: Sequence[int],
+) -> tuple[tuple[dict[int, str], dict[int, str]] | None, str | None]:
+    """A's and B's per-point outcomes by seed, where every cell of both recorded them on the
+    same points (one split, one length) and they give the accuracies the cells recorded; else
+    None, and why where outcomes were recorded but cannot be used."""
+    found = [_outcomes_by_seed(cells, name, seeds) for cells in (cells_a, cells_b)]
+    if not seeds or found[0] is None or found[1] is None:
+        return None, None
+    records = [by_seed[s] for by_seed in found for s in seeds]
+    if len({len(r["points"]) for r in records}) > 1 or len({r.get("split") for r in records}) > 1:
+        return None, "outcomes on different points"
+    for by_seed, accuracy in zip(found, accuracies, strict=True):
+        for seed in seeds:
+            points = by_seed[seed]["points"]
+            if not set(points) <= {"0", "1"} or (
+                abs(points.count("1") / len(points) - accuracy[seed]) > 0.5 / len(points)
+            ):
+                return None, "outcomes disagree with the accuracy"
+    return (
+        {s: found[0][s]["points"] for s in seeds},
+        {s: found[1][s]["points"] for s in seeds},
+    ), None
 
 
 def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> list[str]:
@@ -40,37 +85,49 @@ def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> l
 
 def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, Any] | None:
     """Variant `a` against `b` at ε, paired over seeds on the last evaluation (paired.compare),
-    with its marks; None where either has no cell."""
+    and over its test points where every cell recorded them, with its marks ("seeds only" where
+    not), uncorrected; None where either has no cell."""
     groups = readings.groups(report["cells"])
     cells_a, cells_b = groups.get((a, eps)), groups.get((b, eps))
     if not cells_a or not cells_b:
         return None
     evaluation = readings.evaluations(report)[-1]
     name = evaluation["name"]
+    accuracies = _by_seed(cells_a, name), _by_seed(cells_b, name)
+    seeds = sorted(set(accuracies[0]) & set(accuracies[1]))
+    outcomes, unusable = per_point_outcomes(cells_a, cells_b, name, accuracies, seeds)
+    points = len(next(iter(outcomes[0].values()))) if outcomes else evaluation.get("examples")
     found = paired.compare(
-        _by_seed(cells_a, name),
-        _by_seed(cells_b, name),
+        *accuracies,
         report.get("margin", paired.MARGIN),
-        resolution=100.0 / evaluation["examples"] if evaluation.get("examples") else 0.0,
+        resolution=100.0 / points if points else 0.0,
+        outcomes=outcomes,
     )
-    found.update(
-        eps=eps,
-        a=a,
-        b=b,
-        marks=_pair_marks(cells_a, cells_b, found["seeds"]),
-        says=paired.describe(found, a, b),
-    )
+    marks = _pair_marks(cells_a, cells_b, found["seeds"])
+    if found["model"] == paired.SEEDS_ONLY and found["interval"] is not None:
+        marks.append(f"seeds only ({unusable})" if unusable else "seeds only")
+    found.update(eps=eps, a=a, b=b, marks=marks)
+    _describe(found)
     return found
 
 
+def _describe(found: dict[str, Any]) -> None:
+    found["says"] = paired.describe(found, found["a"], found["b"])
+    found["raw_says"] = paired.describe(found, found["a"], found["b"], found["raw_verdict"])
+
+
 def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The definition's comparisons, at every ε where both variants ran."""
+    """The definition's comparisons, at every ε where both variants ran: one family, their
+    verdicts corrected by Holm's method over it (paired.correct; the uncorrected ones kept)."""
     found = []
     for a, b in report.get("comparisons", []):
         for eps in report["eps_values"]:
             pair = comparison(report, eps, a, b)
             if pair is not None:
                 found.append(pair)
+    paired.correct(found)
+    for pair in found:
+        _describe(pair)
     return found
 
 
@@ -87,8 +144,23 @@ def margin_words(report: dict[str, Any]) -> str:
     return f"±{report.get('margin', paired.MARGIN):g} point"
 
 
+def family_words(found: Sequence[dict[str, Any]]) -> str:
+    """What the family corrected together is, and its size."""
+    size = sum(pair["p"] is not None for pair in found)
+    words = f"The family: this table's comparisons, at every ε; m = {size}"
+    if size < len(found):
+        words += " (those of two seeds or more: one seed gives no p-value)"
+    return (
+        f"{words}. Holm's step-down correction adjusts the p-values of A ≠ B and, apart, those "
+        "of equivalence within the family; the verdict (Holm) is taken from the adjusted ones, "
+        "the raw verdict from the p-values as computed. The interval is the uncorrected 95 % "
+        "one. The comparisons with the most robust variant in the robustness-against-cost "
+        "table are not in the family and stay uncorrected."
+    )
+
+
 def comparison_table(report: dict[str, Any]) -> list[str]:
-    """The definition's comparisons, paired over seeds."""
+    """The definition's comparisons, paired over seeds (and images), Holm-corrected."""
     found = listed_comparisons(report)
     if not found:
         return []
@@ -96,17 +168,36 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         f"## Paired comparisons ({readings.evaluations(report)[-1]['label']})",
         "",
         "A − B: the mean over seeds of the paired difference of robust accuracy (points), with "
-        "its 95 % interval; verdict: A or B ahead where the interval excludes 0, equivalent "
-        f"within {margin_words(report)} by two one-sided tests at 5 %, else undecided; one "
-        "seed decides nothing, and the spread of the differences is taken as at least one step "
-        "of the accuracy (100/test points; sweeps/paired.py).",
+        "its 95 % interval. Where every cell's evaluation recorded which test points it got "
+        "right, on the same points, the interval counts the draw of the test images too (the "
+        "seeds × images model: d_si = μ + seed_s + image_i + e_si, ANOVA mean squares and "
+        "Satterthwaite's degrees of freedom); elsewhere it is over seeds only, for the images "
+        "evaluated, and marked so. p (≠): the two-sided p-value of A ≠ B; p (equivalent): that "
+        f"of equivalence within {margin_words(report)} by two one-sided tests at 5 % each (the "
+        "90 % interval within the margin). Verdict: A or B ahead where p (≠) < 0.05, else "
+        "equivalent where p (equivalent) < 0.05, else undecided; one seed decides nothing, and "
+        "the standard error is taken as at least one step of the accuracy (100/test points) "
+        "over √seeds (sweeps/paired.py).",
         "",
-        "| ε (/255) | A | B | seeds | A − B [95 % interval] | verdict | marks |",
-        "|---|---|---|---|---|---|---|",
+        family_words(found),
+        "",
+        "| ε (/255) | A | B | seeds | A − B [95 % interval] | p (≠): raw, Holm | "
+        "p (equivalent): raw, Holm | verdict, raw | verdict (Holm) | marks |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pair in found:
+        tests = [
+            "–"
+            if pair[raw] is None
+            else f"{paired.p_words(pair[raw])}, {paired.p_words(pair[adjusted])}"
+            for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm"))
+        ]
+        seeds = str(len(pair["seeds"]))
+        if pair["model"] == paired.CROSSED:
+            seeds += f" × {pair['images']} images"
         lines.append(
-            f"| {pair['eps']:g} | {pair['a']} | {pair['b']} | {len(pair['seeds'])} | "
-            f"{interval_words(pair)} | {pair['says']} | {', '.join(pair['marks']) or '–'} |"
+            f"| {pair['eps']:g} | {pair['a']} | {pair['b']} | {seeds} | "
+            f"{interval_words(pair)} | {tests[0]} | {tests[1]} | {pair['raw_says']} | "
+            f"{pair['says']} | {', '.join(pair['marks']) or '–'} |"
         )
     return lines

@@ -84,7 +84,8 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
 
 
 def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The cheapest variant (in passes) that is the most robust or shown equivalent to it."""
+    """The cheapest variant (in passes) that is the most robust or shown equivalent to it, by
+    the uncorrected verdicts of the comparisons with the most robust."""
     return min(
         (r for r in rows if r["most_robust"] or r["versus_best"]["verdict"] == "equivalent"),
         key=lambda r: r["passes"],
@@ -104,12 +105,16 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "Cost: each run's optimizer steps × its method's passes through the model per step "
         "(forward, backward and second-order passes, DESIGN.md §3.6), which no machine load "
         "moves. Against the most robust variant at each ε: the paired difference of robust "
-        "accuracy over seeds (points, 95 % interval) and its verdict (equivalent: within "
-        f"{margin_words(report)} by two one-sided tests; one seed decides nothing). Pareto: no "
-        "other variant is both as cheap and as robust.",
+        "accuracy over seeds, and images where the evaluations recorded them (points, 95 % "
+        "interval; as in the paired comparisons, sweeps/paired.py), and its verdict "
+        f"(equivalent: within {margin_words(report)} by two one-sided tests; one seed decides "
+        "nothing), uncorrected: these comparisons are chosen by the data (the most robust "
+        "variant is the one with the highest mean) and are not in the family Holm's correction "
+        "covers, so their verdicts are those of each comparison alone. Pareto: no other "
+        "variant is both as cheap and as robust.",
     ]
     columns = "| ε (/255) | method | passes/step | run (k passes) | robust (%) | seeds | "
-    columns += "vs the most robust | verdict | Pareto |"
+    columns += "vs the most robust (uncorrected) | verdict (uncorrected) | Pareto |"
     rule = "|---|---|---|---|---|---|---|---|---|"
     if timing:
         setting = timing.get("setting", {})
@@ -148,7 +153,8 @@ def cost_table(report: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "The cheapest method (in passes) that is the most robust or shown equivalent to it, at "
-        "each ε; cheaper methods the seeds cannot tell from it are named as undecided:",
+        "each ε, by the uncorrected verdicts above; cheaper methods the seeds cannot tell from "
+        "it are named as undecided:",
         "",
     ]
     for eps, rows in rows_by_eps.items():

@@ -1,25 +1,50 @@
-"""Paired comparisons over seeds: how far variant A's robust accuracy is from B's, with a 95 %
-interval, and a computed verdict.
+"""Paired comparisons over seeds (and, where the evaluations recorded them, over test images):
+how far variant A's robust accuracy is from B's, with a 95 % interval, p-values and a computed
+verdict, and Holm's correction over a family of such comparisons (DESIGN.md §5.5).
 
     found = compare({0: 0.731, 1: 0.742, 2: 0.725}, {0: 0.720, 1: 0.733, 2: 0.719})
-    found["mean"], found["interval"], found["verdict"]      # points, (low, high), "a"
+    found["mean"], found["interval"], found["p"], found["verdict"]   # points, (low, high), ., "a"
 
 Runs of one seed share their initial weights, data order and evaluation points whatever the
 method (DESIGN.md §2.4), so a seed's effect is common to the variants and the paired differences
-d_s = A_s − B_s (percentage points, over the seeds both have) carry less noise than two separate
-means. With n seeds, mean d̄ and sample std s_d, the 95 % interval is d̄ ± t(0.975, n − 1)·s_d/√n,
-and the verdict is:
+(percentage points) carry less noise than two separate means. The mean difference d̄ has a
+standard error se with df degrees of freedom from one of two models:
 
-- "a" (A ahead) when the 95 % interval lies above 0, "b" (B ahead) when it lies below;
-- else "equivalent" when A and B are shown within ±margin points of each other by two one-sided
-  tests at the 5 % level each (the 90 % interval d̄ ± t(0.95, n − 1)·s_d/√n inside
-  (−margin, margin));
+- Seeds only (the accuracies alone): d_s = A_s − B_s over the n seeds both have, with sample
+  std s_d; se = s_d/√n, df = n − 1. The test images are held fixed: the interval speaks of these
+  images, not of the distribution they were drawn from.
+- Seeds × images (`crossed`, where every cell's evaluation recorded which test points it got
+  right, the same points for all): the S×I matrix d[s, i] = 100·(a[s, i] − b[s, i]) under the
+  two-way crossed random-effects model d_si = μ + seed_s + image_i + e_si, with variances σ_s²,
+  σ_i², σ_e². Then Var(d̄) = σ_s²/S + σ_i²/I + σ_e²/(S·I); from the ANOVA mean squares
+  (E MS_seed = σ_e² + I·σ_s², E MS_image = σ_e² + S·σ_i², E MS_resid = σ_e²) its unbiased
+  estimate is (MS_seed + MS_image − MS_resid)/(S·I), with Satterthwaite's degrees of freedom.
+  That estimate can fall below what the data allow (a negative variance component); each
+  component is taken as at least 0, i.e. a mean square smaller than MS_resid is replaced by
+  MS_resid in the sum. The se is then never below MS_resid/(S·I), nor below the seeds-only se
+  of the same matrix (MS_seed/(S·I)): counting the images can only widen the interval.
+
+In both, an accuracy on N test points moves in steps of 100/N points (`resolution`), and the
+standard error is taken as at least step/√n: differences that agree to the step (two equal
+differences of two seeds, or two variants that get the same points right) are not known more
+finely than it, and do not make a zero-width interval. Where this floor binds, df = n − 1.
+
+With t = d̄/se: the 95 % interval is d̄ ± t(0.975, df)·se; p, the two-sided p-value of d̄ ≠ 0;
+p_equivalence, the p-value of two one-sided tests of |δ| < margin (the larger of the two
+one-sided p-values; below 5 % exactly when the 90 % interval d̄ ± t(0.95, df)·se lies inside
+(−margin, margin)). The verdict from p-values at α = 5 %:
+
+- "a" (A ahead) or "b" (B ahead) where p < α, by the sign of d̄ (the 95 % interval excludes 0);
+- else "equivalent" where p_equivalence < α: A and B within ±margin points;
 - else "undecided": the seeds cannot tell, which is a finding too.
 
-One seed decides nothing. An accuracy on N test points moves in steps of 100/N points, so s_d
-is taken as at least that step (`resolution`): differences that agree to the step (two equal
-differences of two seeds, say) are not known more finely than it, and do not make a
-zero-width interval.
+One seed decides nothing (no interval, no p-value). `correct` applies Holm's step-down
+correction to a family of comparisons: the p-values of "A ≠ B" and those of equivalence are
+adjusted separately within the family, and the verdict is taken again from the adjusted ones;
+the uncorrected verdict is kept beside it (`raw_verdict`). The intervals stay uncorrected.
+
+The t distribution is computed here (regularized incomplete beta function by its continued
+fraction), for real degrees of freedom: no SciPy.
 """
 
 from __future__ import annotations
@@ -27,40 +52,160 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MARGIN = 1.0  # points: the default equivalence margin
+ALPHA = 0.05  # the level of every test, and of each one-sided test of equivalence
 MIN_SEEDS = 2
 VERDICTS = ("a", "b", "equivalent", "undecided")
+SEEDS_ONLY, CROSSED = "seeds only", "seeds × images"
 
 
-def _t_density(x: float, df: int) -> float:
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    return math.exp(log_norm - (df + 1) / 2 * math.log1p(x * x / df))
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
+    tiny = 1e-300
+
+    def nonzero(value: float) -> float:
+        return value if abs(value) > tiny else tiny
+
+    c, d = 1.0, 1.0 / nonzero(1.0 - (a + b) * x / (a + 1.0))
+    h = d
+    for m in range(1, 10_000):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        d, c = 1.0 / nonzero(1.0 + even * d), nonzero(1.0 + even / c)
+        h *= d * c
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d, c = 1.0 / nonzero(1.0 + odd * d), nonzero(1.0 + odd / c)
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return h
 
 
-def _t_cdf(x: float, df: int, intervals: int = 4000) -> float:
-    """P(T ≤ x) for x ≥ 0, by Simpson's rule on the density over [0, x]."""
-    h = x / intervals
-    total = _t_density(0.0, df) + _t_density(x, df)
-    for i in range(1, intervals):
-        total += (4 if i % 2 else 2) * _t_density(i * h, df)
-    return 0.5 + total * h / 3
+def incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), 0 ≤ x ≤ 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_tail(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"need df > 0, got {df}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    upper = 0.5 * incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
+    return upper if t >= 0 else 1.0 - upper
 
 
 @functools.cache
-def t_quantile(probability: float, df: int) -> float:
+def t_quantile(probability: float, df: float) -> float:
     """The `probability` quantile (> 0.5) of Student's t with `df` degrees of freedom."""
-    if not 0.5 < probability < 1 or df < 1:
-        raise ValueError(f"need 0.5 < probability < 1 and df >= 1, got {probability}, {df}")
+    if not 0.5 < probability < 1 or df <= 0:
+        raise ValueError(f"need 0.5 < probability < 1 and df > 0, got {probability}, {df}")
+    tail = 1.0 - probability
     low, high = 0.0, 1.0
-    while _t_cdf(high, df) < probability:
+    while t_tail(high, df) > tail:
         low, high = high, 2 * high
-    for _ in range(60):
+    while high - low > 1e-13 * high:
         middle = (low + high) / 2
-        low, high = (middle, high) if _t_cdf(middle, df) < probability else (low, middle)
+        low, high = (middle, high) if t_tail(middle, df) > tail else (low, middle)
     return (low + high) / 2
+
+
+def outcome_matrix(a: Mapping[int, str], b: Mapping[int, str], seeds: Sequence[int]):
+    """d[s][i] = 100·(a[s][i] − b[s][i]), points, from per-point outcomes ('1': right)."""
+    rows = []
+    for seed in seeds:
+        x, y = a[seed], b[seed]
+        if len(x) != len(y) or not set(x + y) <= {"0", "1"}:
+            raise ValueError(f"seed {seed}: outcomes of unequal length or not of 0 and 1")
+        rows.append([100.0 * ((p == "1") - (q == "1")) for p, q in zip(x, y, strict=True)])
+    if len({len(row) for row in rows}) > 1:
+        raise ValueError("the seeds' outcomes cover different numbers of points")
+    return rows
+
+
+def crossed(matrix: Sequence[Sequence[float]], resolution: float = 0.0) -> dict[str, Any]:
+    """The two-way crossed random-effects model of an S×I matrix of differences (seeds × images,
+    points): the grand mean, the ANOVA mean squares, se of the mean and Satterthwaite's df (see
+    the module's docstring for the model and the floors)."""
+    seeds, images = len(matrix), len(matrix[0])
+    if seeds < MIN_SEEDS or images < 2:
+        raise ValueError(f"need at least {MIN_SEEDS} seeds and 2 images, got {seeds}×{images}")
+    rows = [math.fsum(row) / images for row in matrix]
+    columns = [math.fsum(row[i] for row in matrix) / seeds for i in range(images)]
+    grand = math.fsum(rows) / seeds
+    df_seed, df_image = seeds - 1, images - 1
+    df_resid = df_seed * df_image
+    ms_seed = images * math.fsum((r - grand) ** 2 for r in rows) / df_seed
+    ms_image = seeds * math.fsum((c - grand) ** 2 for c in columns) / df_image
+    ms_resid = (
+        math.fsum(
+            (value - row_mean - column + grand) ** 2
+            for row, row_mean in zip(matrix, rows, strict=True)
+            for value, column in zip(row, columns, strict=True)
+        )
+        / df_resid
+    )
+    # Each variance component at least 0: a mean square below MS_resid stands in as MS_resid,
+    # so the sum is max(MS_seed, MS_resid) + max(MS_image, MS_resid) − MS_resid.
+    use_seed, use_image = float(ms_seed > ms_resid), float(ms_image > ms_resid)
+    terms = [
+        (use_seed * ms_seed, df_seed),
+        (use_image * ms_image, df_image),
+        ((1.0 - use_seed - use_image) * ms_resid, df_resid),
+    ]
+    total = math.fsum(term for term, _ in terms)
+    variance = total / (seeds * images)
+    floor = resolution**2 / seeds
+    floored = variance < floor
+    if floored or total == 0.0:
+        variance, df = max(variance, floor), float(df_seed)
+    else:
+        df = total**2 / math.fsum(term**2 / df for term, df in terms if term)
+    return {
+        "mean": grand,
+        "seeds": seeds,
+        "images": images,
+        "mean_squares": {"seed": ms_seed, "image": ms_image, "residual": ms_resid},
+        "se": math.sqrt(variance),
+        "df": df,
+        "floored": floored,
+    }
+
+
+def _tests(mean: float, se: float, df: float, margin: float) -> tuple[float, float]:
+    """The two-sided p-value of d̄ ≠ 0, and that of equivalence within ±margin (two one-sided
+    tests: the larger of their p-values)."""
+    if se == 0.0:
+        return (1.0 if mean == 0 else 0.0), (0.0 if abs(mean) < margin else 1.0)
+    p = min(1.0, 2.0 * t_tail(abs(mean) / se, df))
+    above_lower = t_tail((mean + margin) / se, df)  # H0: δ ≤ −margin
+    below_upper = t_tail((margin - mean) / se, df)  # H0: δ ≥ +margin
+    return p, max(above_lower, below_upper)
+
+
+def decide(mean: float, margin: float, p: float | None, p_equivalence: float | None) -> str:
+    """The verdict from the p-values: a side ahead where p < α, else equivalent where the two
+    one-sided tests' p < α, else undecided."""
+    if p is None or p_equivalence is None:
+        return "undecided"
+    if p < ALPHA:
+        return "a" if mean > 0 else "b"
+    if p_equivalence < ALPHA:
+        return "equivalent"
+    return "undecided"
 
 
 def compare(
@@ -68,41 +213,98 @@ def compare(
     b: Mapping[int, float],
     margin: float = MARGIN,
     resolution: float = 0.0,
+    outcomes: tuple[Mapping[int, str], Mapping[int, str]] | None = None,
 ) -> dict[str, Any]:
     """A against B over the seeds both have (accuracies as fractions, keyed by seed): the
-    differences in points, their mean, 95 % and 90 % intervals and the verdict. `resolution`:
-    the step of the accuracies in points (100 / test points), the least s_d is taken to be."""
+    differences in points, their mean, its standard error and df, 95 % and 90 % intervals,
+    p-values and the verdict. `resolution`: the step of the accuracies in points (100 / test
+    points). `outcomes`: A's and B's per-point outcomes by seed (strings of '0' and '1', the same
+    points for every seed), which select the seeds × images model; without them, seeds only."""
     seeds = sorted(set(a) & set(b))
     differences = [100.0 * (a[s] - b[s]) for s in seeds]
     found: dict[str, Any] = {
         "seeds": seeds,
         "differences": differences,
         "margin": margin,
+        "model": SEEDS_ONLY,
+        "images": None,
         "mean": statistics.fmean(differences) if differences else None,
+        "se": None,
+        "df": None,
         "interval": None,
         "interval90": None,
+        "p": None,
+        "p_equivalence": None,
         "verdict": "undecided",
+        "raw_verdict": "undecided",
+        "correction": None,
     }
     n = len(differences)
     if n < MIN_SEEDS:
         return found
-    error = max(statistics.stdev(differences), resolution) / math.sqrt(n)
+    if outcomes is not None:
+        model = crossed(outcome_matrix(*outcomes, seeds), resolution)
+        found.update(
+            model=CROSSED,
+            images=model["images"],
+            mean=model["mean"],
+            mean_squares=model["mean_squares"],
+        )
+        se, df = model["se"], model["df"]
+    else:
+        se, df = max(statistics.stdev(differences), resolution) / math.sqrt(n), float(n - 1)
     mean = found["mean"]
-    wide, narrow = t_quantile(0.975, n - 1) * error, t_quantile(0.95, n - 1) * error
-    found["interval"] = (mean - wide, mean + wide)
-    found["interval90"] = (mean - narrow, mean + narrow)
-    if mean - wide > 0:
-        found["verdict"] = "a"
-    elif mean + wide < 0:
-        found["verdict"] = "b"
-    elif -margin < mean - narrow and mean + narrow < margin:
-        found["verdict"] = "equivalent"
+    wide, narrow = t_quantile(0.975, df) * se, t_quantile(0.95, df) * se
+    p, p_equivalence = _tests(mean, se, df, margin)
+    verdict = decide(mean, margin, p, p_equivalence)
+    found.update(
+        se=se,
+        df=df,
+        interval=(mean - wide, mean + wide),
+        interval90=(mean - narrow, mean + narrow),
+        p=p,
+        p_equivalence=p_equivalence,
+        verdict=verdict,
+        raw_verdict=verdict,
+    )
     return found
 
 
-def describe(found: Mapping[str, Any], a: str, b: str) -> str:
-    """The verdict in words: "A ahead", "B ahead", "equivalent within ±1 point", "undecided"."""
-    verdict = found["verdict"]
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family's p-values (None: not tested, left out of the
+    family): sorted ascending, p_(k) becomes max over j ≤ k of min(1, (m − j + 1)·p_(j))."""
+    tested = sorted((p, k) for k, p in enumerate(p_values) if p is not None)
+    m = len(tested)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for j, (p, k) in enumerate(tested, start=1):
+        running = max(running, min(1.0, (m - j + 1) * p))
+        adjusted[k] = running
+    return adjusted
+
+
+def correct(family: Sequence[dict[str, Any]]) -> int:
+    """Holm's correction over `family` (comparisons from `compare`, changed in place): each
+    gets `p_holm` and `p_equivalence_holm`, its verdict from them (the uncorrected one stays in
+    `raw_verdict`), and the family's size m (the comparisons with a p-value)."""
+    adjusted = holm([found["p"] for found in family])
+    adjusted_equivalence = holm([found["p_equivalence"] for found in family])
+    size = sum(found["p"] is not None for found in family)
+    for found, p, p_equivalence in zip(family, adjusted, adjusted_equivalence, strict=True):
+        found.update(
+            p_holm=p,
+            p_equivalence_holm=p_equivalence,
+            correction="holm",
+            family=size,
+            verdict=decide(found["mean"], found["margin"], p, p_equivalence),
+        )
+    return size
+
+
+def describe(found: Mapping[str, Any], a: str, b: str, verdict: str | None = None) -> str:
+    """The verdict (default: the one in force) in words: "A ahead", "B ahead", "equivalent
+    within ±1 point", "undecided"."""
+    verdict = verdict or found["verdict"]
     if verdict == "a":
         return f"{a} ahead"
     if verdict == "b":
@@ -117,3 +319,13 @@ def signed_points(value: float) -> str:
     difference that rounds to zero from either side (never "-0.0")."""
     text = f"{value:+.1f}"
     return "+0.0" if text == "-0.0" else text
+
+
+def p_words(p: float | None) -> str:
+    """A p-value as a table shows it: "0.342", "0.0496" (four decimals under 0.1, so that one
+    just under 0.05 does not read as 0.050), "<0.001", "–" where there is none."""
+    if p is None:
+        return "–"
+    if p < 0.001:
+        return "<0.001"
+    return f"{p:.4f}" if p < 0.1 else f"{p:.3f}"

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import methods, run
-from fbat_tf.records import EvaluationResult, RunRecord
+from fbat_tf.records import AttackResult, EvaluationResult, RunRecord
 from fbat_tf.sweeps import estimate
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -34,14 +34,40 @@ def _files(cell_dir: str, evaluation: Evaluation) -> list[str]:
     return ([main] if main in names else []) + extra
 
 
+def _attacked(
+    cell_dir: str, evaluation: Evaluation
+) -> dict[str, tuple[AttackResult, str, EvaluationResult]]:
+    """Each ε's result (as evaluate.py names it, "8") over every file of the evaluation, with
+    the file and the whole result it came from; where files overlap, eval-<name>.json counts."""
+    found: dict[str, tuple[AttackResult, str, EvaluationResult]] = {}
+    for name in _files(cell_dir, evaluation):
+        path = os.path.join(cell_dir, name)
+        result = EvaluationResult.load(path)
+        for attacked in result.robust:
+            found.setdefault(f"{attacked.eps:g}", (attacked, path, result))
+    return found
+
+
 def evaluation_results(cell_dir: str, evaluation: Evaluation) -> dict[str, tuple[float, str]]:
     """Robust accuracy by ε (as evaluate.py names it, "8") over every file of the evaluation,
     with the file each number came from; where files overlap, eval-<name>.json counts."""
-    found: dict[str, tuple[float, str]] = {}
-    for name in _files(cell_dir, evaluation):
-        path = os.path.join(cell_dir, name)
-        for attacked in EvaluationResult.load(path).robust:
-            found.setdefault(f"{attacked.eps:g}", (attacked.robust_accuracy, path))
+    return {
+        eps: (attacked.robust_accuracy, path)
+        for eps, (attacked, path, _) in _attacked(cell_dir, evaluation).items()
+    }
+
+
+def evaluation_outcomes(cell_dir: str, evaluation: Evaluation) -> dict[str, dict[str, Any]]:
+    """Per ε, which test points the attacked model got right ("points": one '0' or '1' per
+    evaluated point, in order) and on which split, from the file its robust accuracy came from,
+    where that file recorded them (evaluate.py's "outcomes", keyed as its robust accuracy)."""
+    found = {}
+    for eps, (attacked, _, result) in _attacked(cell_dir, evaluation).items():
+        # Kept in `extra` by a reader that does not model them, or as their own field.
+        outcomes = getattr(result, "outcomes", None) or result.extra.get("outcomes") or {}
+        points = outcomes.get(attacked.key)
+        if isinstance(points, str) and points:
+            found[eps] = {"points": points, "split": result.extra.get("split")}
     return found
 
 
@@ -197,6 +223,7 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] 
     if main is None:
         return None
     merged = evaluation_results(cell_dir, evaluation)
+    outcomes = evaluation_outcomes(cell_dir, evaluation)
     return {
         "source": source,
         "label": evaluation.label,
@@ -208,6 +235,9 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] 
         "per_part": {f"{r.eps:g}": r.parts for r in main.robust if r.parts},
         "part_seconds": {f"{r.eps:g}": r.part_seconds for r in main.robust if r.part_seconds},
         "code": main.code,
+        # Which points each ε's attack left right, where the files recorded them: the paired
+        # comparisons then count the test images too (sweeps/paired.py).
+        **({"outcomes": outcomes} if outcomes else {}),
     }
 
 
