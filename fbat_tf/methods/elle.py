@@ -9,7 +9,9 @@ the loss is from linear along a random segment inside the ε-ball, with no doubl
 δ comes from the base attack: one FGSM step of α = ε from δ = 0 (default), N-FGSM's step from
 noise of 2ε, or none (train on x). One weight gradient of the whole loss flows through the
 training point and the three triplet points; the triplets go through the model as one batch of
-3B examples (their batch-norm statistics shared), the training point as its own batch.
+3B examples (their batch-norm statistics shared), the training point as its own batch. The step
+seed is split in three (`stateless_split`): the base attack's, x_a and x_b's (one draw over
+[x; x]), and the t's. A step costs 5 forward and 5 backward passes, 4 and 4 on clean inputs.
 
 ELLE keeps λ fixed. ELLE-A (the default) starts from λ = 0 and, after each step, compares the
 step's E_lin with the mean μ and the population standard deviation σ of the E_lin of every
@@ -23,10 +25,10 @@ first, the global batch's as the released (single-process) trainer computes it.
     method = methods.create("elle", eps=8 / 255)                       # ELLE-A, λ_max = 4000
     method = methods.create("elle", eps=8 / 255, schedule="constant")  # ELLE, λ = 1000
 
-Where each default comes from (LIONS-EPFL/ELLE, the authors' released code; paper §3):
+Where each default comes from (LIONS-EPFL/ELLE, the authors' released code, and the paper):
 
 - E_lin, one triplet per example, the mean of squared gaps over the batch, added to the CE at the
-  training point with the gradient through all three losses: the paper's §3 and
+  training point with the gradient through all three losses: the paper's definition of E_lin and
   `core/utils/train.py` (`Trainer.loss`, `reg == 'ELLE'`; the same lines as the README snippet).
 - ELLE-A by default: `parser.py` (`--lambda_schedule` defaults to `onoff`, ELLE-A); the paper's
   abstract reports that adapting λ improves on a fixed λ.
@@ -174,13 +176,17 @@ class ELLE(Method):
     def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
         if not self.adaptive or self.state:
             return
-        # One copy under a distribution strategy: every replica computes the same update.
+        # Under a distribution strategy each replica keeps its own copy and writes it without
+        # a cross-replica merge (the trainer's put-back of a skipped step runs inside tf.cond,
+        # where a merge cannot); every replica makes the same update from the averaged E_lin,
+        # and a checkpoint saves the first replica's copy.
         for name in ("lambda", "count", "mean", "m2"):
             self.state[name] = tf.Variable(
                 0.0,
                 dtype=tf.float32,
                 trainable=False,
                 name=f"elle_{name}",
+                synchronization=tf.VariableSynchronization.ON_READ,
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
