@@ -41,6 +41,10 @@ LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
 # How Fast-BAT differentiates its implicit term; "auto" is resolved by device.py.
 IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")
 
+# ELLE's λ (adaptive: ELLE-A) and its training point's attack (DESIGN.md §3.2).
+ELLE_SCHEDULES = ("adaptive", "constant")
+ELLE_ATTACKS = ("fgsm", "nfgsm", "none")
+
 # What one optimizer step costs in passes through the model (DESIGN.md §3.6), by kind:
 # "forward", "backward" (a vector-Jacobian product through the model: the gradient of a loss of
 # its outputs), "second_order" (a backward pass through a recorded backward pass, as double

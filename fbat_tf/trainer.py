@@ -23,12 +23,12 @@ distributed step draws its own noise.
 
 A batch is applied only if everything it would write is finite: its loss, its weight gradients
 (weight decay included), and the state its passes wrote (batch-norm moving statistics,
-Free-AT's δ). Otherwise it is skipped on every replica: no optimizer step, no slot update, and
-that state is put back. A finite loss does not make a batch safe: a model whose activations
-overflow can give a finite loss with infinite moving variances, and a layer like sqrt(relu(·))
-a finite loss with NaN gradients. Under a `LossScaleOptimizer` a skipped batch also lowers the
-loss scale, as the optimizer does for its own non-finite gradients: an attack pass that
-overflows (non-finite δ) would otherwise be skipped at the same scale forever.
+Free-AT's δ, ELLE-A's λ). Otherwise it is skipped on every replica: no optimizer step, no slot
+update, and that state is put back. A finite loss does not make a batch safe: a model whose
+activations overflow can give a finite loss with infinite moving variances, and a layer like
+sqrt(relu(·)) a finite loss with NaN gradients. Under a `LossScaleOptimizer` a skipped batch also
+lowers the loss scale, as the optimizer does for its own non-finite gradients: an attack pass
+that overflows (non-finite δ) would otherwise be skipped at the same scale forever.
 
 The epoch's metrics are over the applied batches: `loss` and the method's other logs are their
 means (NaN when none was applied, not 0), and `nonfinite_batches` counts the epoch's skipped
@@ -164,10 +164,11 @@ class AdversarialTrainer(keras.Model):
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             loss_scale = self.optimizer.scale_loss(tf.constant(1.0 / replicas, tf.float32))
             # The state a forward pass or the method writes (batch-norm statistics, Free-AT's
-            # δ), kept to be put back if the batch turns out non-finite.
+            # δ, ELLE-A's λ), kept to be put back if the batch turns out non-finite.
             state = self.classifier.non_trainable_variables + list(self.method.variables().values())
             saved = [tf.identity(v) for v in state]
             grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
+            self.method.after_gradients(logs)  # ELLE-A's λ; put back with `state` if skipped
             self.seed_counter.assign_add(1)
             if self.weight_decay:
                 # Coupled decay, as PyTorch's SGD: added to the gradient before momentum.

@@ -394,6 +394,40 @@ MUTATIONS = [
             "tests/test_models.py::test_max_pooling_is_keras_max_pooling_with_exact_second_derivatives_under_xla",
         ),
     ),
+    Mutation(
+        "E1",
+        "ELLE's linear interpolation weighs the ends the wrong way round",
+        "fbat_tf/methods/elle.py",
+        "ce_c - ((1.0 - t) * ce_a + t * ce_b)",
+        "ce_c - (t * ce_a + (1.0 - t) * ce_b)",
+        ("tests/test_elle_reference.py::test_elle_matches_reference",),
+    ),
+    Mutation(
+        "E2",
+        "ELLE's triplet points through the model one batch each (batch norm sees each alone)",
+        "fbat_tf/methods/elle.py",
+        "logits = model(tf.concat([x_a, x_b, x_c], axis=0), training=True)",
+        "logits = tf.concat([model(v, training=True) for v in (x_a, x_b, x_c)], axis=0)",
+        ("tests/test_elle_reference.py::test_elle_matches_reference",),
+    ),
+    Mutation(
+        "E3",
+        "ELLE-A's jump needs only two earlier values",
+        "fbat_tf/methods/elle.py",
+        "jump = tf.logical_and(count > 2.0,",
+        "jump = tf.logical_and(count > 1.0,",
+        (
+            "tests/test_elle_reference.py::test_elle_a_lambda_follows_the_released_rule_on_a_crafted_sequence",
+        ),
+    ),
+    Mutation(
+        "E4",
+        "the trainer never hands a step's logs to the method (ELLE-A's λ stays put)",
+        "fbat_tf/trainer.py",
+        "self.method.after_gradients(logs)",
+        "pass",
+        ("tests/test_trainer.py::test_fit_with_xla_moves_elle_a_s_lambda_state_once_a_step",),
+    ),
 ]
 
 

@@ -72,6 +72,8 @@ def test_entry_points_define_their_flags_without_tensorflow(entry_point):
         ("pgd steps=10", "pgd", {"steps": 10}),
         ("fastat", "fastat", {}),
         ("free", "free", {"replays": 4}),
+        ("elle", "elle", {"schedule": "constant", "weight": 10.0}),
+        ("elle attack=none", "elle", {"attack": "none"}),
     ],
 )
 def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name, options):

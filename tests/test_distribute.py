@@ -60,6 +60,7 @@ def run(strategy_name, name):
     with strategy.scope():
         classifier = model()
         method = methods.create(name, eps=8 / 255)
+        method.build((8, 6, 6, 2))
         trainer = AdversarialTrainer(classifier, method, jit_compile=True)
         trainer.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
     rng = np.random.default_rng(0)
@@ -67,12 +68,19 @@ def run(strategy_name, name):
     y = rng.integers(0, 3, 8).astype(np.int32)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(2)
     trainer.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
-    return [w.numpy() for w in classifier.trainable_variables], strategy.num_replicas_in_sync
+    state = {k: float(v.numpy()) for k, v in method.variables().items() if v.shape.rank == 0}
+    weights = [w.numpy() for w in classifier.trainable_variables]
+    return weights, strategy.num_replicas_in_sync, state
 
 
 name = sys.argv[1]
-single, one = run("default", name)
-mirrored, two = run("mirrored", name)
+single, one, single_state = run("default", name)
+mirrored, two, mirrored_state = run("mirrored", name)
+# A method's own scalar state (ELLE-A's λ and E_lin statistic) moves as on one device.
+assert single_state.keys() == mirrored_state.keys()
+for key, value in single_state.items():
+    assert np.isclose(mirrored_state[key], value, rtol=1e-5, atol=1e-9), (key, single_state)
+assert name != "elle" or single_state["count"] == 2.0, single_state
 error = max(
     float(np.max(np.abs(a - b)) / np.max(np.abs(a))) for a, b in zip(single, mirrored)
 )
@@ -95,7 +103,7 @@ def _result(script: str, *args: str) -> list[str]:
     return lines[-1].split()
 
 
-@pytest.mark.parametrize("method", ["fastbat"])
+@pytest.mark.parametrize("method", ["fastbat", "elle"])
 def test_mirrored_step_equals_single_device_step(method):
     _, one, two, error, _ = _result(SCRIPT, method)
     assert (int(one), int(two)) == (1, 2)

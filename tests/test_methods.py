@@ -35,6 +35,8 @@ VARIANTS = [
     *[("fastbat", {"linearization": name}) for name in LINEARIZATIONS if name != "pgd_nosign"],
     ("nfgsm", {}),
     ("nfgsm", {"clip": 1.0}),
+    ("elle", {}),
+    ("elle", {"schedule": "constant", "attack": "nfgsm"}),
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
 
@@ -73,9 +75,12 @@ SEED = tf.constant([3, 7], tf.int32)
 
 
 def _bound(name: str, options: dict) -> float:
-    """How far a method's training point may lie from x: ε, but N-FGSM's (k + 1)·ε unclipped."""
+    """How far a method's training point may lie from x: ε, but N-FGSM's (k + 1)·ε unclipped
+    (also as ELLE's base attack)."""
     if name == "nfgsm" and options.get("clip") is None:
         return (options.get("noise", 2.0) + 1) * EPS
+    if name == "elle" and options.get("attack") == "nfgsm":
+        return 3 * EPS
     return EPS
 
 
@@ -134,7 +139,7 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
 
 
-POLICY_VARIANTS = [*range(6), 7, len(VARIANTS) - 2]
+POLICY_VARIANTS = [*range(6), 7, IDS.index("nfgsm-default"), IDS.index("elle-default")]
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -304,6 +309,9 @@ def test_default_hyper_parameters_follow_the_paper():
         ("fastbat", {"linearization": "newton"}, "newton"),
         ("fastbat", {"bogus": 1}, "bogus"),
         ("pgd", {"steps": 0}, "steps"),
+        ("elle", {"schedule": "ramp"}, "ramp"),
+        ("elle", {"attack": "pgd"}, "pgd"),
+        ("elle", {"decay": 1.5}, "decay"),
     ],
 )
 def test_bad_options_name_the_bad_value(name, options, message):

@@ -5,6 +5,8 @@ A probe at the model's output counts, in eager execution: each forward pass (a c
 model); each backward pass (the gradient of a loss of the outputs flowing back into them); and
 each second-order pass (a gradient flowing back through a recorded backward pass, as double
 backpropagation makes one), since the probe's own backward step is recorded by an outer tape.
+A pass is a batch of B examples: a call on k·B examples (ELLE's three triplet points in one
+batch) counts as k passes of each kind it makes.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ class Probe(keras.layers.Layer):
 
     def call(self, logits):
         counts = self.tally()
-        counts["forward"] += 1
+        batches = _batches(logits)
+        counts["forward"] += batches
 
         @tf.custom_gradient
         def through_backward(cotangent):
             def second_order(upstream):
-                counts["second_order"] += 1
+                counts["second_order"] += batches
                 return upstream
 
             return tf.identity(cotangent), second_order
@@ -44,12 +47,22 @@ class Probe(keras.layers.Layer):
         @tf.custom_gradient
         def through_forward(outputs):
             def backward(cotangent):
-                counts["backward"] += 1
+                counts["backward"] += batches
                 return through_backward(cotangent)
 
             return tf.identity(outputs), backward
 
         return through_forward(logits)
+
+
+def _batches(logits) -> int:
+    """How many batches of BATCH examples a call carries (1 while Keras builds the model on a
+    symbolic batch; steps run eagerly, their shapes known)."""
+    if logits.shape[0] is None:
+        return 1
+    examples = int(logits.shape[0])
+    assert examples % BATCH == 0, examples
+    return examples // BATCH
 
 
 def counted_model(counts: dict[str, int]) -> keras.Model:
@@ -73,6 +86,9 @@ VARIANTS = [
     ("fastbat", {"ig": "hessian_aware", "cg_steps": 2}),
     ("fastbat", {"linearization": "uniform"}),
     ("fastbat", {"ig": "none", "linearization": "corner"}),
+    ("elle", {}),
+    ("elle", {"schedule": "constant", "attack": "nfgsm"}),
+    ("elle", {"attack": "none"}),
 ]
 
 
@@ -115,6 +131,13 @@ def test_a_runs_recorded_config_prices_as_the_method_itself():
     for name, options in VARIANTS:
         method = methods.create(name, eps=EPS, **options)
         assert methods.passes(name, method.config()) == method.passes
-    variants = [("fastat", {}), ("pgd", {"steps": 2}), ("fastbat", {"ig": "none"}), ("fastbat", {})]
+    variants = [
+        ("fastat", {}),
+        ("pgd", {"steps": 2}),
+        ("fastbat", {"ig": "none"}),
+        ("fastbat", {}),
+        ("elle", {"attack": "none"}),
+        ("elle", {}),
+    ]
     totals = [catalog.total_passes(methods.passes(name, config)) for name, config in variants]
-    assert totals == [4, 6, 6, 8]
+    assert totals == [4, 6, 6, 8, 8, 10]

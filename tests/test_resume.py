@@ -1,6 +1,7 @@
 """A run killed after an epoch and resumed ends with exactly the state of an uninterrupted run:
 every variable of the last checkpoint (weights, batch-norm statistics, optimizer slots, the seed
-counter, Free-AT's δ) is equal. Free-AT also takes the promised number of gradient steps."""
+counter, Free-AT's δ, ELLE-A's λ and E_lin statistic) is equal. Free-AT also takes the promised
+number of gradient steps."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def _checkpoint_values(workdir: str) -> dict[str, np.ndarray]:
         # 4 epochs of 4 batches = 16 gradient steps; replayed 3 times: ceil(16 / 3) = 6 batches,
         # a whole pass and a partial one, 18 steps.
         ("free", 4, {"replays": 3}, 18),
+        # A resumed ELLE-A run carries λ and the statistic of every earlier E_lin.
+        ("elle", 2, {}, 2 * 4),
     ],
 )
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
@@ -72,6 +75,10 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         assert any("delta" in name for name in got)
         delta = next(value for name, value in got.items() if "delta" in name)
         assert np.abs(delta).max() > 0
+    if method == "elle":
+        state = {name.split("/")[1]: value for name, value in got.items() if "method/" in name}
+        assert state["count"] == steps  # every step's E_lin, the killed run's first epoch's too
+        assert state["mean"] > 0 and state["m2"] > 0
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
     # The same test numbers; only the time they took differs.

@@ -291,8 +291,8 @@ def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
 
 
 def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
-    """In-process: a method's constructor parameters take the flags of their names (two are
-    spelt otherwise), with --lambda_inv converted from 1/255 units."""
+    """In-process: a method's constructor parameters take the flags of their names (some are
+    spelt otherwise), with --lambda_inv and --elle_alpha converted from 1/255 units."""
     import copy
 
     from absl import flags
@@ -311,6 +311,18 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
     assert options("--method=free", "--free_replays=4") == {"replays": 4}
     assert options("--method=fastat_ga", "--ga_coef=1") == {"ga_coef": 1.0}
     assert options("--method=fastat") == {}
+    elle = options("--method=elle", "--elle_schedule=constant", "--elle_lambda=500")
+    assert elle == {
+        "weight": 500.0,
+        "schedule": "constant",
+        "decay": 0.99,
+        "sensitivity": 2.0,
+        "attack": "fgsm",
+        "alpha": None,
+    }
+    elle = options("--method=elle", "--elle_alpha=4", "--elle_attack=nfgsm")
+    assert elle["alpha"] == pytest.approx(4 / 255) and elle["attack"] == "nfgsm"
+    assert elle["weight"] is None and elle["schedule"] == "adaptive"
 
 
 def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value(tmp_path):

@@ -96,6 +96,22 @@ def test_fit_with_xla_counts_optimizer_steps_and_updates_batch_norm(name):
     assert np.all(np.isfinite(history.history["loss"]))
 
 
+def test_fit_with_xla_moves_elle_a_s_lambda_state_once_a_step():
+    """The trainer hands each step's logs to the method after its gradient, outside XLA: ELLE-A's
+    statistic counts every optimizer step, and its mean is that of the steps' E_lin."""
+    classifier = tiny_classifier()
+    method = methods.create("elle", eps=8 / 255)
+    method.build((8, *SHAPE))
+    trainer = AdversarialTrainer(classifier, method, jit_compile=True)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9))
+    history = trainer.fit(dataset(32, 8), epochs=2, verbose=0)
+    state = method.variables()
+    assert float(state["count"].numpy()) == 2 * 4
+    epochs_mean = np.mean(history.history["elle_error"])  # both epochs have 4 steps
+    np.testing.assert_allclose(float(state["mean"].numpy()), epochs_mean, rtol=1e-5)
+    assert float(state["mean"].numpy()) > 0
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_fit_under_mixed_precision(policy):
     keras.mixed_precision.set_global_policy(policy)
@@ -251,10 +267,11 @@ def test_weight_decay_is_scaled_with_the_loss():
         np.testing.assert_allclose(scaled, plain, rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["fastat", "free"])
+@pytest.mark.parametrize("name", ["fastat", "free", "elle"])
 def test_a_batch_with_non_finite_pixels_is_skipped_counted_and_leaves_no_trace(name):
-    """A batch with one NaN pixel: no optimizer step, no momentum, batch-norm statistics and
-    Free-AT's δ as they were, the count logged; the next good batch trains as usual."""
+    """A batch with one NaN pixel: no optimizer step, no momentum, batch-norm statistics,
+    Free-AT's δ and ELLE-A's λ and E_lin statistic as they were, the count logged; the next good
+    batch trains as usual."""
     classifier = tiny_classifier()
     method = methods.create(name, eps=8 / 255, **({"replays": 2} if name == "free" else {}))
     method.build((8, *SHAPE))

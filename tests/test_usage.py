@@ -16,7 +16,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     [
         (
             "train.py",
-            ["--method: <standard|fastat|", "--eps:", "--nfgsm_noise:", "--[no]traceback"],
+            [
+                "--method: <standard|fastat|",
+                "--eps:",
+                "--nfgsm_noise:",
+                "--elle_schedule: <adaptive|constant>",
+                "--[no]traceback",
+            ],
         ),
         ("evaluate.py", ["--attacks:", "--model_path:", "--pgd_steps:", "--batch_size:"]),
         ("sweep.py", ["--sweep:", "--allow_dirty", "--repin", "--dry_run"]),

@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fbat_tf import catalog
-from fbat_tf.catalog import IMPLICIT_AUTODIFF, IMPLICIT_GRADIENTS, LINEARIZATIONS, counts
+from fbat_tf.catalog import (
+    ELLE_ATTACKS,
+    ELLE_SCHEDULES,
+    IMPLICIT_AUTODIFF,
+    IMPLICIT_GRADIENTS,
+    LINEARIZATIONS,
+    counts,
+)
 
 
 def _resolve_implicit_autodiff(value: str) -> str:
@@ -90,6 +97,11 @@ def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
     if ig != IMPLICIT_GRADIENTS[2]:
         parts += [implicit, *[product] * products]
     return catalog.added(*parts)
+
+
+def _elle_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    attack = config.get("attack", defaults("elle")["attack"])
+    return counts(4, 4) if attack == ELLE_ATTACKS[2] else counts(5, 5)
 
 
 _FASTBAT = (
@@ -241,6 +253,64 @@ REGISTRY: dict[str, Entry] = {
             # A zero implicit coefficient is first-order Fast-BAT (ig "none"), which runs'
             # configs said only lately.
             as_now=lambda c: {**c, "ig": "none"} if float(c.get("ig_coef", 0.1)) == 0 else c,
+        ),
+        Entry(
+            "elle",
+            "fbat_tf.methods.elle:ELLE",
+            (
+                Option(
+                    "weight",
+                    float,
+                    None,
+                    "ELLE penalty weight λ; ELLE-A's λ_max (default: 4000 for ELLE-A; ELLE's "
+                    "1000 at eps <= 8, 5000 at eps <= 20, 10000 above).",
+                    "elle_lambda",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "schedule",
+                    str,
+                    "adaptive",
+                    "ELLE's λ: adaptive (ELLE-A: 0, raised to λ_max when the linearity error "
+                    "jumps, else decayed) or constant (ELLE).",
+                    choices=ELLE_SCHEDULES,
+                ),
+                Option(
+                    "decay",
+                    float,
+                    0.99,
+                    "ELLE-A: λ ← decay·λ on a step without a jump.",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "sensitivity",
+                    float,
+                    2.0,
+                    "ELLE-A: a jump is a linearity error above mean + this many std of the "
+                    "earlier ones.",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "attack",
+                    str,
+                    "fgsm",
+                    "ELLE's training point: one FGSM step from x, N-FGSM's step (noise 2·eps), "
+                    "or none (x itself).",
+                    choices=ELLE_ATTACKS,
+                ),
+                Option(
+                    "alpha",
+                    float,
+                    None,
+                    "ELLE's attack step in 1/255 units (default: eps).",
+                    lower_bound=0.0,
+                    from_flag=lambda value: None if value is None else value / 255,
+                ),
+            ),
+            # The attack's input gradient (none on clean inputs), then one weight pass through
+            # the training point's batch and the triplets' batch of 3B examples (3 passes).
+            passes=_elle_passes,
+            cost_options={"attack": "fgsm"},
         ),
     )
 }

@@ -106,6 +106,11 @@ class Method:
         """The state `build` created, by name, for checkpoints."""
         return {}
 
+    def after_gradients(self, logs: Logs) -> None:
+        """Update per-run state from a step's logs (ELLE-A's λ). The trainer calls it in the
+        replica context right after `gradients`, outside XLA and before the step's finiteness
+        check, so a skipped step puts this state back with the rest."""
+
     def perturb(
         self,
         model: keras.Model,
