@@ -203,7 +203,7 @@ def test_each_base_attack_and_elle_a_s_current_lambda_match_reference(attack):
     model, x, y = _setup("conv", "float64")
     alpha = 0.75 * EPS
     weight = 3 * _balanced_weight(model, x, y, attack=attack, alpha=alpha)
-    method = methods.create("elle", eps=EPS, weight=weight, attack=attack, alpha=alpha)
+    method = methods.create("elle", eps=EPS, weight=weight, attack=attack, step=alpha / EPS)
     method.build(tuple(x.shape))
     method.variables()["lambda"].assign(weight / 3)
     grads, logs = method.gradients(model, x, y, _seed())

@@ -292,7 +292,8 @@ def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
 
 def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
     """In-process: a method's constructor parameters take the flags of their names (some are
-    spelt otherwise), with --lambda_inv and --elle_alpha converted from 1/255 units."""
+    spelt otherwise), with --lambda_inv converted from 1/255 units and the attack steps given
+    as multiples of ε."""
     import copy
 
     from absl import flags
@@ -307,10 +308,12 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
     fastbat = options("--method=fastbat", "--tau=1e-6", "--lambda_inv=2500", "--cg_steps=5")
     assert fastbat["tau"] == 1e-6 and fastbat["cg_steps"] == 5
     assert fastbat["lambda_inv"] == pytest.approx(2500 / 255)
-    assert options("--method=pgd", "--attack_steps=3") == {"steps": 3}
+    assert options("--method=pgd", "--attack_steps=3") == {"steps": 3, "step": None}
+    assert options("--method=pgd", "--pgd_step=0.25") == {"steps": 2, "step": 0.25}
     assert options("--method=free", "--free_replays=4") == {"replays": 4}
     assert options("--method=fastat_ga", "--ga_coef=1") == {"ga_coef": 1.0}
-    assert options("--method=fastat") == {}
+    assert options("--method=fastat") == {"step": 1.25}
+    assert options("--method=nfgsm", "--nfgsm_step=0.5")["step"] == 0.5
     elle = options("--method=elle", "--elle_schedule=constant", "--elle_lambda=500")
     assert elle == {
         "weight": 500.0,
@@ -318,10 +321,10 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
         "decay": 0.99,
         "sensitivity": 2.0,
         "attack": "fgsm",
-        "alpha": None,
+        "step": 1.0,
     }
-    elle = options("--method=elle", "--elle_alpha=4", "--elle_attack=nfgsm")
-    assert elle["alpha"] == pytest.approx(4 / 255) and elle["attack"] == "nfgsm"
+    elle = options("--method=elle", "--elle_step=0.5", "--elle_attack=nfgsm")
+    assert elle["step"] == 0.5 and elle["attack"] == "nfgsm"
     assert elle["weight"] is None and elle["schedule"] == "adaptive"
 
 

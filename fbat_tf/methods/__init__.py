@@ -299,12 +299,11 @@ REGISTRY: dict[str, Entry] = {
                     choices=ELLE_ATTACKS,
                 ),
                 Option(
-                    "alpha",
+                    "step",
                     float,
-                    None,
-                    "ELLE's attack step in 1/255 units (default: eps).",
+                    1.0,
+                    "ELLE's attack step alpha as a multiple of eps (the released 1).",
                     lower_bound=0.0,
-                    from_flag=lambda value: None if value is None else value / 255,
                 ),
             ),
             # The attack's input gradient (none on clean inputs), then one weight pass through

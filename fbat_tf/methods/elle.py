@@ -138,7 +138,7 @@ class ELLE(Method):
         decay: float = _DEFAULT["decay"],
         sensitivity: float = _DEFAULT["sensitivity"],
         attack: str = _DEFAULT["attack"],
-        alpha: float | None = _DEFAULT["alpha"],
+        step: float = _DEFAULT["step"],
     ):
         super().__init__(eps)
         if schedule not in SCHEDULES:
@@ -156,15 +156,16 @@ class ELLE(Method):
             raise ValueError(f"elle sensitivity (s) must be >= 0, got {sensitivity!r}")
         self.decay = float(decay)
         self.sensitivity = float(sensitivity)
-        self.alpha = self.eps if alpha is None else float(alpha)
-        if not self.alpha >= 0:
-            raise ValueError(f"elle alpha must be >= 0, got {alpha!r}")
+        if not step >= 0:
+            raise ValueError(f"elle step (a multiple of eps) must be >= 0, got {step!r}")
+        self.step = float(step)
+        self.alpha = self.step * self.eps
         self.title = ("ELLE-A" if self.adaptive else "ELLE") + {
             "fgsm": "",
             "nfgsm": " on N-FGSM",
             "none": " on clean inputs",
         }[attack]
-        self._nfgsm = NFGSM(self.eps, noise=NFGSM_NOISE, alpha=self.alpha)
+        self._nfgsm = NFGSM(self.eps, noise=NFGSM_NOISE, step=self.step)
         self.state: dict[str, tf.Variable] = {}
 
     @property
@@ -278,5 +279,6 @@ class ELLE(Method):
             "decay": self.decay,
             "sensitivity": self.sensitivity,
             "attack": self.attack,
+            "step": self.step,
             "alpha": self.alpha,
         }
