@@ -5,14 +5,16 @@ string disagrees with the accuracy it sits beside."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import evaluation
+from fbat_tf import data, evaluation
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.autoattack import AutoAttack
 from fbat_tf.attacks.losses import correct
@@ -215,3 +217,29 @@ def test_a_run_record_whose_final_test_disagrees_is_refused_naming_it(evaluated,
     path.write_text(json.dumps({"config": config.__dict__, "status": "complete", "final": final}))
     with pytest.raises(ValueError, match=f"^{path}: outcomes\\['clean'\\]"):
         RunRecord.load(str(path))
+
+
+def test_the_points_are_the_splits_first_and_a_held_out_half_is_fingerprinted():
+    assert data.points("cifar10", "test", validation_from="train", download=False) == {
+        "first_point": 0
+    }
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        pytest.skip("needs dataset-fashion-mnist")
+    halves = {
+        split: data.points("fashion_mnist", split, validation_from="test")
+        for split in ("validation", "test")
+    }
+    # Independently: the halves' indices from the whole test split's labels, in file order.
+    whole = data.load("fashion_mnist", "test", batch_size=10_000)
+    labels = np.concatenate([y.numpy() for _, y in whole])
+    for split, indices in zip(("validation", "test"), data.held_out(labels), strict=True):
+        digest = hashlib.sha256(indices.astype("<i8").tobytes()).hexdigest()[:16]
+        assert halves[split] == {
+            "first_point": 0,
+            "held_out_seed": data.HELD_OUT_SEED,
+            "held_out_sha256": digest,
+        }
+        # The half is evaluated in that order: its labels are the whole split's at its indices.
+        half = data.load("fashion_mnist", split, batch_size=10_000, validation_from="test")
+        np.testing.assert_array_equal(np.concatenate([y.numpy() for _, y in half]), labels[indices])
+    assert halves["validation"] != halves["test"]

@@ -46,6 +46,7 @@ from fbat_tf.data.loader import (
     VALIDATION_SOURCES,
     held_out,
     load,
+    points,
     split_range,
 )
 from fbat_tf.data.registry import DatasetInfo, info, names
@@ -62,6 +63,7 @@ __all__ = [
     "info",
     "load",
     "names",
+    "points",
     "split_range",
     "use_tfds_source",
 ]

@@ -165,17 +165,21 @@ class EvaluationResult(_Attacked):
         self,
         split: str,
         validation_from: str,
+        points: dict[str, Any],
         attacks: list[str],
         options: dict[str, Any],
         seed: int,
         **more: Any,
     ) -> None:
         """Record how the evaluation was made, under the keys every writer uses: the split and
-        where validation examples come from, the attacks by name and their options (each under
-        its flag's name: `pgd_steps`, ...), the seed, and anything the writer adds."""
+        where validation examples come from, which of the split's points it evaluated
+        (`data.points`: "first_point", and the held-out half's seed and fingerprint), the
+        attacks by name and their options (each under its flag's name: `pgd_steps`, ...), the
+        seed, and anything the writer adds."""
         self.extra.update(
             split=split,
             validation_from=validation_from,
+            **points,
             attacks=list(attacks),
             **options,
             seed=seed,
