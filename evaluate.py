@@ -160,16 +160,24 @@ def checked_split(model_path: str, classifier, dataset: str, validation_from: st
 
 def described(result, model_path: str, dataset: str, validation_from: str):
     """evaluate()'s EvaluationResult with what produced it, and any sign of gradient masking."""
-    from fbat_tf import device, provenance
+    from fbat_tf import data, device, provenance
     from fbat_tf.attacks.autoattack import masking_gap
 
     result.dataset = dataset
     result.code = provenance.code()
     result.device = device.describe()
     result.extra["model_path"] = model_path
+    points = data.points(
+        dataset,
+        eval_flags.SPLIT.value,
+        data_dir=common.DATA_DIR.value,
+        download=common.DOWNLOAD.value,
+        validation_from=validation_from,
+    )
     result.describe(
         eval_flags.SPLIT.value,
         validation_from,
+        points,
         eval_flags.ATTACKS.value,
         {name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
         common.SEED.value,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from fbat_tf import attacks, catalog
@@ -106,27 +107,30 @@ def _pools(attack: Callable) -> bool:
 class _Pool:
     """The global batches an attack has been given and not yet run over: one for an attack
     given each batch on its own, up to POOL_BYTES of inputs for one that pools (`Attack.pools`).
-    Each entry: (batch b, x, y as distributed, and their local values per replica)."""
+    Each entry: (batch b, (x, y, positions) as distributed, and their local values per
+    replica)."""
 
     def __init__(self, attack: Attack):
         self.capacity = POOL_BYTES if _pools(attack) else 0
-        self.batches: list[tuple[int, Any, Any, tuple, tuple]] = []
+        self.batches: list[tuple[int, tuple, list[tuple]]] = []
 
-    def add(self, batch: int, x, y, strategy: tf.distribute.Strategy) -> None:
+    def add(self, batch: int, values: tuple, strategy: tf.distribute.Strategy) -> None:
         local = strategy.experimental_local_results
-        self.batches.append((batch, x, y, local(x), local(y)))
+        self.batches.append((batch, values, [local(v) for v in values]))
 
     def full(self) -> bool:
-        held = sum(v.shape.num_elements() * v.dtype.size for *_, xs, _ in self.batches for v in xs)
+        held = sum(
+            v.shape.num_elements() * v.dtype.size for *_, (xs, *_) in self.batches for v in xs
+        )
         return held >= self.capacity
 
-    def take(self, strategy: tf.distribute.Strategy) -> tuple[list, Any, Any]:
-        """[(batch b, shard size per local replica)], and x and y of them joined, per replica;
-        the pool is then empty."""
+    def take(self, strategy: tf.distribute.Strategy) -> tuple[list, tuple]:
+        """[(batch b, shard size per local replica)], and x, y and positions of them joined, per
+        replica; the pool is then empty."""
         batches, self.batches = self.batches, []
-        index = [(batch, [int(v.shape[0]) for v in xs]) for batch, _, _, xs, _ in batches]
+        index = [(batch, [int(v.shape[0]) for v in local[0]]) for batch, _, local in batches]
         if len(batches) == 1:
-            return index, batches[0][1], batches[0][2]
+            return index, batches[0][1]
         local = len(index[0][1])  # this worker's replicas
 
         def joined(values: list[tuple]):
@@ -135,7 +139,8 @@ class _Pool:
                 lambda context: per_replica[context.replica_id_in_sync_group % local]
             )
 
-        return index, joined([b[3] for b in batches]), joined([b[4] for b in batches])
+        parts = len(batches[0][1])
+        return index, tuple(joined([b[2][k] for b in batches]) for k in range(parts))
 
 
 class _Tally:
@@ -148,6 +153,18 @@ class _Tally:
         self.seconds = dict.fromkeys(attacks, 0.0)
         self.parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
         self.per_batch: list[BatchResult] = []
+        self.starts: list[int] = []  # the position of each global batch's first example
+        # Per key of EvaluationResult.outcomes, each global batch's (or pool's) outcomes, in
+        # order: (position of the first, bool per example).
+        self.outcomes: dict[str, list[tuple[int, np.ndarray]]] = {"clean": []}
+
+    def span(self, index: list) -> tuple[int, int]:
+        """The positions [start, stop) of the examples of the consecutive global batches in
+        `index` (see _Pool.take)."""
+        first, last = index[0][0], index[-1][0]
+        if [batch for batch, _ in index] != list(range(first, last + 1)):
+            raise AssertionError(f"a pool holds batches {[b for b, _ in index]}, not a run")
+        return self.starts[first], self.starts[last] + self.per_batch[last].examples
 
     def add_clean(self, batch: int, counts: dict[str, float]) -> None:
         if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
@@ -157,12 +174,24 @@ class _Tally:
                 f"{counts['nonfinite_inputs']:.0f} have non-finite pixels",
                 int(counts["nonfinite_logits"]),
             )
+        self.starts.append(int(self.total))
         self.clean += counts["correct"]
         self.loss += counts["loss"]
         self.total += counts["examples"]
         # a global batch holds examples; never 0
         accuracy = counts["correct"] / max(counts["examples"], 1.0)
         self.per_batch.append(BatchResult(int(counts["examples"]), accuracy))
+
+    def add_outcomes(self, start: int, outcomes: dict[str, np.ndarray], name=None) -> None:
+        """The outcomes of the examples from position `start` on: "clean", or attack `name`'s
+        ("hits") and its parts'."""
+        for kind, hits in outcomes.items():
+            if name is None:
+                key = kind
+            else:
+                key = f"{name[0]}@{eps_255(name[1]):g}"
+                key = key if kind == "hits" else f"{key}/{kind}"
+            self.outcomes.setdefault(key, []).append((start, hits))
 
     def add_robust(
         self, name: tuple[str, float], index: list, counts: dict[str, Any], seconds: float
@@ -204,20 +233,44 @@ class _Tally:
             )
             for (name, eps), count in self.robust.items()
         ]
-        return EvaluationResult(
+        result = EvaluationResult(
             int(total),
             self.clean / total,
             self.loss / total,
             robust,
             self.per_batch,
             replicas,
+            outcomes={key: self._joined(key, pieces) for key, pieces in self.outcomes.items()},
         )
+        try:
+            result.check_outcomes()
+        except ValueError as error:
+            raise AssertionError(
+                f"the evaluation's outcomes and counts disagree: {error}"
+            ) from None
+        return result
+
+    def _joined(self, key: str, pieces: list[tuple[int, np.ndarray]]) -> str:
+        """The outcomes of `key` as EvaluationResult keeps them: one "0" or "1" a position."""
+        at = 0
+        for start, hits in pieces:
+            if start != at:
+                raise AssertionError(f"outcomes of {key} from {start} follow those up to {at}")
+            at += hits.size
+        if at != self.total:
+            raise AssertionError(f"outcomes of {key} for {at} of {self.total:.0f} examples")
+        joined = np.concatenate([hits for _, hits in pieces]).astype(np.uint8) + ord("0")
+        return joined.tobytes().decode("ascii")
 
 
 def _clean_counts(classifier: Callable, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The clean counts of this replica's shard, and whether each of its examples is classified
+    correctly ("hits": per example, not to be summed)."""
     logits = classifier(x, training=False)
+    hits = correct(logits, y)
     return {
-        "correct": tf.reduce_sum(correct(logits, y)),
+        "hits": hits,
+        "correct": tf.reduce_sum(hits),
         "loss": tf.reduce_sum(cross_entropy(logits, y)),
         "examples": tf.cast(tf.shape(x)[0], tf.float32),
         "nonfinite_inputs": _nonfinite_rows(x),
@@ -232,12 +285,16 @@ def _robust_counts(
     index: list,
     seed: int,
     progress: bool,
+    span: tuple[int, int],
     x: tf.Tensor,
     y: tf.Tensor,
+    positions: tf.Tensor,
 ) -> dict[str, tf.Tensor]:
     """`attack` on this replica's shards of the global batches in `index`, [(batch b, shard
     size per local replica)], given joined: the robust count of each batch, and an ensemble's
-    robust count and seconds after each part. Seeded as batch b's first of them."""
+    robust count and seconds after each part. Seeded as batch b's first of them. And the
+    outcomes of the examples at `positions` of the global batches' `span` [start, stop) (see
+    _placed)."""
     context = tf.distribute.get_replica_context()
     replica, replicas = int(context.replica_id_in_sync_group), context.num_replicas_in_sync
     local = len(index[0][1])  # this worker's replicas
@@ -268,16 +325,64 @@ def _robust_counts(
     hits = tf.concat(hits, 0) if hits else tf.zeros([0])
     robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
     counts = {"robust": tf.pad(robust, [[0, len(shards) - robust.shape[0]]])}  # empty last shards
+    outcomes = {"hits": hits}
     for part, mask in breakdown.get("robust", {}).items():
         counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
+        if part != "clean":  # the ensemble's clean pass: the evaluation's own is kept
+            outcomes[part] = mask
+    counts.update(_placed(span, positions, outcomes))
     for part, spent in breakdown.get("seconds", {}).items():
         counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
     return counts
 
 
+def _placed(span: tuple[int, int], positions: tf.Tensor, outcomes: dict[str, tf.Tensor]):
+    """This replica's outcomes (per example, 1.0 right) scattered to their positions in the
+    dataset, less span[0], over span[1] - span[0] places: summed over replicas, each place holds
+    its example's, once, as "placed/<key>"; "placed" counts the examples placed at each.
+    Where each example lies is what the data pipeline says (_positioned), not the order in which
+    a strategy splits a batch over replicas or workers."""
+    start, stop = span
+    where = tf.expand_dims(tf.cast(positions, tf.int64) - start, 1)
+    ones = tf.ones(tf.shape(positions), tf.float32)
+    placed = {"placed": tf.scatter_nd(where, ones, [stop - start])}
+    for key, hits in outcomes.items():
+        placed[f"placed/{key}"] = tf.scatter_nd(where, tf.cast(hits, tf.float32), [stop - start])
+    return placed
+
+
+def _outcomes(span: tuple[int, int], counts: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The summed placed outcomes in `counts` (taken out of it), as bool per example of `span`;
+    AssertionError unless each example was placed exactly once."""
+    placed = counts.pop("placed")
+    if placed.shape != (span[1] - span[0],) or not np.all(placed == 1):
+        missing = np.flatnonzero(placed != 1)
+        raise AssertionError(
+            f"examples {span[0]}..{span[1] - 1}: positions {(missing + span[0]).tolist()[:10]} "
+            "were not evaluated exactly once"
+        )
+    keys = [key for key in counts if key.startswith("placed/")]
+    return {key.removeprefix("placed/"): counts.pop(key) > 0.5 for key in keys}
+
+
+def _positioned(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """The batches (x, y) of `dataset` with the position of each example in it: (x, y, i)."""
+
+    def add(start: tf.Tensor, batch: tuple) -> tuple[tf.Tensor, tuple]:
+        x, y = batch
+        size = tf.shape(x, out_type=tf.int64)[0]
+        return start + size, (x, y, start + tf.range(size))
+
+    return dataset.scan(tf.constant(0, tf.int64), add)
+
+
 def _summed(strategy: tf.distribute.Strategy, fn: Callable, *args) -> dict[str, Any]:
     """fn run on every replica, its counts summed over replicas (and workers), as NumPy."""
-    per_replica = strategy.run(fn, args=args)
+    return _reduced(strategy, strategy.run(fn, args=args))
+
+
+def _reduced(strategy: tf.distribute.Strategy, per_replica: dict[str, Any]) -> dict[str, Any]:
+    """Values of every replica summed over replicas (and workers), as NumPy."""
     reduced = {
         key: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None).numpy()
         for key, value in per_replica.items()
@@ -336,22 +441,31 @@ def evaluate(
 
     def run(name: tuple[str, float]) -> None:
         eps, attack = name[1], attacks[name]
-        index, x, y = pools[name].take(strategy)
+        index, values = pools[name].take(strategy)
+        span = tally.span(index)
         start = time.perf_counter()
-        fn = functools.partial(_robust_counts, classifier, eps, attack, index, seed, progress)
-        counts = _summed(strategy, fn, x, y)
+        fn = functools.partial(_robust_counts, classifier, eps, attack, index, seed, progress, span)
+        counts = _summed(strategy, fn, *values)
+        outcomes = _outcomes(span, counts)
         tally.add_robust(name, index, counts, time.perf_counter() - start)
+        tally.add_outcomes(span[0], outcomes, name)
 
     # Workers split the batches of the one pipeline (not its files), so that together they see
     # exactly the examples one device would: the first N, say.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    for batch, (x, y) in enumerate(
-        strategy.experimental_distribute_dataset(dataset.with_options(options))
+    for batch, (x, y, positions) in enumerate(
+        strategy.experimental_distribute_dataset(_positioned(dataset).with_options(options))
     ):
-        tally.add_clean(batch, _summed(strategy, clean_counts, x, y))
+        per_replica = strategy.run(clean_counts, args=(x, y))
+        hits = per_replica.pop("hits")
+        tally.add_clean(batch, _reduced(strategy, per_replica))
+        # Its examples' places are known now that their number is.
+        span = (tally.starts[batch], int(tally.total))
+        placed = strategy.run(functools.partial(_placed, span), args=(positions, {"clean": hits}))
+        tally.add_outcomes(span[0], _outcomes(span, _reduced(strategy, placed)))
         for name, pool in pools.items():
-            pool.add(batch, x, y, strategy)
+            pool.add(batch, (x, y, positions), strategy)
             if pool.full():
                 run(name)
         if bar is not None:

@@ -408,9 +408,17 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         inference, test_ds, built, progress=config.verbose > 0, seed=config.seed
     )
     result.dataset = config.dataset
+    points = data.points(
+        config.dataset,
+        "test",
+        data_dir=config.data_dir,
+        download=config.download,
+        validation_from=config.validation_from,
+    )
     result.describe(
         "test",
         config.validation_from,
+        points,
         names,
         {"pgd_steps": config.eval_pgd_steps, "pgd_restarts": config.eval_pgd_restarts},
         config.seed,

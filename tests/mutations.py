@@ -349,6 +349,24 @@ MUTATIONS = [
         ("tests/test_trainer.py::test_the_loss_scale_comes_down_when_the_attack_pass_overflows",),
     ),
     Mutation(
+        "O19",
+        "an ensemble's per-part outcomes land on other examples of the pool (counts unchanged)",
+        "fbat_tf/evaluation.py",
+        "            outcomes[part] = mask\n",
+        "            outcomes[part] = mask[::-1]\n",
+        ("tests/test_outcomes.py::test_each_point_has_its_own_outcome_in_dataset_order",),
+    ),
+    Mutation(
+        "O20",
+        "a replica's outcomes are placed where it holds them, not where the dataset does",
+        "fbat_tf/evaluation.py",
+        "where = tf.expand_dims(tf.cast(positions, tf.int64) - start, 1)",
+        "where = tf.expand_dims(tf.range(tf.size(positions, out_type=tf.int64)), 1)",
+        (
+            "tests/test_evaluate_distribute.py::test_mirrored_evaluation_counts_what_one_device_counts",
+        ),
+    ),
+    Mutation(
         "P1",
         "a paired comparison calls a side ahead when its 90 % interval excludes zero",
         "fbat_tf/sweeps/paired.py",

@@ -126,15 +126,18 @@ def test_check_logits_refuses_softmax_outputs():
 
 
 def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
-    # Two batches of 16: AutoAttack is given both at once, and says so as each part runs.
+    # Batches of 16 and 14: AutoAttack is given both at once, and says so as each part runs.
+    from fbat_tf import data
+
+    model = small_model(None)
     path = str(tmp_path / "model.keras")
-    small_model(None).save(path)
+    model.save(path)
     results = tmp_path / "eval.json"
     result = run_evaluate(
         f"--model_path={path}",
         "--dataset=fashion_mnist",
         "--attacks=autoattack",
-        "--n_examples=32",
+        "--n_examples=30",
         "--batch_size=16",
         "--eps=8",
         f"--results={results}",
@@ -142,9 +145,27 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads(results.read_text())
     after = evaluated["autoattack_per_attack"]["autoattack@8"]
-    clean = round(after["clean"] * 32)
+    clean = round(after["clean"] * 30)
     assert clean > 0  # something to attack
-    header = f"AutoAttack (standard) at ε = 8/255, 32 examples: clean {100 * after['clean']:.2f}%"
+    # Each test image's outcome, in file order: clean as the model classifies them here, and
+    # after each part of the ensemble (named as its parts are), a subset of what came before.
+    assert (evaluated["split"], evaluated["first_point"], evaluated["examples"]) == ("test", 0, 30)
+    assert "held_out_seed" not in evaluated
+    outcomes = {
+        key: np.array([c == "1" for c in held]) for key, held in evaluated["outcomes"].items()
+    }
+    parts = [part for part in after if part != "clean"]
+    assert parts == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    assert list(outcomes) == ["clean", "autoattack@8", *(f"autoattack@8/{p}" for p in parts)]
+    x, y = next(iter(data.load("fashion_mnist", "test", batch_size=30, max_examples=30)))
+    np.testing.assert_array_equal(outcomes["clean"], np.argmax(model(x), -1) == y.numpy())
+    before = outcomes["clean"]
+    for part in parts:
+        now = outcomes[f"autoattack@8/{part}"]
+        assert now.mean() == after[part] and not np.any(now & ~before), part
+        before = now
+    np.testing.assert_array_equal(outcomes["autoattack@8"], before)
+    header = f"AutoAttack (standard) at ε = 8/255, 30 examples: clean {100 * after['clean']:.2f}%"
     assert header in result.stdout
     assert f"apgd-ce on the {clean} examples still robust" in result.stdout
     assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout

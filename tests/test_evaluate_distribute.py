@@ -1,5 +1,6 @@
 """Evaluation under MirroredStrategy on two logical CPU devices counts exactly what one device
-counts: the same clean and robust correct examples, batch by batch split over the replicas.
+counts: the same clean and robust correct examples, batch by batch split over the replicas, and
+each example's outcome in the same place.
 
 Logical devices must be configured before TensorFlow starts, so each comparison runs in a fresh
 interpreter. The attacks draw their random starts from per-call seeds, and a replica's shard is
@@ -189,6 +190,11 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     assert 0 < single["robust"]["pgd@8"] < single["clean"]
     aa, robust = single["per_attack"]["aa@8"], single["robust"]["aa@8"]
     assert aa["clean"] == single["clean"] > aa["apgd-ce"] > aa["apgd-t"] == robust > 0
+    # The labels of the first two examples are the wrong ones.
+    outcomes = results["default/4"]["outcomes"]
+    assert outcomes["clean"] == "0011111111"
+    assert set(outcomes) == {"clean", "pgd@8", "aa@8", "aa@8/apgd-ce", "aa@8/apgd-t", "none@8"}
+    assert outcomes["none@8"] == outcomes["clean"]  # the identity attack
     for key in (
         "default/3",
         "mirrored/4",
@@ -198,6 +204,9 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
         "worker1/3",
     ):
         assert _counts(results[key]) == single, key
+        # And each example's own outcomes, in dataset order, whichever replica or worker
+        # evaluated it.
+        assert results[key]["outcomes"] == results["default/4"]["outcomes"], key
         replicas = 1 if key.startswith("default") else 2
         assert results[key]["replicas"] == replicas
         # Each part of the ensemble was timed, on every replica.
@@ -272,6 +281,8 @@ def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path)
     assert (reports["default"]["strategy"], reports["default"]["replicas"]) == ("default", 1)
     assert (reports["mirrored"]["strategy"], reports["mirrored"]["replicas"]) == ("mirrored", 2)
     assert _counts(reports["mirrored"]) == _counts(reports["default"])
+    assert reports["mirrored"]["outcomes"] == reports["default"]["outcomes"]
+    assert {len(held) for held in reports["default"]["outcomes"].values()} == {40}
     counts = _counts(reports["default"])
     assert counts["examples"] == 40
     assert 0 < counts["robust"]["pgd@8"] < counts["clean"]

@@ -252,7 +252,8 @@ def _fake_cell(
     """A cell directory as train.py and evaluate.py leave it, with chosen numbers (val_fgsm:
     FGSM accuracies per epoch, which runs before the FGSM guard did not log; title: the
     method's title, which runs before titles did not record; aa_outcomes: AutoAttack's
-    per-point outcomes, which evaluations before them did not record)."""
+    per-point outcomes, which evaluations before them did not record); its PGD evaluation keeps
+    per-example outcomes, as evaluate.py now writes."""
     cell = os.path.join(sweep_dir, name)
     os.makedirs(cell)
     history = [
@@ -284,6 +285,12 @@ def _fake_cell(
     with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:
         f.write("--method=x\n")
     eps = name.split("-eps")[1].split("-")[0]
+
+    def outcomes(accuracy: float) -> str:  # per example, as evaluate.py writes them
+        right = round(accuracy * 100)
+        assert right / 100 == accuracy, accuracy
+        return "1" * right + "0" * (100 - right)
+
     with open(os.path.join(cell, sweeps.EVAL_PGD), "w") as f:
         json.dump(
             {
@@ -293,6 +300,10 @@ def _fake_cell(
                 "pgd_steps": 50,
                 "pgd_restarts": 10,
                 "robust_accuracy": {f"pgd@{e}": v for e, v in pgd.items()},
+                "outcomes": {
+                    "clean": outcomes(clean),
+                    **{f"pgd@{e}": outcomes(v) for e, v in pgd.items()},
+                },
             },
             f,
         )

@@ -193,6 +193,11 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     # train.py's test numbers are evaluate.py's: the same float32 model, points and attack.
     assert report["clean_accuracy"] == final["clean_accuracy"]
     assert report["robust_accuracy"]["pgd@8"] == final["robust_accuracy"]["pgd@8"]
+    # Image by image, on the same points (the test split's first 64).
+    for key in ("clean", "pgd@8"):
+        assert len(final["outcomes"][key]) == 64
+        assert report["outcomes"][key] == final["outcomes"][key], key
+    assert report["first_point"] == final["first_point"] == 0
     again = run_train(*evaluation, program="evaluate.py")
     assert again.returncode != 0 and "exists" in again.stderr
 
@@ -505,7 +510,8 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
     assert results["final"]["examples"] == 5000
     assert results["tf32"] is False  # a CPU has none
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    counts = {}
+    counts, points = {}, {}
+    where = ("first_point", "held_out_seed", "held_out_sha256")
     for chosen in ([], ["--validation_from=train"]):
         out = tmp_path / f"eval{len(chosen)}.json"
         subprocess.run(
@@ -528,6 +534,8 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
         )
         evaluated = json.loads(out.read_text())
         counts[evaluated["validation_from"]] = evaluated["examples"]
+        points[evaluated["validation_from"]] = [evaluated.get(key) for key in where]
+        assert len(evaluated["outcomes"]["clean"]) == evaluated["examples"]
         # train.py's test and evaluate.py describe an evaluation under the same keys.
         described = ("split", "validation_from", "attacks", "pgd_steps", "pgd_restarts", "seed")
         assert [evaluated[key] for key in described] == [
@@ -541,3 +549,8 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
         final = results["final"]
         assert [final[key] for key in described] == ["test", "test", ["pgd"], 2, 1, 0]
     assert counts == {"test": 5000, "train": 10000}
+    # Which points: the held-out half, fingerprinted, for train.py's test and evaluate.py's
+    # default alike; the whole test split from its first point otherwise.
+    assert points["test"] == [results["final"].get(key) for key in where]
+    assert points["test"][:2] == [0, 10] and len(points["test"][2]) == 16
+    assert points["train"] == [0, None, None]

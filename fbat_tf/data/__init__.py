@@ -47,6 +47,7 @@ from fbat_tf.data.loader import (
     check_local_files,
     held_out,
     load,
+    points,
     split_range,
 )
 from fbat_tf.data.registry import DatasetInfo, info, names
@@ -64,6 +65,7 @@ __all__ = [
     "info",
     "load",
     "names",
+    "points",
     "split_range",
     "use_tfds_source",
 ]

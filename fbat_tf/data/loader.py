@@ -11,6 +11,8 @@ batched from there; ImageNet is streamed from TFDS and decoded per example.
 from __future__ import annotations
 
 import collections
+import hashlib
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -145,6 +147,32 @@ def held_out(labels: np.ndarray, seed: int = HELD_OUT_SEED) -> tuple[np.ndarray,
     chosen = np.zeros(len(labels), bool)
     chosen[np.concatenate(validation) if validation else []] = True
     return np.flatnonzero(chosen), np.flatnonzero(~chosen)
+
+
+def points(
+    name: str,
+    split: str,
+    *,
+    data_dir: str | None = None,
+    download: bool = True,
+    validation_from: str = "train",
+) -> dict[str, Any]:
+    """Which points an evaluation of `split` (as `load` gives it, evaluated in order) attacks,
+    besides the split and `validation_from` that name it: "first_point", where in the split it
+    starts (0: `load` keeps a split's first N), and where the split is half the test split
+    (validation_from="test"), "held_out_seed", the seed that halved it, and "held_out_sha256",
+    the first 16 hex digits of the SHA-256 of that half's indices in the test split (ascending,
+    as little-endian int64), so that two evaluations can be told to be on the same points
+    whatever the generator drew."""
+    described: dict[str, Any] = {"first_point": 0}
+    if validation_from == "test" and split in ("validation", "test"):
+        entry = registry.lookup(name)
+        _, labels = _arrays(entry, sources.resolve(entry, data_dir, download), "test")
+        validation, test = held_out(labels)
+        half = validation if split == "validation" else test
+        digest = hashlib.sha256(half.astype("<i8").tobytes()).hexdigest()
+        described.update(held_out_seed=HELD_OUT_SEED, held_out_sha256=digest[:16])
+    return described
 
 
 def _held_out_arrays(

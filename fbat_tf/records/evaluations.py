@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from fbat_tf.records.files import read_json, write_json_atomic
 
 
@@ -91,23 +93,93 @@ class EvaluationResult(_Attacked):
     dataset: str | None = None
     device: str | None = None  # what it ran on (device.describe())
     code: dict[str, Any] | None = None  # provenance.code() of the evaluating code
+    # Per evaluated point, in evaluation order, whether the model was right: "1" or "0", one
+    # character a point, under "clean", each AttackResult.key and "<key>/<part>" for each part
+    # of an ensemble but "clean" (its outcome after that part, cumulative). Empty in records
+    # from before they were kept.
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def outcome(self, key: str) -> np.ndarray:
+        """Whether each evaluated point was classified correctly under `key` ("clean",
+        "pgd@8", "autoattack@8/apgd-ce"), as bool [examples]; KeyError naming the keys held."""
+        if key not in self.outcomes:
+            raise KeyError(f"no outcomes for {key!r}; held: {sorted(self.outcomes)}")
+        return np.frombuffer(self.outcomes[key].encode("ascii"), np.uint8) == ord("1")
+
+    def accuracies(self) -> dict[str, float]:
+        """Every accuracy an outcome string is kept for, by the outcome's key."""
+        found = {"clean": self.clean_accuracy}
+        for attacked in self.robust:
+            found[attacked.key] = attacked.robust_accuracy
+            for part, value in attacked.parts.items():
+                if part != "clean":  # the ensemble's clean pass: the evaluation's "clean"
+                    found[f"{attacked.key}/{part}"] = value
+        return found
+
+    def check_outcomes(self) -> None:
+        """ValueError (one line) unless the outcomes, where kept, are one string of "0" and "1"
+        per accuracy, each `examples` long, whose share of "1" is that accuracy exactly, and
+        over each batch of `per_batch` its accuracy there."""
+        if not self.outcomes:
+            return
+        accuracies = self.accuracies()
+        if set(self.outcomes) != set(accuracies):
+            lacking = sorted(set(accuracies) - set(self.outcomes))
+            unknown = sorted(set(self.outcomes) - set(accuracies))
+            raise ValueError(
+                f"outcomes lack {lacking} and hold {unknown}, which no accuracy recorded names"
+            )
+        for key, accuracy in accuracies.items():
+            held = self.outcomes[key]
+            if not isinstance(held, str) or len(held) != self.examples or set(held) - {"0", "1"}:
+                raise ValueError(
+                    f"outcomes[{key!r}] is not a string of {self.examples} '0' and '1' "
+                    f"characters, one per example"
+                )
+            right = held.count("1")
+            if accuracy is None or right / len(held) != accuracy:
+                raise ValueError(
+                    f"outcomes[{key!r}] has {right} of {len(held)} examples right "
+                    f"({right / len(held)!r}), but its recorded accuracy is {accuracy!r}"
+                )
+        start = 0
+        for b, batch in enumerate(self.per_batch):
+            stop = start + batch.examples
+            here = {
+                "clean": batch.clean_accuracy,
+                **{r.key: r.robust_accuracy for r in batch.robust},
+            }
+            for key, accuracy in here.items():
+                right = self.outcomes[key][start:stop].count("1") if key in self.outcomes else None
+                if right is not None and right / max(batch.examples, 1) != accuracy:
+                    raise ValueError(
+                        f"outcomes[{key!r}] has {right} of batch {b}'s {batch.examples} examples "
+                        f"(from example {start}) right, but its recorded accuracy is {accuracy!r}"
+                    )
+            start = stop
+        if self.per_batch and start != self.examples:
+            raise ValueError(f"per_batch holds {start} examples, not {self.examples}")
 
     def describe(
         self,
         split: str,
         validation_from: str,
+        points: dict[str, Any],
         attacks: list[str],
         options: dict[str, Any],
         seed: int,
         **more: Any,
     ) -> None:
         """Record how the evaluation was made, under the keys every writer uses: the split and
-        where validation examples come from, the attacks by name and their options (each under
-        its flag's name: `pgd_steps`, ...), the seed, and anything the writer adds."""
+        where validation examples come from, which of the split's points it evaluated
+        (`data.points`: "first_point", and the held-out half's seed and fingerprint), the
+        attacks by name and their options (each under its flag's name: `pgd_steps`, ...), the
+        seed, and anything the writer adds."""
         self.extra.update(
             split=split,
             validation_from=validation_from,
+            **points,
             attacks=list(attacks),
             **options,
             seed=seed,
@@ -116,6 +188,8 @@ class EvaluationResult(_Attacked):
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> EvaluationResult:
+        """The result `payload` holds; ValueError (one line) where its outcomes disagree with
+        its accuracies (check_outcomes)."""
         parts, seconds = (
             payload.get(k) or {} for k in ("autoattack_per_attack", "autoattack_seconds")
         )
@@ -145,14 +219,18 @@ class EvaluationResult(_Attacked):
             "per_batch",
             "autoattack_per_attack",
             "autoattack_seconds",
+            "outcomes",
             *numbers_,
         )
-        return cls(
+        result = cls(
             **{k: payload.get(k) for k in numbers_},
             robust=robust,
             per_batch=batches,
+            outcomes=dict(payload.get("outcomes") or {}),
             extra={k: v for k, v in payload.items() if k not in written},
         )
+        result.check_outcomes()
+        return result
 
     @classmethod
     def from_final(
@@ -194,8 +272,13 @@ class EvaluationResult(_Attacked):
     @classmethod
     def load(cls, path: str) -> EvaluationResult:
         """evaluate.py's JSON at `path`: FileNotFoundError where there is none, ValueError
-        naming the file where it is not an evaluation's."""
-        return cls.from_dict(read_json(path, "an evaluation's result", "robust_accuracy"))
+        naming the file where it is not an evaluation's or its outcomes disagree with its
+        accuracies."""
+        payload = read_json(path, "an evaluation's result", "robust_accuracy")
+        try:
+            return cls.from_dict(payload)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
 
     @classmethod
     def read(cls, path: str) -> EvaluationResult | None:
@@ -226,6 +309,8 @@ class EvaluationResult(_Attacked):
             payload["device"] = self.device
         if self.code is not None:
             payload["code"] = self.code
+        if self.outcomes:
+            payload["outcomes"] = dict(self.outcomes)
         return payload
 
     def save(self, path: str) -> None:

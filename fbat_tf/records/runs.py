@@ -127,8 +127,13 @@ class RunRecord:
     @classmethod
     def load(cls, path: str) -> RunRecord:
         """The record at `path`: FileNotFoundError where there is none, ValueError naming the
-        file where it is not a run's record."""
-        return cls.from_dict(read_json(path, "a training run's record", "config"))
+        file where it is not a run's record or its final evaluation's outcomes disagree with its
+        accuracies."""
+        payload = read_json(path, "a training run's record", "config")
+        try:
+            return cls.from_dict(payload)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
 
     @classmethod
     def read(cls, path: str) -> RunRecord | None:
