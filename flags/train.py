@@ -113,6 +113,15 @@ EVAL_AUTOATTACK = flags.DEFINE_bool(
     RUN["eval_autoattack"],
     "Also run AutoAttack (standard) in the final evaluation.",
 )
+FINAL_TEST = flags.DEFINE_bool(
+    "final_test",
+    RUN["final_test"],
+    "Test the selected model on the test split at the end. --nofinal_test: the run trains and "
+    "validates only and never builds the test split (a sweep's tuning runs); the --eval_* "
+    "flags, which set that test, are then refused.",
+)
+# The flags of the final test, which --nofinal_test leaves without use.
+FINAL_TEST_FLAGS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "eval_autoattack")
 STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "stop_on_overfitting",
     RUN["stop_on_overfitting"],

@@ -38,6 +38,9 @@ class TrainConfig:
     eval_pgd_steps: int = catalog.PGD_STEPS
     eval_pgd_restarts: int = catalog.PGD_RESTARTS
     eval_autoattack: bool = True
+    # Test the selected model on the test split at the end; False: the test split is never
+    # built (a sweep's tuning runs, which select by validation alone).
+    final_test: bool = True
     strategy: str = "default"
     stop_on_overfitting: bool = False
     max_skipped_fraction: float = 0.25
