@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from fbat_tf import catalog, methods
+from fbat_tf.records.config import FINAL_TEST_FIELDS
 from flags import common
 from flags.common import RUN, eps_flag
 
@@ -121,7 +122,7 @@ FINAL_TEST = flags.DEFINE_bool(
     "flags, which set that test, are then refused.",
 )
 # The flags of the final test, which --nofinal_test leaves without use.
-FINAL_TEST_FLAGS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "eval_autoattack")
+FINAL_TEST_FLAGS = FINAL_TEST_FIELDS
 STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "stop_on_overfitting",
     RUN["stop_on_overfitting"],

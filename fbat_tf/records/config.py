@@ -7,6 +7,9 @@ from typing import Any
 
 from fbat_tf import catalog
 
+# The fields of train.py's final test on the test split, which `final_test=False` leaves unused.
+FINAL_TEST_FIELDS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "eval_autoattack")
+
 
 @dataclasses.dataclass
 class TrainConfig:
