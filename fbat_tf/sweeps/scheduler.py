@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, tuning
-from fbat_tf.sweeps.definition import Cell, Definition, commands, expand
+from fbat_tf.sweeps.definition import Cell, Definition, commands
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
 from fbat_tf.sweeps.steps import Step, run_steps
@@ -95,10 +95,13 @@ def ready(definition: Definition, cell: Cell, sweep_dir: str) -> Cell | None:
     its unit has no pick."""
     if cell.stage == "tuning" or cell.unit is None:
         return cell
-    for entry in tuning.settle(definition, sweep_dir):
-        print(tuning.describe_pick(entry), flush=True)
-    current = next(c for c in expand(definition) if c.name == cell.name)
-    return None if current.pending else current
+    if cell.unit not in definition.picks:
+        for entry in tuning.settle(definition, sweep_dir, cell.unit):
+            print(tuning.describe_pick(entry), flush=True)
+    pick = definition.picks.get(cell.unit)
+    if pick is None:
+        return None
+    return dataclasses.replace(cell, flags={**cell.flags, **pick}, pending=False)
 
 
 def _unblocked(

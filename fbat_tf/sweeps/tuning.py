@@ -186,7 +186,7 @@ def parse(path: str, spec: Any, cells: Sequence[Cell]) -> Tuning | None:
                     )
                 elif found.group is not group:
                     raise DefinitionError(
-                        f"{where}.groups[{found.group.index}] and {where}.groups[{group.index}] "
+                        f"{where}.groups[{found.group.index}] and tuning.groups[{group.index}] "
                         f"both tune {cell.variant()} at eps {eps:g}; one group a variant and ε"
                     )
                 elif cell.name not in found.cells:
@@ -288,7 +288,8 @@ def _group(where: str, index: int, spec: Any, cells: Sequence[Cell]) -> Group:
         for key in (_canonical(candidate), label(candidate)):
             if key in seen:
                 raise DefinitionError(
-                    f"{at} repeats {where}.candidates[{seen[key]}] ({label(candidate)})"
+                    f"{at} repeats tuning.groups[{index}].candidates[{seen[key]}] "
+                    f"({label(candidate)})"
                 )
             seen[key] = j
     return dataclasses.replace(group, source=source, candidates=tuple(candidates))
@@ -514,10 +515,10 @@ def refresh(definition: Definition, sweep_dir: str) -> None:
     definition.picks = picks
 
 
-def settle(definition: Definition, sweep_dir: str) -> list[dict[str, Any]]:
-    """Write the pick of every unit whose tuning runs have all finished and that has none yet
-    into tuning.json (atomically, under a lock), and refresh `definition.picks`. Returns the
-    new picks."""
+def settle(definition: Definition, sweep_dir: str, only: str | None = None) -> list[dict[str, Any]]:
+    """Write the pick of every unit (or of the unit `only`) whose tuning runs have all finished
+    and that has none yet into tuning.json (atomically, under a lock), and refresh
+    `definition.picks`. Returns the new picks."""
     tuning = definition.tuning
     if tuning is None:
         return []
@@ -525,7 +526,7 @@ def settle(definition: Definition, sweep_dir: str) -> list[dict[str, Any]]:
     with _locked(sweep_dir):
         kept = _read(sweep_dir)
         for unit in tuning.units:
-            if unit.key in kept["picks"]:
+            if unit.key in kept["picks"] or only not in (None, unit.key):
                 continue
             entry = pick(definition, unit, sweep_dir)
             if entry is not None:
