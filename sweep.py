@@ -23,6 +23,10 @@ it. A cell that holds them all is done and never run again; a run directory hold
 is refused. The whole definition is checked (flag names, values, ε, the method options, the
 attacks, the data, existing run directories) before the first run starts. One line per cell
 shows the time spent and an estimate of the time left; the report is rewritten after each cell.
+With a "tuning" block, candidate settings of the tuned methods are first trained on tuning seeds
+under `<sweep_dir>/tuning/` (validated, never tested nor evaluated), the best by validation is
+written to `<sweep_dir>/tuning.json`, and the final cells of each tuned variant and ε wait for
+that pick and then run with its flags (fbat_tf/sweeps/tuning.py).
 The definition format is in fbat_tf/sweeps/definition.py.
 """
 
@@ -39,7 +43,7 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.sweeps import cluster, revision, scheduler  # noqa: E402
+from fbat_tf.sweeps import cluster, revision, scheduler, tuning  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -85,9 +89,16 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
         except absl_flags.Error as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
         try:
+            flag_words.check_final_test(values)
             state = flag_words.check_workdir(cell_dir, flag_words.run_flags(values))
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
+        if cell.pending and state != "new":
+            raise sweeps.DefinitionError(
+                f"cell {cell.name}: {cell_dir} holds a run, but {tuning.path(sweep_dir)} holds "
+                f"no pick for {cell.unit}, whose flags it ran with: restore that file, or delete "
+                "the cell's run to train it after tuning again"
+            )
         if state != "complete":  # a finished run has shown that its options are valid
             to_train.append((cell, cell_dir, values))
         if sweeps.cell_state(cell_dir, definition) != "done":
@@ -227,7 +238,9 @@ def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -
             continue
         record = sweeps.cell_record(definition, cell, sweep_dir)
         seconds = record["train"]["train_seconds"]
-        seconds += sum(sum(record[e.name]["time_s"].values()) for e in definition.evaluations)
+        seconds += sum(
+            sum(record.get(e.name, {}).get("time_s", {}).values()) for e in definition.evaluations
+        )
         spent.append(seconds)
     waiting = len(cells) - counts.get("done", 0) - counts.get("diverged", 0)
     if spent and waiting:
@@ -270,12 +283,24 @@ def prepare():
     definition.overrides = settle_overrides(
         parse_overrides(sweep_flags.OVERRIDE.value), sweep_dir, write=False
     )
+    # The picks tuning.json holds (refused where the definition's candidates changed since).
+    tuning.refresh(definition, sweep_dir)
     cells = sweeps.expand(definition)
+    tuning_runs = tuning.tuning_cells(definition)
     if sweep_flags.ONLY.value:
         patterns = sweep_flags.ONLY.value
         cells = [c for c in cells if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
-        if not cells:
+        # A chosen final cell waiting for its pick brings its unit's tuning runs along.
+        waiting = {c.unit for c in cells if c.pending}
+        tuning_runs = [
+            c
+            for c in tuning_runs
+            if c.unit in waiting or any(fnmatch.fnmatch(c.name, p) for p in patterns)
+        ]
+        if not cells and not tuning_runs:
             raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
+    # Tuning runs first: the final cells of a tuned unit wait for their pick.
+    cells = [*tuning_runs, *cells]
     to_train, to_evaluate = check_flags(definition, cells, sweep_dir)
     if not (sweep_flags.DRY_RUN.value or sweep_flags.REPORT_ONLY.value) and to_evaluate:
         # A tree whose code cannot be pinned is refused before TensorFlow loads.
@@ -296,14 +321,25 @@ def print_commands(definition, cells, states: dict[str, str], sweep_dir: str) ->
         code = pin(sweep_dir)
     except revision.RevisionError as error:
         sys.exit(f"error: {error}")
+    waiting = []
     for cell in cells:
-        if states[cell.name] == "done":
+        if states[cell.name] in ("done", "diverged"):
+            continue
+        if cell.pending:  # its flags are not known until its unit's pick is written
+            waiting.append(cell.name)
             continue
         cell_dir = os.path.join(sweep_dir, cell.name)
         missing = sweeps.missing_budgets(definition, cell, cell_dir)
         argv = sweeps.commands(definition, cell, sweep_dir, missing)
         chain = " && ".join(shlex.join(scheduler.program(words, code)) for words in argv.values())
         print(f"cd {shlex.quote(os.getcwd())} && {chain}")
+    if waiting:
+        print(
+            f"{len(waiting)} cells wait for tuning picks and are not printed: once the tuning "
+            "lines above have run, `sweep.py --dry_run --print_commands` again writes the picks "
+            f"into {tuning.path(sweep_dir)} and prints them",
+            file=sys.stderr,
+        )
 
 
 def dry_run(definition, cells, states: dict[str, str], sweep_dir: str, data_problem) -> None:
@@ -320,6 +356,8 @@ def dry_run(definition, cells, states: dict[str, str], sweep_dir: str, data_prob
         missing = sweeps.missing_budgets(definition, cell, cell_dir)
         for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
             print(f"  {part}: {shlex.join(['python', *words])}")
+        if cell.pending:
+            print(f"  (then with the flags of {cell.unit}'s tuning pick)")
     print(dry_run_summary(definition, cells, states, sweep_dir))
 
 
@@ -336,8 +374,11 @@ def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
     settle_overrides(definition.overrides, sweep_dir, write=True)
     if definition.overrides:
         print(f"every cell with --override={_words(definition.overrides)}: not comparable")
+    runs = sum(c.stage == "tuning" for c in cells)
     print(
-        f"sweep {definition.name}: {len(cells)} cells, "
+        f"sweep {definition.name}: {len(cells)} cells"
+        + (f" ({runs} of them tuning runs)" if runs else "")
+        + ", "
         f"{len(cells) - len(to_run) - len(diverged)} done, "
         + (f"{len(diverged)} diverged, " if diverged else "")
         + f"{len(to_run)} to run, in {sweep_dir}",
@@ -352,7 +393,14 @@ def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
             retries=sweep_flags.CELL_RETRIES.value,
         )
         try:
-            outcome = cluster.run_cells_on_ray(definition, to_run, sweep_dir, code, resources)
+            outcome = cluster.run_cells_on_ray(
+                definition,
+                to_run,
+                sweep_dir,
+                code,
+                resources,
+                wait_seconds=sweep_flags.WAIT_SECONDS.value,
+            )
         except cluster.LauncherError as error:
             sys.exit(f"error: {error}")
     else:
@@ -366,6 +414,24 @@ def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
         print(f"{len(diverged)} cells diverged in training: {', '.join(diverged)}")
     if outcome.failed:
         sys.exit(f"error: {len(outcome.failed)} cells failed: {', '.join(outcome.failed)}")
+
+
+WAITING = "waiting for tuning"
+
+
+def cell_states(definition, cells, sweep_dir: str) -> dict[str, str]:
+    """Each cell's state; a final cell whose unit has no pick yet is waiting for tuning."""
+    states = {}
+    for cell in cells:
+        state = sweeps.cell_state(os.path.join(sweep_dir, cell.name), definition)
+        states[cell.name] = WAITING if cell.pending and state == "new" else state
+    return states
+
+
+def current_cells(definition, cells):
+    """The cells again, with the picks `definition` holds now."""
+    final = {c.name: c for c in sweeps.expand(definition)}
+    return [final.get(c.name, c) if c.stage == "final" else c for c in cells]
 
 
 def main(argv: list[str]) -> None:
@@ -388,7 +454,11 @@ def main(argv: list[str]) -> None:
         paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
         print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
         return
-    states = {c.name: sweeps.cell_state(os.path.join(sweep_dir, c.name), definition) for c in cells}
+    if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
+        # Picks whose tuning runs have all finished are written, for their cells' lines.
+        tuning.settle(definition, sweep_dir)
+        cells = current_cells(definition, cells)
+    states = cell_states(definition, cells, sweep_dir)
     if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:
         print_commands(definition, cells, states, sweep_dir)
     elif sweep_flags.DRY_RUN.value:

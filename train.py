@@ -32,6 +32,7 @@ from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
 from flags.run import (
+    check_final_test,
     check_method,
     check_workdir,
     config_from_flags,
@@ -61,6 +62,7 @@ def main(argv: list[str]) -> None:
     workdir = train_flags.WORKDIR.value or default_workdir()
     current = run_flags()
     try:
+        check_final_test()
         state = check_workdir(workdir, current)
     except ValueError as error:
         sys.exit(f"error: {error}")
@@ -119,15 +121,18 @@ def main(argv: list[str]) -> None:
             shutil.rmtree(config.workdir, ignore_errors=True)
         raise
     final = record.final
-    options = final_attack_options(config)
-    robust = ", ".join(
-        f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
-        for r in final.robust
-    )
-    print(
-        f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
-        f"results in {Run(config.workdir).results_path}"
-    )
+    if final is None:
+        print(f"no test (--nofinal_test); results in {Run(config.workdir).results_path}")
+    else:
+        options = final_attack_options(config)
+        robust = ", ".join(
+            f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
+            for r in final.robust
+        )
+        print(
+            f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
+            f"results in {Run(config.workdir).results_path}"
+        )
     if chief:
         export_once(config.workdir)
         print(summary(config.workdir, record))

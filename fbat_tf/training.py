@@ -117,7 +117,8 @@ def _load_record(path: str, config: TrainConfig) -> RunRecord:
 
 
 def train(config: TrainConfig) -> RunRecord:
-    """Train, select the best validation-robust checkpoint, evaluate it on the test split.
+    """Train, select the best validation-robust checkpoint, evaluate it on the test split
+    (unless `config.final_test` is False: then the test split is never built).
 
     Raises Diverged for a run that diverges, or diverged before in this workdir. The global
     Keras precision policy is the caller's again when it returns or raises."""
@@ -348,13 +349,19 @@ def _callbacks(
 def _finish(
     config: TrainConfig, built: _Built, record: RunRecord, divergence: Divergence
 ) -> RunRecord:
-    """A diverged run's record, or the selected model's test numbers in a complete one."""
+    """A diverged run's record, or the selected model's test numbers in a complete one (none
+    where the config asks for no final test)."""
     run = built.run
     if divergence.outcome is not None:
         record.status = "diverged"
         record.divergence = divergence.outcome
         record.save(run.results_path)
         raise Diverged(f"training diverged: {run.divergence_message(record)}", record)
+    if not config.final_test:
+        # Trained and validated only: the test split is never built.
+        record.status = "complete"
+        record.save(run.results_path)
+        return record
     if os.path.exists(run.best_weights):
         built.classifier.load_weights(run.best_weights)
     # The test numbers are those of the float32 model, as evaluate.py and the export compute.

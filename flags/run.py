@@ -3,6 +3,7 @@ flags.txt), the check of an existing run directory against them, and the TrainCo
 
     words = run_flags(values)                       # {"eps": "--eps=8.0", "seed": "", ...}
     state = check_workdir("runs/a", words)          # "new", "resume", "complete", "diverged"
+    check_final_test(values)                        # ValueError: --eval_* with --nofinal_test
     config = config_from_flags("runs/a", values)    # fbat_tf.records.TrainConfig
 
 `values` are parsed flags: this process's own by default; sweep.py parses each cell's. Importing
@@ -94,6 +95,18 @@ def check_workdir(workdir: str, current: dict[str, str]) -> str:
     if status == "diverged":
         return "diverged"
     return "complete" if status == "complete" else "resume"
+
+
+def check_final_test(values: absl_flags.FlagValues = FLAGS) -> None:
+    """ValueError for flags of the final test given with --nofinal_test, which runs none."""
+    if values.final_test:
+        return
+    given = [name for name in train_flags.FINAL_TEST_FLAGS if values[name].present]
+    if given:
+        raise ValueError(
+            f"--{', --'.join(given)}: set the final test on the test split, which "
+            "--nofinal_test leaves out; drop them, or the --nofinal_test"
+        )
 
 
 def check_method(config) -> None:

@@ -42,7 +42,8 @@ PRINT_COMMANDS = flags.DEFINE_bool(
 WAIT_SECONDS = flags.DEFINE_float(
     "wait_seconds",
     20.0,
-    "How often a process waiting for the cells other sweep.py processes hold looks again.",
+    "How often a process waiting for the cells other sweep.py processes hold, or for tuning "
+    "picks, looks again.",
     lower_bound=0.0,
 )
 LAUNCHER = flags.DEFINE_enum(

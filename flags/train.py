@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from fbat_tf import catalog, methods
+from fbat_tf.records.config import FINAL_TEST_FIELDS
 from flags import common
 from flags.common import RUN, eps_flag
 
@@ -113,6 +114,15 @@ EVAL_AUTOATTACK = flags.DEFINE_bool(
     RUN["eval_autoattack"],
     "Also run AutoAttack (standard) in the final evaluation.",
 )
+FINAL_TEST = flags.DEFINE_bool(
+    "final_test",
+    RUN["final_test"],
+    "Test the selected model on the test split at the end. --nofinal_test: the run trains and "
+    "validates only and never builds the test split (a sweep's tuning runs); the --eval_* "
+    "flags, which set that test, are then refused.",
+)
+# The flags of the final test, which --nofinal_test leaves without use.
+FINAL_TEST_FLAGS = FINAL_TEST_FIELDS
 STOP_ON_OVERFITTING = flags.DEFINE_bool(
     "stop_on_overfitting",
     RUN["stop_on_overfitting"],

@@ -27,6 +27,7 @@ OTHER_JSON = {
     "fbat_tf/sweeps/results.py": "a paper's numbers and a step-time bench result",
     "fbat_tf/sweeps/claims.py": "a cell's claim file",
     "fbat_tf/sweeps/revision.py": "a sweep's revision.json",
+    "fbat_tf/sweeps/tuning.py": "a sweep's tuning.json (its picks)",
     "export/client.py": "TF-Serving's HTTP responses",
     "sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",

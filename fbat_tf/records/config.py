@@ -7,6 +7,9 @@ from typing import Any
 
 from fbat_tf import catalog
 
+# The fields of train.py's final test on the test split, which `final_test=False` leaves unused.
+FINAL_TEST_FIELDS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "eval_autoattack")
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -38,6 +41,9 @@ class TrainConfig:
     eval_pgd_steps: int = catalog.PGD_STEPS
     eval_pgd_restarts: int = catalog.PGD_RESTARTS
     eval_autoattack: bool = True
+    # Test the selected model on the test split at the end; False: the test split is never
+    # built (a sweep's tuning runs, which select by validation alone).
+    final_test: bool = True
     strategy: str = "default"
     stop_on_overfitting: bool = False
     max_skipped_fraction: float = 0.25

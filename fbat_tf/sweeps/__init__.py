@@ -7,13 +7,14 @@
     write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
 
 `definition` (the JSON format, the cells, their commands; its evaluations in `evaluations`),
-`results` (what the cells hold), `scheduler` (runs the cells' programs in order, each claimed
-by `claims` while it runs, from the code `revision` pinned), `estimate` (GPU time before a run)
-and the report: `report` (sweep.json and the tables, put together from `readings`, `costs`,
-`comparisons` with `paired`, and `paper`) and `plots`.
+`tuning` (candidate settings trained on tuning seeds, the pick by validation that the final
+cells run with), `results` (what the cells hold), `scheduler` (runs the cells' programs in
+order, each claimed by `claims` while it runs, from the code `revision` pinned), `estimate` (GPU
+time before a run) and the report: `report` (sweep.json and the tables, put together from
+`readings`, `costs`, `comparisons` with `paired`, and `paper`) and `plots`.
 """
 
-from fbat_tf.sweeps import estimate
+from fbat_tf.sweeps import estimate, tuning
 from fbat_tf.sweeps.definition import (
     EVAL_AUTOATTACK,
     EVAL_PGD,
@@ -54,6 +55,7 @@ __all__ = [
     "cell_state",
     "collect",
     "estimate",
+    "tuning",
     "commands",
     "expand",
     "flag_words",

@@ -7,6 +7,10 @@ runs; the claims serve the sweeps that run without Ray.
     ...                                                     # train and evaluate the cell
     claim.release()
 
+A sweep's tuning runs (tuning.py) are claimed as its cells are, under `claims/tuning/`; a
+process whose final cells wait for a tuning pick waits for the tuning runs other processes hold,
+and takes over those whose owner died.
+
 A claim is the file `<sweep_dir>/claims/<cell>.json`, created atomically (O_CREAT | O_EXCL)
 with the owner's host, process id and start time; while the owner runs the cell it touches the
 file every HEARTBEAT_SECONDS. A claim is stale, and taken over, when its owner is a process of

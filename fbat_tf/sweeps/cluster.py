@@ -15,6 +15,10 @@ started again finishes the sweep without running a finished cell again (a cell c
 resumes from its last epoch). A failed cell is retried `retries` times, then reported with
 the end of its log; a diverged cell is a finding, not retried. The driver holds each running
 cell's claim (claims.py), so that sweep.py processes without Ray leave those cells alone.
+Tuning runs are queued first; a final cell of a tuned unit stays in the queue, other cells
+passing it, until the last tuning run of its unit has finished and its pick is written
+(tuning.py), then runs with the pick's flags. A tuning run another process holds is looked at
+again until it is done, since final cells wait for it.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fbat_tf.run import Run
-from fbat_tf.sweeps import claims, revision, steps
+from fbat_tf.sweeps import claims, revision, steps, tuning
 from fbat_tf.sweeps.definition import Cell, Definition
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect
-from fbat_tf.sweeps.scheduler import Outcome, duration, plan
+from fbat_tf.sweeps.scheduler import Outcome, duration, plan, ready
 
 INSTALL = 'pip install -e ".[cluster]"'
 
@@ -99,6 +103,7 @@ def run_cells_on_ray(
     code: revision.Pinned,
     resources: Resources,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
+    wait_seconds: float = 20.0,
     complain: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> Outcome:
     """Run the cells as Ray tasks, as many at once as the cluster holds; one line per finished
@@ -118,7 +123,9 @@ def run_cells_on_ray(
     task = ray.remote(max_retries=0, **asks)(steps.run_steps)
     paths, cwd = _paths(definition, sweep_dir, code), os.getcwd()
     outcome = Outcome()
-    queue, attempts = list(to_run), dict.fromkeys((c.name for c in to_run), 0)
+    # Tuning runs first: a final cell of a tuned unit waits in the queue for its pick.
+    queue = sorted(to_run, key=lambda c: c.stage != "tuning")
+    attempts = dict.fromkeys((c.name for c in to_run), 0)
     running: dict[Any, tuple[Cell, claims.Claim]] = {}
     spent_cells: list[float] = []
     begin, finished = time.perf_counter(), 0
@@ -126,12 +133,22 @@ def run_cells_on_ray(
         while queue or running:
             # Nodes added to the cluster meanwhile take cells too.
             capacity = max(capacity, slots(ray.cluster_resources(), resources)[0])
+            waiting = []
             while queue and len(running) < capacity:
-                cell = queue.pop(0)
+                cell = ready(definition, queue[0], sweep_dir)
+                if cell is None:  # a final cell whose unit has no pick yet
+                    waiting.append(queue.pop(0))
+                    continue
+                queue.pop(0)
                 if cell_state(os.path.join(sweep_dir, cell.name), definition) == "done":
                     finished += 1
                     continue
                 claim = claims.take(sweep_dir, cell.name)
+                if claim is None and cell.stage == "tuning":
+                    # Its unit's final cells wait for it: looked at again until it is done,
+                    # and taken over should its process die.
+                    waiting.append(cell)
+                    continue
                 if claim is None:
                     complain(f"{cell.name}: another sweep.py process runs it; left to it")
                     finished += 1
@@ -139,8 +156,21 @@ def run_cells_on_ray(
                 attempts[cell.name] += 1
                 ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, paths)
                 running[ref] = (cell, claim)
+            queue = sorted(waiting + queue, key=lambda c: c.stage != "tuning")
             if not running:
-                continue  # every cell left was done, or another process's
+                if not queue:
+                    continue  # every cell left was done, or another process's
+                # Left: final cells waiting for picks, and tuning runs another process holds.
+                for cell in [c for c in queue if c.stage == "final"]:
+                    reason = tuning.blocked(definition, cell, sweep_dir, outcome.failed, queue)
+                    if reason is not None:
+                        queue.remove(cell)
+                        outcome.failed.append(cell.name)
+                        finished += 1
+                        complain(f"{cell.name}: FAILED: not run: {reason}")
+                if queue and not any(ready(definition, c, sweep_dir) for c in queue):
+                    time.sleep(wait_seconds)
+                continue
             (ref,), _ = ray.wait(list(running), num_returns=1)
             cell, claim = running.pop(ref)
             claim.release()
@@ -173,9 +203,14 @@ def run_cells_on_ray(
             finished += 1
             spent_cells.append(sum(spent.values()))
             left = (len(to_run) - finished) * sum(spent_cells) / len(spent_cells) / capacity
+            done = (
+                "validated (a tuning run: not evaluated)"
+                if cell.stage == "tuning"
+                else f"evaluated in {duration(spent['evaluate'])}"
+            )
             say(
-                f"{counter}: trained in {duration(spent['train'])}, evaluated in "
-                f"{duration(spent['evaluate'])}; {len(running)} running, {len(queue)} to run; "
+                f"{counter}: trained in {duration(spent['train'])}, {done}; "
+                f"{len(running)} running, {len(queue)} to run; "
                 f"sweep {duration(time.perf_counter() - begin)} spent, about "
                 f"{duration(left)} left"
             )

@@ -17,7 +17,8 @@ A definition is a JSON object:
          {"attack": "autoattack", "eps": "own", "examples": 1000}]},
      "paper": "paper_numbers.json",          # optional, beside the definition
      "comparisons": [["fastbat", "fastat"]],  # optional: variants compared, paired by seed
-     "margin": 1.0}                           # optional: equivalence margin (points)
+     "margin": 1.0,                           # optional: equivalence margin (points)
+     "tuning": {"seeds": [100, 101], "groups": [...]}}  # optional: fbat_tf/sweeps/tuning.py
 
 Values are train.py's flag values in its units (ε in 1/255); `true`/`false` set a boolean flag.
 A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`.
@@ -29,6 +30,11 @@ attack's; give one where an attack is run twice with other options). Budgets add
 after a cell was evaluated go into `eval-<name>-eps<ε>_<ε>.json`. The older form,
 {"pgd_steps", "pgd_restarts", "pgd_examples", "autoattack_examples", "batch_size"}, means PGD
 at the grid's budgets and AutoAttack at the cell's own.
+
+With "tuning", candidate flag settings of the listed methods (and variants) are first trained on
+tuning seeds of their own under `<sweep_dir>/tuning/`, validated and never tested; the best by
+validation is picked into `<sweep_dir>/tuning.json` and the grid's cells of that variant and ε
+run with its flags (tuning.py: `tuning_cells(definition)`, the picks, the report's section).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ _KEYS = (
     "cost",
     "comparisons",
     "margin",
+    "tuning",
 )
 
 
@@ -75,6 +82,13 @@ class Cell:
     name: str
     flags: dict[str, Any]
     grid_keys: tuple[str, ...]
+    # "final" (a grid cell, evaluated on the test split) or "tuning" (a tuning run, which is
+    # trained and validated only: fbat_tf/sweeps/tuning.py).
+    stage: str = "final"
+    # The tuning unit (variant and ε) the cell tunes, or whose pick its flags carry; None.
+    unit: str | None = None
+    # A final cell whose unit has no pick yet: it waits for its tuning runs.
+    pending: bool = False
 
     @property
     def method(self) -> str:
@@ -122,6 +136,11 @@ class Definition:
     # paired over seeds, at every ε both ran; and the equivalence margin (points).
     comparisons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     margin: float = 1.0
+    # The tuning stage (fbat_tf/sweeps/tuning.py: a tuning.Tuning), or None; and the picks of
+    # its units that the sweep directory's tuning.json holds ({unit: flags}), set by
+    # tuning.refresh.
+    tuning: Any = None
+    picks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -201,6 +220,9 @@ def load_definition(path: str) -> Definition:
                 f"{path}: cell {cell.name}: eps must be a number in (0, 255] (1/255 units), "
                 f"got {eps!r}"
             )
+    from fbat_tf.sweeps import tuning
+
+    definition.tuning = tuning.parse(path, raw.get("tuning"), expand(definition))
     return definition
 
 
@@ -259,7 +281,19 @@ def _cell_name(values: Mapping[str, Any], keys: Sequence[str]) -> str:
 
 
 def expand(definition: Definition) -> list[Cell]:
-    """The cells of the grid: the union of each part's product, in order, without repeats."""
+    """The cells of the grid: the union of each part's product, in order, without repeats; a
+    cell of a tuned variant and ε with the flags of its pick, or pending while it has none
+    (fbat_tf/sweeps/tuning.py)."""
+    cells = grid_cells(definition)
+    if definition.tuning is None:
+        return cells
+    from fbat_tf.sweeps import tuning
+
+    return tuning.with_picks(definition, cells)
+
+
+def grid_cells(definition: Definition) -> list[Cell]:
+    """The cells of the grid as the definition gives them, without tuning picks."""
     cells: dict[str, Cell] = {}
     for part in definition.grid:
         keys = list(part)
@@ -320,6 +354,8 @@ def commands(
             "--verbose=2",
         ]
     }
+    if cell.stage == "tuning":  # trained and validated only: never evaluated
+        return argv
     for evaluation in definition.evaluations:
         entry = attacks.entry(evaluation.attack)
         budgets = (missing or {}).get(evaluation.name)

@@ -8,6 +8,7 @@
                  "test_examples": {"cifar10": 10000, ...}}       # caps an evaluation's examples
 
 Every part of a cell is a term of its own:
+- the tuning runs (fbat_tf/sweeps/tuning.py): their training and validation, as below;
 - training: epochs × the anchor's seconds per epoch for the cell's method, looked up as
   "<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>";
 - validation: epochs × the epoch's robust validation, its examples × (PGD's steps × restarts,
@@ -29,6 +30,7 @@ from typing import Any
 from fbat_tf import attacks
 from fbat_tf.records import TrainConfig
 from fbat_tf.sweeps.definition import Cell, Definition, expand
+from fbat_tf.sweeps.tuning import tuning_cells
 
 
 def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | None:
@@ -104,15 +106,18 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         return None
     robust = float(spec.get("robust_fraction", 0.5))
     cells = expand(definition)
-    training = validation = final = 0.0
+    training = validation = final = tuned = 0.0
     unanchored = []
-    for cell in cells:
+    for cell in [*tuning_cells(definition), *cells]:
         seconds = _lookup(spec["seconds_per_epoch"], cell)
         per_pass = _lookup(spec.get("seconds_per_pass"), cell)
         if seconds is None or per_pass is None or "epochs" not in cell.flags:
             unanchored.append(cell.name)
             continue
         epochs = int(cell.flags["epochs"])
+        if cell.stage == "tuning":  # trained and validated, never tested
+            tuned += epochs * (seconds + _validation_seconds(spec, cell, per_pass))
+            continue
         training += epochs * seconds
         validation += epochs * _validation_seconds(spec, cell, per_pass)
         final += _final_seconds(spec, cell, per_pass, robust)
@@ -135,6 +140,8 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         "validation_hours": validation / 3600,
         "final_evaluation_hours": final / 3600,
     }
+    if definition.tuning is not None:
+        terms["tuning_hours"] = tuned / 3600
     return {
         "anchor": spec["anchor"],
         **terms,
@@ -150,9 +157,14 @@ def describe(found: dict[str, Any]) -> str:
         f", evaluation by {label} {hours:.1f} h"
         for label, hours in found["evaluation_hours"].items()
     )
+    tuned = (
+        f"the tuning runs' training and validation {found['tuning_hours']:.1f} h, "
+        if "tuning_hours" in found
+        else ""
+    )
     text = (
         f"Estimated GPU time (an estimate from {found['anchor']}, not a measurement): "
-        f"training {found['training_hours']:.1f} h, per-epoch validation "
+        f"{tuned}training {found['training_hours']:.1f} h, per-epoch validation "
         f"{found['validation_hours']:.1f} h, train.py's final evaluation "
         f"{found['final_evaluation_hours']:.1f} h{parts}; about {found['total_hours']:.0f} h "
         "in all."

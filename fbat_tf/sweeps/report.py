@@ -1,6 +1,7 @@
 """A sweep's report: sweep.json, the Markdown tables (sweep.md) and the PNG plots, put together
-from its sections: `cells` (the numbers), `costs` (robustness against cost), `comparisons`
-(paired verdicts), `paper` (published numbers beside measured ones) and `plots`."""
+from its sections: `cells` (the numbers), `tuning` (the candidates tried and picked by
+validation), `costs` (robustness against cost), `comparisons` (paired verdicts), `paper`
+(published numbers beside measured ones) and `plots`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
 from fbat_tf.sweeps.costs import cost_rows, cost_table
 from fbat_tf.sweeps.paper import paper_rows, paper_table
 from fbat_tf.sweeps.plots import PLOTS, PLOTTERS
+from fbat_tf.sweeps.tuning import tuned_note, tuning_table
 
 
 def _short(found: str | None) -> str:
@@ -92,7 +94,7 @@ def markdown(report: dict[str, Any]) -> str:
         robust = " | ".join(
             readings.percent(readings.attacked(cells, e["name"])) for e in evaluations
         )
-        label = readings.label(variant, cells) + _dagger(cells)
+        label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         clean = readings.percent(readings.clean(cells, report))
         seconds = readings.number(readings.values(cells, "train", "seconds_per_epoch"))
         lines.append(
@@ -123,7 +125,7 @@ def markdown(report: dict[str, Any]) -> str:
                 for at in attacked_at
             ]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
-    for section in (cost_table(report), comparison_table(report)):
+    for section in (tuning_table(report), cost_table(report), comparison_table(report)):
         if section:
             lines += ["", *section]
     if "paper" in report:

@@ -12,7 +12,7 @@ from typing import Any
 
 from fbat_tf import methods, run
 from fbat_tf.records import AttackResult, EvaluationResult, RunRecord
-from fbat_tf.sweeps import estimate
+from fbat_tf.sweeps import estimate, tuning
 from fbat_tf.sweeps.definition import (
     RESULTS,
     Cell,
@@ -93,8 +93,9 @@ def _read(path: str) -> dict[str, Any] | None:
 
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     """'done' (trained and evaluated), 'trained', 'diverged', 'started' or 'new'. 'done' once
-    every evaluation of the definition holds every budget it asks for; without the definition,
-    the training's state alone ('trained' at most). A diverged run is not trained again (train.py
+    every evaluation of the definition holds every budget it asks for (a tuning run, under
+    `tuning/`: once trained); without the definition, the training's state alone ('trained' at
+    most). A diverged run is not trained again (train.py
     refuses it) nor evaluated."""
     cell = run.Run(cell_dir)
     status = cell.status()
@@ -105,6 +106,8 @@ def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     if definition is None:
         return "trained"
     name = os.path.basename(os.path.normpath(cell_dir))
+    if os.path.basename(os.path.dirname(os.path.normpath(cell_dir))) == tuning.DIRECTORY:
+        return "done"  # a tuning run: trained and validated, never evaluated
     found = next((c for c in expand(definition) if c.name == name), None)
     evaluated = all(
         os.path.exists(os.path.join(cell_dir, e.file())) for e in definition.evaluations
@@ -133,6 +136,8 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         "eps": cell.eps,
         "seed": cell.seed,
         "state": cell_state(cell_dir, definition),
+        # The tuning unit whose pick the cell's flags carry, or None; pending: no pick yet.
+        "tuning": None if cell.unit is None else {"unit": cell.unit, "pending": cell.pending},
         "commands": {
             name: shlex.join(["python", *argv])
             for name, argv in commands(definition, cell, sweep_dir).items()
@@ -248,7 +253,9 @@ def _portable(path: str) -> str:
 
 
 def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
-    """The sweep's report data: every cell's record and the paper's numbers, if any."""
+    """The sweep's report data: every cell's record, the tuning stage and the paper's numbers,
+    if any."""
+    tuning.refresh(definition, sweep_dir)
     cells = [cell_record(definition, c, sweep_dir) for c in expand(definition)]
     report = {
         "sweep": definition.name,
@@ -266,6 +273,8 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
         "comparisons": [list(pair) for pair in definition.comparisons],
         "margin": definition.margin,
     }
+    if definition.tuning is not None:
+        report["tuning"] = tuning.report_section(definition, sweep_dir)
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)
         report["paper"] = load_paper(path)

@@ -1,6 +1,7 @@
 """Running a sweep's cells, one after another in this process: each cell's train.py, then its
 evaluate.py commands, from the sweep's pinned code, with a line per cell and the report
-rewritten after each.
+rewritten after each. Tuning runs come first; a final cell of a tuned unit starts once its
+unit's pick is written (tuning.settle, after the unit's last tuning run), with the pick's flags.
 
     outcome = run_cells(definition, to_run, sweep_dir, code, wait_seconds=60)
     outcome.failed, outcome.diverged              # cell names
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from fbat_tf.run import Run
-from fbat_tf.sweeps import claims, revision
+from fbat_tf.sweeps import claims, revision, tuning
 from fbat_tf.sweeps.definition import Cell, Definition, commands
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
@@ -33,16 +34,21 @@ def program(argv: list[str], code: revision.Pinned) -> list[str]:
 
 def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
     """What is left of a cell, as the commands that do it: its training unless finished, then
-    each evaluation it lacks (or the budgets added to the grid since one ran)."""
+    each evaluation it lacks (or the budgets added to the grid since one ran); a tuning run's
+    training alone. A final cell of a tuned unit is planned once its pick is in its flags."""
+    if cell.pending:
+        raise ValueError(f"{cell.name} waits for its tuning pick: it cannot be planned yet")
     cell_dir = os.path.join(sweep_dir, cell.name)
     argv = commands(definition, cell, sweep_dir)
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(log_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.join(log_dir, cell.name)), exist_ok=True)
     steps = []
     if cell_state(cell_dir) in ("new", "started"):
         log = os.path.join(log_dir, f"{cell.name}.train.log")
         steps.append(Step("train", program(argv["train"], code), log))
+    if cell.stage == "tuning":  # trained and validated only: never evaluated
+        return steps
     weights = Run(cell_dir).best_weights
     needs = (
         weights,
@@ -83,6 +89,41 @@ class Outcome:
     failed: list[str] = dataclasses.field(default_factory=list)
 
 
+def ready(definition: Definition, cell: Cell, sweep_dir: str) -> Cell | None:
+    """The cell to run now: a tuning run as it is; a final cell with the flags of its tuning
+    pick (written into tuning.json first, if its tuning runs have all finished), or None while
+    its unit has no pick."""
+    if cell.stage == "tuning" or cell.unit is None:
+        return cell
+    if cell.unit not in definition.picks:
+        for entry in tuning.settle(definition, sweep_dir, cell.unit):
+            print(tuning.describe_pick(entry), flush=True)
+    pick = definition.picks.get(cell.unit)
+    if pick is None:
+        return None
+    return dataclasses.replace(cell, flags={**cell.flags, **pick}, pending=False)
+
+
+def _unblocked(
+    definition: Definition,
+    cells: list[Cell],
+    sweep_dir: str,
+    outcome: Outcome,
+    queued: list[Cell],
+) -> list[Cell]:
+    """The final cells waiting for a pick that can still get one; the others are failed,
+    saying why (a tuning run of their unit failed here, or no process runs it)."""
+    kept = []
+    for cell in cells:
+        reason = tuning.blocked(definition, cell, sweep_dir, outcome.failed, queued)
+        if reason is None:
+            kept.append(cell)
+        else:
+            outcome.failed.append(cell.name)
+            print(f"{cell.name}: FAILED: not run: {reason}", file=sys.stderr)
+    return kept
+
+
 def run_cells(
     definition: Definition,
     to_run: list[Cell],
@@ -91,17 +132,23 @@ def run_cells(
     wait_seconds: float,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Outcome:
-    """Run the cells in order, each claimed while it runs; one line per cell (its time, the
-    sweep's, and the time left at the mean of the cells run so far), the report rewritten
-    after each. Cells another live process holds are waited for."""
+    """Run the cells in order (tuning runs first), each claimed while it runs; one line per
+    cell (its time, the sweep's, and the time left at the mean of the cells run so far), the
+    report rewritten after each. Cells another live process holds are waited for, and so are
+    final cells whose tuning pick is not written yet."""
     outcome = Outcome()
     spent_cells: list[float] = []
     begin = time.perf_counter()
     ran = 0
-    pending = to_run
+    pending = sorted(to_run, key=lambda c: c.stage != "tuning")
     while pending:
-        waiting = []
+        waiting, on_tuning = [], []
         for cell in pending:
+            found = ready(definition, cell, sweep_dir)
+            if found is None:
+                on_tuning.append(cell)
+                continue
+            cell = found
             cell_dir = os.path.join(sweep_dir, cell.name)
             if cell_state(cell_dir, definition) == "done":
                 continue  # finished by another process
@@ -130,15 +177,27 @@ def run_cells(
                 claim.release()
             spent_cells.append(sum(spent.values()))
             left = (len(to_run) - ran) * sum(spent_cells) / len(spent_cells)
+            done = (
+                "validated (a tuning run: not evaluated)"
+                if cell.stage == "tuning"
+                else f"evaluated in {duration(spent['evaluate'])}"
+            )
             say(
-                f"{counter}: trained in {duration(spent['train'])}, evaluated in "
-                f"{duration(spent['evaluate'])}; sweep {duration(time.perf_counter() - begin)} "
-                f"spent, about {duration(left)} left"
+                f"{counter}: trained in {duration(spent['train'])}, {done}; sweep "
+                f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left"
             )
             write_report(collect(definition, sweep_dir), sweep_dir)
+        on_tuning = _unblocked(definition, on_tuning, sweep_dir, outcome, waiting)
         if waiting:
             names = ", ".join(c.name for c in waiting[:3]) + (", ..." if len(waiting) > 3 else "")
             say(f"waiting for {len(waiting)} cells other sweep.py processes run: {names}")
+        if on_tuning:
+            units = sorted({c.unit for c in on_tuning})
+            say(
+                f"{len(on_tuning)} cells wait for the tuning picks of {', '.join(units[:3])}"
+                + (", ..." if len(units) > 3 else "")
+            )
+        if (waiting or on_tuning) and not any(ready(definition, c, sweep_dir) for c in on_tuning):
             time.sleep(wait_seconds)
-        pending = waiting
+        pending = sorted(waiting + on_tuning, key=lambda c: c.stage != "tuning")
     return outcome

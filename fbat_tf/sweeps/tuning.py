@@ -1,0 +1,669 @@
+"""A sweep's tuning stage: each tuned method (and variant) at each tuned ε trains every candidate
+setting on tuning seeds of its own, the candidate with the best validation robust accuracy is
+picked, and the grid's final cells of that variant and ε run with the pick's flags. The test
+split is never read to choose: tuning runs train and validate only (train.py --nofinal_test)
+and are never evaluated.
+
+The definition's optional "tuning" block:
+
+    "tuning": {
+      "seeds": [100, 101, 102],              # distinct from every final cell's seed
+      "groups": [
+        {"method": "nfgsm", "eps": [48, 76],
+         "source": "de Jorge et al. 2022, Sec. 4 and its released train.py (--unif)",
+         "candidates": [{"nfgsm_noise": 2}, {"nfgsm_noise": 1}, {"nfgsm_noise": 3}]},
+        {"method": "fastbat", "match": {"ig": "none"}, "eps": [48],
+         "source": "Zhang et al. 2022, Sec. 5 (lambda)",
+         "candidates": [{"lambda_inv": 2500}, {"lambda_inv": 5000}]}]}
+
+A group tunes the grid's cells of `method` at each ε of `eps`; `match` narrows them to the cells
+whose grid values are these (grid keys besides method, ε and seed). Each variant the group
+matches (cells differing only by seed) is tuned on its own: a unit, named like its cells without
+the seed ("fastbat-ig_none-eps48"). A candidate sets train.py flags in train.py's units: the
+method's own options, or the optimizer's (OPTIMIZER_FLAGS); never a grid key. `source` says
+where the candidates come from and is shown in the report.
+
+A unit's tuning cells are `<sweep_dir>/tuning/<unit>-<candidate label>-seed<s>/`, one train.py
+run per candidate and tuning seed, with the final cells' flags (their final-test flags aside),
+the candidate's, the tuning seed and --nofinal_test. Once every one of them finished (complete,
+or diverged), `settle` writes the unit's pick into `<sweep_dir>/tuning.json` (RULE), atomically
+and under a lock: several sweep.py processes may share the directory. tuning.json is
+authoritative once written: a later start keeps its picks, and refuses a definition whose
+candidates or seeds for a picked unit differ from those it was picked among (delete tuning.json
+to tune again). A final cell of a tuned unit is `pending` until its pick exists; then its flags
+carry the pick's (its name does not change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from fbat_tf import catalog, methods
+from fbat_tf.records import RunRecord, write_json_atomic
+from fbat_tf.records.config import FINAL_TEST_FIELDS
+from fbat_tf.sweeps import claims
+from fbat_tf.sweeps.definition import Cell, Definition, _word, grid_cells
+from fbat_tf.sweeps.errors import DefinitionError
+
+DIRECTORY = "tuning"
+FILE = "tuning.json"
+# Flags a candidate may set besides its method's options: the optimizer's.
+OPTIMIZER_FLAGS = ("lr_max", "lr_schedule", "momentum", "momentum_at_peak", "weight_decay")
+RULE = (
+    "per unit (method variant and ε), the candidate with the highest mean over the tuning seeds "
+    "of its runs' validation robust accuracy at the selected epoch (a diverged run counts 0); "
+    "equal means go to the candidate with fewer passes through the model per optimizer step, "
+    "then to the one listed first. Tuning runs train and validate only: the test split is "
+    "never read."
+)
+_KEYS = ("seeds", "groups")
+_GROUP_KEYS = ("method", "match", "eps", "source", "candidates")
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One entry of "groups": the cells it tunes and the candidates it tries."""
+
+    index: int
+    method: str
+    match: dict[str, Any]
+    eps: tuple[float, ...]
+    source: str
+    candidates: tuple[dict[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """A variant at an ε that a group tunes: one pick, for its final cells."""
+
+    key: str  # "fastbat-ig_none-eps48": its cells' name without the seed
+    group: Group
+    variant: str  # as Cell.variant names it: "fastbat ig=none"
+    eps: float
+    cells: tuple[str, ...]  # the final cells the pick is for
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    seeds: tuple[int, ...]
+    groups: tuple[Group, ...]
+    units: tuple[Unit, ...]
+
+    def unit(self, key: str) -> Unit:
+        return next(unit for unit in self.units if unit.key == key)
+
+    def unit_for(self, variant: str, eps: float) -> Unit | None:
+        return next((u for u in self.units if (u.variant, u.eps) == (variant, eps)), None)
+
+    def flags(self) -> set[str]:
+        """Every flag a candidate sets."""
+        return {name for g in self.groups for c in g.candidates for name in c}
+
+
+# ------------------------------------------------------------------------------ the definition
+
+
+def label(candidate: Mapping[str, Any]) -> str:
+    """A candidate's name in its cells' names: "lambda_inv2500", "lr_max0.1-weight_decay0"."""
+    return "-".join(f"{name}{_word(value)}" for name, value in candidate.items()).replace("/", "_")
+
+
+def _unit_key(cell: Cell) -> str:
+    words = [cell.method, *(f"{k}{_word(v)}" for k, v in cell.options.items())]
+    return "-".join([*words, f"eps{cell.eps:g}"]).replace("/", "_")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if _number(a) and _number(b):
+        return float(a) == float(b)
+    return type(a) is type(b) and a == b
+
+
+def _canonical(candidate: Mapping[str, Any]) -> str:
+    return json.dumps(
+        {k: float(v) if _number(v) else v for k, v in candidate.items()}, sort_keys=True
+    )
+
+
+def _method_flags(method: str) -> dict[str, str]:
+    """The method's option flags, each with its option's name."""
+    entry = methods.entry(method)
+    return {entry.flag_name(option): option.name for option in entry.options}
+
+
+def parse(path: str, spec: Any, cells: Sequence[Cell]) -> Tuning | None:
+    """The definition's "tuning" block, checked against its grid's cells: DefinitionError
+    naming the key for anything wrong in it."""
+    if spec is None:
+        return None
+    where = f"{path}: tuning"
+    if not isinstance(spec, dict):
+        raise DefinitionError(f"{where} must be an object with 'seeds' and 'groups'")
+    unknown = sorted(set(spec) - set(_KEYS))
+    if unknown:
+        raise DefinitionError(f"{where}: unknown keys {unknown}; it has {list(_KEYS)}")
+    seeds = spec.get("seeds")
+    if not isinstance(seeds, list) or not seeds:
+        raise DefinitionError(f"{where}.seeds must be a non-empty list of integer seeds")
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise DefinitionError(f"{where}.seeds must be integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise DefinitionError(f"{where}.seeds lists a seed twice: {seeds!r}")
+    final = {}
+    for cell in cells:
+        final.setdefault(cell.seed, cell.name)
+    for seed in seeds:
+        if seed in final:
+            raise DefinitionError(
+                f"{where}.seeds: {seed} is also the seed of the grid's cell {final[seed]}; "
+                "tuning seeds must differ from the final cells' seeds"
+            )
+    groups = spec.get("groups")
+    if not isinstance(groups, list) or not groups:
+        raise DefinitionError(f"{where}.groups must be a non-empty list of groups")
+    parsed = tuple(_group(f"{where}.groups[{i}]", i, g, cells) for i, g in enumerate(groups))
+    units: dict[tuple[str, float], Unit] = {}
+    for group in parsed:
+        for eps in group.eps:
+            for cell in _matched(group, cells):
+                if cell.eps != eps:
+                    continue
+                found = units.get((cell.variant(), eps))
+                if found is None:
+                    units[cell.variant(), eps] = Unit(
+                        _unit_key(cell), group, cell.variant(), eps, (cell.name,)
+                    )
+                elif found.group is not group:
+                    raise DefinitionError(
+                        f"{where}.groups[{found.group.index}] and tuning.groups[{group.index}] "
+                        f"both tune {cell.variant()} at eps {eps:g}; one group a variant and ε"
+                    )
+                elif cell.name not in found.cells:
+                    units[cell.variant(), eps] = dataclasses.replace(
+                        found, cells=(*found.cells, cell.name)
+                    )
+    return Tuning(tuple(seeds), parsed, tuple(units.values()))
+
+
+def _matched(group: Group, cells: Sequence[Cell]) -> list[Cell]:
+    return [
+        cell
+        for cell in cells
+        if cell.method == group.method
+        and all(k in cell.options and _same(cell.options[k], v) for k, v in group.match.items())
+    ]
+
+
+def _group(where: str, index: int, spec: Any, cells: Sequence[Cell]) -> Group:
+    if not isinstance(spec, dict):
+        raise DefinitionError(f"{where} must be an object with {list(_GROUP_KEYS)}")
+    unknown = sorted(set(spec) - set(_GROUP_KEYS))
+    if unknown:
+        raise DefinitionError(f"{where}: unknown keys {unknown}; a group has {list(_GROUP_KEYS)}")
+    method = spec.get("method")
+    if method not in methods.names():
+        raise DefinitionError(
+            f"{where}.method: unknown method {method!r}; choose one of {methods.names()}"
+        )
+    of_method = [cell for cell in cells if cell.method == method]
+    if not of_method:
+        raise DefinitionError(f"{where}.method: no cell of the grid trains {method}")
+    match = spec.get("match", {})
+    if not isinstance(match, dict):
+        raise DefinitionError(f"{where}.match must map grid keys to values")
+    keys = sorted({key for cell in of_method for key in cell.options})
+    for key, value in match.items():
+        if key not in keys:
+            raise DefinitionError(
+                f"{where}.match: {key!r} is not a grid key of {method}'s cells (theirs: {keys})"
+            )
+        if not isinstance(value, (str, int, float, bool)):
+            raise DefinitionError(f"{where}.match: {key!r} must be one value, got {value!r}")
+    eps_values = spec.get("eps")
+    if not isinstance(eps_values, list) or not eps_values:
+        raise DefinitionError(f"{where}.eps must be a non-empty list of the grid's budgets")
+    if not all(_number(e) and 0 < e <= 255 for e in eps_values):
+        raise DefinitionError(f"{where}.eps: budgets are numbers in (0, 255], got {eps_values!r}")
+    if len({float(e) for e in eps_values}) != len(eps_values):
+        raise DefinitionError(f"{where}.eps lists a budget twice: {eps_values!r}")
+    group = Group(index, method, dict(match), tuple(float(e) for e in eps_values), "", ())
+    matched = _matched(group, cells)
+    if not matched:
+        raise DefinitionError(f"{where}.match: no cell of {method} has {match}")
+    for eps in group.eps:
+        if not any(cell.eps == eps for cell in matched):
+            found = sorted({cell.eps for cell in matched})
+            raise DefinitionError(
+                f"{where}.eps: no cell of {method}{f' {match}' if match else ''} at eps {eps:g} "
+                f"(they train at {', '.join(f'{e:g}' for e in found)})"
+            )
+    source = spec.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise DefinitionError(
+            f"{where}.source: cite where the candidates come from (a paper's section, a released "
+            "file)"
+        )
+    candidates = spec.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        raise DefinitionError(f"{where}.candidates must be a non-empty list of flag settings")
+    own = _method_flags(method)
+    allowed = sorted([*own, *OPTIMIZER_FLAGS])
+    others = {
+        entry.flag_name(o) for entry in methods.REGISTRY.values() for o in entry.options
+    } - set(own)
+    grid_keys = {key for cell in matched for key in cell.grid_keys}
+    seen: dict[str, int] = {}
+    for j, candidate in enumerate(candidates):
+        at = f"{where}.candidates[{j}]"
+        if not isinstance(candidate, dict) or not candidate:
+            raise DefinitionError(f"{at} must set at least one flag ({{flag: value}})")
+        for name, value in candidate.items():
+            if name in grid_keys or name in ("method", "eps", "seed"):
+                raise DefinitionError(
+                    f"{at}: {name!r} is a grid key of the cells it tunes; a candidate sets "
+                    "other flags"
+                )
+            if name in others:
+                raise DefinitionError(
+                    f"{at}: {name!r} is not a flag of {method}; a candidate sets {allowed}"
+                )
+            if name not in allowed:
+                raise DefinitionError(
+                    f"{at}: {name!r} is not a train.py flag a candidate of {method} may set "
+                    f"({allowed})"
+                )
+            if not isinstance(value, (str, int, float, bool)):
+                raise DefinitionError(f"{at}: {name!r} must be one value, got {value!r}")
+        for key in (_canonical(candidate), label(candidate)):
+            if key in seen:
+                raise DefinitionError(
+                    f"{at} repeats tuning.groups[{index}].candidates[{seen[key]}] "
+                    f"({label(candidate)})"
+                )
+            seen[key] = j
+    return dataclasses.replace(group, source=source, candidates=tuple(candidates))
+
+
+# ------------------------------------------------------------------------------ the cells
+
+
+def with_picks(definition: Definition, cells: list[Cell]) -> list[Cell]:
+    """The grid's cells with their tuning state: a cell of a tuned unit carries the pick's
+    flags, or is pending while its unit has none."""
+    tuning = definition.tuning
+    if tuning is None:
+        return cells
+    overridden = sorted(set(definition.overrides) & tuning.flags())
+    if overridden:
+        raise DefinitionError(
+            f"--override cannot set {', '.join(overridden)}: the tuning stage picks it"
+        )
+    found = []
+    for cell in cells:
+        unit = tuning.unit_for(cell.variant(), cell.eps)
+        if unit is None:
+            found.append(cell)
+            continue
+        pick = definition.picks.get(unit.key)
+        if pick is None:
+            found.append(dataclasses.replace(cell, unit=unit.key, pending=True))
+        else:
+            found.append(dataclasses.replace(cell, flags={**cell.flags, **pick}, unit=unit.key))
+    return found
+
+
+def cell_name(unit: Unit, candidate: Mapping[str, Any], seed: int) -> str:
+    return f"{DIRECTORY}/{unit.key}-{label(candidate)}-seed{seed}"
+
+
+def tuning_cells(definition: Definition, unit: Unit | None = None) -> list[Cell]:
+    """The tuning runs (of one unit, or all), unit by unit, candidate by candidate, seed by
+    seed: the final cells' flags without their final test, the candidate's, the tuning seed."""
+    tuning = definition.tuning
+    if tuning is None:
+        return []
+    grid = {cell.name: cell for cell in grid_cells(definition)}
+    return [
+        cell
+        for each in (tuning.units if unit is None else (unit,))
+        for _, cells in _by_candidate(definition, each, grid)
+        for cell in cells
+    ]
+
+
+def _by_candidate(
+    definition: Definition, unit: Unit, grid: Mapping[str, Cell]
+) -> list[tuple[dict[str, Any], list[Cell]]]:
+    """Each candidate of the unit with its tuning runs, seed by seed."""
+    base = grid[unit.cells[0]]
+    skip = {"seed", *FINAL_TEST_FIELDS}
+    flags = {k: v for k, v in base.flags.items() if k not in skip}
+    return [
+        (
+            candidate,
+            [
+                Cell(
+                    cell_name(unit, candidate, seed),
+                    {**flags, **candidate, "seed": seed, "final_test": False},
+                    base.grid_keys,
+                    stage="tuning",
+                    unit=unit.key,
+                )
+                for seed in definition.tuning.seeds
+            ],
+        )
+        for candidate in unit.group.candidates
+    ]
+
+
+def passes_per_step(method: str, flags: Mapping[str, Any]) -> int:
+    """Passes through the model of one optimizer step of a run with these flags."""
+    options = _method_flags(method)
+    config = {option: flags[flag] for flag, option in options.items() if flag in flags}
+    return catalog.total_passes(methods.passes(method, config))
+
+
+# ------------------------------------------------------------------------------ the pick
+
+
+def _run(cell: Cell, sweep_dir: str) -> dict[str, Any]:
+    """What a tuning run says for the pick: its selected epoch's validation robust accuracy
+    (0 for a diverged run, marked), or None while it has not finished."""
+    run_dir = os.path.join(sweep_dir, cell.name)
+    found = {"seed": cell.seed, "run_dir": run_dir, "val_robust_accuracy": None}
+    record = RunRecord.read(os.path.join(run_dir, "results.json"))
+    if record is None or record.status not in ("complete", "diverged"):
+        return {**found, "state": "new" if record is None else record.status}
+    selected = record.selected_epoch()
+    value = None if selected is None else selected.val_robust_accuracy
+    recorded = value if value is not None and math.isfinite(value) else None
+    found.update(
+        state=record.status,
+        selected_epoch=None if selected is None else selected.epoch,
+        overfitting_epochs=[e.epoch for e in record.history if e.overfitting],
+        diverged=record.is_diverged,
+        # A diverged run counts 0 (as does a run no epoch of which passed validation).
+        val_robust_accuracy=0.0 if record.is_diverged or recorded is None else recorded,
+    )
+    if record.is_diverged:
+        found["recorded_val_robust_accuracy"] = recorded
+    return found
+
+
+def candidates(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[str, Any]]:
+    """Each candidate of the unit with its runs' numbers so far, their mean (once all finished)
+    and its passes per step."""
+    grid = {cell.name: cell for cell in grid_cells(definition)}
+    found = []
+    for candidate, mine in _by_candidate(definition, unit, grid):
+        runs = [_run(cell, sweep_dir) for cell in mine]
+        values = [r["val_robust_accuracy"] for r in runs]
+        finished = all(v is not None for v in values)
+        found.append(
+            {
+                "label": label(candidate),
+                "flags": dict(candidate),
+                "passes_per_step": passes_per_step(unit.group.method, mine[0].flags),
+                "runs": runs,
+                "mean": statistics.fmean(values) if finished else None,
+                "finished": finished,
+            }
+        )
+    return found
+
+
+def decide(found: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
+    """The index of the pick among finished candidates (RULE) and in words why it won."""
+    order = sorted(
+        range(len(found)),
+        key=lambda i: (-round(found[i]["mean"], 12), found[i]["passes_per_step"], i),
+    )
+    best = order[0]
+    tied = [i for i in order[1:] if round(found[i]["mean"], 12) == round(found[best]["mean"], 12)]
+    if not tied:
+        return best, "the highest mean"
+    if all(found[i]["passes_per_step"] > found[best]["passes_per_step"] for i in tied):
+        return best, f"a tie on the mean with {found[tied[0]]['label']}: fewer passes per step"
+    return best, f"a tie on the mean and passes with {found[tied[0]]['label']}: listed first"
+
+
+def pick(definition: Definition, unit: Unit, sweep_dir: str) -> dict[str, Any] | None:
+    """The unit's entry of tuning.json, or None while any of its runs has not finished."""
+    found = candidates(definition, unit, sweep_dir)
+    if not all(c["finished"] for c in found):
+        return None
+    best, why = decide(found)
+    return {
+        "method": unit.group.method,
+        "variant": unit.variant,
+        "eps": unit.eps,
+        "match": unit.group.match,
+        "source": unit.group.source,
+        "seeds": list(definition.tuning.seeds),
+        "cells": list(unit.cells),
+        "candidates": [{k: v for k, v in c.items() if k != "finished"} for c in found],
+        "pick": found[best]["label"],
+        "flags": found[best]["flags"],
+        "decided_by": why,
+    }
+
+
+def path(sweep_dir: str) -> str:
+    return os.path.join(sweep_dir, FILE)
+
+
+def _read(sweep_dir: str) -> dict[str, Any]:
+    try:
+        with open(path(sweep_dir)) as f:
+            found = json.load(f)
+    except FileNotFoundError:
+        return {"rule": RULE, "picks": {}}
+    except json.JSONDecodeError as error:
+        raise DefinitionError(f"{path(sweep_dir)} is not readable JSON ({error})") from None
+    if not isinstance(found, dict) or not isinstance(found.get("picks"), dict):
+        raise DefinitionError(f"{path(sweep_dir)} is not a sweep's tuning picks (no 'picks')")
+    return found
+
+
+@contextlib.contextmanager
+def _locked(sweep_dir: str) -> Iterator[None]:
+    import fcntl
+
+    os.makedirs(sweep_dir, exist_ok=True)
+    with open(f"{path(sweep_dir)}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def refresh(definition: Definition, sweep_dir: str) -> None:
+    """Set `definition.picks` from tuning.json; DefinitionError naming the file where a unit
+    was picked among other candidates or seeds than the definition lists now."""
+    tuning = definition.tuning
+    if tuning is None:
+        return
+    kept = _read(sweep_dir)["picks"]
+    picks = {}
+    for unit in tuning.units:
+        entry = kept.get(unit.key)
+        if entry is None:
+            continue
+        before = [_canonical(c["flags"]) for c in entry.get("candidates", [])]
+        now = [_canonical(c) for c in unit.group.candidates]
+        if before != now or list(entry.get("seeds", [])) != list(tuning.seeds):
+            was = ", ".join(c["label"] for c in entry.get("candidates", []))
+            raise DefinitionError(
+                f"{path(sweep_dir)} picked {unit.key}'s flags among other candidates or seeds "
+                f"({was}; seeds {entry.get('seeds')}) than the definition lists now "
+                f"({', '.join(label(c) for c in unit.group.candidates)}; seeds "
+                f"{list(tuning.seeds)}): its pick stands unless you delete {path(sweep_dir)}"
+            )
+        picks[unit.key] = dict(entry["flags"])
+    definition.picks = picks
+
+
+def settle(definition: Definition, sweep_dir: str, only: str | None = None) -> list[dict[str, Any]]:
+    """Write the pick of every unit (or of the unit `only`) whose tuning runs have all finished
+    and that has none yet into tuning.json (atomically, under a lock), and refresh
+    `definition.picks`. Returns the new picks."""
+    tuning = definition.tuning
+    if tuning is None:
+        return []
+    new = []
+    with _locked(sweep_dir):
+        kept = _read(sweep_dir)
+        for unit in tuning.units:
+            if unit.key in kept["picks"] or only not in (None, unit.key):
+                continue
+            entry = pick(definition, unit, sweep_dir)
+            if entry is not None:
+                kept["picks"][unit.key] = entry
+                new.append({"unit": unit.key, **entry})
+        if new:
+            kept["rule"] = RULE
+            write_json_atomic(path(sweep_dir), kept)
+    refresh(definition, sweep_dir)
+    return new
+
+
+def describe_pick(entry: Mapping[str, Any]) -> str:
+    """One line for a new pick."""
+    chosen = next(c for c in entry["candidates"] if c["label"] == entry["pick"])
+    seeds = ", ".join(str(s) for s in entry["seeds"])
+    return (
+        f"tuning {entry['unit']}: picked {entry['pick']} (mean validation robust accuracy "
+        f"{100 * chosen['mean']:.1f}% over seeds {seeds}; {entry['decided_by']})"
+    )
+
+
+def blocked(
+    definition: Definition,
+    cell: Cell,
+    sweep_dir: str,
+    failed: Sequence[str],
+    queued: Sequence[Cell],
+) -> str | None:
+    """Why a pending final cell cannot get its pick in this run, or None: a tuning run of its
+    unit failed here (`failed`: names), or is unfinished, not `queued` here, and claimed by no
+    live process."""
+    runs = tuning_cells(definition, definition.tuning.unit(cell.unit))
+    lost = [run.name for run in runs if run.name in failed]
+    if lost:
+        return f"its tuning run {lost[0]} failed"
+    names = {c.name for c in queued}
+    for run in runs:
+        if _run(run, sweep_dir)["val_robust_accuracy"] is not None or run.name in names:
+            continue
+        if claims.owner(sweep_dir, run.name) is None:
+            return f"its tuning run {run.name} is run by no process (give it to --only)"
+    return None
+
+
+# ------------------------------------------------------------------------------ the report
+
+
+def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | None:
+    """The Tuning section of sweep.json: per unit every candidate with its source, per-seed and
+    mean validation robust accuracy and passes per step, and the pick (tuning.json's, which
+    stands once written; none while runs are left)."""
+    tuning = definition.tuning
+    if tuning is None:
+        return None
+    kept = _read(sweep_dir)["picks"]
+    units = []
+    for unit in tuning.units:
+        entry = kept.get(unit.key)
+        if entry is None:
+            found = candidates(definition, unit, sweep_dir)
+            entry = {
+                "candidates": [{k: v for k, v in c.items() if k != "finished"} for c in found],
+                "pick": None,
+                "flags": None,
+                "decided_by": None,
+            }
+        units.append(
+            {
+                "unit": unit.key,
+                "method": unit.group.method,
+                "variant": unit.variant,
+                "eps": unit.eps,
+                "match": unit.group.match,
+                "source": unit.group.source,
+                "cells": list(unit.cells),
+                **{k: entry[k] for k in ("candidates", "pick", "flags", "decided_by")},
+            }
+        )
+    return {"rule": RULE, "seeds": list(tuning.seeds), "file": FILE, "units": units}
+
+
+def _percent(value: float | None, run: Mapping[str, Any] | None = None) -> str:
+    if value is None:
+        return "–"
+    text = f"{100 * value:.1f}"
+    return f"{text} (diverged)" if run is not None and run.get("diverged") else text
+
+
+def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
+    """For the report's main table: the flags a variant's cells at ε ran with by their tuning
+    pick (" [tuned: lr_max=0.1]"), or that the pick is pending; "" where none was tuned."""
+    for unit in (report.get("tuning") or {}).get("units", []):
+        if (unit["variant"], unit["eps"]) == (variant, eps):
+            if unit["pick"] is None:
+                return " [tuning pending]"
+            return f" [tuned: {', '.join(f'{k}={_word(v)}' for k, v in unit['flags'].items())}]"
+    return ""
+
+
+def tuning_table(report: Mapping[str, Any]) -> list[str]:
+    """The Tuning section of sweep.md, or nothing."""
+    section = report.get("tuning")
+    if not section:
+        return []
+    seeds = section["seeds"]
+    lines = [
+        "## Tuning",
+        "",
+        f"Candidates trained on tuning seeds {', '.join(map(str, seeds))} (none of them a final "
+        "cell's seed) and compared by validation robust accuracy (%) at each run's selected "
+        f"epoch, never by the test split; picked by this rule: {section['rule']} The final "
+        f"cells of each row ran with the pick's flags ({section['file']}).",
+        "",
+        "| method | ε (/255) | candidate | "
+        + " | ".join(f"seed {s}" for s in seeds)
+        + " | mean | passes/step | pick | source |",
+        "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
+    ]
+    for unit in section["units"]:
+        for i, candidate in enumerate(unit["candidates"]):
+            by_seed = {run["seed"]: run for run in candidate["runs"]}
+            values = [
+                _percent(by_seed[s]["val_robust_accuracy"], by_seed[s]) if s in by_seed else "–"
+                for s in seeds
+            ]
+            flags = ", ".join(f"{k}={_word(v)}" for k, v in candidate["flags"].items())
+            chosen = unit["pick"] == candidate["label"]
+            mark = f"**picked** ({unit['decided_by']})" if chosen else ""
+            if unit["pick"] is None and i == 0:
+                mark = "pending"
+            lines.append(
+                f"| {unit['variant'] if i == 0 else ''} | {unit['eps']:g} | "
+                + (f"**{flags}**" if chosen else flags)
+                + " | "
+                + " | ".join(values)
+                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {mark} | "
+                + f"{unit['source'] if i == 0 else ''} |"
+            )
+    return lines
