@@ -19,9 +19,12 @@ def _by_seed(cells: Sequence[dict[str, Any]], name: str) -> dict[int, float]:
     return values
 
 
-def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> list[str]:
-    """What weakens a paired comparison: its cells ran different revisions or uncommitted code,
-    or two runs of one seed started from different weights or data (their fingerprints)."""
+def _pair_marks(
+    a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int], report: dict, name: str
+) -> list[str]:
+    """What weakens or qualifies a paired comparison: its cells ran different revisions or
+    uncommitted code, or two runs of one seed started from different weights or data (their
+    fingerprints); and a cell's number that is the masking check's (sweeps/masking.py)."""
     cells_a, cells_b = ({c["seed"]: c for c in cells} for cells in (a, b))
     by_seed = [(cells_a[s], cells_b[s]) for s in seeds]
     cells = [cell for pair in by_seed for cell in pair]
@@ -35,6 +38,8 @@ def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> l
     ]
     if any(x and y and x != y for x, y in prints):
         marks.append("not paired")
+    if readings.checked(cells, report, name):
+        marks.append(readings.CHECKED)
     return marks
 
 
@@ -57,7 +62,7 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
         eps=eps,
         a=a,
         b=b,
-        marks=_pair_marks(cells_a, cells_b, found["seeds"]),
+        marks=_pair_marks(cells_a, cells_b, found["seeds"], report, name),
         says=paired.describe(found, a, b),
     )
     return found
