@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from fractions import Fraction
 
 import pytest
@@ -292,6 +293,96 @@ def test_a_cell_runs_its_check_after_the_autoattack_that_triggers_it(tmp_path, m
     # Without outcomes in these files: the lower accuracy, said so.
     assert record["autoattack"]["robust_accuracy"] == {"16": 0.35}
     assert "holds no per-point outcomes" in record["masking_check"]["16"]["combined_by"]
+
+
+def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
+    definition = sweeps.load_definition(definition_file(tmp_path, CHECK))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    with open(os.path.join(cell_dir, sweeps.FLAGS_FILE), "w") as f:  # as train.py wrote them
+        f.write("\n".join(sweeps.flag_words({**cell.flags, "eps": "16.0"})) + "\n")
+    found = {**parts(0.40), "fab-t": 0.45, "apgd-t": 0.45}
+    write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.4, parts=found)
+    done = subprocess.run(
+        [sys.executable, "sweep.py", f"--sweep={definition.path}", f"--sweep_dir={out}"]
+        + ["--dry_run"],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    at = lines.index(f"{cell.name}: check pending")
+    assert lines[at + 1] == (
+        "  masking check pending (ε = 16: Square removed 5.0 points after the white-box parts; "
+        "more than 1)"
+    )
+    assert lines[at + 2].startswith("  train: python train.py")
+    (masking_line,) = [line for line in lines if line.startswith("  masking: ")]
+    assert "--attacks=square" in masking_line and "--square_restarts=5" in masking_line
+    assert "1 cells: 1 check pending" in done.stdout
+
+
+def fake_ray(monkeypatch) -> None:
+    """A Ray that runs each task at once in this process, on a cluster of one CPU."""
+    cloudpickle = types.SimpleNamespace(register_pickle_by_value=lambda module: None)
+
+    class Ref:
+        def __init__(self, function, args):
+            self.value = function(*args)
+
+    ray = types.ModuleType("ray")
+    ray.cloudpickle = cloudpickle
+    ray.init = lambda **kwargs: types.SimpleNamespace(dashboard_url=None)
+    ray.cluster_resources = lambda: {"CPU": 1.0}
+    ray.remote = lambda **asks: lambda f: types.SimpleNamespace(remote=lambda *a: Ref(f, a))
+    ray.wait = lambda refs, num_returns: (refs[:1], refs[1:])
+    ray.get = lambda ref: ref.value
+    ray.shutdown = lambda: None
+    ray.exceptions = types.SimpleNamespace(RayError=RuntimeError)
+    monkeypatch.setitem(sys.modules, "ray", ray)
+
+
+def test_the_ray_launcher_sends_a_triggered_check_as_a_second_task(tmp_path, monkeypatch):
+    from fbat_tf.sweeps import cluster, steps
+
+    definition = sweeps.load_definition(definition_file(tmp_path, CHECK))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    tasks = []
+
+    def run_steps(planned, cwd, paths=None):
+        tasks.append([step.part for step in planned])
+        for step in planned:
+            if step.part == "autoattack":
+                found = {**parts(0.40), "fab-t": 0.45, "apgd-t": 0.45}
+                write_evaluation(
+                    cell_dir, "eval-autoattack.json", "autoattack", 16, 0.4, parts=found
+                )
+            elif step.part == "masking":
+                write_evaluation(cell_dir, "eval-masking.json", "square", 16, 0.35)
+        return {"train": 0.0, "evaluate": 1.0}
+
+    fake_ray(monkeypatch)
+    monkeypatch.setattr(steps, "run_steps", run_steps)
+    said = []
+    outcome = cluster.run_cells_on_ray(
+        definition,
+        [cell],
+        out,
+        revision.Pinned(tree=ROOT, revision=None),
+        cluster.Resources(),
+        say=said.append,
+        complain=said.append,
+    )
+    assert tasks == [["autoattack"], ["masking"]]
+    assert not outcome.failed and sweeps.cell_state(cell_dir, definition) == "done"
+    assert any("masking check next" in line for line in said), said
+    assert any(line.startswith("[1/1]") and "evaluated in 0m02s" in line for line in said), said
 
 
 # The report -------------------------------------------------------------------------------------
