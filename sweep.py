@@ -299,11 +299,12 @@ def print_commands(definition, cells, states: dict[str, str], sweep_dir: str) ->
     except revision.RevisionError as error:
         sys.exit(f"error: {error}")
     for cell in cells:
-        if states[cell.name] == "done":
+        if states[cell.name] in ("done", "diverged"):  # a diverged run is not run again
             continue
-        cell_dir = os.path.join(sweep_dir, cell.name)
-        missing = sweeps.missing_budgets(definition, cell, cell_dir)
-        argv = sweeps.commands(definition, cell, sweep_dir, missing)
+        # What is left of the cell: a cell whose check is pending runs the check alone.
+        argv = scheduler.remaining(definition, cell, sweep_dir)
+        if not argv:
+            continue
         chain = " && ".join(shlex.join(scheduler.program(words, code)) for words in argv.values())
         print(f"cd {shlex.quote(os.getcwd())} && {chain}")
     if definition.masking_check is not None and any(

@@ -31,39 +31,52 @@ def program(argv: list[str], code: revision.Pinned) -> list[str]:
     return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
 
 
-def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
-    """What is left of a cell, as the commands that do it: its training unless finished, then
-    each evaluation it lacks (or the budgets added to the grid since one ran)."""
+def remaining(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, list[str]]:
+    """What is left of a cell, as `commands` gives them, by part: its training unless
+    finished, then each evaluation it lacks (or the budgets added to the grid since one ran),
+    then the masking check where the finished AutoAttack triggered it and it has not run
+    (decided from the AutoAttack files: while AutoAttack is still to run, no check)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     argv = commands(definition, cell, sweep_dir)
-    # Logs beside the cells: train.py wants a new run directory empty.
-    log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(log_dir, exist_ok=True)
-    steps = []
+    left = {}
     if cell_state(cell_dir) in ("new", "started"):
-        log = os.path.join(log_dir, f"{cell.name}.train.log")
-        steps.append(Step("train", program(argv["train"], code), log))
-    weights = Run(cell_dir).best_weights
-    needs = (
-        weights,
-        f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
-        "the committed results), so it cannot be evaluated: delete "
-        f"{Run(cell_dir).results_path} to train it again",
-    )
-    log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+        left["train"] = argv["train"]
     # Budgets added to the grid after an evaluation ran go into a file of their own.
     missing = missing_budgets(definition, cell, cell_dir)
     later = commands(definition, cell, sweep_dir, missing)
     for evaluation in definition.evaluations:
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
-            steps.append(Step(evaluation.name, program(argv[evaluation.name], code), log, needs))
+            left[evaluation.name] = argv[evaluation.name]
         elif evaluation.name in missing:
-            steps.append(Step(evaluation.name, program(later[evaluation.name], code), log, needs))
-    # The masking check, where the finished AutoAttack triggered it: decided from its files, so
-    # a plan that still runs AutoAttack holds no check; the plan made after it does.
+            left[evaluation.name] = later[evaluation.name]
     check = definition.masking_check
     if check is not None and check.name in missing:
-        steps.append(Step(check.name, program(later[check.name], code), log, needs))
+        left[check.name] = later[check.name]
+    return left
+
+
+def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
+    """What is left of a cell (`remaining`), as the steps that do it, each logged beside the
+    cells; an evaluation needs the training's weights. The masking check is in the plan made
+    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack."""
+    cell_dir = os.path.join(sweep_dir, cell.name)
+    # Logs beside the cells: train.py wants a new run directory empty.
+    log_dir = os.path.join(sweep_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    needs = (
+        Run(cell_dir).best_weights,
+        f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
+        "the committed results), so it cannot be evaluated: delete "
+        f"{Run(cell_dir).results_path} to train it again",
+    )
+    steps = []
+    for part, argv in remaining(definition, cell, sweep_dir).items():
+        if part == "train":
+            log = os.path.join(log_dir, f"{cell.name}.train.log")
+            steps.append(Step("train", program(argv, code), log))
+        else:
+            log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+            steps.append(Step(part, program(argv, code), log, needs))
     return steps
 
 
