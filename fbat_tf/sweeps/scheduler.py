@@ -5,6 +5,9 @@ rewritten after each.
     outcome = run_cells(definition, to_run, sweep_dir, code, wait_seconds=60)
     outcome.failed, outcome.diverged              # cell names
 
+A cell's masking check (sweeps/masking.py) is decided from its finished AutoAttack file, so
+`run_cell` plans the cell a second time after an AutoAttack that triggered it.
+
 Several such processes may share one sweep directory: each cell is claimed (claims.py) by the
 process that runs it, and cells another live process holds are waited for, then taken over
 should it die.
