@@ -161,7 +161,7 @@ def checked_split(model_path: str, classifier, dataset: str, validation_from: st
 def described(result, model_path: str, dataset: str, validation_from: str):
     """evaluate()'s EvaluationResult with what produced it, and any sign of gradient masking."""
     from fbat_tf import data, device, provenance
-    from fbat_tf.attacks.autoattack import masking_gap
+    from fbat_tf.attacks.masking import masking_gap
 
     result.dataset = dataset
     result.code = provenance.code()

@@ -19,7 +19,9 @@ with uncommitted changes is refused unless --allow_dirty. Every cell is an ordin
 in `<sweep_dir>/<cell>` (so a killed sweep resumes each cell where it stopped), then evaluate.py
 runs each of the definition's evaluations (by default
 PGD at every ε of the grid and AutoAttack at the cell's ε), each writing eval-<name>.json into
-it. A cell that holds them all is done and never run again; a run directory holding other flags
+it, and, where the definition has a masking check that the cell's finished AutoAttack triggers,
+the check's stronger attack (a cell is "check pending" until it has run). A cell that holds
+them all is done and never run again; a run directory holding other flags
 is refused. The whole definition is checked (flag names, values, ε, the method options, the
 attacks, the data, existing run directories) before the first run starts. One line per cell
 shows the time spent and an estimate of the time left; the report is rewritten after each cell.
@@ -43,7 +45,7 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.sweeps import cluster, revision, scheduler, tuning  # noqa: E402
+from fbat_tf.sweeps import cluster, masking, revision, scheduler, tuning  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -323,14 +325,15 @@ def print_commands(definition, cells, states: dict[str, str], sweep_dir: str) ->
         sys.exit(f"error: {error}")
     waiting = []
     for cell in cells:
-        if states[cell.name] in ("done", "diverged"):
+        if states[cell.name] in ("done", "diverged"):  # a diverged run is not run again
             continue
         if cell.pending:  # its flags are not known until its unit's pick is written
             waiting.append(cell.name)
             continue
-        cell_dir = os.path.join(sweep_dir, cell.name)
-        missing = sweeps.missing_budgets(definition, cell, cell_dir)
-        argv = sweeps.commands(definition, cell, sweep_dir, missing)
+        # What is left of the cell: a cell whose check is pending runs the check alone.
+        argv = scheduler.remaining(definition, cell, sweep_dir)
+        if not argv:
+            continue
         chain = " && ".join(shlex.join(scheduler.program(words, code)) for words in argv.values())
         print(f"cd {shlex.quote(os.getcwd())} && {chain}")
     if waiting:
@@ -338,6 +341,14 @@ def print_commands(definition, cells, states: dict[str, str], sweep_dir: str) ->
             f"{len(waiting)} cells wait for tuning picks and are not printed: once the tuning "
             "lines above have run, `sweep.py --dry_run --print_commands` again writes the picks "
             f"into {tuning.path(sweep_dir)} and prints them",
+            file=sys.stderr,
+        )
+    if definition.masking_check is not None and any(
+        states[c.name] not in ("done", "check pending", "diverged") for c in cells
+    ):
+        print(
+            "note: a cell's masking check is decided from its finished AutoAttack evaluation: "
+            "once these lines have run, print the lines again for the checks they trigger",
             file=sys.stderr,
         )
 
@@ -353,12 +364,26 @@ def dry_run(definition, cells, states: dict[str, str], sweep_dir: str, data_prob
     for cell in cells:
         print(f"{cell.name}: {states[cell.name]}")
         cell_dir = os.path.join(sweep_dir, cell.name)
+        if states[cell.name] == "check pending":
+            print(f"  {pending_check(definition, cell_dir)}")
         missing = sweeps.missing_budgets(definition, cell, cell_dir)
         for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
             print(f"  {part}: {shlex.join(['python', *words])}")
         if cell.pending:
             print(f"  (then with the flags of {cell.unit}'s tuning pick)")
     print(dry_run_summary(definition, cells, states, sweep_dir))
+
+
+def pending_check(definition, cell_dir: str) -> str:
+    """Why a cell's masking check is due: the gap at each budget that triggered it."""
+    check = definition.masking_check
+    found = masking.cell_checks(check, cell_dir)
+    due = ", ".join(
+        f"ε = {eps}: Square removed {entry['gap']:.1f} points after the white-box parts"
+        for eps, entry in found.items()
+        if entry["state"] == "pending"
+    )
+    return f"masking check pending ({due}; more than {check.threshold:g})"
 
 
 def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:

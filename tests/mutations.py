@@ -403,6 +403,34 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "K1",
+        "the masking check triggers at a gap equal to its threshold",
+        "fbat_tf/attacks/masking.py",
+        "gap > Fraction(repr(float(threshold)))",
+        "gap >= Fraction(repr(float(threshold)))",
+        (
+            "tests/test_masking_check.py::test_the_trigger_is_more_than_the_threshold_in_points_compared_exactly",
+        ),
+    ),
+    Mutation(
+        "K2",
+        "the checked accuracy is the lower of the two even where per-point outcomes exist",
+        "fbat_tf/sweeps/masking.py",
+        'return both.count("1") / len(both) if both else 0.0, PER_POINT',
+        "return min(first.accuracy, second.accuracy), PER_POINT",
+        ("tests/test_masking_check.py::test_a_point_is_robust_only_if_it_survived_both_attacks",),
+    ),
+    Mutation(
+        "K3",
+        "Square's restarts repeat the first search's draws",
+        "fbat_tf/attacks/square.py",
+        "restart_seed = tf.random.experimental.stateless_fold_in(seed, restart)",
+        "restart_seed = seed",
+        (
+            "tests/test_square.py::test_square_restarts_break_at_least_what_one_search_breaks_and_stay_in_c",
+        ),
+    ),
+    Mutation(
         "M1",
         "fbat_tf's max pooling uses Keras' kernel under XLA too",
         "fbat_tf/models/layers.py",

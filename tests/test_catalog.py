@@ -42,7 +42,9 @@ def test_every_registered_attack_is_created_by_name():
     with pytest.raises(ValueError, match="pgdd"):
         attacks.create("pgdd", 8 / 255)
     with pytest.raises(ValueError, match="takes no options"):
-        attacks.create("square", 8 / 255, n_queries=10)
+        attacks.create("fab-t", 8 / 255, n_queries=10)
+    with pytest.raises(ValueError, match=r"takes no option\(s\) \['p_init'\]"):
+        attacks.create("square", 8 / 255, p_init=0.5)
     with pytest.raises(ValueError, match="source"):
         attacks.create("transfer", 8 / 255)
 

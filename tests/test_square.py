@@ -213,6 +213,53 @@ def test_square_under_xla_draws_and_queries_as_the_plain_graph():
     assert queried[True] < 12 + 12 + 12 * 200 + 12
 
 
+def test_square_restarts_break_at_least_what_one_search_breaks_and_stay_in_c():
+    """Restarts search again from new stripe starts on the examples still robust: from the same
+    seed the first search is the single one, so R restarts break every example it breaks, and
+    here more; every point lies in the ε-ball and [0, 1], and the unbroken keep x."""
+    inner, _, model, x, y = counted_cnn()
+    x[:, 0, :, :] = 0.99  # a row at the image bound: the box clips, not just the ball
+    y = inner(x).numpy().argmax(1).astype(np.int32)
+    y[0] = (y[0] + 1) % 3  # clean-misclassified: returned as it is
+    eps, queries = 0.1, 10
+    once = Square(eps, n_queries=queries)(model, x, y, seed=5)[0].numpy()
+    again = Square(eps, n_queries=queries, restarts=6)(model, x, y, seed=5)[0].numpy()
+    for points in (once, again):
+        check_in_ball(points, x, eps)
+        assert points.min() >= 0.0 and points.max() <= 1.0
+    broken_once = margins(inner, once, y) <= 0
+    broken_again = margins(inner, again, y) <= 0
+    broken_once[0] = broken_again[0] = False
+    assert np.all(broken_again[broken_once])  # never fewer
+    assert broken_again.sum() > broken_once.sum() > 0, (broken_once, broken_again)
+    assert not broken_again.all()
+    # What the first search broke, the restarts leave at the same points.
+    np.testing.assert_array_equal(again[broken_once], once[broken_once])
+    np.testing.assert_array_equal(again[~broken_again], x[~broken_again])
+    # One restart is the search AutoAttack runs.
+    single = Square(eps, n_queries=queries, restarts=1)(model, x, y, seed=5)[0].numpy()
+    np.testing.assert_array_equal(single, once)
+
+
+def test_the_registry_square_takes_queries_and_restarts_and_autoattack_keeps_its_own():
+    from fbat_tf import attacks
+    from fbat_tf.attacks.autoattack import AutoAttack
+
+    strong = attacks.create("square", EPS, n_queries=20000, restarts=5)
+    assert (strong.n_queries, strong.restarts, strong.p_init) == (20000, 5, 0.8)
+    assert strong.rescale_schedule is False
+    assert attacks.label("square", {"n_queries": 20000, "restarts": 5}) == "Square-20000×5"
+    assert attacks.label("square") == "Square-5000×1"
+    # At most every restart's queries on every example, a forward pass a third of a pass.
+    assert attacks.passes("square", {"n_queries": 20000, "restarts": 5}) == pytest.approx(
+        100000 / 3
+    )
+    own = AutoAttack(EPS).attacks["square"]
+    assert (own.n_queries, own.restarts, own.p_init) == (5000, 1, 0.8)
+    with pytest.raises(ValueError, match="restarts"):
+        Square(EPS, restarts=0)
+
+
 def separable_data(n: int, seed: int, templates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, len(templates), n).astype(np.int32)

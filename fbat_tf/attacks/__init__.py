@@ -13,7 +13,9 @@ factory) as a "module:name" string, imported on first use, the options a user ma
 which evaluate.py makes its flags (`--<flag_prefix>_<option>`) and a sweep definition takes
 its values, and the label tables print. This module does not import TensorFlow, so that the
 entry points parse their flags at once. APGD-T, FAB-T and Square are AutoAttack standard's own
-configurations of them; "transfer" is PGD crafted on another model (`source`).
+configurations of them; Square's `n_queries` and `restarts` (defaults: AutoAttack's 5000 and 1)
+make a stronger black-box check ("Square-10000×5"); "transfer" is PGD crafted on another model
+(`source`).
 
 A new attack is its module plus one line here (or `register(Entry(...))` at run time).
 """
@@ -70,6 +72,17 @@ _PGD_OPTIONS = (
     Option("steps", catalog.PGD_STEPS, "PGD steps K.", lower_bound=1),
     Option("restarts", catalog.PGD_RESTARTS, "PGD random restarts R.", lower_bound=1),
 )
+# Square as the reference's SquareAttack takes them; the defaults are AutoAttack standard's,
+# whose own Square keeps them whatever these say. p_init stays at the reference's 0.8.
+_SQUARE_OPTIONS = (
+    Option("n_queries", 5000, "Square queries per example and restart.", lower_bound=1),
+    Option(
+        "restarts",
+        1,
+        "Square searches from new random starts, each on the examples still robust.",
+        lower_bound=1,
+    ),
+)
 _AUTOATTACK = "fbat_tf.attacks.autoattack"
 # AutoAttack standard's parts: forward-backward passes per attacked example (a forward counts
 # 1/3): APGD-CE 100 iterations and a check, APGD-T 9 × 101, FAB-T 9 × 100 and 910 forward
@@ -115,8 +128,17 @@ REGISTRY: dict[str, Entry] = {
                 ("apgd-ce", "APGD-CE"),
                 ("apgd-t", "APGD-T"),
                 ("fab-t", "FAB-T"),
-                ("square", "Square"),
             )
+        ),
+        Entry(
+            "square",
+            f"{_AUTOATTACK}:square",
+            "Square-{n_queries}×{restarts}",
+            _SQUARE_OPTIONS,
+            uses=("jit_compile",),
+            # Each restart queries the examples still robust, once per query (a forward pass):
+            # at most every restart on every example.
+            passes=lambda o, robust: o["n_queries"] * o["restarts"] / 3,
         ),
         Entry(
             "transfer",

@@ -2,6 +2,7 @@
 
     attack = Square(eps=8 / 255)                 # n_queries=5000, p_init=0.8, margin loss
     x_adv, _ = attack(model, x, y, seed=0)       # x_adv ∈ C; x itself where Square found nothing
+    Square(eps=8 / 255, n_queries=10000, restarts=5)   # a stronger black-box check
 
 A black-box, score-based random search: it only reads the model's logits (model(x,
 training=False)), never a gradient. From a start of vertical stripes of ±ε it proposes, once per
@@ -15,6 +16,13 @@ piecewise-constant schedule `p_selection`:
 AutoAttack builds its SquareAttack with `resc_schedule=False`, so the schedule reads the absolute
 query count (the default here); `rescale_schedule=True` stretches it to the query budget as the
 reference's SquareAttack does when used alone.
+
+Restarts, as the reference's `n_restarts`: after the first search, each restart searches again
+from a new random stripe start, with `n_queries` queries of its own, on the examples still
+classified correctly, and an example broken by any search keeps the point that broke it.
+Search r ≥ 1 draws from stateless_fold_in(seed, r) and the first from the seed itself, so the
+first search of R restarts is the single search of restarts=1: R restarts break every example
+that one breaks, and more. AutoAttack runs one (5000 queries, 1 restart).
 """
 
 from __future__ import annotations
@@ -56,11 +64,12 @@ def square_side(p: float, height: int, width: int) -> int:
 class Square(Attack):
     """Square Attack L∞ (untargeted); see the module docstring.
 
-    eps: the L∞ radius. n_queries: queries per example after the initial one (AutoAttack: 5000).
-    p_init: initial fraction of pixels per square (0.8). loss: "margin" (AutoAttack) or "ce"
-    (accept when −CE drops). rescale_schedule: stretch the p-schedule to n_queries (off in
-    AutoAttack). jit_compile: compile the search with XLA (None, the default: `base.xla_pays`,
-    i.e. on a GPU, and on a CPU for a model without convolutions).
+    eps: the L∞ radius. n_queries: queries per example after the initial one, per restart
+    (AutoAttack: 5000). restarts: searches from new random starts on the examples still robust
+    (AutoAttack: 1). p_init: initial fraction of pixels per square (0.8). loss: "margin"
+    (AutoAttack) or "ce" (accept when −CE drops). rescale_schedule: stretch the p-schedule to
+    n_queries (off in AutoAttack). jit_compile: compile the search with XLA (None, the default:
+    `base.xla_pays`, i.e. on a GPU, and on a CPU for a model without convolutions).
     """
 
     def __init__(
@@ -68,6 +77,7 @@ class Square(Attack):
         eps: float,
         n_queries: int = 5000,
         p_init: float = 0.8,
+        restarts: int = 1,
         loss: str = "margin",
         rescale_schedule: bool = False,
         jit_compile: bool | None = None,
@@ -76,6 +86,8 @@ class Square(Attack):
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if n_queries < 0:
             raise ValueError(f"n_queries must be >= 0, got {n_queries!r}")
+        if restarts < 1:
+            raise ValueError(f"restarts must be >= 1, got {restarts!r}")
         if not 0 < p_init <= 1:
             raise ValueError(f"p_init must be in (0, 1], got {p_init!r}")
         if loss not in ("margin", "ce"):
@@ -83,13 +95,32 @@ class Square(Attack):
         self.eps = float(eps)
         self.n_queries = int(n_queries)
         self.p_init = float(p_init)
+        self.restarts = int(restarts)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
         self._run = Loop(self._search, jit_compile, batched=3, dense_on_cpu=True)
         self._recording = Loop(self._search, False, batched=3)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-        return self._attack(model, x, y, seed, record=False)[0]
+        x = tf.convert_to_tensor(x)
+        y = tf.cast(tf.convert_to_tensor(y), tf.int32)
+        x_adv = self._attack(model, x, y, seed, record=False)[0]
+        for restart in range(1, self.restarts):
+            # The examples still classified correctly: clean-correct ones Square has not broken
+            # (an unbroken example's point is its clean input).
+            predicted = tf.argmax(model(x_adv, training=False), -1, output_type=tf.int32)
+            index = tf.where(tf.equal(predicted, y))[:, 0]
+            if int(tf.size(index)) == 0:
+                break
+            x_sub, y_sub = tf.gather(x, index), tf.gather(y, index)
+            restart_seed = tf.random.experimental.stateless_fold_in(seed, restart)
+            candidate = self._attack(model, x_sub, y_sub, restart_seed, record=False)[0]
+            predicted = tf.argmax(model(candidate, training=False), -1, output_type=tf.int32)
+            broken = tf.not_equal(predicted, y_sub)
+            x_adv = tf.tensor_scatter_nd_update(
+                x_adv, tf.boolean_mask(index, broken)[:, None], tf.boolean_mask(candidate, broken)
+            )
+        return x_adv
 
     def attack_with_history(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor
@@ -97,8 +128,8 @@ class Square(Attack):
         """x_adv and the kept point per example after the start and after each query.
 
         history[q] is the current best point of every example after query q (q = 0: the stripe
-        start; clean-misclassified examples stay at x). For tests and diagnostics: it holds
-        (queries + 1) copies of the batch.
+        start; clean-misclassified examples stay at x). The first search only, whatever
+        `restarts` says. For tests and diagnostics: it holds (queries + 1) copies of the batch.
         """
         return self._attack(model, x, y, constraints.as_seed(seed), record=True)
 

@@ -35,7 +35,7 @@ from fbat_tf.sweeps import claims, revision, steps, tuning
 from fbat_tf.sweeps.definition import Cell, Definition
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect
-from fbat_tf.sweeps.scheduler import Outcome, duration, plan, ready
+from fbat_tf.sweeps.scheduler import Outcome, duration, needs_check, plan, ready
 
 INSTALL = 'pip install -e ".[cluster]"'
 
@@ -128,6 +128,8 @@ def run_cells_on_ray(
     attempts = dict.fromkeys((c.name for c in to_run), 0)
     running: dict[Any, tuple[Cell, claims.Claim]] = {}
     spent_cells: list[float] = []
+    # Cells whose masking check runs as a second task, with the first task's seconds.
+    checking: dict[str, dict[str, float]] = {}
     begin, finished = time.perf_counter(), 0
     try:
         while queue or running:
@@ -200,6 +202,16 @@ def run_cells_on_ray(
                     finished += 1
                     complain(f"{counter}: FAILED after {attempts[cell.name]} attempts\n{reason}")
                 continue
+            if needs_check(definition, cell, sweep_dir) and cell.name not in checking:
+                # Its AutoAttack just triggered the masking check: one more task, for it alone.
+                checking[cell.name] = spent
+                attempts[cell.name] = 0
+                say(f"{cell.name}: AutoAttack shows signs of gradient masking; masking check next")
+                queue.insert(0, cell)
+                continue
+            earlier = checking.pop(cell.name, None)
+            if earlier is not None:
+                spent = {part: spent[part] + earlier[part] for part in spent}
             finished += 1
             spent_cells.append(sum(spent.values()))
             left = (len(to_run) - finished) * sum(spent_cells) / len(spent_cells) / capacity

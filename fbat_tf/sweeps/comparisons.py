@@ -64,9 +64,12 @@ def per_point_outcomes(
     ), None
 
 
-def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> list[str]:
-    """What weakens a paired comparison: its cells ran different revisions or uncommitted code,
-    or two runs of one seed started from different weights or data (their fingerprints)."""
+def _pair_marks(
+    a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int], report: dict, name: str
+) -> list[str]:
+    """What weakens or qualifies a paired comparison: its cells ran different revisions or
+    uncommitted code, or two runs of one seed started from different weights or data (their
+    fingerprints); and a cell's number that is the masking check's (sweeps/masking.py)."""
     cells_a, cells_b = ({c["seed"]: c for c in cells} for cells in (a, b))
     by_seed = [(cells_a[s], cells_b[s]) for s in seeds]
     cells = [cell for pair in by_seed for cell in pair]
@@ -80,6 +83,8 @@ def _pair_marks(a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int]) -> l
     ]
     if any(x and y and x != y for x, y in prints):
         marks.append("not paired")
+    if readings.checked(cells, report, name):
+        marks.append(readings.CHECKED)
     return marks
 
 
@@ -103,7 +108,7 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
         resolution=100.0 / points if points else 0.0,
         outcomes=outcomes,
     )
-    marks = _pair_marks(cells_a, cells_b, found["seeds"])
+    marks = _pair_marks(cells_a, cells_b, found["seeds"], report, name)
     if found["model"] == paired.SEEDS_ONLY and found["interval"] is not None:
         marks.append(f"seeds only ({unusable})" if unusable else "seeds only")
     found.update(eps=eps, a=a, b=b, marks=marks)

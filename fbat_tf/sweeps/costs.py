@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from fbat_tf import catalog
-from fbat_tf.sweeps import readings
+from fbat_tf.sweeps import masking, readings
 from fbat_tf.sweeps.comparisons import comparison, interval_words, margin_words
 
 
@@ -57,6 +57,8 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "passes_per_step": catalog.total_passes(cells[0]["train"]["passes"]),
             "robust": statistics.fmean(robust),
             "seeds": len(robust),
+            # Its robustness holds masking-checked numbers (sweeps/masking.py).
+            "marks": [readings.CHECKED] if readings.checked(cells, report, name) else [],
         }
         if timing:
             step = timing["step_seconds"].get(cells[0]["train"].get("cost_variant"))
@@ -81,6 +83,10 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             )
         rows.sort(key=lambda row: row["passes"])
     return dict(sorted(per_eps.items()))
+
+
+def _mark(row: dict[str, Any]) -> str:
+    return f" {masking.MARK}" if readings.CHECKED in row["marks"] else ""
 
 
 def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,8 +142,10 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         for row in rows:
             versus = row["versus_best"]
             says = "most robust" if versus is None else versus["says"]
-            if versus and versus["marks"]:
-                says += f" ({', '.join(versus['marks'])})"
+            # Its own cells' marks and those of the comparison (the most robust's cells too).
+            marks = list(dict.fromkeys([*row["marks"], *(versus["marks"] if versus else [])]))
+            if marks:
+                says += f" ({', '.join(marks)})"
             line = (
                 f"| {eps:g} | {row['variant']} | {row['passes_per_step']} | "
                 f"{row['passes'] / 1000:.1f} | {100 * row['robust']:.1f} | {row['seeds']} | "
@@ -166,8 +174,8 @@ def cost_table(report: dict[str, Any]) -> list[str]:
             if r["passes"] < cheap["passes"] and r["versus_best"]["verdict"] == "undecided"
         ]
         line = (
-            f"- ε = {eps:g}: {cheap['variant']} ({100 * cheap['robust']:.1f}%, "
-            f"{cheap['passes'] / 1000:.1f}k passes); most robust {best['variant']} "
+            f"- ε = {eps:g}: {cheap['variant']}{_mark(cheap)} ({100 * cheap['robust']:.1f}%, "
+            f"{cheap['passes'] / 1000:.1f}k passes); most robust {best['variant']}{_mark(best)} "
             f"({100 * best['robust']:.1f}%, {best['passes'] / 1000:.1f}k passes)"
         )
         if undecided:

@@ -18,7 +18,10 @@ A definition is a JSON object:
      "paper": "paper_numbers.json",          # optional, beside the definition
      "comparisons": [["fastbat", "fastat"]],  # optional: variants compared, paired by seed
      "margin": 1.0,                           # optional: equivalence margin (points)
-     "tuning": {"seeds": [100, 101], "groups": [...]}}  # optional: fbat_tf/sweeps/tuning.py
+     "tuning": {"seeds": [100, 101], "groups": [...]},  # optional: fbat_tf/sweeps/tuning.py
+     "masking_check": {"of": "autoattack", "threshold": 1.0,      # optional: see masking.py
+                       "attack": {"attack": "square", "examples": 1000,
+                                  "options": {"n_queries": 10000, "restarts": 5}}}}
 
 Values are train.py's flag values in its units (ε in 1/255); `true`/`false` set a boolean flag.
 A cell's value beats the shared one. Each cell is a train.py run directory `<sweep_dir>/<name>`.
@@ -27,7 +30,9 @@ Each evaluation runs an attack of the registry (`fbat_tf.attacks`) by name, with
 at every ε of the grid ("grid"), at the cell's own ε ("own") or at listed budgets, on the
 first `examples` test images, into `eval-<name>.json` in the cell (`name` defaults to the
 attack's; give one where an attack is run twice with other options). Budgets added to the grid
-after a cell was evaluated go into `eval-<name>-eps<ε>_<ε>.json`. The older form,
+after a cell was evaluated go into `eval-<name>-eps<ε>_<ε>.json`. A "masking_check" runs its
+attack on a cell only where the cell's finished AutoAttack shows Square breaking more than
+`threshold` points after the white-box parts (fbat_tf/sweeps/masking.py). The older form,
 {"pgd_steps", "pgd_restarts", "pgd_examples", "autoattack_examples", "batch_size"}, means PGD
 at the grid's budgets and AutoAttack at the cell's own.
 
@@ -47,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fbat_tf import attacks, run
+from fbat_tf.sweeps import masking
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluations
 
@@ -72,6 +78,7 @@ _KEYS = (
     "comparisons",
     "margin",
     "tuning",
+    "masking_check",
 )
 
 
@@ -141,6 +148,8 @@ class Definition:
     # tuning.refresh.
     tuning: Any = None
     picks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # The conditional stronger black-box check of AutoAttack (sweeps/masking.py), or None.
+    masking_check: masking.MaskingCheck | None = None
 
     def eps_values(self) -> list[float]:
         """Every ε of the grid (1/255 units), ascending."""
@@ -200,6 +209,7 @@ def load_definition(path: str) -> Definition:
         paper=raw.get("paper"),
         estimate=_estimate_anchors(path, raw.get("estimate")),
         cost=raw.get("cost"),
+        masking_check=masking.parse(path, raw.get("masking_check"), evaluations),
     )
     margin = raw.get("margin", 1.0)
     if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not margin > 0:
@@ -336,7 +346,9 @@ def commands(
 ) -> dict[str, list[str]]:
     """The programs a cell runs, as argument lists after `python`: "train", then one evaluate.py
     command per evaluation, by its name. `missing`: evaluations to run at these budgets only,
-    into a file of their own (budgets added to the grid after the cell was evaluated)."""
+    into a file of their own (budgets added to the grid after the cell was evaluated); and the
+    masking check's budgets under its name where it is due (results.missing_budgets), then
+    its command too."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     data = {name: cell.flags[name] for name in _DATA_FLAGS if name in cell.flags}
     evaluate = [
@@ -356,22 +368,33 @@ def commands(
     }
     if cell.stage == "tuning":  # trained and validated only: never evaluated
         return argv
-    for evaluation in definition.evaluations:
+
+    def evaluate_argv(evaluation, budgets, file):
         entry = attacks.entry(evaluation.attack)
-        budgets = (missing or {}).get(evaluation.name)
         options = {
             entry.flag_name(option): evaluation.options.get(option.name, option.default)
             for option in entry.options
         }
-        budgets_words = ",".join(
-            f"{eps:g}" for eps in budgets or evaluation.budgets(definition, cell)
-        )
-        argv[evaluation.name] = [
+        return [
             *evaluate,
             f"--attacks={evaluation.attack}",
-            f"--eps={budgets_words}",
+            f"--eps={','.join(f'{eps:g}' for eps in budgets)}",
             *flag_words(options),
             f"--n_examples={evaluation.examples}",
-            f"--results={os.path.join(cell_dir, evaluation.file(budgets))}",
+            f"--results={os.path.join(cell_dir, file)}",
         ]
+
+    for evaluation in definition.evaluations:
+        budgets = (missing or {}).get(evaluation.name)
+        argv[evaluation.name] = evaluate_argv(
+            evaluation, budgets or evaluation.budgets(definition, cell), evaluation.file(budgets)
+        )
+    check = definition.masking_check
+    if check is not None and (missing or {}).get(check.name):
+        # Due where the cell's AutoAttack triggered it: into eval-<name>.json the first time.
+        budgets = missing[check.name]
+        first = not check.evaluation.files(cell_dir)
+        argv[check.name] = evaluate_argv(
+            check.evaluation, budgets, check.evaluation.file(None if first else budgets)
+        )
     return argv

@@ -17,7 +17,9 @@ Every part of a cell is a term of its own:
   PGD's steps × restarts, AutoAttack's passes where it runs) × the seconds of a pass;
 - each evaluation of the definition: its examples × budgets × the attack's forward-backward
   passes per example at most (the registry's `passes`, with `robust_fraction` of the examples
-  still robust when an ensemble's later parts run) × the seconds of a pass.
+  still robust when an ensemble's later parts run) × the seconds of a pass;
+- the masking check, apart and out of the total: the same for its attack on every cell, the
+  most it costs (it runs only where a cell's AutoAttack triggers it).
 An evaluation of more examples than the test split holds counts the split's size
 ("test_examples"). Every term is an estimate, and says so.
 """
@@ -123,18 +125,15 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         final += _final_seconds(spec, cell, per_pass, robust)
     evaluation = {}
     for ev in definition.evaluations:
-        passes = attacks.passes(ev.attack, ev.options, robust)
-        if passes is None:
-            continue
-        seconds = 0.0
-        for cell in cells:
-            per_pass = _lookup(spec.get("seconds_per_pass"), cell)
-            if per_pass is None:
-                unanchored.append(f"{cell.name} ({ev.name})")
-                continue
-            examples = _examples(spec, cell, ev.examples, "test_examples")
-            seconds += examples * len(ev.budgets(definition, cell)) * passes * per_pass
-        evaluation[ev.label] = seconds / 3600
+        seconds = _evaluation_seconds(definition, ev, cells, spec, robust, unanchored)
+        if seconds is not None:
+            evaluation[ev.label] = seconds / 3600
+    # The masking check runs only where a cell's AutoAttack triggers it: at most every cell.
+    check = definition.masking_check
+    checking = None
+    if check is not None:
+        seconds = _evaluation_seconds(definition, check.evaluation, cells, spec, robust, [])
+        checking = None if seconds is None else seconds / 3600
     terms = {
         "training_hours": training / 3600,
         "validation_hours": validation / 3600,
@@ -148,7 +147,32 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
         "evaluation_hours": evaluation,
         "total_hours": sum(terms.values()) + sum(evaluation.values()),
         "not_estimated": unanchored,
+        **({} if checking is None else {"masking_check_hours_at_most": checking}),
     }
+
+
+def _evaluation_seconds(
+    definition: Definition,
+    ev: Any,
+    cells: list[Cell],
+    spec: Mapping[str, Any],
+    robust: float,
+    unanchored: list[str],
+) -> float | None:
+    """An evaluation over the cells: examples × budgets × the attack's passes × the seconds of
+    a pass; None where the registry does not say its passes."""
+    passes = attacks.passes(ev.attack, ev.options, robust)
+    if passes is None:
+        return None
+    seconds = 0.0
+    for cell in cells:
+        per_pass = _lookup(spec.get("seconds_per_pass"), cell)
+        if per_pass is None:
+            unanchored.append(f"{cell.name} ({ev.name})")
+            continue
+        examples = _examples(spec, cell, ev.examples, "test_examples")
+        seconds += examples * len(ev.budgets(definition, cell)) * passes * per_pass
+    return seconds
 
 
 def describe(found: dict[str, Any]) -> str:
@@ -169,6 +193,11 @@ def describe(found: dict[str, Any]) -> str:
         f"{found['final_evaluation_hours']:.1f} h{parts}; about {found['total_hours']:.0f} h "
         "in all."
     )
+    if found.get("masking_check_hours_at_most") is not None:
+        text += (
+            f" The masking check, where a cell's AutoAttack triggers it: up to "
+            f"{found['masking_check_hours_at_most']:.1f} h more were every cell to."
+        )
     if found["not_estimated"]:
         text += f" Without an anchor, not counted: {', '.join(found['not_estimated'][:5])}."
     return text

@@ -6,6 +6,7 @@ definition, fbat_tf/sweeps/definition.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,15 @@ class Evaluation:
         if budgets is None:
             return run.eval_file(self.name)
         return run.eval_file(f"{self.name}-eps{'_'.join(f'{eps:g}' for eps in budgets)}")
+
+    def files(self, cell_dir: str) -> list[str]:
+        """The cell's files of this evaluation: eval-<name>.json first, then the files of
+        budgets added later (eval-<name>-eps…json)."""
+        main = self.file()
+        later = run.eval_file(f"{self.name}-eps").removesuffix(".json")
+        names = os.listdir(cell_dir) if os.path.isdir(cell_dir) else []
+        extra = sorted(n for n in names if n.startswith(later) and n.endswith(".json"))
+        return ([main] if main in names else []) + extra
 
     def budgets(self, definition: Any, cell: Any) -> list[float]:
         """The budgets (1/255) this evaluation attacks the cell at (a definition.Definition and
@@ -99,47 +109,58 @@ def parse_evaluations(path: str, given: Any) -> tuple[int, list[Evaluation]]:
         raise DefinitionError(f"{path}: evaluation 'attacks' must be a non-empty list")
     found: list[Evaluation] = []
     for i, entry in enumerate(entries):
-        where = f"{path}: evaluation attack {i}"
-        if not isinstance(entry, dict) or "attack" not in entry:
-            raise DefinitionError(f"{where}: give an object with 'attack' (a registry name)")
-        unknown = sorted(set(entry) - set(_EVALUATION_KEYS))
-        if unknown:
-            raise DefinitionError(f"{where}: unknown keys {unknown}; known {_EVALUATION_KEYS}")
-        attack = entry["attack"]
-        if attack not in attacks.names():
-            raise DefinitionError(f"{where}: unknown attack {attack!r}; known {attacks.names()}")
-        if "source" in attacks.entry(attack).uses:
-            raise DefinitionError(f"{where}: {attack!r} needs a source model; a sweep has none")
-        options = entry.get("options", {})
-        if not isinstance(options, dict):
-            raise DefinitionError(f"{where}: 'options' must map option names to values")
-        try:
-            attacks.label(attack, options)  # refuses unknown options
-        except ValueError as error:
-            raise DefinitionError(f"{where}: {error}") from None
-        name = entry.get("name", attack)
-        if (
-            not isinstance(name, str)
-            or not name
-            or not all(c.isalnum() or c in "_" for c in name.replace("-", "_"))
-        ):
-            raise DefinitionError(f"{where}: 'name' must be letters, digits, '-' or '_'")
-        if any(e.name == name for e in found):
-            raise DefinitionError(f"{where}: a second evaluation named {name!r}; give 'name'")
-        eps = entry.get("eps", "grid")
-        if isinstance(eps, list):
-            if not eps or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 255
-                for v in eps
-            ):
-                raise DefinitionError(f"{where}: 'eps' budgets must be numbers in (0, 255]")
-            eps = tuple(float(v) for v in eps)
-        elif eps not in ("grid", "own"):
+        evaluation = parse_evaluation(f"{path}: evaluation attack {i}", entry)
+        if any(e.name == evaluation.name for e in found):
             raise DefinitionError(
-                f'{where}: \'eps\' is "grid", "own" or a list of budgets, got {eps!r}'
+                f"{path}: evaluation attack {i}: a second evaluation named "
+                f"{evaluation.name!r}; give 'name'"
             )
-        examples = entry.get("examples", EVALUATION_DEFAULTS["pgd_examples"])
-        if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
-            raise DefinitionError(f"{where}: 'examples' must be an integer >= 1")
-        found.append(Evaluation(name, attack, eps, examples, dict(options)))
+        found.append(evaluation)
     return batch_size, found
+
+
+def parse_evaluation(
+    where: str, entry: Any, default_name: str | None = None, keys: Sequence[str] = _EVALUATION_KEYS
+) -> Evaluation:
+    """One {"attack", "name", "eps", "examples", "options"} object (`keys` of them allowed),
+    checked; DefinitionError starting with `where`. Its name is `default_name` or the attack's
+    where it gives none."""
+    if not isinstance(entry, dict) or "attack" not in entry:
+        raise DefinitionError(f"{where}: give an object with 'attack' (a registry name)")
+    unknown = sorted(set(entry) - set(keys))
+    if unknown:
+        raise DefinitionError(f"{where}: unknown keys {unknown}; known {tuple(keys)}")
+    attack = entry["attack"]
+    if attack not in attacks.names():
+        raise DefinitionError(f"{where}: unknown attack {attack!r}; known {attacks.names()}")
+    if "source" in attacks.entry(attack).uses:
+        raise DefinitionError(f"{where}: {attack!r} needs a source model; a sweep has none")
+    options = entry.get("options", {})
+    if not isinstance(options, dict):
+        raise DefinitionError(f"{where}: 'options' must map option names to values")
+    try:
+        attacks.label(attack, options)  # refuses unknown options
+    except ValueError as error:
+        raise DefinitionError(f"{where}: {error}") from None
+    name = entry.get("name", default_name or attack)
+    if (
+        not isinstance(name, str)
+        or not name
+        or not all(c.isalnum() or c in "_" for c in name.replace("-", "_"))
+    ):
+        raise DefinitionError(f"{where}: 'name' must be letters, digits, '-' or '_'")
+    eps = entry.get("eps", "grid")
+    if isinstance(eps, list):
+        if not eps or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 255 for v in eps
+        ):
+            raise DefinitionError(f"{where}: 'eps' budgets must be numbers in (0, 255]")
+        eps = tuple(float(v) for v in eps)
+    elif eps not in ("grid", "own"):
+        raise DefinitionError(
+            f'{where}: \'eps\' is "grid", "own" or a list of budgets, got {eps!r}'
+        )
+    examples = entry.get("examples", EVALUATION_DEFAULTS["pgd_examples"])
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise DefinitionError(f"{where}: 'examples' must be an integer >= 1")
+    return Evaluation(name, attack, eps, examples, dict(options))

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fbat_tf.sweeps import readings
+from fbat_tf.sweeps import masking, readings
 
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 
@@ -115,6 +115,11 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                         if measured_metric([c], metric, report, entry.get("attacked_eps"))
                     ],
                     "setting_runs": len(cells),
+                    # Runs whose number is the masking check's (sweeps/masking.py).
+                    "checked_runs": [
+                        c["run_dir"]
+                        for c in readings.checked(cells, report, metric, entry.get("attacked_eps"))
+                    ],
                     "difference": difference,
                     "difference_in_std": _in_stds(difference, std, spread),
                     "flags": entry.get("flags", {}),
@@ -150,6 +155,8 @@ def paper_table(report: dict[str, Any]) -> list[str]:
                 f" ± {row['measured_std']:.2f}" if row["measured_std"] is not None else ""
             )
             measured += f" (n = {len(row['measured_runs'])} of {row['setting_runs']})"
+            if row.get("checked_runs"):
+                measured += f" {masking.MARK}"
             difference = f"{row['difference']:+.2f}"
             if row["difference_in_std"] is not None:
                 stds = f"{row['difference_in_std']:+.1f}"

@@ -7,6 +7,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf.sweeps import masking
+
 
 def groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
     """Cells by (variant, ε), seeds together: the variants in grid order, each one's ε rising
@@ -60,6 +62,27 @@ def attacked(cells: Sequence[dict[str, Any]], name: str, eps: float | None = Non
         if value is not None:
             values.append(value)
     return values
+
+
+def checked(
+    cells: Sequence[dict[str, Any]], report: dict[str, Any], name: str, eps: float | None = None
+) -> list[dict[str, Any]]:
+    """The cells whose robust accuracy of evaluation `name` at ε (default: each cell's own) is
+    the masking check's combined one (sweeps/masking.py)."""
+    check = report.get("masking_check")
+    if not check or check["of"] != name:
+        return []
+    return [cell for cell in cells if masking.is_checked(cell, name, eps)]
+
+
+def check_mark(
+    cells: Sequence[dict[str, Any]], report: dict[str, Any], name: str, eps: float | None = None
+) -> str:
+    """ " ‡" where a checked number enters the cells' figure, else ""."""
+    return f" {masking.MARK}" if checked(cells, report, name, eps) else ""
+
+
+CHECKED = f"masking check {masking.MARK}"
 
 
 def clean(cells: Sequence[dict[str, Any]], report: dict[str, Any]) -> list[float]:

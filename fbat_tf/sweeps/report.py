@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf import records
-from fbat_tf.sweeps import estimate, readings
+from fbat_tf.sweeps import estimate, masking, readings
 from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
 from fbat_tf.sweeps.costs import cost_rows, cost_table
 from fbat_tf.sweeps.paper import paper_rows, paper_table
@@ -50,6 +50,37 @@ def code_lines(report: dict[str, Any]) -> list[str]:
 
 def _dagger(cells: Sequence[dict[str, Any]]) -> str:
     return " †" if any(c.get("code", {}).get("dirty") for c in cells) else ""
+
+
+def masking_lines(report: dict[str, Any]) -> list[str]:
+    """Under the main table, where the definition has a masking check: its rule, then each
+    cell and ε where it ran (AutoAttack → the checked accuracy), where it is pending, or that
+    it triggered nowhere (with the largest gap seen)."""
+    check = report.get("masking_check")
+    if not check:
+        return []
+    lines = ["", masking.rule_words(check)]
+    ran, pending, gaps = [], [], []
+    for cell in report["cells"]:
+        for eps, entry in (cell.get("masking_check") or {}).items():
+            if entry["gap"] is not None:
+                gaps.append(entry["gap"])
+            if entry["state"] == "checked":
+                ran.append(f"- {masking.footnote(cell, eps, entry)}")
+            elif entry["state"] == "pending":
+                pending.append(f"{cell['name']} at ε = {eps} (gap {entry['gap']:.1f} points)")
+    if ran:
+        lines += ["", *ran]
+    if pending:
+        lines += [
+            "",
+            f"Masking check triggered and not yet run (their AutoAttack numbers stand until "
+            f"it does): {', '.join(pending)}.",
+        ]
+    if not ran and not pending:
+        largest = f"; the largest gap is {max(gaps):.1f} points" if gaps else ""
+        lines += ["", f"No cell's AutoAttack triggered the masking check{largest}."]
+    return lines
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -94,7 +125,9 @@ def markdown(report: dict[str, Any]) -> str:
         robust = " | ".join(
             readings.percent(readings.attacked(cells, e["name"])) for e in evaluations
         )
+        checked = any(readings.checked(cells, report, e["name"]) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
+        label += f" {masking.MARK}" if checked else ""
         clean = readings.percent(readings.clean(cells, report))
         seconds = readings.number(readings.values(cells, "train", "seconds_per_epoch"))
         lines.append(
@@ -104,6 +137,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "
             f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
         )
+    lines += masking_lines(report)
     eps_values = report["eps_values"]
     for evaluation in evaluations:
         if evaluation["eps"] == "own":
@@ -122,6 +156,7 @@ def markdown(report: dict[str, Any]) -> str:
         for (variant, eps), cells in readings.groups(report["cells"]).items():
             row = [
                 readings.percent(readings.attacked(cells, evaluation["name"], at))
+                + readings.check_mark(cells, report, evaluation["name"], at)
                 for at in attacked_at
             ]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")

@@ -12,7 +12,7 @@ from typing import Any
 
 from fbat_tf import methods, run
 from fbat_tf.records import AttackResult, EvaluationResult, RunRecord
-from fbat_tf.sweeps import estimate, tuning
+from fbat_tf.sweeps import estimate, masking, tuning
 from fbat_tf.sweeps.definition import (
     RESULTS,
     Cell,
@@ -25,13 +25,7 @@ from fbat_tf.sweeps.definition import (
 
 
 def _files(cell_dir: str, evaluation: Evaluation) -> list[str]:
-    """The cell's files of this evaluation: eval-<name>.json first, then the files of budgets
-    added later (eval-<name>-eps…json)."""
-    main = evaluation.file()
-    later = run.eval_file(f"{evaluation.name}-eps").removesuffix(".json")
-    names = os.listdir(cell_dir) if os.path.isdir(cell_dir) else []
-    extra = sorted(n for n in names if n.startswith(later) and n.endswith(".json"))
-    return ([main] if main in names else []) + extra
+    return evaluation.files(cell_dir)
 
 
 def _attacked(
@@ -72,7 +66,9 @@ def evaluation_outcomes(cell_dir: str, evaluation: Evaluation) -> dict[str, dict
 
 
 def missing_budgets(definition: Definition, cell: Cell, cell_dir: str) -> dict[str, list[float]]:
-    """Per evaluation already run, the budgets it lacks (added to the grid since)."""
+    """Per evaluation already run, the budgets it lacks (added to the grid since); and under
+    the masking check's name, the budgets where the cell's finished AutoAttack triggered it
+    and it has not run (masking.lacking)."""
     missing = {}
     for evaluation in definition.evaluations:
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
@@ -81,6 +77,11 @@ def missing_budgets(definition: Definition, cell: Cell, cell_dir: str) -> dict[s
         lacking = [eps for eps in evaluation.budgets(definition, cell) if f"{eps:g}" not in have]
         if lacking:
             missing[evaluation.name] = lacking
+    check = definition.masking_check
+    if check is not None:
+        lacking = masking.lacking(check, cell_dir)
+        if lacking:
+            missing[check.name] = lacking
     return missing
 
 
@@ -92,10 +93,12 @@ def _read(path: str) -> dict[str, Any] | None:
 
 
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
-    """'done' (trained and evaluated), 'trained', 'diverged', 'started' or 'new'. 'done' once
-    every evaluation of the definition holds every budget it asks for (a tuning run, under
-    `tuning/`: once trained); without the definition, the training's state alone ('trained' at
-    most). A diverged run is not trained again (train.py
+    """'done' (trained and evaluated), 'check pending', 'trained', 'diverged', 'started' or
+    'new'. 'done' once every evaluation of the definition holds every budget it asks for and,
+    where the definition has a masking check, the check has run wherever the finished
+    AutoAttack triggered it ('check pending' until then: the check is required only where it
+    triggered); a tuning run, under `tuning/`: once trained; without the definition, the
+    training's state alone ('trained' at most). A diverged run is not trained again (train.py
     refuses it) nor evaluated."""
     cell = run.Run(cell_dir)
     status = cell.status()
@@ -112,9 +115,14 @@ def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     evaluated = all(
         os.path.exists(os.path.join(cell_dir, e.file())) for e in definition.evaluations
     )
-    if evaluated and found is not None and missing_budgets(definition, found, cell_dir):
+    missing = missing_budgets(definition, found, cell_dir) if evaluated and found else {}
+    check = definition.masking_check
+    pending = check is not None and check.name in missing
+    if set(missing) - ({check.name} if pending else set()):
         evaluated = False
-    return "done" if evaluated else "trained"
+    if not evaluated:
+        return "trained"
+    return "check pending" if pending else "done"
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -153,6 +161,12 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         found = _evaluation_record(cell_dir, evaluation)
         if found is not None:
             record[evaluation.name] = found
+    check = definition.masking_check
+    if check is not None and check.of.name in record:
+        # At every ε of the AutoAttack evaluation: the gap, whether it triggered, and where it
+        # ran the stronger attack's and the combined accuracy, which the tables then read.
+        record["masking_check"] = masking.cell_checks(check, cell_dir)
+        masking.apply(record[check.of.name], record["masking_check"])
     record["code"] = cell_code(record, definition)
     return record
 
@@ -199,6 +213,7 @@ def cell_code(record: dict[str, Any], definition: Definition) -> dict[str, Any]:
     # The parts that ran: a part without a code block ran before results recorded one.
     parts = [record["train"]] if "train" in record else []
     parts += [record[e.name] for e in definition.evaluations if e.name in record]
+    parts += [c for c in record.get("masking_check", {}).values() if c.get("state") == "checked"]
     ran = [part.get("code") or {} for part in parts]
     return {
         "revisions": list(dict.fromkeys(block.get("revision") for block in ran)),
@@ -275,6 +290,8 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
     }
     if definition.tuning is not None:
         report["tuning"] = tuning.report_section(definition, sweep_dir)
+    if definition.masking_check is not None:
+        report["masking_check"] = definition.masking_check.record()
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)
         report["paper"] = load_paper(path)

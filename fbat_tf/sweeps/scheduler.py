@@ -6,6 +6,9 @@ unit's pick is written (tuning.settle, after the unit's last tuning run), with t
     outcome = run_cells(definition, to_run, sweep_dir, code, wait_seconds=60)
     outcome.failed, outcome.diverged              # cell names
 
+A cell's masking check (sweeps/masking.py) is decided from its finished AutoAttack file, so
+`run_cell` plans the cell a second time after an AutoAttack that triggered it.
+
 Several such processes may share one sweep directory: each cell is claimed (claims.py) by the
 process that runs it, and cells another live process holds are waited for, then taken over
 should it die.
@@ -32,47 +35,77 @@ def program(argv: list[str], code: revision.Pinned) -> list[str]:
     return [sys.executable, os.path.join(code.tree, argv[0]), *argv[1:]]
 
 
-def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
-    """What is left of a cell, as the commands that do it: its training unless finished, then
-    each evaluation it lacks (or the budgets added to the grid since one ran); a tuning run's
-    training alone. A final cell of a tuned unit is planned once its pick is in its flags."""
+def remaining(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, list[str]]:
+    """What is left of a cell, as `commands` gives them, by part: its training unless
+    finished, then each evaluation it lacks (or the budgets added to the grid since one ran),
+    then the masking check where the finished AutoAttack triggered it and it has not run
+    (decided from the AutoAttack files: while AutoAttack is still to run, no check); a tuning
+    run's training alone. A final cell of a tuned unit has a plan once its pick is in its
+    flags."""
     if cell.pending:
         raise ValueError(f"{cell.name} waits for its tuning pick: it cannot be planned yet")
     cell_dir = os.path.join(sweep_dir, cell.name)
     argv = commands(definition, cell, sweep_dir)
-    # Logs beside the cells: train.py wants a new run directory empty.
-    log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(os.path.dirname(os.path.join(log_dir, cell.name)), exist_ok=True)
-    steps = []
+    left = {}
     if cell_state(cell_dir) in ("new", "started"):
-        log = os.path.join(log_dir, f"{cell.name}.train.log")
-        steps.append(Step("train", program(argv["train"], code), log))
+        left["train"] = argv["train"]
     if cell.stage == "tuning":  # trained and validated only: never evaluated
-        return steps
-    weights = Run(cell_dir).best_weights
-    needs = (
-        weights,
-        f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
-        "the committed results), so it cannot be evaluated: delete "
-        f"{Run(cell_dir).results_path} to train it again",
-    )
-    log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+        return left
     # Budgets added to the grid after an evaluation ran go into a file of their own.
     missing = missing_budgets(definition, cell, cell_dir)
     later = commands(definition, cell, sweep_dir, missing)
     for evaluation in definition.evaluations:
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
-            steps.append(Step(evaluation.name, program(argv[evaluation.name], code), log, needs))
+            left[evaluation.name] = argv[evaluation.name]
         elif evaluation.name in missing:
-            steps.append(Step(evaluation.name, program(later[evaluation.name], code), log, needs))
+            left[evaluation.name] = later[evaluation.name]
+    check = definition.masking_check
+    if check is not None and check.name in missing:
+        left[check.name] = later[check.name]
+    return left
+
+
+def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
+    """What is left of a cell (`remaining`), as the steps that do it, each logged beside the
+    cells; an evaluation needs the training's weights. The masking check is in the plan made
+    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack."""
+    cell_dir = os.path.join(sweep_dir, cell.name)
+    # Logs beside the cells: train.py wants a new run directory empty.
+    log_dir = os.path.join(sweep_dir, "logs")
+    os.makedirs(os.path.dirname(os.path.join(log_dir, cell.name)), exist_ok=True)
+    needs = (
+        Run(cell_dir).best_weights,
+        f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
+        "the committed results), so it cannot be evaluated: delete "
+        f"{Run(cell_dir).results_path} to train it again",
+    )
+    steps = []
+    for part, argv in remaining(definition, cell, sweep_dir).items():
+        if part == "train":
+            log = os.path.join(log_dir, f"{cell.name}.train.log")
+            steps.append(Step("train", program(argv, code), log))
+        else:
+            log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
+            steps.append(Step(part, program(argv, code), log, needs))
     return steps
 
 
 def run_cell(
     definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned
 ) -> dict[str, float]:
-    """Train (or resume) and evaluate one cell here; seconds spent per part."""
-    return run_steps(plan(definition, cell, sweep_dir, code), os.getcwd())
+    """Train (or resume) and evaluate one cell here; seconds spent per part. Where the
+    AutoAttack evaluation just run triggers the masking check, a second plan runs it."""
+    spent = run_steps(plan(definition, cell, sweep_dir, code), os.getcwd())
+    if needs_check(definition, cell, sweep_dir):
+        more = run_steps(plan(definition, cell, sweep_dir, code), os.getcwd())
+        spent = {part: spent.get(part, 0.0) + more.get(part, 0.0) for part in {**spent, **more}}
+    return spent
+
+
+def needs_check(definition: Definition, cell: Cell, sweep_dir: str) -> bool:
+    """Whether the cell's evaluations are done and its masking check is due: the state after
+    which a launcher runs the cell once more, for the check alone."""
+    return cell_state(os.path.join(sweep_dir, cell.name), definition) == "check pending"
 
 
 def duration(seconds: float) -> str:
