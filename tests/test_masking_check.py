@@ -191,18 +191,23 @@ def write_evaluation(cell: str, file: str, attack: str, eps: float, robust: floa
     """An evaluation's result of 20 test points as evaluate.py saves it; `parts` for an
     ensemble, `outcomes` ({"clean": ..., attack: ...}) where the file holds them."""
     outcomes = more.get("outcomes")
-    extra = {}
-    if outcomes is not None:
-        extra["outcomes"] = {
-            "clean": outcomes["clean"],
-            f"{attack}@{eps:g}": outcomes[attack],
-        }
+    kept = {}
+    if outcomes is not None:  # a whole record of them, as evaluate.py keeps: each part's too
+        key = f"{attack}@{eps:g}"
+        kept = {"clean": outcomes["clean"], key: outcomes[attack]}
+        for part, accuracy in more.get("parts", {}).items():
+            if part != "clean":
+                right = round(accuracy * 20)
+                same = right == outcomes[attack].count("1")
+                kept[f"{key}/{part}"] = (
+                    outcomes[attack] if same else "1" * right + "0" * (20 - right)
+                )
     EvaluationResult(
         20,
         0.8,
         robust=[AttackResult(attack, eps, robust, 10.0, more.get("parts", {}))],
         code=CODE,
-        extra=extra,
+        outcomes=kept,
     ).save(os.path.join(cell, file))
 
 
@@ -468,10 +473,11 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     # Paired comparisons: the checked number enters fastbat − fastat, marked; pgd − fastat not.
     listed = {(p["a"], p["b"]): p for p in json.load(open(paths["json"]))["paired_comparisons"]}
     assert listed["fastbat", "fastat"]["differences"] == pytest.approx([5.0, 20.0])
-    assert listed["fastbat", "fastat"]["marks"] == ["masking check ‡"]
-    assert listed["pgd", "fastat"]["marks"] == []
+    # Only one cell kept per-point outcomes: the comparisons are over the seeds alone, said so.
+    assert listed["fastbat", "fastat"]["marks"] == ["masking check ‡", "seeds only"]
+    assert listed["pgd", "fastat"]["marks"] == ["seeds only"]
     compared = [line for line in table.splitlines() if line.startswith("| 16 | fastbat | fastat")]
-    assert len(compared) == 1 and compared[0].endswith("| masking check ‡ |")
+    assert len(compared) == 1 and compared[0].endswith("| masking check ‡, seeds only |")
     assert [line for line in table.splitlines() if line.startswith("| 16 | pgd | fastat")][
         0
     ].endswith("| – |")
