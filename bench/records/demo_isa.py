@@ -1,0 +1,83 @@
+"""Which settings make README's demo give the same digits: the demo's Fast-BAT run under each
+oneDNN instruction-set cap on this machine, beside the recorded run (results/demo/).
+
+    python bench/records/demo_isa.py                  # trains 3 runs (about 15 minutes here)
+    python bench/records/demo_isa.py --runs=DIR       # keeps them in DIR (reused where there)
+
+oneDNN picks its CPU kernels by the instruction sets it finds (AVX2, AVX-512, VNNI, ...) unless
+ONEDNN_MAX_CPU_ISA caps them, and kernels of other sets round differently. Each run is README's
+first command with --noexport, under the environment of its setting; the table gives each
+epoch's training loss and the final test numbers. Writes bench/results/demo_isa.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLAGFILE = "configs/fashion_mnist_demo.flags"
+RECORDED = os.path.join(ROOT, "results", "demo", "fmnist-fastbat", "results.json")
+# Each setting: the variables it sets (none: oneDNN's own choice).
+SETTINGS = {"default": {}, "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}}
+SETTINGS["AVX2"] = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def run(setting: str, directory: str) -> dict:
+    workdir = os.path.join(directory, setting)
+    if not os.path.exists(os.path.join(workdir, "results.json")):
+        env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA",)}
+        env.update(SETTINGS[setting])
+        command = [sys.executable, "train.py", f"--flagfile={FLAGFILE}", "--noexport"]
+        subprocess.run([*command, f"--workdir={workdir}"], cwd=ROOT, env=env, check=True)
+    with open(os.path.join(workdir, "results.json")) as f:
+        return json.load(f)
+
+
+def numbers(results: dict) -> dict:
+    final = results["final"]
+    robust = final.get("robust_accuracy")
+    pgd = next(iter(robust.values())) if isinstance(robust, dict) else None
+    return {
+        "loss": [e["loss"] for e in results["history"]],
+        "test_clean": final.get("clean_accuracy", final.get("test_clean_accuracy")),
+        "test_pgd": pgd if pgd is not None else final.get("test_pgd_robust_accuracy"),
+        "machine": results.get("machine"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", help="train into (or reuse) this directory")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fbat_isa_") as scratch:
+        directory = args.runs or scratch
+        found = {name: numbers(run(name, directory)) for name in SETTINGS}
+    with open(RECORDED) as f:
+        found["recorded"] = numbers(json.load(f))
+    out = os.path.join(ROOT, "bench", "results", "demo_isa")
+    with open(f"{out}.json", "w") as f:
+        json.dump({"command": f"python train.py --flagfile={FLAGFILE}", "runs": found}, f, indent=2)
+    lines = [
+        "| run | CPU | ISA cap | epoch losses | test clean | test PGD-20 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, got in found.items():
+        machine = got["machine"] or {}
+        cap = (machine.get("kernel_settings") or {}).get("ONEDNN_MAX_CPU_ISA", "–")
+        losses = ", ".join(f"{v:.7f}" for v in got["loss"])
+        lines.append(
+            f"| {name} | {machine.get('cpu', '?')} | {cap} | {losses} | "
+            f"{got['test_clean']:.4f} | {got['test_pgd']:.4f} |"
+        )
+    with open(f"{out}.md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
