@@ -52,7 +52,11 @@ BATCH_SIZE = flags.DEFINE_integer(
     "batch_size", RUN["batch_size"], "Global batch size.", lower_bound=1
 )
 SEED = flags.DEFINE_integer(
-    "seed", RUN["seed"], "Seed of weights, data order and every random draw."
+    "seed",
+    RUN["seed"],
+    "Seed of weights, data order and every random draw.",
+    lower_bound=0,
+    upper_bound=2**31 - 1,  # what TensorFlow's and NumPy's seeds take
 )
 PRECISION = flags.DEFINE_enum(
     "precision",

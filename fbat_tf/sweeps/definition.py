@@ -47,11 +47,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fbat_tf import attacks, run
+from fbat_tf import attacks, methods, run
 from fbat_tf.sweeps import masking
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluations
@@ -182,6 +184,8 @@ def load_definition(path: str) -> Definition:
     shared = raw.get("flags", {})
     if not isinstance(shared, dict):
         raise DefinitionError(f"{path}: 'flags' must map flag names to values")
+    for key in shared:
+        _check_flag_name(path, "flags", key)
     grid = raw.get("grid")
     if isinstance(grid, dict):
         grid = [grid]
@@ -191,12 +195,25 @@ def load_definition(path: str) -> Definition:
         if not isinstance(part, dict) or not part:
             raise DefinitionError(f"{path}: grid part {i} must be a non-empty {{flag: [values]}}")
         for key, values in part.items():
+            _check_flag_name(path, f"grid part {i}", key)
             if not isinstance(values, list) or not values:
                 raise DefinitionError(
                     f"{path}: grid part {i}: {key!r} must be a non-empty list, got {values!r}"
                 )
         if "method" not in part and "method" not in shared:
             raise DefinitionError(f"{path}: grid part {i} names no method")
+        for method in part.get("method", [shared.get("method")]):
+            if method not in methods.names():
+                raise DefinitionError(
+                    f"{path}: grid part {i}: 'method' {method!r} is not a method; known: "
+                    f"{', '.join(methods.names())}"
+                )
+        for seed in part.get("seed", []):
+            if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31:
+                raise DefinitionError(
+                    f"{path}: grid part {i}: 'seed' {seed!r} must be a whole number from 0 to "
+                    f"{2**31 - 1}"
+                )
     batch_size, evaluations = parse_evaluations(path, raw.get("evaluation", {}))
     definition = Definition(
         name=name,
@@ -212,8 +229,12 @@ def load_definition(path: str) -> Definition:
         masking_check=masking.parse(path, raw.get("masking_check"), evaluations),
     )
     margin = raw.get("margin", 1.0)
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not margin > 0:
-        raise DefinitionError(f"{path}: 'margin' must be a positive number of points")
+    if (
+        not isinstance(margin, (int, float))
+        or isinstance(margin, bool)
+        or not 0 < margin < math.inf
+    ):
+        raise DefinitionError(f"{path}: 'margin' must be a positive, finite number of points")
     definition.margin = float(margin)
     variants = {cell.variant() for cell in expand(definition)}
     for pair in raw.get("comparisons", []):
@@ -234,6 +255,21 @@ def load_definition(path: str) -> Definition:
 
     definition.tuning = tuning.parse(path, raw.get("tuning"), expand(definition))
     return definition
+
+
+# A flag's name as train.py spells it: lower-case letters, digits and '_'.
+_FLAG_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# absl's own flags, which read files or change how the rest is parsed: never a cell's.
+_ABSL_FLAGS = ("flagfile", "undefok", "helpfull", "helpshort", "helpxml", "help", "only_check_args")
+
+
+def _check_flag_name(path: str, where: str, key: Any) -> None:
+    """A flag key of `flags` or a grid part: train.py's spelling of one of its flags' names."""
+    if not isinstance(key, str) or not _FLAG_NAME.fullmatch(key) or key in _ABSL_FLAGS:
+        raise DefinitionError(
+            f"{path}: {where}: {key!r} is not a train.py flag name (lower-case letters, digits "
+            "and '_'; absl's own flags, such as flagfile, are not a cell's)"
+        )
 
 
 _ESTIMATE_KEYS = (

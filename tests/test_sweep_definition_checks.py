@@ -1,0 +1,58 @@
+"""A sweep definition is checked whole before any cell runs, each error naming its key: an
+infinite margin, a flag key that smuggles an absl flag, seeds train.py cannot take and an
+unknown method are refused at load, not in every cell once TensorFlow has loaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fbat_tf import sweeps
+
+GRID = [{"method": ["fastat"], "eps": [8], "seed": [0]}]
+
+
+def load(tmp_path, **raw):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"grid": GRID, **raw}))
+    return sweeps.load_definition(str(path))
+
+
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        ({"margin": float("inf")}, "'margin' must be a positive, finite number"),
+        ({"margin": float("nan")}, "'margin' must be a positive, finite number"),
+        ({"flags": {"flagfile=/etc/flags": True}}, "flags: 'flagfile=/etc/flags' is not a"),
+        ({"flags": {"flagfile": "x.flags"}}, "flags: 'flagfile' is not a train.py flag name"),
+        ({"grid": [{"method": ["fastat"], "undefok": ["x"]}]}, "grid part 0: 'undefok' is not"),
+        ({"grid": [{"method": ["fastat"], "Eps": [8]}]}, "grid part 0: 'Eps' is not"),
+        ({"grid": [{"method": ["fastat"], "seed": [-1]}]}, "'seed' -1 must be a whole number"),
+        ({"grid": [{"method": ["fastat"], "seed": [2**40]}]}, "'seed' 1099511627776 must be"),
+        ({"grid": [{"method": ["fastat"], "seed": [1.5]}]}, "'seed' 1.5 must be a whole number"),
+        (
+            {"grid": [{"method": ["fastta"], "eps": [8]}], "comparisons": [["fastta", "x"]]},
+            "grid part 0: 'method' 'fastta' is not a method; known: standard, fastat",
+        ),
+    ],
+)
+def test_a_bad_definition_is_refused_at_load_naming_the_key(tmp_path, raw, says):
+    with pytest.raises(sweeps.DefinitionError) as raised:
+        load(tmp_path, **raw)
+    message = str(raised.value)
+    assert says in message and "\n" not in message
+
+
+def test_json_s_infinity_is_read_as_json_allows_and_still_refused(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text('{"grid": [{"method": ["fastat"], "eps": [8]}], "margin": Infinity}')
+    with pytest.raises(sweeps.DefinitionError, match="'margin' must be a positive, finite"):
+        sweeps.load_definition(str(path))
+
+
+def test_a_good_definition_loads(tmp_path):
+    definition = load(tmp_path, margin=0.5)
+    assert definition.margin == 0.5 and [c.name for c in sweeps.expand(definition)] == [
+        "fastat-eps8-seed0"
+    ]
