@@ -1004,3 +1004,39 @@ def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(
     )
     record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
     assert record["code"] == {"revisions": ["a" * 40], "dirty": False}
+
+
+def test_a_number_that_is_no_accuracy_is_left_out_with_its_seed_naming_the_file(tmp_path):
+    """A NaN robust accuracy (a hand edit, a bug) stopped the report with an AttributeError
+    naming nothing. It is left out, marked, its file named, and the comparisons count the seeds
+    that remain."""
+    from fbat_tf.sweeps import comparisons
+
+    out = str(tmp_path / "out")
+    for method, aa in (("fastat", 0.4), ("fastbat", 0.45)):
+        for seed in (0, 1, 2):
+            _fake_cell(
+                out, f"{method}-eps8-seed{seed}", clean=0.8, pgd={8: 0.5}, aa=aa, val_robust=[0.4]
+            )
+    broken = os.path.join(out, "fastat-eps8-seed1", sweeps.EVAL_AUTOATTACK)
+    with open(broken) as f:
+        payload = json.load(f)
+    payload["robust_accuracy"] = {"autoattack@8": float("nan")}
+    with open(broken, "w") as f:
+        json.dump(payload, f)
+    path = write_definition(
+        tmp_path,
+        [{"method": ["fastat", "fastbat"], "eps": [8], "seed": [0, 1, 2]}],
+        comparisons=[["fastbat", "fastat"]],
+    )
+    report = sweeps.collect(sweeps.load_definition(path), out)
+    paths = sweeps.write_report(report, out)
+    text = open(paths["markdown"]).read()
+    assert "| fastat | 8 | 3/3 | 80.0 ± 0.0 | 50.0 ± 0.0 | 40.0 ± 0.0 (2 of 3 seeds §) |" in text
+    assert (
+        f"- § fastat-eps8-seed1: {broken}: robust accuracy nan is not a number from 0 to 1, "
+        "left out"
+    ) in text
+    (pair,) = comparisons.listed_comparisons(report)
+    assert pair["seeds"] == [0, 2]
+    assert "| 8 | fastbat | fastat | 2 |" in text

@@ -52,6 +52,39 @@ def _dagger(cells: Sequence[dict[str, Any]]) -> str:
     return " †" if any(c.get("code", {}).get("dirty") for c in cells) else ""
 
 
+UNUSABLE = "§"
+
+
+def _robust_text(cells: list[dict], done: list[dict], name: str) -> str:
+    """A group's robust accuracy; where a done cell's value was unusable (its file holds no
+    accuracy), on how many seeds, marked."""
+    values = readings.attacked(cells, name)
+    text = readings.percent(values)
+    if len(values) < len(done):
+        text += f" ({len(values)} of {len(done)} seeds {UNUSABLE})"
+    return text
+
+
+def unusable_lines(report: dict[str, Any]) -> list[str]:
+    """Under the main table: each evaluation file whose number is no accuracy, left out of every
+    table and comparison (its seed with it)."""
+    found = [
+        f"- {UNUSABLE} {cell['name']}: {message}"
+        for cell in report["cells"]
+        for evaluation in readings.evaluations(report)
+        for message in cell.get(evaluation["name"], {}).get("unusable", {}).values()
+    ]
+    if not found:
+        return []
+    return [
+        "",
+        f"{UNUSABLE} Numbers that are no accuracy, left out with their seed (the seeds columns "
+        "count what remains):",
+        "",
+        *found,
+    ]
+
+
 def masking_lines(report: dict[str, Any]) -> list[str]:
     """Under the main table, where the definition has a masking check: its rule, then each
     cell and ε where it ran (AutoAttack → the checked accuracy), where it is pending, or that
@@ -122,9 +155,7 @@ def markdown(report: dict[str, Any]) -> str:
         )
         ratio = readings.values(cells, "train", "ig_norm_ratio")
         inactive = readings.values(cells, "train", "inactive_fraction")
-        robust = " | ".join(
-            readings.percent(readings.attacked(cells, e["name"])) for e in evaluations
-        )
+        robust = " | ".join(_robust_text(cells, done, e["name"]) for e in evaluations)
         checked = any(readings.checked(cells, report, e["name"]) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
@@ -137,7 +168,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "
             f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
         )
-    lines += masking_lines(report)
+    lines += masking_lines(report) + unusable_lines(report)
     eps_values = report["eps_values"]
     for evaluation in evaluations:
         if evaluation["eps"] == "own":

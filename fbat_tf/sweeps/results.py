@@ -244,12 +244,21 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] 
         return None
     merged = evaluation_results(cell_dir, evaluation)
     outcomes = evaluation_outcomes(cell_dir, evaluation)
+    # A value that is no accuracy (NaN, a hand edit, a bug) is left out, said so, never used.
+    unusable = {
+        eps: f"{path}: robust accuracy {value!r} is not a number from 0 to 1, left out"
+        for eps, (value, path) in merged.items()
+        if not (isinstance(value, (int, float)) and 0 <= value <= 1)
+    }
     return {
         "source": source,
         "label": evaluation.label,
         "examples": main.examples,
         "clean_accuracy": main.clean_accuracy,
-        "robust_accuracy": {eps: value for eps, (value, _) in merged.items()},
+        "robust_accuracy": {
+            eps: value for eps, (value, _) in merged.items() if eps not in unusable
+        },
+        **({"unusable": unusable} if unusable else {}),
         "sources": {eps: path for eps, (_, path) in merged.items()},
         "time_s": {f"{r.eps:g}": r.seconds for r in main.robust},
         "per_part": {f"{r.eps:g}": r.parts for r in main.robust if r.parts},
