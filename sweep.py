@@ -469,6 +469,7 @@ def main(argv: list[str]) -> None:
     if sweep_flags.LAUNCHER.value == "ray":
         try:
             cluster.check_ray()  # before anything is written
+            cluster.check_reachable(absl_flags.FLAGS["ray_address"].value)
         except cluster.LauncherError as error:
             sys.exit(f"error: {error}")
     try:

@@ -151,3 +151,61 @@ def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_starte
     assert trained == {"standard-eps8": 2, "fastat-eps8": 1}
     assert "Resuming" in (out / "logs" / "standard-eps8.train.log").read_text()
     assert not list((out / "claims").glob("*.json"))  # every claim released
+
+
+def test_a_claim_is_never_half_written_and_an_unreadable_one_goes_stale(tmp_path, monkeypatch):
+    """A full disk while claiming left an empty claims/<cell>.json, for which the local
+    launcher then waited forever and the Ray launcher left the cell undone: a claim appears
+    whole or not at all, and an unreadable one left by something else is stale within a
+    minute."""
+    sweep_dir = str(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", full)
+    try:
+        claims.take(sweep_dir, "cell")
+    except OSError as error:
+        assert error.errno == 28
+    monkeypatch.undo()
+    assert os.listdir(os.path.join(sweep_dir, claims.DIRECTORY)) == []
+    # An empty claim, as an older writer left it: live while fresh, then stale and taken over.
+    path = os.path.join(sweep_dir, claims.DIRECTORY, "other.json")
+    open(path, "w").close()
+    assert claims.owner(sweep_dir, "other") is not None
+    assert claims.take(sweep_dir, "other") is None
+    old = time.time() - claims.LOCK_SECONDS - 1
+    os.utime(path, (old, old))
+    assert claims.owner(sweep_dir, "other") is None
+    taken = claims.take(sweep_dir, "other")
+    assert taken is not None and json.load(open(path))["pid"] == os.getpid()
+    taken.release()
+
+
+def test_an_unreachable_ray_address_fails_at_once_in_one_line(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    definition = write_definition(tmp_path, [{"method": ["standard"], "eps": [8]}], TINY_FLAGS)
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "sweep.py",
+            f"--sweep={definition}",
+            f"--sweep_dir={tmp_path / 'out'}",
+            "--launcher=ray",
+            f"--ray_address=127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and time.monotonic() - started < 60
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: --ray_address=127.0.0.1:{port}: no Ray cluster answers there"
+    ), done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

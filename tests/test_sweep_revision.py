@@ -318,3 +318,39 @@ def test_sweep_py_names_a_malformed_revision_json_in_one_line(tmp_path):
         assert done.returncode != 0 and len(lines) == 1, done.stderr
         assert str(out / revision.FILE) in lines[0] and "40 hexadecimal digits" in lines[0]
     assert sorted(os.listdir(out)) == [revision.FILE]
+
+
+def test_processes_pinning_together_make_one_checkout(repo):
+    """Six sweep.py processes starting together each made a checkout and all but one were
+    moved inside the first (git worktree move onto an existing directory nests), leaving five
+    extra worktrees registered with git."""
+    sweep_dir = repo / "results" / "s"
+    revision.pin(str(sweep_dir), str(repo))  # revision.json first, as the first start writes it
+    tree = os.path.join(str(sweep_dir), revision.DIRECTORY, git(repo, "rev-parse", "HEAD")[:12])
+    subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=repo, check=True)
+    probe = (
+        "import sys; from fbat_tf.sweeps import revision; "
+        "print(revision.pin(sys.argv[1], sys.argv[2]).tree)"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", probe, str(sweep_dir), str(repo)],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    trees = set()
+    for process in started:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-2000:]
+        trees.add(stdout.strip())
+    assert trees == {tree}
+    listed = git(repo, "worktree", "list", "--porcelain").splitlines()
+    assert sorted(line for line in listed if line.startswith("worktree ")) == sorted(
+        [f"worktree {repo}", f"worktree {tree}"]
+    )
+    assert sorted(os.listdir(tree)) == [".git", "code.py", "results"]

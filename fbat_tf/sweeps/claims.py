@@ -11,8 +11,10 @@ A sweep's tuning runs (tuning.py) are claimed as its cells are, under `claims/tu
 process whose final cells wait for a tuning pick waits for the tuning runs other processes hold,
 and takes over those whose owner died.
 
-A claim is the file `<sweep_dir>/claims/<cell>.json`, created atomically (O_CREAT | O_EXCL)
-with the owner's host, process id and start time; while the owner runs the cell it touches the
+A claim is the file `<sweep_dir>/claims/<cell>.json`, written aside and linked into place
+(atomic, and refused where one exists) with the owner's host, process id and start time, so
+that no claim is ever half-written (an unreadable one, left by something else, is stale once a
+minute old); while the owner runs the cell it touches the
 file every HEARTBEAT_SECONDS. A claim is stale, and taken over, when its owner is a process of
 this host that no longer exists, or when the file has not been touched for STALE_SECONDS (an
 owner on another host that died): ten heartbeats, so that a live owner's late heartbeats (a
@@ -57,9 +59,17 @@ def owner(sweep_dir: str, cell: str) -> dict[str, Any] | None:
         with open(path) as f:
             found = json.load(f)
         touched = os.path.getmtime(path)
-    except (FileNotFoundError, json.JSONDecodeError):
-        # A claim being written is a few bytes away from readable: treat it as live.
-        return {"host": "?", "pid": -1} if os.path.exists(path) else None
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        # Claims appear whole (`_create` links a written file into place), so an unreadable one
+        # was left by something else (a disk that filled while an older version wrote it):
+        # live while fresh, stale once it has not been touched for a takeover's time.
+        try:
+            fresh = time.time() - os.path.getmtime(path) < LOCK_SECONDS
+        except FileNotFoundError:
+            return None
+        return {"host": "?", "pid": -1} if fresh else None
     if found.get("host") == socket.gethostname():
         return found if _alive(int(found.get("pid", -1))) else None
     return found if time.time() - touched < STALE_SECONDS else None
@@ -90,12 +100,24 @@ class Claim:
 
 
 def _create(path: str) -> Claim | None:
+    """The claim at `path`, written aside and linked into place (atomic, and refused where a
+    claim exists): never a half-written claim, even on a full disk (OSError then, and no
+    claim)."""
+    written = f"{path}.{socket.gethostname()}.{os.getpid()}.new"
     try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return None
-    with os.fdopen(descriptor, "w") as f:
-        json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
+        with open(written, "w") as f:
+            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(written, path)
+        except FileExistsError:
+            return None
+    finally:
+        try:
+            os.remove(written)
+        except FileNotFoundError:
+            pass
     return Claim(path)
 
 

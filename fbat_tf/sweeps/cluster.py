@@ -62,9 +62,36 @@ class Resources:
     num_cpus: int | None = None  # CPUs of a local instance (None: all of this machine's)
 
 
+# How long a cluster's head may take to answer before the sweep gives up on it: Ray itself
+# retries an unreachable address for many minutes.
+CONNECT_SECONDS = 20.0
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_SECONDS) -> None:
+    """LauncherError (one line) where `address` names a HOST:PORT (or ray://HOST:PORT) that
+    does not accept a connection within `timeout`; "auto", "local" and None are Ray's to find."""
+    if address in (None, "auto", "local"):
+        return
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise LauncherError(f"--ray_address={address}: give HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise LauncherError(
+            f"--ray_address={address}: no Ray cluster answers there within {timeout:g} s "
+            f"({error}); start one (ray start --head) or check the address"
+        ) from None
+
+
 def connect(resources: Resources) -> dict[str, Any]:
     """Ray started on this machine (all its GPUs), or joined at `address`: the cluster's
     resources and its dashboard's address."""
+    check_reachable(resources.address)
     import ray
 
     try:

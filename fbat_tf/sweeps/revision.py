@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -189,21 +190,23 @@ def checkout(root: str, sweep_dir: str, revision: str) -> str:
     # Checkouts are code, not results: nothing under code/ is ever committed.
     with open(os.path.join(parent, ".gitignore"), "w") as f:
         f.write("*\n")
-    if os.path.lexists(tree):  # a checkout copied from elsewhere, or one that was edited
-        _remove_checkout(sweep_dir, tree)
-    _git(root, "worktree", "prune")
-    # Made aside and moved into place, so that a second process never sees half a checkout.
-    staging = f"{tree}.{os.getpid()}"
-    if os.path.lexists(staging):
-        _remove_checkout(sweep_dir, staging)
+    # One process at a time makes it: the others, started together, wait and then find it made
+    # (git worktree move onto an existing checkout would nest theirs inside it).
+    with open(os.path.join(parent, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_checkout_of(tree, revision):
+            return tree
+        if os.path.lexists(tree):  # a checkout copied from elsewhere, or one that was edited
+            _remove_checkout(sweep_dir, tree)
         _git(root, "worktree", "prune")
-    _git(root, "worktree", "add", "--detach", "--quiet", staging, revision)
-    try:
+        # Made aside and moved into place, so that a process killed midway leaves no half a
+        # checkout where a later one would take it for whole.
+        staging = f"{tree}.{os.getpid()}"
+        if os.path.lexists(staging):
+            _remove_checkout(sweep_dir, staging)
+            _git(root, "worktree", "prune")
+        _git(root, "worktree", "add", "--detach", "--quiet", staging, revision)
         _git(root, "worktree", "move", staging, tree)
-    except RevisionError:
-        _git(root, "worktree", "remove", "--force", staging)
-        if not _is_checkout_of(tree, revision):
-            raise
     return tree
 
 
