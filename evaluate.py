@@ -309,7 +309,7 @@ def table(result) -> str:
         for part, value in r.parts.items():
             if part != "clean":
                 spent = r.part_seconds.get(part, 0.0)
-                lines.append(f"| &nbsp;&nbsp;after {part} | {eps} | {value:.4f} | {spent:.1f} |")
+                lines.append(f"| ↳ after {part} | {eps} | {value:.4f} | {spent:.1f} |")
     return "\n".join(lines)
 
 

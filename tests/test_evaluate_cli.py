@@ -169,6 +169,9 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     assert header in result.stdout
     assert f"apgd-ce on the {clean} examples still robust" in result.stdout
     assert f"after apgd-ce: {100 * after['apgd-ce']:.2f}% robust" in result.stdout
+    # The table reads on a terminal as in Markdown: no HTML entities.
+    assert f"| ↳ after apgd-ce | 8 | {after['apgd-ce']:.4f} |" in result.stdout
+    assert "&nbsp;" not in result.stdout
     # Its output is a pipe, as a log file is: one line a bar, no carriage-return redraws.
     assert "\r" not in result.stdout and "\x1b[" not in result.stdout
     assert "cuInit" not in result.stderr and "InitializeLog" not in result.stderr
