@@ -222,6 +222,18 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     model_path = eval_flags.MODEL_PATH.value.rstrip("/")
+    is_model = (
+        Run(model_path).is_run()
+        or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
+        or (model_path.endswith(".keras") and os.path.isfile(model_path))
+    )
+    if not is_model:  # before TensorFlow loads, with the path that would work where there is one
+        hint = run_files.model_path_suggestion(model_path)
+        sys.exit(
+            f"error: --model_path={model_path} is neither a training run directory (results.json), "
+            "a SavedModel directory (saved_model.pb) nor a .keras file"
+            + (f"; did you mean {hint}?" if hint else "")
+        )
     results_path = checked_results_path(model_path)
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
     run = Run(model_path)

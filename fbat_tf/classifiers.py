@@ -139,9 +139,10 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         return SavedModelClassifier(path), known
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
+    hint = run.model_path_suggestion(path)
     raise FileNotFoundError(
         f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
-        "(saved_model.pb) nor a .keras file"
+        "(saved_model.pb) nor a .keras file" + (f"; did you mean {hint}?" if hint else "")
     )
 
 

@@ -296,3 +296,38 @@ def build_architecture(model: str, dataset: str, activation: str, width: int | N
         activation=activation,
         width=width,
     )
+
+
+def model_path_suggestion(path: str) -> str | None:
+    """For a --model_path that is no model (a folder of runs, a run's weights file, an export
+    folder without its version), the path that would be one, said as a hint; else None."""
+    path = os.path.normpath(path)
+    if path.endswith(".weights.h5") and os.path.isfile(path):
+        run_dir = os.path.dirname(os.path.dirname(path))
+        if Run(run_dir).is_run():
+            return f"--model_path={run_dir} (the run it belongs to)"
+    if not os.path.isdir(path):
+        return None
+    versions = _saved_model_versions(path)
+    if not versions and os.path.isdir(os.path.join(path, EXPORT)):
+        path = os.path.join(path, EXPORT)
+    for name in [None, *sorted(os.listdir(path))]:
+        folder = path if name is None else os.path.join(path, name)
+        found = _saved_model_versions(folder) if os.path.isdir(folder) else []
+        if found:
+            latest = os.path.join(folder, str(max(found)))
+            return f"--model_path={latest} (the SavedModel's latest version)"
+    runs = sorted(n for n in os.listdir(path) if Run(os.path.join(path, n)).is_run())
+    if runs:
+        others = f", one of {len(runs)} training runs in it" if len(runs) > 1 else ""
+        return f"--model_path={os.path.join(path, runs[0])} (a training run in it{others})"
+    return None
+
+
+def _saved_model_versions(folder: str) -> list[int]:
+    """The integer-named subfolders of `folder` that hold a SavedModel (TF-Serving's versions)."""
+    return [
+        int(n)
+        for n in os.listdir(folder)
+        if n.isdigit() and os.path.isfile(os.path.join(folder, n, "saved_model.pb"))
+    ]

@@ -323,3 +323,27 @@ def test_long_work_is_announced_with_an_estimate_before_it_starts(tmp_path):
     said = lines[-1]
     assert said.startswith("estimate: up to ") and "for 1000 examples at 1 ε" in said
     assert "AutoAttack (standard) 3880" in said and "measured here" in said
+
+
+def test_a_model_path_that_is_no_model_suggests_the_one_that_would_work(tmp_path):
+    """A folder of runs, a run's weights file and an export folder without its version got a
+    generic message: each now names the path that would work, before TensorFlow loads."""
+    run_dir = tmp_path / "runs" / "fmnist"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "results.json").write_text("{}")
+    (run_dir / "checkpoints" / "best.weights.h5").write_bytes(b"")
+    for version in ("1", "2"):
+        (run_dir / "export" / "m" / version).mkdir(parents=True)
+        (run_dir / "export" / "m" / version / "saved_model.pb").write_bytes(b"")
+    cases = {
+        str(tmp_path / "runs"): f"--model_path={run_dir} (a training run in it)",
+        str(run_dir / "checkpoints" / "best.weights.h5"): f"--model_path={run_dir}",
+        str(run_dir / "export"): f"--model_path={run_dir / 'export' / 'm' / '2'}",
+        str(run_dir / "export" / "m"): f"--model_path={run_dir / 'export' / 'm' / '2'}",
+    }
+    for given, meant in cases.items():
+        done = run_evaluate(f"--model_path={given}")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1, done.stderr[-2000:]
+        assert lines[0].startswith(f"error: --model_path={given} is neither")
+        assert f"did you mean {meant}" in lines[0], lines[0]
