@@ -150,11 +150,16 @@ def checked_split(model_path: str, classifier, dataset: str, validation_from: st
     except ValueError as error:
         sys.exit(f"error: {model_path}: {error}")
     batches = int(split.cardinality())
-    examples = (
-        min(eval_flags.N_EXAMPLES.value or 10**12, batches * common.BATCH_SIZE.value)
-        if batches > 0
-        else eval_flags.N_EXAMPLES.value or data.info(dataset).test_examples
-    )
+    # The split's size where it is known without reading it (its last batch may be short).
+    info = data.info(dataset)
+    if validation_from == "train" and eval_flags.SPLIT.value in data.SPLITS:
+        total = info.test_examples if eval_flags.SPLIT.value == "test" else info.train_examples
+        start, stop = data.split_range(total, eval_flags.SPLIT.value)
+        known = stop - start
+    else:  # half the test split, drawn per class: at most what its batches hold
+        known = batches * common.BATCH_SIZE.value if batches > 0 else info.test_examples
+    upper = batches * common.BATCH_SIZE.value if batches > 0 else known
+    examples = min(eval_flags.N_EXAMPLES.value or 10**12, known, upper)
     return split, examples
 
 

@@ -118,3 +118,12 @@ flags.register_multi_flags_validator(
 )
 
 common.refuse_unsafe_values(__name__)
+
+# Shared with train.py, where they have defaults of their own; here the model's own decide.
+for _name, _said in (
+    ("dataset", "Dataset name (default: the training run's; --eval_dataset means the same)."),
+    ("validation_from", "Where the model's validation examples came from (default: the run's)."),
+):
+    flags.FLAGS.set_default(_name, None)
+    _choices = flags.FLAGS[_name].help.partition(">: ")[0] + ">: "  # the enum's "<a|b>: "
+    flags.FLAGS[_name].help = _choices + _said
