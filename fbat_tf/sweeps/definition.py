@@ -54,7 +54,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fbat_tf import attacks, methods, run
-from fbat_tf.sweeps import masking
+from fbat_tf.sweeps import masking, tuning_groups
+from fbat_tf.sweeps.cells import NAME_FIRST, NAME_LAST, Cell, cell_name, word
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluations
 
@@ -66,9 +67,6 @@ EVAL_AUTOATTACK = run.eval_file("autoattack")
 
 # Flags of a cell that its evaluate.py commands need too (where the data is).
 _DATA_FLAGS = ("dataset", "data_dir", "download")
-# Keys a cell is named by, in this order; any other grid key follows, alphabetically.
-_NAME_FIRST = ("method", "eps")
-_NAME_LAST = ("seed",)
 _KEYS = (
     "description",
     "flags",
@@ -82,45 +80,6 @@ _KEYS = (
     "tuning",
     "masking_check",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    """One training run of a sweep: its name and the train.py flags that define it."""
-
-    name: str
-    flags: dict[str, Any]
-    grid_keys: tuple[str, ...]
-    # "final" (a grid cell, evaluated on the test split) or "tuning" (a tuning run, which is
-    # trained and validated only: fbat_tf/sweeps/tuning.py).
-    stage: str = "final"
-    # The tuning unit (variant and ε) the cell tunes, or whose pick its flags carry; None.
-    unit: str | None = None
-    # A final cell whose unit has no pick yet: it waits for its tuning runs.
-    pending: bool = False
-
-    @property
-    def method(self) -> str:
-        return str(self.flags["method"])
-
-    @property
-    def eps(self) -> float:
-        return float(self.flags["eps"])
-
-    @property
-    def seed(self) -> int:
-        return int(self.flags.get("seed", 0))
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """The grid values besides method, ε and seed (a variant of the method)."""
-        skip = {*_NAME_FIRST, *_NAME_LAST}
-        return {key: self.flags[key] for key in sorted(self.grid_keys) if key not in skip}
-
-    def variant(self) -> str:
-        """The method with its options: "fastbat", "fastbat ig_coef=0.3"."""
-        options = " ".join(f"{key}={_word(value)}" for key, value in self.options.items())
-        return f"{self.method} {options}".strip()
 
 
 @dataclasses.dataclass
@@ -145,7 +104,7 @@ class Definition:
     # paired over seeds, at every ε both ran; and the equivalence margin (points).
     comparisons: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     margin: float = 1.0
-    # The tuning stage (fbat_tf/sweeps/tuning.py: a tuning.Tuning), or None; and the picks of
+    # The tuning block (fbat_tf/sweeps/tuning_groups.py: a Tuning), or None; and the picks of
     # its units that the sweep directory's tuning.json holds ({unit: flags}), set by
     # tuning.refresh.
     tuning: Any = None
@@ -251,9 +210,7 @@ def load_definition(path: str) -> Definition:
                 f"{path}: cell {cell.name}: eps must be a number in (0, 255] (1/255 units), "
                 f"got {eps!r}"
             )
-    from fbat_tf.sweeps import tuning
-
-    definition.tuning = tuning.parse(path, raw.get("tuning"), expand(definition))
+    definition.tuning = tuning_groups.parse(path, raw.get("tuning"), expand(definition))
     return definition
 
 
@@ -308,24 +265,6 @@ def _estimate_anchors(path: str, spec: Any) -> dict[str, Any] | None:
     return dict(spec)
 
 
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def _cell_name(values: Mapping[str, Any], keys: Sequence[str]) -> str:
-    ordered = [k for k in _NAME_FIRST if k in keys]
-    ordered += sorted(k for k in keys if k not in _NAME_FIRST and k not in _NAME_LAST)
-    ordered += [k for k in _NAME_LAST if k in keys]
-    words = []
-    for key in ordered:
-        words.append(_word(values[key]) if key == "method" else f"{key}{_word(values[key])}")
-    return "-".join(words).replace("/", "_")
-
-
 def expand(definition: Definition) -> list[Cell]:
     """The cells of the grid: the union of each part's product, in order, without repeats; a
     cell of a tuned variant and ε with the flags of its pick, or pending while it has none
@@ -333,9 +272,7 @@ def expand(definition: Definition) -> list[Cell]:
     cells = grid_cells(definition)
     if definition.tuning is None:
         return cells
-    from fbat_tf.sweeps import tuning
-
-    return tuning.with_picks(definition, cells)
+    return tuning_groups.with_picks(definition, cells)
 
 
 def grid_cells(definition: Definition) -> list[Cell]:
@@ -345,16 +282,16 @@ def grid_cells(definition: Definition) -> list[Cell]:
         keys = list(part)
         for combination in itertools.product(*(part[k] for k in keys)):
             values = dict(zip(keys, combination, strict=True))
-            overridden = sorted(set(definition.overrides) & {*keys, *_NAME_FIRST, *_NAME_LAST})
+            overridden = sorted(set(definition.overrides) & {*keys, *NAME_FIRST, *NAME_LAST})
             if overridden:
                 raise DefinitionError(
                     f"--override cannot set {', '.join(overridden)}: the grid names its cells "
                     "by it; choose the cells with --only"
                 )
             flags = {**definition.flags, **values, **definition.overrides}
-            named = tuple(dict.fromkeys([*_NAME_FIRST, *keys, *_NAME_LAST]))
+            named = tuple(dict.fromkeys([*NAME_FIRST, *keys, *NAME_LAST]))
             named = tuple(k for k in named if k in flags)
-            cell = Cell(_cell_name(flags, named), flags, named)
+            cell = Cell(cell_name(flags, named), flags, named)
             if cell.name in cells and cells[cell.name].flags != cell.flags:
                 raise DefinitionError(f"two cells named {cell.name} with different flags")
             cells.setdefault(cell.name, cell)
@@ -368,9 +305,9 @@ def flag_words(values: Mapping[str, Any]) -> list[str]:
         if isinstance(value, bool):
             words.append(f"--{name}" if value else f"--no{name}")
         elif isinstance(value, (list, tuple)):
-            words.append(f"--{name}={','.join(_word(v) for v in value)}")
+            words.append(f"--{name}={','.join(word(v) for v in value)}")
         else:
-            words.append(f"--{name}={_word(value)}")
+            words.append(f"--{name}={word(value)}")
     return words
 
 

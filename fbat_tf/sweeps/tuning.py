@@ -37,7 +37,6 @@ carry the pick's (its name does not change).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -48,14 +47,25 @@ from typing import Any
 from fbat_tf import catalog, methods
 from fbat_tf.records import RunRecord, write_json_atomic
 from fbat_tf.records.config import FINAL_TEST_FIELDS
+from fbat_tf.run import Run
 from fbat_tf.sweeps import claims
-from fbat_tf.sweeps.definition import Cell, Definition, _word, grid_cells
+from fbat_tf.sweeps.cells import Cell, word
+from fbat_tf.sweeps.definition import Definition, grid_cells
 from fbat_tf.sweeps.errors import DefinitionError
+from fbat_tf.sweeps.tuning_groups import (  # noqa: F401 (the stage's names, in one place)
+    OPTIMIZER_FLAGS,
+    Group,
+    Tuning,
+    Unit,
+    canonical,
+    label,
+    method_flags,
+    parse,
+    with_picks,
+)
 
 DIRECTORY = "tuning"
 FILE = "tuning.json"
-# Flags a candidate may set besides its method's options: the optimizer's.
-OPTIMIZER_FLAGS = ("lr_max", "lr_schedule", "momentum", "momentum_at_peak", "weight_decay")
 RULE = (
     "per unit (method variant and ε), the candidate with the highest mean over the tuning seeds "
     "of its runs' validation robust accuracy at the selected epoch (a diverged run counts 0); "
@@ -63,264 +73,6 @@ RULE = (
     "then to the one listed first. Tuning runs train and validate only: the test split is "
     "never read."
 )
-_KEYS = ("seeds", "groups")
-_GROUP_KEYS = ("method", "match", "eps", "source", "candidates")
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """One entry of "groups": the cells it tunes and the candidates it tries."""
-
-    index: int
-    method: str
-    match: dict[str, Any]
-    eps: tuple[float, ...]
-    source: str
-    candidates: tuple[dict[str, Any], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Unit:
-    """A variant at an ε that a group tunes: one pick, for its final cells."""
-
-    key: str  # "fastbat-ig_none-eps48": its cells' name without the seed
-    group: Group
-    variant: str  # as Cell.variant names it: "fastbat ig=none"
-    eps: float
-    cells: tuple[str, ...]  # the final cells the pick is for
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    seeds: tuple[int, ...]
-    groups: tuple[Group, ...]
-    units: tuple[Unit, ...]
-
-    def unit(self, key: str) -> Unit:
-        return next(unit for unit in self.units if unit.key == key)
-
-    def unit_for(self, variant: str, eps: float) -> Unit | None:
-        return next((u for u in self.units if (u.variant, u.eps) == (variant, eps)), None)
-
-    def flags(self) -> set[str]:
-        """Every flag a candidate sets."""
-        return {name for g in self.groups for c in g.candidates for name in c}
-
-
-# ------------------------------------------------------------------------------ the definition
-
-
-def label(candidate: Mapping[str, Any]) -> str:
-    """A candidate's name in its cells' names: "lambda_inv2500", "lr_max0.1-weight_decay0"."""
-    return "-".join(f"{name}{_word(value)}" for name, value in candidate.items()).replace("/", "_")
-
-
-def _unit_key(cell: Cell) -> str:
-    words = [cell.method, *(f"{k}{_word(v)}" for k, v in cell.options.items())]
-    return "-".join([*words, f"eps{cell.eps:g}"]).replace("/", "_")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if _number(a) and _number(b):
-        return float(a) == float(b)
-    return type(a) is type(b) and a == b
-
-
-def _canonical(candidate: Mapping[str, Any]) -> str:
-    return json.dumps(
-        {k: float(v) if _number(v) else v for k, v in candidate.items()}, sort_keys=True
-    )
-
-
-def _method_flags(method: str) -> dict[str, str]:
-    """The method's option flags, each with its option's name."""
-    entry = methods.entry(method)
-    return {entry.flag_name(option): option.name for option in entry.options}
-
-
-def parse(path: str, spec: Any, cells: Sequence[Cell]) -> Tuning | None:
-    """The definition's "tuning" block, checked against its grid's cells: DefinitionError
-    naming the key for anything wrong in it."""
-    if spec is None:
-        return None
-    where = f"{path}: tuning"
-    if not isinstance(spec, dict):
-        raise DefinitionError(f"{where} must be an object with 'seeds' and 'groups'")
-    unknown = sorted(set(spec) - set(_KEYS))
-    if unknown:
-        raise DefinitionError(f"{where}: unknown keys {unknown}; it has {list(_KEYS)}")
-    seeds = spec.get("seeds")
-    if not isinstance(seeds, list) or not seeds:
-        raise DefinitionError(f"{where}.seeds must be a non-empty list of integer seeds")
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise DefinitionError(f"{where}.seeds must be integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise DefinitionError(f"{where}.seeds lists a seed twice: {seeds!r}")
-    final = {}
-    for cell in cells:
-        final.setdefault(cell.seed, cell.name)
-    for seed in seeds:
-        if seed in final:
-            raise DefinitionError(
-                f"{where}.seeds: {seed} is also the seed of the grid's cell {final[seed]}; "
-                "tuning seeds must differ from the final cells' seeds"
-            )
-    groups = spec.get("groups")
-    if not isinstance(groups, list) or not groups:
-        raise DefinitionError(f"{where}.groups must be a non-empty list of groups")
-    parsed = tuple(_group(f"{where}.groups[{i}]", i, g, cells) for i, g in enumerate(groups))
-    units: dict[tuple[str, float], Unit] = {}
-    for group in parsed:
-        for eps in group.eps:
-            for cell in _matched(group, cells):
-                if cell.eps != eps:
-                    continue
-                found = units.get((cell.variant(), eps))
-                if found is None:
-                    units[cell.variant(), eps] = Unit(
-                        _unit_key(cell), group, cell.variant(), eps, (cell.name,)
-                    )
-                elif found.group is not group:
-                    raise DefinitionError(
-                        f"{where}.groups[{found.group.index}] and tuning.groups[{group.index}] "
-                        f"both tune {cell.variant()} at eps {eps:g}; one group a variant and ε"
-                    )
-                elif cell.name not in found.cells:
-                    units[cell.variant(), eps] = dataclasses.replace(
-                        found, cells=(*found.cells, cell.name)
-                    )
-    return Tuning(tuple(seeds), parsed, tuple(units.values()))
-
-
-def _matched(group: Group, cells: Sequence[Cell]) -> list[Cell]:
-    return [
-        cell
-        for cell in cells
-        if cell.method == group.method
-        and all(k in cell.options and _same(cell.options[k], v) for k, v in group.match.items())
-    ]
-
-
-def _group(where: str, index: int, spec: Any, cells: Sequence[Cell]) -> Group:
-    if not isinstance(spec, dict):
-        raise DefinitionError(f"{where} must be an object with {list(_GROUP_KEYS)}")
-    unknown = sorted(set(spec) - set(_GROUP_KEYS))
-    if unknown:
-        raise DefinitionError(f"{where}: unknown keys {unknown}; a group has {list(_GROUP_KEYS)}")
-    method = spec.get("method")
-    if method not in methods.names():
-        raise DefinitionError(
-            f"{where}.method: unknown method {method!r}; choose one of {methods.names()}"
-        )
-    of_method = [cell for cell in cells if cell.method == method]
-    if not of_method:
-        raise DefinitionError(f"{where}.method: no cell of the grid trains {method}")
-    match = spec.get("match", {})
-    if not isinstance(match, dict):
-        raise DefinitionError(f"{where}.match must map grid keys to values")
-    keys = sorted({key for cell in of_method for key in cell.options})
-    for key, value in match.items():
-        if key not in keys:
-            raise DefinitionError(
-                f"{where}.match: {key!r} is not a grid key of {method}'s cells (theirs: {keys})"
-            )
-        if not isinstance(value, (str, int, float, bool)):
-            raise DefinitionError(f"{where}.match: {key!r} must be one value, got {value!r}")
-    eps_values = spec.get("eps")
-    if not isinstance(eps_values, list) or not eps_values:
-        raise DefinitionError(f"{where}.eps must be a non-empty list of the grid's budgets")
-    if not all(_number(e) and 0 < e <= 255 for e in eps_values):
-        raise DefinitionError(f"{where}.eps: budgets are numbers in (0, 255], got {eps_values!r}")
-    if len({float(e) for e in eps_values}) != len(eps_values):
-        raise DefinitionError(f"{where}.eps lists a budget twice: {eps_values!r}")
-    group = Group(index, method, dict(match), tuple(float(e) for e in eps_values), "", ())
-    matched = _matched(group, cells)
-    if not matched:
-        raise DefinitionError(f"{where}.match: no cell of {method} has {match}")
-    for eps in group.eps:
-        if not any(cell.eps == eps for cell in matched):
-            found = sorted({cell.eps for cell in matched})
-            raise DefinitionError(
-                f"{where}.eps: no cell of {method}{f' {match}' if match else ''} at eps {eps:g} "
-                f"(they train at {', '.join(f'{e:g}' for e in found)})"
-            )
-    source = spec.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise DefinitionError(
-            f"{where}.source: cite where the candidates come from (a paper's section, a released "
-            "file)"
-        )
-    candidates = spec.get("candidates")
-    if not isinstance(candidates, list) or not candidates:
-        raise DefinitionError(f"{where}.candidates must be a non-empty list of flag settings")
-    own = _method_flags(method)
-    allowed = sorted([*own, *OPTIMIZER_FLAGS])
-    others = {
-        entry.flag_name(o) for entry in methods.REGISTRY.values() for o in entry.options
-    } - set(own)
-    grid_keys = {key for cell in matched for key in cell.grid_keys}
-    seen: dict[str, int] = {}
-    for j, candidate in enumerate(candidates):
-        at = f"{where}.candidates[{j}]"
-        if not isinstance(candidate, dict) or not candidate:
-            raise DefinitionError(f"{at} must set at least one flag ({{flag: value}})")
-        for name, value in candidate.items():
-            if name in grid_keys or name in ("method", "eps", "seed"):
-                raise DefinitionError(
-                    f"{at}: {name!r} is a grid key of the cells it tunes; a candidate sets "
-                    "other flags"
-                )
-            if name in others:
-                raise DefinitionError(
-                    f"{at}: {name!r} is not a flag of {method}; a candidate sets {allowed}"
-                )
-            if name not in allowed:
-                raise DefinitionError(
-                    f"{at}: {name!r} is not a train.py flag a candidate of {method} may set "
-                    f"({allowed})"
-                )
-            if not isinstance(value, (str, int, float, bool)):
-                raise DefinitionError(f"{at}: {name!r} must be one value, got {value!r}")
-        for key in (_canonical(candidate), label(candidate)):
-            if key in seen:
-                raise DefinitionError(
-                    f"{at} repeats tuning.groups[{index}].candidates[{seen[key]}] "
-                    f"({label(candidate)})"
-                )
-            seen[key] = j
-    return dataclasses.replace(group, source=source, candidates=tuple(candidates))
-
-
-# ------------------------------------------------------------------------------ the cells
-
-
-def with_picks(definition: Definition, cells: list[Cell]) -> list[Cell]:
-    """The grid's cells with their tuning state: a cell of a tuned unit carries the pick's
-    flags, or is pending while its unit has none."""
-    tuning = definition.tuning
-    if tuning is None:
-        return cells
-    overridden = sorted(set(definition.overrides) & tuning.flags())
-    if overridden:
-        raise DefinitionError(
-            f"--override cannot set {', '.join(overridden)}: the tuning stage picks it"
-        )
-    found = []
-    for cell in cells:
-        unit = tuning.unit_for(cell.variant(), cell.eps)
-        if unit is None:
-            found.append(cell)
-            continue
-        pick = definition.picks.get(unit.key)
-        if pick is None:
-            found.append(dataclasses.replace(cell, unit=unit.key, pending=True))
-        else:
-            found.append(dataclasses.replace(cell, flags={**cell.flags, **pick}, unit=unit.key))
-    return found
 
 
 def cell_name(unit: Unit, candidate: Mapping[str, Any], seed: int) -> str:
@@ -369,7 +121,7 @@ def _by_candidate(
 
 def passes_per_step(method: str, flags: Mapping[str, Any]) -> int:
     """Passes through the model of one optimizer step of a run with these flags."""
-    options = _method_flags(method)
+    options = method_flags(method)
     config = {option: flags[flag] for flag, option in options.items() if flag in flags}
     return catalog.total_passes(methods.passes(method, config))
 
@@ -382,7 +134,7 @@ def _run(cell: Cell, sweep_dir: str) -> dict[str, Any]:
     (0 for a diverged run, marked), or None while it has not finished."""
     run_dir = os.path.join(sweep_dir, cell.name)
     found = {"seed": cell.seed, "run_dir": run_dir, "val_robust_accuracy": None}
-    record = RunRecord.read(os.path.join(run_dir, "results.json"))
+    record = RunRecord.read(Run(run_dir).results_path)
     if record is None or record.status not in ("complete", "diverged"):
         return {**found, "state": "new" if record is None else record.status}
     selected = record.selected_epoch()
@@ -501,8 +253,8 @@ def refresh(definition: Definition, sweep_dir: str) -> None:
         entry = kept.get(unit.key)
         if entry is None:
             continue
-        before = [_canonical(c["flags"]) for c in entry.get("candidates", [])]
-        now = [_canonical(c) for c in unit.group.candidates]
+        before = [canonical(c["flags"]) for c in entry.get("candidates", [])]
+        now = [canonical(c) for c in unit.group.candidates]
         if before != now or list(entry.get("seeds", [])) != list(tuning.seeds):
             was = ", ".join(c["label"] for c in entry.get("candidates", []))
             raise DefinitionError(
@@ -623,7 +375,7 @@ def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
         if (unit["variant"], unit["eps"]) == (variant, eps):
             if unit["pick"] is None:
                 return " [tuning pending]"
-            return f" [tuned: {', '.join(f'{k}={_word(v)}' for k, v in unit['flags'].items())}]"
+            return f" [tuned: {', '.join(f'{k}={word(v)}' for k, v in unit['flags'].items())}]"
     return ""
 
 
@@ -653,7 +405,7 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
                 _percent(by_seed[s]["val_robust_accuracy"], by_seed[s]) if s in by_seed else "–"
                 for s in seeds
             ]
-            flags = ", ".join(f"{k}={_word(v)}" for k, v in candidate["flags"].items())
+            flags = ", ".join(f"{k}={word(v)}" for k, v in candidate["flags"].items())
             chosen = unit["pick"] == candidate["label"]
             mark = f"**picked** ({unit['decided_by']})" if chosen else ""
             if unit["pick"] is None and i == 0:
