@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from fbat_tf import attacks, catalog
@@ -31,20 +30,17 @@ from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.attacks.transfer import TransferAttack
 from fbat_tf.constraints import check_in_ball
-from fbat_tf.records import AttackResult, BatchResult, EvaluationResult, eps_255
+from fbat_tf.records import EvaluationResult
+from fbat_tf.tally import (  # noqa: F401 (NonFiniteError: raised here, caught by callers)
+    NonFiniteError,
+    Tally,
+    placed,
+    placed_outcomes,
+    positioned,
+)
 
 # Inputs pooled for an attack that batches itself (AutoAttack) before it runs over them.
 POOL_BYTES = 1 << 30
-
-
-class NonFiniteError(ValueError):
-    """An example whose input or logits are not finite, met by `evaluate`: it can be counted
-    neither right nor wrong (argmax of NaN is arbitrary), so the evaluation stops there.
-    `examples` is how many examples of the batch have non-finite logits."""
-
-    def __init__(self, message: str, examples: int):
-        super().__init__(message)
-        self.examples = examples
 
 
 def _nonfinite_rows(values: tf.Tensor) -> tf.Tensor:
@@ -143,126 +139,6 @@ class _Pool:
         return index, tuple(joined([b[2][k] for b in batches]) for k in range(parts))
 
 
-class _Tally:
-    """Running sums of an evaluation, and its result."""
-
-    def __init__(self, attacks: Attacks):
-        self.clean = self.loss = self.total = 0.0
-        self.robust = dict.fromkeys(attacks, 0.0)
-        self.covered = dict.fromkeys(attacks, 0.0)  # examples each attack has counted so far
-        self.seconds = dict.fromkeys(attacks, 0.0)
-        self.parts: dict[str, dict[str, dict[str, float]]] = {"robust": {}, "seconds": {}}
-        self.per_batch: list[BatchResult] = []
-        self.starts: list[int] = []  # the position of each global batch's first example
-        # Per key of EvaluationResult.outcomes, each global batch's (or pool's) outcomes, in
-        # order: (position of the first, bool per example).
-        self.outcomes: dict[str, list[tuple[int, np.ndarray]]] = {"clean": []}
-
-    def span(self, index: list) -> tuple[int, int]:
-        """The positions [start, stop) of the examples of the consecutive global batches in
-        `index` (see _Pool.take)."""
-        first, last = index[0][0], index[-1][0]
-        if [batch for batch, _ in index] != list(range(first, last + 1)):
-            raise AssertionError(f"a pool holds batches {[b for b, _ in index]}, not a run")
-        return self.starts[first], self.starts[last] + self.per_batch[last].examples
-
-    def add_clean(self, batch: int, counts: dict[str, float]) -> None:
-        if counts["nonfinite_logits"] or counts["nonfinite_inputs"]:
-            raise NonFiniteError(
-                f"batch {batch}: {counts['nonfinite_logits']:.0f} of {counts['examples']:.0f} "
-                "examples give non-finite logits (NaN or infinite) on clean inputs, "
-                f"{counts['nonfinite_inputs']:.0f} have non-finite pixels",
-                int(counts["nonfinite_logits"]),
-            )
-        self.starts.append(int(self.total))
-        self.clean += counts["correct"]
-        self.loss += counts["loss"]
-        self.total += counts["examples"]
-        # a global batch holds examples; never 0
-        accuracy = counts["correct"] / max(counts["examples"], 1.0)
-        self.per_batch.append(BatchResult(int(counts["examples"]), accuracy))
-
-    def add_outcomes(self, start: int, outcomes: dict[str, np.ndarray], name=None) -> None:
-        """The outcomes of the examples from position `start` on: "clean", or attack `name`'s
-        ("hits") and its parts'."""
-        for kind, hits in outcomes.items():
-            if name is None:
-                key = kind
-            else:
-                key = f"{name[0]}@{eps_255(name[1]):g}"
-                key = key if kind == "hits" else f"{key}/{kind}"
-            self.outcomes.setdefault(key, []).append((start, hits))
-
-    def add_robust(
-        self, name: tuple[str, float], index: list, counts: dict[str, Any], seconds: float
-    ) -> None:
-        """The counts of attack `name` over the global batches in `index` (see _Pool.take)."""
-        self.seconds[name] += seconds
-        for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
-            this_batch = self.per_batch[batch]
-            accuracy = hits / max(this_batch.examples, 1)
-            this_batch.robust.append(AttackResult(name[0], eps_255(name[1]), accuracy))
-            self.robust[name] += hits
-            self.covered[name] += this_batch.examples
-        for key, value in counts.items():
-            kind, part = key.split("/", 1)
-            per_part = self.parts[kind].setdefault(name, {})
-            per_part[part] = per_part.get(part, 0.0) + value
-
-    def running(self) -> list[tuple[str, float]]:
-        """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far."""
-        counted = [
-            (f"{name}@{eps_255(eps):g}", self.robust[name, eps] / n)
-            for (name, eps), n in self.covered.items()
-            if n
-        ]
-        return [("clean", self.clean / self.total), *counted]
-
-    def result(self, replicas: int) -> EvaluationResult:
-        if self.total == 0:
-            raise ValueError("evaluation got an empty dataset")
-        total = self.total
-        robust = [
-            AttackResult(
-                name,
-                eps_255(eps),
-                count / total,
-                self.seconds[name, eps],
-                {part: n / total for part, n in self.parts["robust"].get((name, eps), {}).items()},
-                self.parts["seconds"].get((name, eps), {}),
-            )
-            for (name, eps), count in self.robust.items()
-        ]
-        result = EvaluationResult(
-            int(total),
-            self.clean / total,
-            self.loss / total,
-            robust,
-            self.per_batch,
-            replicas,
-            outcomes={key: self._joined(key, pieces) for key, pieces in self.outcomes.items()},
-        )
-        try:
-            result.check_outcomes()
-        except ValueError as error:
-            raise AssertionError(
-                f"the evaluation's outcomes and counts disagree: {error}"
-            ) from None
-        return result
-
-    def _joined(self, key: str, pieces: list[tuple[int, np.ndarray]]) -> str:
-        """The outcomes of `key` as EvaluationResult keeps them: one "0" or "1" a position."""
-        at = 0
-        for start, hits in pieces:
-            if start != at:
-                raise AssertionError(f"outcomes of {key} from {start} follow those up to {at}")
-            at += hits.size
-        if at != self.total:
-            raise AssertionError(f"outcomes of {key} for {at} of {self.total:.0f} examples")
-        joined = np.concatenate([hits for _, hits in pieces]).astype(np.uint8) + ord("0")
-        return joined.tobytes().decode("ascii")
-
-
 def _clean_counts(classifier: Callable, x: tf.Tensor, y: tf.Tensor) -> dict[str, tf.Tensor]:
     """The clean counts of this replica's shard, and whether each of its examples is classified
     correctly ("hits": per example, not to be summed)."""
@@ -294,7 +170,7 @@ def _robust_counts(
     size per local replica)], given joined: the robust count of each batch, and an ensemble's
     robust count and seconds after each part. Seeded as batch b's first of them. And the
     outcomes of the examples at `positions` of the global batches' `span` [start, stop) (see
-    _placed)."""
+    tally.placed)."""
     context = tf.distribute.get_replica_context()
     replica, replicas = int(context.replica_id_in_sync_group), context.num_replicas_in_sync
     local = len(index[0][1])  # this worker's replicas
@@ -330,50 +206,10 @@ def _robust_counts(
         counts[f"robust/{part}"] = tf.constant(mask.sum(), tf.float32)
         if part != "clean":  # the ensemble's clean pass: the evaluation's own is kept
             outcomes[part] = mask
-    counts.update(_placed(span, positions, outcomes))
+    counts.update(placed(span, positions, outcomes))
     for part, spent in breakdown.get("seconds", {}).items():
         counts[f"seconds/{part}"] = tf.constant(spent, tf.float32)
     return counts
-
-
-def _placed(span: tuple[int, int], positions: tf.Tensor, outcomes: dict[str, tf.Tensor]):
-    """This replica's outcomes (per example, 1.0 right) scattered to their positions in the
-    dataset, less span[0], over span[1] - span[0] places: summed over replicas, each place holds
-    its example's, once, as "placed/<key>"; "placed" counts the examples placed at each.
-    Where each example lies is what the data pipeline says (_positioned), not the order in which
-    a strategy splits a batch over replicas or workers."""
-    start, stop = span
-    where = tf.expand_dims(tf.cast(positions, tf.int64) - start, 1)
-    ones = tf.ones(tf.shape(positions), tf.float32)
-    placed = {"placed": tf.scatter_nd(where, ones, [stop - start])}
-    for key, hits in outcomes.items():
-        placed[f"placed/{key}"] = tf.scatter_nd(where, tf.cast(hits, tf.float32), [stop - start])
-    return placed
-
-
-def _outcomes(span: tuple[int, int], counts: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The summed placed outcomes in `counts` (taken out of it), as bool per example of `span`;
-    AssertionError unless each example was placed exactly once."""
-    placed = counts.pop("placed")
-    if placed.shape != (span[1] - span[0],) or not np.all(placed == 1):
-        missing = np.flatnonzero(placed != 1)
-        raise AssertionError(
-            f"examples {span[0]}..{span[1] - 1}: positions {(missing + span[0]).tolist()[:10]} "
-            "were not evaluated exactly once"
-        )
-    keys = [key for key in counts if key.startswith("placed/")]
-    return {key.removeprefix("placed/"): counts.pop(key) > 0.5 for key in keys}
-
-
-def _positioned(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """The batches (x, y) of `dataset` with the position of each example in it: (x, y, i)."""
-
-    def add(start: tf.Tensor, batch: tuple) -> tuple[tf.Tensor, tuple]:
-        x, y = batch
-        size = tf.shape(x, out_type=tf.int64)[0]
-        return start + size, (x, y, start + tf.range(size))
-
-    return dataset.scan(tf.constant(0, tf.int64), add)
 
 
 def _summed(strategy: tf.distribute.Strategy, fn: Callable, *args) -> dict[str, Any]:
@@ -435,7 +271,7 @@ def evaluate(
         if progress
         else None
     )
-    tally = _Tally(attacks)
+    tally = Tally(attacks)
     pools = {name: _Pool(attack) for name, attack in attacks.items()}
     clean_counts = functools.partial(_clean_counts, classifier)
 
@@ -446,7 +282,7 @@ def evaluate(
         start = time.perf_counter()
         fn = functools.partial(_robust_counts, classifier, eps, attack, index, seed, progress, span)
         counts = _summed(strategy, fn, *values)
-        outcomes = _outcomes(span, counts)
+        outcomes = placed_outcomes(span, counts)
         tally.add_robust(name, index, counts, time.perf_counter() - start)
         tally.add_outcomes(span[0], outcomes, name)
 
@@ -455,15 +291,15 @@ def evaluate(
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     for batch, (x, y, positions) in enumerate(
-        strategy.experimental_distribute_dataset(_positioned(dataset).with_options(options))
+        strategy.experimental_distribute_dataset(positioned(dataset).with_options(options))
     ):
         per_replica = strategy.run(clean_counts, args=(x, y))
         hits = per_replica.pop("hits")
         tally.add_clean(batch, _reduced(strategy, per_replica))
         # Its examples' places are known now that their number is.
         span = (tally.starts[batch], int(tally.total))
-        placed = strategy.run(functools.partial(_placed, span), args=(positions, {"clean": hits}))
-        tally.add_outcomes(span[0], _outcomes(span, _reduced(strategy, placed)))
+        here = strategy.run(functools.partial(placed, span), args=(positions, {"clean": hits}))
+        tally.add_outcomes(span[0], placed_outcomes(span, _reduced(strategy, here)))
         for name, pool in pools.items():
             pool.add(batch, (x, y, positions), strategy)
             if pool.full():

@@ -359,7 +359,7 @@ MUTATIONS = [
     Mutation(
         "O20",
         "a replica's outcomes are placed where it holds them, not where the dataset does",
-        "fbat_tf/evaluation.py",
+        "fbat_tf/tally.py",
         "where = tf.expand_dims(tf.cast(positions, tf.int64) - start, 1)",
         "where = tf.expand_dims(tf.range(tf.size(positions, out_type=tf.int64)), 1)",
         (
