@@ -67,6 +67,24 @@ def named_dataset() -> str | None:
     return common.DATASET.value
 
 
+def checked_model_path(model_path: str) -> str:
+    """`model_path` where it is a model; else exit, before TensorFlow loads, naming the path
+    that would work where there is one."""
+    is_model = (
+        Run(model_path).is_run()
+        or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
+        or (model_path.endswith(".keras") and os.path.isfile(model_path))
+    )
+    if not is_model:
+        hint = run_files.model_path_suggestion(model_path)
+        sys.exit(
+            f"error: --model_path={model_path} is neither a training run directory (results.json), "
+            "a SavedModel directory (saved_model.pb) nor a .keras file"
+            + (f"; did you mean {hint}?" if hint else "")
+        )
+    return model_path
+
+
 def checked_results_path(model_path: str) -> str:
     """Where the results go (beside the model by default), refused before TensorFlow loads
     where a file is there already or the folder cannot be written."""
@@ -226,19 +244,7 @@ def write_outputs(result, results_path: str, budgets: int) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    model_path = eval_flags.MODEL_PATH.value.rstrip("/")
-    is_model = (
-        Run(model_path).is_run()
-        or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
-        or (model_path.endswith(".keras") and os.path.isfile(model_path))
-    )
-    if not is_model:  # before TensorFlow loads, with the path that would work where there is one
-        hint = run_files.model_path_suggestion(model_path)
-        sys.exit(
-            f"error: --model_path={model_path} is neither a training run directory (results.json), "
-            "a SavedModel directory (saved_model.pb) nor a .keras file"
-            + (f"; did you mean {hint}?" if hint else "")
-        )
+    model_path = checked_model_path(eval_flags.MODEL_PATH.value.rstrip("/"))
     results_path = checked_results_path(model_path)
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
     run = Run(model_path)

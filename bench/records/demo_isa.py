@@ -20,6 +20,10 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # fbat_tf, run from a checkout without installing it
+
+from fbat_tf.records import RunRecord  # noqa: E402
+
 FLAGFILE = "configs/fashion_mnist_demo.flags"
 RECORDED = os.path.join(ROOT, "results", "demo", "fmnist-fastbat", "results.json")
 # Each setting: the variables it sets (none: oneDNN's own choice).
@@ -27,26 +31,25 @@ SETTINGS = {"default": {}, "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}}
 SETTINGS["AVX2"] = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def run(setting: str, directory: str) -> dict:
+def run(setting: str, directory: str) -> str:
+    """The results.json of the demo under `setting`, trained unless it is there."""
     workdir = os.path.join(directory, setting)
     if not os.path.exists(os.path.join(workdir, "results.json")):
         env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA",)}
         env.update(SETTINGS[setting])
         command = [sys.executable, "train.py", f"--flagfile={FLAGFILE}", "--noexport"]
         subprocess.run([*command, f"--workdir={workdir}"], cwd=ROOT, env=env, check=True)
-    with open(os.path.join(workdir, "results.json")) as f:
-        return json.load(f)
+    return os.path.join(workdir, "results.json")
 
 
-def numbers(results: dict) -> dict:
-    final = results["final"]
-    robust = final.get("robust_accuracy")
-    pgd = next(iter(robust.values())) if isinstance(robust, dict) else None
+def numbers(path: str) -> dict:
+    record = RunRecord.load(path)
+    final = record.final
     return {
-        "loss": [e["loss"] for e in results["history"]],
-        "test_clean": final.get("clean_accuracy", final.get("test_clean_accuracy")),
-        "test_pgd": pgd if pgd is not None else final.get("test_pgd_robust_accuracy"),
-        "machine": results.get("machine"),
+        "loss": [epoch.logs["loss"] for epoch in record.history],
+        "test_clean": final.clean_accuracy,
+        "test_pgd": final.robust_accuracy("pgd"),
+        "machine": record.machine,
     }
 
 
@@ -57,8 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fbat_isa_") as scratch:
         directory = args.runs or scratch
         found = {name: numbers(run(name, directory)) for name in SETTINGS}
-    with open(RECORDED) as f:
-        found["recorded"] = numbers(json.load(f))
+    found["recorded"] = numbers(RECORDED)
     out = os.path.join(ROOT, "bench", "results", "demo_isa")
     with open(f"{out}.json", "w") as f:
         json.dump({"command": f"python train.py --flagfile={FLAGFILE}", "runs": found}, f, indent=2)

@@ -16,6 +16,15 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 BLACK_BOX = "square"
+# The ensembles whose parts end with the black-box one after white-box ones: AutoAttack
+# standard (its "rand" version runs no Square).
+_ENDS_BLACK_BOX = {("autoattack", "standard")}
+
+
+def ends_with_black_box(attack: str, options: Mapping[str, object]) -> bool:
+    """Whether the registry's `attack` with `options` is an ensemble whose last part is the
+    black-box one, run after white-box parts: one whose records show the masking gap."""
+    return (attack, options.get("version", "standard")) in _ENDS_BLACK_BOX
 
 
 def _before_square(robust_after: Mapping[str, float]) -> str | None:

@@ -31,7 +31,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fbat_tf.attacks.masking import combined_outcomes, exceeds, gap_points
+from fbat_tf.attacks.masking import (
+    combined_outcomes,
+    ends_with_black_box,
+    exceeds,
+    gap_points,
+)
 from fbat_tf.records import EvaluationResult
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluation
@@ -79,7 +84,7 @@ def parse(path: str, given: Any, evaluations: Sequence[Evaluation]) -> MaskingCh
             f"{where}.of: {of_name!r} names no evaluation of the definition "
             f"({[e.name for e in evaluations]})"
         )
-    if of.attack != "autoattack" or of.options.get("version", "standard") != "standard":
+    if not ends_with_black_box(of.attack, of.options):
         raise DefinitionError(
             f"{where}.of: {of_name!r} must be an AutoAttack standard evaluation (Square is its "
             f"last part), not {of.label}"

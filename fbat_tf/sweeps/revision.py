@@ -30,6 +30,8 @@ import re
 import shutil
 import subprocess
 
+from fbat_tf import run
+
 FILE = "revision.json"
 DIRECTORY = "code"
 # A pinned revision is a commit's full name; anything else in revision.json is refused before
@@ -41,7 +43,6 @@ _CHECKOUT = re.compile(r"[0-9a-f]{12}(\.[0-9]+)?")
 # What a sweep writes in its own directory besides its cells (a cell is a run directory).
 _REPORT_FILES = ("sweep.json", "sweep.md", FILE, "tuning.json")
 _OUTPUT_FOLDERS = (DIRECTORY, "claims", "logs", "tuning")
-_RUN_FILES = ("flags.txt", "results.json", "train.lock")
 
 
 class RevisionError(RuntimeError):
@@ -114,17 +115,13 @@ def _output_of(sweep_folder: str, relative: str) -> bool:
         return first in _REPORT_FILES or first.endswith(".png")
     if first in _OUTPUT_FOLDERS:
         return True
-    cell = os.path.join(sweep_folder, first)
-    return any(os.path.isfile(os.path.join(cell, n)) for n in _RUN_FILES) or any(
-        n.startswith("eval-") and n.endswith(".json") for n in _listing(cell)
+    cell = run.Run(os.path.join(sweep_folder, first))
+    return (
+        cell.is_run()
+        or os.path.isfile(cell.flags_path)
+        or os.path.isfile(cell.path(run.LOCK))
+        or bool(cell.eval_files(""))
     )
-
-
-def _listing(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:
-        return []
 
 
 def recorded(sweep_dir: str) -> dict | None:
