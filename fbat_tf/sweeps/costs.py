@@ -12,6 +12,11 @@ from fbat_tf.sweeps import masking, readings
 from fbat_tf.sweeps.comparisons import comparison, interval_words, margin_words
 
 
+def kilo(passes: float) -> str:
+    """Passes in thousands, to three significant digits: never 0.0 for a short run."""
+    return f"{passes / 1000:.3g}"
+
+
 def cell_passes(cell: dict[str, Any]) -> float | None:
     """Passes through the model of the run's optimizer steps (DESIGN.md §3.6)."""
     train = cell.get("train", {})
@@ -148,7 +153,7 @@ def cost_table(report: dict[str, Any]) -> list[str]:
                 says += f" ({', '.join(marks)})"
             line = (
                 f"| {eps:g} | {row['variant']} | {row['passes_per_step']} | "
-                f"{row['passes'] / 1000:.1f} | {100 * row['robust']:.1f} | {row['seeds']} | "
+                f"{kilo(row['passes'])} | {100 * row['robust']:.1f} | {row['seeds']} | "
                 f"{interval_words(versus)} | {says} | {'yes' if row['pareto'] else ''} |"
             )
             if timing:
@@ -175,8 +180,8 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         ]
         line = (
             f"- ε = {eps:g}: {cheap['variant']}{_mark(cheap)} ({100 * cheap['robust']:.1f}%, "
-            f"{cheap['passes'] / 1000:.1f}k passes); most robust {best['variant']}{_mark(best)} "
-            f"({100 * best['robust']:.1f}%, {best['passes'] / 1000:.1f}k passes)"
+            f"{kilo(cheap['passes'])}k passes); most robust {best['variant']}{_mark(best)} "
+            f"({100 * best['robust']:.1f}%, {kilo(best['passes'])}k passes)"
         )
         if undecided:
             line += f"; undecided: {', '.join(undecided)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import textwrap
 from typing import Any
 
 from fbat_tf.sweeps import readings
@@ -240,7 +241,8 @@ def _panels(plt, count: int, sharey: bool = False):
 def _finish(figure, grid, used: int, title: str, path: str) -> None:
     for axes in list(grid.flat)[used:]:
         axes.set_visible(False)
-    figure.suptitle(title)
+    # Wrapped to the figure's width: a grid of one ε is one panel wide.
+    figure.suptitle(textwrap.fill(title, width=max(24, int(figure.get_figwidth() * 9))))
     _save(figure, path)
 
 

@@ -116,6 +116,12 @@ def masking_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def plot_lines(report: dict[str, Any]) -> list[str]:
+    """Links to the report's plots, as write_report draws them beside sweep.md."""
+    kinds = [k for k in PLOTTERS if k != "robust_vs_cost" or cost_rows(report)]
+    return ["", "## Plots", "", *(f"- [{PLOTS[k]}]({PLOTS[k]})" for k in kinds)]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
     evaluations = readings.evaluations(report)
@@ -196,6 +202,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines += ["", *section]
     if "paper" in report:
         lines += ["", *paper_table(report)]
+    lines += plot_lines(report)
     return "\n".join(lines) + "\n"
 
 
