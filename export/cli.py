@@ -110,11 +110,17 @@ def main(argv: list[str]) -> None:
         source = _WORKDIR.value or os.path.dirname(os.path.abspath(_MODEL_PATH.value))
         export_dir = Run(source).export_dir
     try:
-        versions.free_version_dir(export_dir, name, _VERSION.value)
+        _, version = versions.free_version_dir(export_dir, name, _VERSION.value)
     except FileExistsError as error:
         sys.exit(f"error: --version={_VERSION.value}: {error}")
     except OSError as error:
         sys.exit(f"error: --export_dir={export_dir}: {error}")
+    earlier = sorted(versions.existing_versions(os.path.join(export_dir, name)))
+    if earlier and _VERSION.value is None:
+        print(
+            f"{name} has versions {', '.join(map(str, earlier))} in {export_dir}: this writes "
+            f"version {version}, which TF-Serving serves from now on (--version picks another)"
+        )
 
     if not flags.FLAGS["verbosity"].present:
         # As train.py: the export's own lines and warnings; --verbosity=0 adds absl's INFO.

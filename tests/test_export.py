@@ -872,3 +872,32 @@ def test_a_run_in_use_is_not_exported_and_its_evaluation_is_warned_of(tmp_path):
         timeout=300,
     )
     assert "is in use" not in after.stderr
+
+
+def test_python_m_export_says_which_version_it_writes_beside_earlier_ones(tmp_path, run_dir):
+    """An exported run exported again wrote version 2 without a word; TF-Serving then serves
+    it. The command says so, naming the versions there."""
+    export_dir = tmp_path / "served"
+    name = "fashion_mnist-small_cnn-fastbat"
+    (export_dir / name / "1").mkdir(parents=True)  # an earlier export's version
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "export",
+            f"--workdir={run_dir}",
+            f"--export_dir={export_dir}",
+            f"--name={name}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        f"{name} has versions 1 in {export_dir}: this writes version 2, which TF-Serving serves "
+        "from now on (--version picks another)"
+    ) in done.stdout
+    assert (export_dir / name / "2" / "saved_model.pb").exists()
