@@ -1,4 +1,4 @@
-"""What the reference tests of Fast-BAT and GradAlign share: the constraint set's projection,
+"""What the reference tests of Fast-BAT, GradAlign and ELLE share: the constraint set's projection,
 per-example cross-entropy in training mode, a conv model with batch norm, weight-gradient
 comparisons and central finite differences. Written from the definitions, not from fbat_tf."""
 
@@ -33,6 +33,29 @@ def conv_model(dtype: str, seed: int):
             keras.layers.Dense(3, dtype=dtype),
         ]
     )
+
+
+def bent_dense_model(dtype: str):
+    """Dense, softplus, dense: 3 classes on 12 inputs, the same weights in either dtype, its
+    first layer large enough that the loss and its input gradient bend inside an ε-ball (a
+    nearly linear model would leave GradAlign's and ELLE's terms ~ 0)."""
+    model = keras.Sequential(
+        [
+            keras.Input((12,), dtype=dtype),
+            keras.layers.Dense(8, activation="softplus", dtype=dtype),
+            keras.layers.Dense(3, dtype=dtype),
+        ]
+    )
+    rng = np.random.default_rng(7)
+    model.set_weights(
+        [
+            rng.normal(size=(12, 8)) * 4 / np.sqrt(12),
+            rng.normal(size=8) * 0.5,
+            rng.normal(size=(8, 3)) / np.sqrt(8),
+            rng.normal(size=3) * 0.1,
+        ]
+    )
+    return model
 
 
 def global_norm(tensors) -> float:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,6 +27,7 @@ import tensorflow as tf
 from fbat_tf import methods
 from tests.reference import (
     assert_grads_close,
+    bent_dense_model,
     conv_model,
     finite_difference,
     global_norm,
@@ -44,30 +44,8 @@ GA_COEF = 5.0  # large enough that the GradAlign term is a good share of the gra
 # --------------------------------------------------------------------------- models, data
 
 
-def _dense_model(dtype: str):
-    model = keras.Sequential(
-        [
-            keras.Input((12,), dtype=dtype),
-            keras.layers.Dense(8, activation="softplus", dtype=dtype),
-            keras.layers.Dense(3, dtype=dtype),
-        ]
-    )
-    # Same weights in either dtype; a first layer large enough that ∇x CE turns noticeably
-    # within the ε-ball (a nearly linear model would leave the GradAlign term ~ 0).
-    rng = np.random.default_rng(7)
-    model.set_weights(
-        [
-            rng.normal(size=(12, 8)) * 4 / np.sqrt(12),
-            rng.normal(size=8) * 0.5,
-            rng.normal(size=(8, 3)) / np.sqrt(8),
-            rng.normal(size=3) * 0.1,
-        ]
-    )
-    return model
-
-
 CASES = {
-    "dense": (_dense_model, (8, 12)),
+    "dense": (bent_dense_model, (8, 12)),
     "conv": (lambda dtype: conv_model(dtype, 2025), (4, 6, 6, 2)),
 }
 
