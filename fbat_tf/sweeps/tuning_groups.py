@@ -114,8 +114,10 @@ def parse(path: str, spec: Any, cells: Sequence[Cell]) -> Tuning | None:
     seeds = spec.get("seeds")
     if not isinstance(seeds, list) or not seeds:
         raise DefinitionError(f"{where}.seeds must be a non-empty list of integer seeds")
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-        raise DefinitionError(f"{where}.seeds must be integers, got {seeds!r}")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in seeds):
+        raise DefinitionError(
+            f"{where}.seeds must be whole numbers from 0 to {2**31 - 1}, got {seeds!r}"
+        )
     if len(set(seeds)) != len(seeds):
         raise DefinitionError(f"{where}.seeds lists a seed twice: {seeds!r}")
     final = {}
