@@ -22,6 +22,7 @@ batch [N, H, W, C] of numbers (an object array, which is a pickle, is refused).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import urllib.error
@@ -236,7 +237,12 @@ def define_flags() -> None:
     flags.DEFINE_string("signature", None, "Signature (default: serve_uint8 for uint8 pixels).")
     flags.DEFINE_bool("columnar", False, "REST: send the columnar {'inputs': ...} body.")
     flags.DEFINE_integer("model_version", None, "Version to ask for (default: the latest).")
-    flags.DEFINE_float("timeout", 30.0, "Seconds to wait for the server.", lower_bound=0.0)
+    flags.DEFINE_float("timeout", 30.0, "Seconds to wait for the server (more than 0).")
+    flags.register_validator(
+        "timeout",
+        lambda value: math.isfinite(value) and value > 0,
+        message="--timeout must be a finite number of seconds above 0",
+    )
     flags.mark_flags_as_required(["server", "model_name", "images"])
 
 

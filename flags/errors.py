@@ -42,7 +42,16 @@ def guarded(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
     def run(argv: list[str]) -> None:
         try:
             main(argv)
-        except (SystemExit, KeyboardInterrupt, app.UsageError):
+        except KeyboardInterrupt:
+            if TRACEBACK.value:
+                raise
+            # One line, no traceback: what was finished stays (runs resume, results are
+            # written whole or not at all).
+            sys.exit(
+                "interrupted: what was finished is kept; the same command again resumes a "
+                "training run or a sweep, and starts an evaluation over"
+            )
+        except (SystemExit, app.UsageError):
             raise
         except Exception as error:
             if TRACEBACK.value:

@@ -901,3 +901,24 @@ def test_python_m_export_says_which_version_it_writes_beside_earlier_ones(tmp_pa
         "from now on (--version picks another)"
     ) in done.stdout
     assert (export_dir / name / "2" / "saved_model.pb").exists()
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
+def test_the_serving_client_refuses_a_timeout_that_is_no_wait(tmp_path, timeout):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "export.client",
+            "--server=localhost:1",
+            "--model_name=m",
+            f"--images={tmp_path / 'x.npy'}",
+            f"--timeout={timeout}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "--timeout must be a finite number of seconds above 0" in done.stderr, done.stderr

@@ -554,3 +554,25 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
     assert points["test"] == [results["final"].get(key) for key in where]
     assert points["test"][:2] == [0, 10] and len(points["test"][2]) == 16
     assert points["train"] == [0, None, None]
+
+
+def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
+    """Ctrl-C printed Python's traceback (43 lines from sweep.py); every entry point now says
+    in one line that the same command resumes. The run, stopped after its first epoch, does."""
+    workdir = tmp_path / "run"
+    command = ["--method=standard", *TINY_RUN, "--noexport", f"--workdir={workdir}"]
+    first = start_train(*command)
+    deadline = time.time() + 300
+    while not (workdir / "results.json").exists():
+        assert first.poll() is None and time.time() < deadline, first.communicate()
+        time.sleep(0.1)
+    first.send_signal(signal.SIGINT)
+    done = finish(first)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "interrupted: what was finished is kept; the same command again resumes a training run "
+        "or a sweep, and starts an evaluation over"
+    )
+    again = run_train(*command)
+    assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
