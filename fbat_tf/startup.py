@@ -8,8 +8,9 @@ initialized): "All log messages before absl::InitializeLog() ...", oneDNN's and 
 INFO lines, the CPU instruction notice, and on a machine without a GPU "E0000 ... failed call to
 cuInit: UNKNOWN ERROR (303)", which reads as a failure on a CPU machine. While TensorFlow loads
 and finds its devices, the process's standard error goes to a file; afterwards every line of it
-but those is written out again, so a real warning or error still shows. absl's --verbosity
-asks for them all (the entry points then do not call this).
+but those is written out again, so a real warning or error still shows; TensorFlow's later
+INFO lines are left out by TF_CPP_MIN_LOG_LEVEL=1 (unless the environment sets it). absl's
+--verbosity asks for them all (the entry points then do not call this).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def load_tensorflow() -> None:
     """Import TensorFlow and let it find its devices with its start-up lines left out."""
     if "tensorflow" in sys.modules:
         return
+    # Its later INFO lines (a graph optimizer's "Starting new session", the GPUs it counted) are
+    # hidden by the C++ log's level once it is initialized; warnings and errors still show.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     sys.stderr.flush()
     # TensorFlow's C++ log writes to file descriptor 2, whatever sys.stderr is (pytest, for one,
     # gives sys.stderr a file of its own).

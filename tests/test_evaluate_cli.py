@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -347,3 +348,22 @@ def test_a_model_path_that_is_no_model_suggests_the_one_that_would_work(tmp_path
         assert done.returncode != 0 and len(lines) == 1, done.stderr[-2000:]
         assert lines[0].startswith(f"error: --model_path={given} is neither")
         assert f"did you mean {meant}" in lines[0], lines[0]
+
+
+def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
+    """Without TF_CPP_MIN_LOG_LEVEL in the environment, as a user types it: TensorFlow's INFO
+    lines after start-up (a graph optimizer's "Starting new session", the GPUs it counted)
+    printed before the table; only --verbosity asks for them."""
+    run = os.path.join(ROOT, "results", "fashion_mnist_fast", "fastat-eps16-seed0")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    command = [
+        sys.executable,
+        os.path.join(ROOT, "evaluate.py"),
+        f"--model_path={run}",
+        *ATTACK[:3],
+        "--n_examples=8",
+        f"--results={tmp_path / 'eval.json'}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not re.search(r"^I\d{4} ", done.stderr, re.MULTILINE), done.stderr[-2000:]
