@@ -990,3 +990,17 @@ def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the
         f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
     ], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
+def test_an_idx_file_that_cannot_be_read_whole_is_refused_naming_it(tmp_path, damage):
+    for name in os.listdir(FASHION_DIR):
+        shutil.copy(os.path.join(FASHION_DIR, name), tmp_path / name)
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else b"plain bytes" + raw)
+    found = local.find("idx", str(tmp_path))
+    with pytest.raises(ValueError) as raised:
+        local.read(found, "test", 10)
+    message = str(raised.value)
+    assert message.startswith(f"{path} cannot be read whole (") and "\n" not in message

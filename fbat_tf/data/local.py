@@ -34,6 +34,7 @@ import gzip
 import os
 import pickle
 import tarfile
+import zlib
 from typing import IO
 
 import numpy as np
@@ -310,8 +311,11 @@ def _find_idx(directory: str) -> LocalFiles | None:
 def read_idx(path: str) -> np.ndarray:
     """Decode one IDX file (gzipped if it ends in .gz) of unsigned bytes into a numpy array."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:  # truncated or not gzip
+        raise ValueError(f"{path} cannot be read whole ({error}): fetch it again") from None
     # Header: two zero bytes, a type code (0x08 = unsigned byte), the number of dimensions,
     # then each dimension as a big-endian uint32.
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
