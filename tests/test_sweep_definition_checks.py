@@ -56,3 +56,10 @@ def test_a_good_definition_loads(tmp_path):
     assert definition.margin == 0.5 and [c.name for c in sweeps.expand(definition)] == [
         "fastat-eps8-seed0"
     ]
+
+
+def test_a_grid_of_more_cells_than_a_sweep_runs_is_refused_before_it_is_listed(tmp_path):
+    """A 100,000-cell grid printed nothing for minutes and grew to gigabytes in a dry run."""
+    grid = [{"method": ["fastat"], "eps": list(range(1, 101)), "seed": list(range(1000))}]
+    with pytest.raises(sweeps.DefinitionError, match=r"'grid' makes 100,000 cells, more than"):
+        load(tmp_path, grid=grid)

@@ -173,6 +173,12 @@ def load_definition(path: str) -> Definition:
                     f"{path}: grid part {i}: 'seed' {seed!r} must be a whole number from 0 to "
                     f"{2**31 - 1}"
                 )
+    cells = sum(math.prod(len(values) for values in part.values()) for part in grid)
+    if cells > MAX_CELLS:
+        raise DefinitionError(
+            f"{path}: 'grid' makes {cells:,} cells, more than a sweep runs ({MAX_CELLS:,}): "
+            "split it into several definitions, or list fewer values"
+        )
     batch_size, evaluations = parse_evaluations(path, raw.get("evaluation", {}))
     definition = Definition(
         name=name,
@@ -214,6 +220,9 @@ def load_definition(path: str) -> Definition:
     return definition
 
 
+# The most cells a definition may make: every cell is a training run (the largest committed
+# kit has a few hundred); a mistyped grid of 100,000 took minutes and gigabytes to list.
+MAX_CELLS = 10_000
 # A flag's name as train.py spells it: lower-case letters, digits and '_'.
 _FLAG_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # absl's own flags, which read files or change how the rest is parsed: never a cell's.
