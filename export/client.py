@@ -102,6 +102,8 @@ def parse_rest_response(payload: dict[str, Any]) -> dict[str, np.ndarray]:
     if "predictions" in payload:
         rows = payload["predictions"]
         if rows and isinstance(rows[0], dict):
+            if any(not isinstance(row, dict) or set(row) != set(rows[0]) for row in rows):
+                raise ServingError("not a predict response: its rows hold different outputs")
             return {key: np.asarray([row[key] for row in rows]) for key in rows[0]}
         return {"outputs": np.asarray(rows)}
     if "outputs" in payload:
@@ -131,6 +133,8 @@ def rest_predict(
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             payload = json.load(response)
+    except json.JSONDecodeError as error:
+        raise ServingError(f"{url}: the answer is not JSON ({error})") from None
     except urllib.error.HTTPError as error:
         text = error.read().decode(errors="replace")
         try:
@@ -203,6 +207,8 @@ def load_images(paths: Sequence[str]) -> tuple[np.ndarray, list[str]]:
                 array = array[None]
             if array.ndim != 4:
                 raise ValueError(f"{path}: expected [H, W, C] or [N, H, W, C], got {array.shape}")
+            if len(array) == 0:
+                raise ValueError(f"{path} holds no image (shape {array.shape})")
             labels += [f"{path}[{i}]" for i in range(len(array))] if len(array) > 1 else [path]
         else:
             import tensorflow as tf
@@ -273,7 +279,13 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
     except ImportError as error:
         sys.exit(f"error: {error}; gRPC needs `pip install tensorflow-serving-api`")
-    classes = outputs["classes"]
+    classes = outputs.get("classes")
+    if classes is None or np.ndim(classes) != 1 or len(classes) != len(labels):
+        got = "no classes" if classes is None else f"classes of shape {np.shape(classes)}"
+        sys.exit(
+            f"error: {values.server} answered {got} for {len(labels)} images (outputs: "
+            f"{', '.join(sorted(outputs))}): is --model_name a model fbat-tf exported?"
+        )
     probabilities = outputs.get("probabilities")
     for i, label in enumerate(labels):
         confidence = "" if probabilities is None else f" (p = {probabilities[i][classes[i]]:.4f})"

@@ -922,3 +922,74 @@ def test_the_serving_client_refuses_a_timeout_that_is_no_wait(tmp_path, timeout)
     )
     assert done.returncode != 0
     assert "--timeout must be a finite number of seconds above 0" in done.stderr, done.stderr
+
+
+@pytest.fixture
+def odd_server():
+    """A server that answers each POST with the next of the `answers` given to it (raw bytes)."""
+    answers: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (the name http.server calls)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            encoded = answers.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(encoded)))
+            self.end_headers()
+            self.wfile.write(encoded)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}", answers
+    server.shutdown()
+    server.server_close()
+
+
+def _client(address: str, images: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "export.client",
+            f"--server={address}",
+            "--model_name=m",
+            f"--images={images}",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_client_says_in_one_line_what_is_wrong_with_an_answer_or_its_images(
+    odd_server, tmp_path
+):
+    """A 0-image .npy and a malformed answer (no classes, too few, not JSON) ended in
+    KeyError or IndexError tracebacks, naming nothing."""
+    address, answers = odd_server
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros([0, 28, 28, 1], np.uint8))
+    done = _client(address, str(empty))
+    assert done.stderr.strip().splitlines() == [
+        f"error: {empty} holds no image (shape (0, 28, 28, 1))"
+    ]
+    two = tmp_path / "two.npy"
+    np.save(two, np.zeros([2, 28, 28, 1], np.uint8))
+    cases = {
+        b'{"predictions": [{"logits": [0.1]}, {"logits": [0.2]}]}': "answered no classes for 2",
+        b'{"predictions": [{"classes": 3}]}': "answered classes of shape (1,) for 2 images",
+        b'{"predictions": [{"classes": 3}, {"logits": 1}]}': "rows hold different outputs",
+        b"<html>busy</html>": "the answer is not JSON",
+    }
+    for answer, says in cases.items():
+        answers.append(answer)
+        done = _client(address, str(two))
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1 and "Traceback" not in done.stderr
+        assert lines[0].startswith("error: ") and says in lines[0], lines[0]
