@@ -236,8 +236,15 @@ def write_outputs(result, results_path: str, budgets: int) -> None:
     if budgets > 1:
         plot_path = os.path.splitext(results_path)[0] + ".png"
         labels = {name: label(name) for name in eval_flags.ATTACKS.value}
-        plots.plot_robustness(result, plot_path, labels)
-        print(f"plot in {plot_path}")
+        try:
+            plots.plot_robustness(result, plot_path, labels)
+            print(f"plot in {plot_path}")
+        except OSError as error:  # the results are saved: running again would be refused
+            print(
+                f"warning: the plot could not be written ({errors.describe(error)}); the "
+                f"results are saved whole in {results_path}",
+                file=sys.stderr,
+            )
     print(f"results in {results_path}")
 
 

@@ -367,3 +367,24 @@ def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not re.search(r"^I\d{4} ", done.stderr, re.MULTILINE), done.stderr[-2000:]
+
+
+def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_path):
+    """The plot is written after the results: where it fails (a full disk, here a folder in its
+    place) the message said to run the same command again, which the saved results refuse."""
+    run = os.path.join(ROOT, "results", "fashion_mnist_fast", "fastat-eps16-seed0")
+    results = tmp_path / "eval.json"
+    (tmp_path / "eval.png").mkdir()
+    done = run_evaluate(
+        f"--model_path={run}",
+        "--attacks=pgd",
+        "--pgd_steps=1",
+        "--pgd_restarts=1",
+        "--n_examples=8",
+        "--eps=8,16",
+        f"--results={results}",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warning: the plot could not be written (" in done.stderr
+    assert f"the results are saved whole in {results}" in done.stderr
+    assert json.loads(results.read_text())["examples"] == 8
