@@ -58,6 +58,27 @@ def bent_dense_model(dtype: str):
     return model
 
 
+# The models the reference tests compare on, by name: (builder taking a dtype, input shape).
+CASES = {
+    "dense": (bent_dense_model, (8, 12)),
+    "conv": (lambda dtype: conv_model(dtype, 2025), (4, 6, 6, 2)),
+}
+
+
+def case_setup(case: str, dtype: str):
+    """A CASES model and a batch for it: pixels in [0, 1], a fifth of them on the box's faces
+    (so that every [0, 1] clip matters), and labels of its 3 classes."""
+    build, shape = CASES[case]
+    model = build(dtype)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.05, 0.95, size=shape)
+    where = rng.uniform(size=shape)
+    x[where < 0.2] = 0.0
+    x[where > 5 / 6] = 1.0
+    y = rng.integers(0, 3, size=shape[0])
+    return model, tf.constant(x, dtype=dtype), tf.constant(y, dtype=tf.int32)
+
+
 def global_norm(tensors) -> float:
     return float(np.sqrt(sum(np.sum(np.square(np.asarray(t, np.float64))) for t in tensors)))
 

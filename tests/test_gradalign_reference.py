@@ -27,8 +27,7 @@ import tensorflow as tf
 from fbat_tf import methods
 from tests.reference import (
     assert_grads_close,
-    bent_dense_model,
-    conv_model,
+    case_setup,
     finite_difference,
     global_norm,
     per_example_ce,
@@ -44,22 +43,7 @@ GA_COEF = 5.0  # large enough that the GradAlign term is a good share of the gra
 # --------------------------------------------------------------------------- models, data
 
 
-CASES = {
-    "dense": (bent_dense_model, (8, 12)),
-    "conv": (lambda dtype: conv_model(dtype, 2025), (4, 6, 6, 2)),
-}
-
-
-def _setup(case: str, dtype: str):
-    build, shape = CASES[case]
-    model = build(dtype)
-    rng = np.random.default_rng(1)
-    x = rng.uniform(0.05, 0.95, size=shape)
-    where = rng.uniform(size=shape)
-    x[where < 0.2] = 0.0  # pixels on the box, so P_C's [-x, 1-x] clip matters
-    x[where > 5 / 6] = 1.0
-    y = rng.integers(0, 3, size=shape[0])
-    return model, tf.constant(x, dtype=dtype), tf.constant(y, dtype=tf.int32)
+_setup = case_setup
 
 
 def _seed(pair: tuple[int, int] = SEED) -> tf.Tensor:
