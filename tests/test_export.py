@@ -664,6 +664,15 @@ def test_grpc_request_is_a_predict_request(images_float, images_uint8):
     np.testing.assert_array_equal(tf.make_ndarray(request.inputs["images"]), images_uint8)
 
 
+def _reply(handler: http.server.BaseHTTPRequestHandler, status: int, encoded: bytes) -> None:
+    """Answer a stand-in server's request as TF-Serving's REST API does: JSON, its length."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(encoded)))
+    handler.end_headers()
+    handler.wfile.write(encoded)
+
+
 @pytest.fixture(scope="module")
 def rest_server(exported):
     """A stand-in for TF-Serving's REST API on 127.0.0.1, serving the export."""
@@ -683,12 +692,7 @@ def rest_server(exported):
                     status, reply = 200, emulation["respond"](outputs, "inputs" in body)
                 except tf.errors.InvalidArgumentError as error:
                     status, reply = 400, {"error": error.message}
-            encoded = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(encoded)))
-            self.end_headers()
-            self.wfile.write(encoded)
+            _reply(self, status, json.dumps(reply).encode())
 
         def log_message(self, *args):
             pass
@@ -932,12 +936,7 @@ def odd_server():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (the name http.server calls)
             self.rfile.read(int(self.headers["Content-Length"]))
-            encoded = answers.pop(0)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(encoded)))
-            self.end_headers()
-            self.wfile.write(encoded)
+            _reply(self, 200, answers.pop(0))
 
         def log_message(self, *args):
             pass
