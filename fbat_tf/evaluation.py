@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from fbat_tf import attacks, catalog
 from fbat_tf.attacks import losses
-from fbat_tf.attacks.base import Attack, bar_verbosity
+from fbat_tf.attacks.base import Attack, progress_bar
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.attacks.transfer import TransferAttack
@@ -266,11 +266,7 @@ def evaluate(
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
     batches = int(dataset.cardinality())
-    bar = (
-        keras.utils.Progbar(batches if batches > 0 else None, verbose=bar_verbosity())
-        if progress
-        else None
-    )
+    bar = progress_bar(batches if batches > 0 else None, unit_name="batch") if progress else None
     tally = Tally(attacks)
     pools = {name: _Pool(attack) for name, attack in attacks.items()}
     clean_counts = functools.partial(_clean_counts, classifier)

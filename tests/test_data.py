@@ -767,6 +767,14 @@ def test_missing_data_fails_fast_with_a_helpful_message(tmp_path, name):
         data.load(name, "test", data_dir=data_dir, download=False)
 
 
+def test_missing_tfds_data_is_said_once_without_tfds_warnings(tmp_path, caplog):
+    # TFDS warns about the prepared-data folder it looks in even when that folder is not there;
+    # the one message that the dataset is missing says where it looked.
+    with caplog.at_level("WARNING"), pytest.raises(data.DatasetNotFoundError):
+        data.check_available("cifar10", str(tmp_path), download=False)
+    assert [record.getMessage() for record in caplog.records] == []
+
+
 def test_missing_data_download_decision_without_network(tmp_path):
     data_dir = str(tmp_path)
     with data.use_tfds_source(ConnectedSource(online=False)):

@@ -388,3 +388,24 @@ def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_
     assert "warning: the plot could not be written (" in done.stderr
     assert f"the results are saved whole in {results}" in done.stderr
     assert json.loads(results.read_text())["examples"] == 8
+
+
+def test_progress_written_to_a_file_shows_every_ten_seconds_before_the_end(monkeypatch, capsys):
+    """To a file or a pipe Keras' bar writes one line when the work ends: an evaluation of a
+    thousand images showed nothing after its estimate for over a minute. Lines now come every
+    ten seconds, with how far it got, and Keras' line at the end."""
+    from fbat_tf.attacks import base
+
+    clock = iter([0.0, 4.0, 11.0, 15.0, 25.0, 40.0])
+    monkeypatch.setattr(base.time, "monotonic", lambda: next(clock))
+    bar = base.progress_bar(5, unit_name="batch")
+    assert isinstance(bar, base.LoggedProgress)  # pytest's captured stdout is no terminal
+    for k in range(5):
+        bar.add(1, values=[("clean", 0.5), ("pgd@8", 0.1 * k)])
+    lines = capsys.readouterr().out.splitlines()
+    # At 4 s nothing yet; 11 s and 25 s a line each (15 s is within ten of 11); 40 s: the end.
+    assert lines[:2] == [
+        "batch 2/5 - 11s - clean: 0.5000 - pgd@8: 0.1000",
+        "batch 4/5 - 25s - clean: 0.5000 - pgd@8: 0.3000",
+    ]
+    assert len(lines) == 3 and lines[2].startswith("5/5 - ") and "pgd@8: 0.4000" in lines[2]

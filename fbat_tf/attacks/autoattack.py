@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.apgd import APGD
-from fbat_tf.attacks.base import Attack, Breakdown, bar_verbosity, padded_rows
+from fbat_tf.attacks.base import Attack, Breakdown, padded_rows, progress_bar
 from fbat_tf.attacks.losses import correct
 from fbat_tf.attacks.masking import masking_gap  # noqa: F401  (its home before attacks.masking)
 from fbat_tf.constraints import check_in_ball
@@ -186,9 +186,7 @@ class AutoAttack(Attack):
             if self.progress and still_robust.size:
                 print(f"{name} on the {still_robust.size} examples still robust")
                 calls = -(-still_robust.size // size)
-                bar = keras.utils.Progbar(
-                    calls, stateful_metrics=["robust"], unit_name="call", verbose=bar_verbosity()
-                )
+                bar = progress_bar(calls, unit_name="call", stateful_metrics=["robust"])
             slices = _equal_slices(still_robust, size)
             for k, rows in enumerate(slices):
                 # One length for every call of the part: an XLA-compiled part compiles once.

@@ -16,6 +16,7 @@ An attack that `pools` (AutoAttack) is given many batches joined by `evaluation.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -177,3 +178,44 @@ def bar_verbosity() -> int:
     """Keras progress-bar verbosity: redrawn (1) on a terminal; elsewhere, as in a log file,
     one line at the end (2) instead of carriage-return updates."""
     return 1 if sys.stdout.isatty() else 2
+
+
+def progress_bar(
+    target: int | None,
+    unit_name: str = "step",
+    stateful_metrics: list[str] | None = None,
+    every: float = 10.0,
+) -> keras.utils.Progbar | LoggedProgress:
+    """A progress bar for work counted in `target` units (`.add(1, values=[(name, value)])`).
+
+    On a terminal, Keras' bar, redrawn. Elsewhere (a log file, a pipe) Keras' bar writes one
+    line at the end; `LoggedProgress` adds a line at most every `every` seconds before it, so
+    that a long evaluation read from a file shows that it runs and how far it got."""
+    bar = keras.utils.Progbar(
+        target, stateful_metrics=stateful_metrics, unit_name=unit_name, verbose=bar_verbosity()
+    )
+    return bar if sys.stdout.isatty() else LoggedProgress(bar, unit_name, every)
+
+
+class LoggedProgress:
+    """Keras' end-of-work line, and before it `unit done/target - seconds - latest values`
+    lines, flushed, at most one every `every` seconds."""
+
+    def __init__(self, bar: keras.utils.Progbar, unit_name: str, every: float):
+        self.bar, self.unit_name, self.every = bar, unit_name, every
+        self.start = self.last = time.monotonic()
+        self.done = 0
+
+    def add(self, n: int, values: list[tuple[str, float]] | None = None) -> None:
+        self.done += n
+        self.bar.add(n, values=values)
+        now = time.monotonic()
+        if self.bar.target is not None and self.done >= self.bar.target:
+            sys.stdout.flush()
+            return
+        if now - self.last < self.every:
+            return
+        self.last = now
+        target = "?" if self.bar.target is None else self.bar.target
+        shown = "".join(f" - {name}: {float(value):.4f}" for name, value in values or [])
+        print(f"{self.unit_name} {self.done}/{target} - {now - self.start:.0f}s{shown}", flush=True)

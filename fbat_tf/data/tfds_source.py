@@ -22,6 +22,8 @@ The readers also serve builders that know no split sizes and ignore slices
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 
@@ -34,6 +36,20 @@ _PROBE_HOST = ("storage.googleapis.com", 443)
 _PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy")
 
 
+@contextlib.contextmanager
+def _quiet_tfds():
+    """Hold back TFDS's warnings while it looks for prepared data (e.g. "Variant folder ... has
+    no dataset_info.json" about a folder that is not there): whether the data is found is said
+    once, by `fbat_tf.data`, with every place looked in."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class TFDSSource:
     """TFDS builders and their data as `fbat_tf.data` uses them."""
 
@@ -44,11 +60,13 @@ class TFDSSource:
     def builder(self, tfds_name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
         """The TFDS builder; `data_dir=None`: TFDS's default (TFDS_DATA_DIR or
         ~/tensorflow_datasets)."""
-        return tfds.builder(tfds_name, data_dir=data_dir)
+        with _quiet_tfds():
+            return tfds.builder(tfds_name, data_dir=data_dir)
 
     def is_prepared(self, dataset_builder: tfds.core.DatasetBuilder) -> bool:
         """Whether the builder's data can be read as it is (cheap: a few stat calls)."""
-        return dataset_builder.is_prepared()
+        with _quiet_tfds():
+            return dataset_builder.is_prepared()
 
     def describe(self, tfds_name: str, dataset_builder: tfds.core.DatasetBuilder) -> str:
         """Where prepared data is read from, for `check_available`."""
