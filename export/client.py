@@ -287,9 +287,18 @@ def main(argv: list[str]) -> None:
             f"{', '.join(sorted(outputs))}): is --model_name a model fbat-tf exported?"
         )
     probabilities = outputs.get("probabilities")
+    names = outputs.get("class_names")
     for i, label in enumerate(labels):
         confidence = "" if probabilities is None else f" (p = {probabilities[i][classes[i]]:.4f})"
-        print(f"{label}: class {classes[i]}{confidence}")
+        print(f"{label}: class {classes[i]}{_named(names, i)}{confidence}")
+
+
+def _named(names: np.ndarray | None, i: int) -> str:
+    """' "Shirt"' for the i-th answer of a model that names its classes, '' otherwise."""
+    if names is None or np.ndim(names) != 1 or i >= len(names):
+        return ""
+    name = names[i]
+    return f' "{name.decode() if isinstance(name, bytes) else name}"'
 
 
 if __name__ == "__main__":

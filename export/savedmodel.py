@@ -16,7 +16,9 @@ raw pixels; normalization is the model's first layer:
     serving_default   images: float32 [None, H, W, C], pixels in [0, 1]
     serve_uint8       images: uint8   [None, H, W, C], pixels in [0, 255] (divided by 255 inside)
     outputs (both)    logits: float32 [None, K], probabilities: float32 [None, K] (softmax),
-                      classes: int64 [None] (argmax of the logits)
+                      classes: int64 [None] (argmax of the logits),
+                      class_names: string [None] (the classes' names, where the dataset's
+                      are known: fbat_tf/data/class_names.py; the model card lists them too)
 
 Input that the model was not trained on is rejected, never served: a float pixel outside [0, 1]
 (NaN included) fails a `tf.debugging.Assert`, and a batch of another shape or rank fails
@@ -39,14 +41,14 @@ import os
 import platform
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
 import tensorflow as tf
 
 from export import versions
-from fbat_tf import provenance
+from fbat_tf import data, provenance
 from fbat_tf.records import finite_or_null
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
@@ -81,17 +83,25 @@ def image_shape(classifier: keras.Model) -> tuple[int, int, int]:
     return shape[1], shape[2], shape[3]
 
 
-def build_archive(classifier: keras.Model) -> keras.export.ExportArchive:
-    """An ExportArchive of `classifier` with the float32 and uint8 signatures of this module."""
+def build_archive(
+    classifier: keras.Model, class_names: Sequence[str] = ()
+) -> keras.export.ExportArchive:
+    """An ExportArchive of `classifier` with the float32 and uint8 signatures of this module;
+    with `class_names` (one per class), a `class_names` output names each predicted class."""
     batch_shape = [None, *image_shape(classifier)]
+    names = tf.constant(list(class_names), tf.string) if class_names else None
 
     def predictions(pixels: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = tf.cast(classifier(pixels, training=False), tf.float32)
-        return {
+        classes = tf.argmax(logits, axis=-1, output_type=tf.int64)
+        outputs = {
             "logits": logits,
             "probabilities": tf.nn.softmax(logits, axis=-1),
-            "classes": tf.argmax(logits, axis=-1, output_type=tf.int64),
+            "classes": classes,
         }
+        if names is not None:
+            outputs["class_names"] = tf.gather(names, classes)
+        return outputs
 
     def serve_float(images: tf.Tensor) -> dict[str, tf.Tensor]:
         # Neither a loaded signature (TF 2.21) nor TF-Serving, which feeds the graph the tensor
@@ -137,11 +147,13 @@ def export_model(
 
     `version=None` takes the next free integer. `model_card` (e.g. `model_card(workdir)`) is
     written to `assets.extra/model_card.json` with the export's name, version, serving contract
-    and software versions added. Raises FileExistsError for an existing version and ValueError
-    for a bad name, version or input shape, before anything is written.
+    and software versions added; its `class_names`, if any, become the `class_names` output.
+    Raises FileExistsError for an existing version and ValueError for a bad name, version,
+    input shape or list of class names, before anything is written.
     """
     target, version = versions.free_version_dir(export_dir, name, version)
     height, width, channels = image_shape(classifier)
+    class_names = _class_names(model_card, int(classifier.output_shape[-1]))
     card = {
         "name": name,
         "version": version,
@@ -155,7 +167,7 @@ def export_model(
             "num_classes": int(classifier.output_shape[-1]),
             "parameters": int(classifier.count_params()),
         },
-        serving=SERVING_CONTRACT,
+        serving=serving_contract(bool(class_names)),
         software=software_versions(),
     )
 
@@ -166,7 +178,7 @@ def export_model(
     partial = os.path.join(model_root, f".partial-{version}-{uuid.uuid4().hex[:8]}")
     os.mkdir(partial)
     try:
-        build_archive(classifier).write_out(partial, verbose=False)
+        build_archive(classifier, class_names).write_out(partial, verbose=False)
         _write_model_card(os.path.join(partial, MODEL_CARD), card)
         # Checked again: another process may have exported this version in the meantime (a
         # rename onto an existing empty directory would succeed and replace it).
@@ -294,6 +306,8 @@ def model_card(workdir: str) -> dict[str, Any]:
             "exported_by": provenance.code(),
         },
         "dataset": config.dataset,
+        # Label k's name (null where the dataset's names are not kept: class indices only).
+        "class_names": list(data.info(config.dataset).class_names) or None,
         # Where selection's validation examples came from: "test" means half the test split
         # was seen in selection, and evaluating on the test split leaves it out.
         "validation_from": config.validation_from,
@@ -342,6 +356,26 @@ def model_card(workdir: str) -> dict[str, Any]:
             "autoattack": autoattack,
         },
     }
+
+
+def serving_contract(named: bool) -> dict[str, Any]:
+    """SERVING_CONTRACT, with the `class_names` output where the export has one."""
+    if not named:
+        return SERVING_CONTRACT
+    outputs = {**SERVING_CONTRACT["outputs"], "class_names": "string"}
+    return {**SERVING_CONTRACT, "outputs": outputs}
+
+
+def _class_names(card: Mapping[str, Any] | None, num_classes: int) -> tuple[str, ...]:
+    names = (card or {}).get("class_names") or ()
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"model card class_names must be a list of strings, got {names!r}")
+    if names and len(names) != num_classes:
+        raise ValueError(
+            f"model card class_names has {len(names)} names for a classifier of "
+            f"{num_classes} classes"
+        )
+    return tuple(names)
 
 
 def software_versions() -> dict[str, str]:

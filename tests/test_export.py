@@ -37,6 +37,19 @@ DATASET = "fashion_mnist"
 NAME = "fashion_mnist-small_cnn-fastbat"
 EPS = 8 / 255
 ATOL = 1e-5
+# Label k's name, as Fashion-MNIST's authors list them (zalandoresearch/fashion-mnist README).
+FASHION_MNIST_NAMES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
 
 # TF-Serving's predict API for a signature with one input, as its REST documentation describes it:
 # the row format lists one instance per example ("instances"), the columnar one the batch
@@ -62,11 +75,20 @@ def predict(model, body):
     return {name: tensor.numpy() for name, tensor in signature(**{key: batch}).items()}
 
 
+def listed(value):
+    # JSON of an output as TF-Serving's REST API writes it: strings as UTF-8 text.
+    if isinstance(value, bytes):
+        return value.decode()
+    if value.dtype == object:
+        return [listed(item) for item in value]
+    return value.tolist()
+
+
 def respond(outputs, columnar):
     if columnar:
-        return {"outputs": {name: value.tolist() for name, value in outputs.items()}}
+        return {"outputs": {name: listed(value) for name, value in outputs.items()}}
     count = len(next(iter(outputs.values())))
-    rows = [{name: value[i].tolist() for name, value in outputs.items()} for i in range(count)]
+    rows = [{name: listed(value[i]) for name, value in outputs.items()} for i in range(count)]
     return {"predictions": rows}
 
 
@@ -95,11 +117,11 @@ if __name__ == "__main__":
     model = tf.saved_model.load(model_dir)
     served = {}
     for name, body in requests["rest"].items():
-        served[name] = {k: v.tolist() for k, v in predict(model, body).items()}
+        served[name] = {k: listed(v) for k, v in predict(model, body).items()}
     if requests.get("grpc"):
         with open(requests["grpc"], "rb") as f:
             outputs = grpc_predict(model, f.read())
-        served["grpc"] = {k: v.tolist() for k, v in outputs.items()}
+        served["grpc"] = {k: listed(v) for k, v in outputs.items()}
     float_signature = model.signatures["serving_default"]
     uint8_signature = model.signatures["serve_uint8"]
     good = np.full([1, 28, 28, 1], 0.5, np.float32)
@@ -158,6 +180,8 @@ def _assert_matches_keras(outputs, expected) -> None:
         np.asarray(outputs["probabilities"]), expected["probabilities"], atol=ATOL
     )
     np.testing.assert_array_equal(np.asarray(outputs["classes"]), expected["classes"])
+    names = [n.decode() if isinstance(n, bytes) else n for n in outputs["class_names"]]
+    assert names == [FASHION_MNIST_NAMES[k] for k in expected["classes"]]
 
 
 def _results(history_times=(2.0, 3.5)) -> dict:
@@ -364,6 +388,8 @@ def test_saved_model_cli_shows_both_signatures(exported):
         "logits": ("DT_FLOAT", "(-1, 10)"),
         "probabilities": ("DT_FLOAT", "(-1, 10)"),
         "classes": ("DT_INT64", "(-1)"),
+        # Fashion-MNIST's names of the predicted classes ("Shirt"), beside their indices.
+        "class_names": ("DT_STRING", "(-1)"),
     }
     assert signatures["serving_default"] == {
         "method": "tensorflow/serving/predict",
@@ -385,6 +411,8 @@ def test_model_card_records_the_run(exported, classifier):
     results = _results()
     assert (card["name"], card["version"]) == (NAME, 1)
     assert card["dataset"] == DATASET
+    assert card["class_names"] == FASHION_MNIST_NAMES
+    assert card["serving"]["outputs"]["class_names"] == "string"
     assert card["model"] == {
         "name": "small_cnn",
         "width": 4,
@@ -743,9 +771,9 @@ def test_client_cli_prints_classes(rest_server, tmp_path, classifier, images_uin
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    printed = [int(c) for c in re.findall(r"class (\d+)", completed.stdout)]
+    printed = re.findall(r'class (\d+) "([^"]+)"', completed.stdout)
     expected = _keras_outputs(classifier, images_uint8.astype(np.float32) / 255)["classes"]
-    assert printed == expected.tolist()
+    assert printed == [(str(k), FASHION_MNIST_NAMES[k]) for k in expected]
 
 
 def test_grpc_predict_through_a_server(exported, classifier, images_uint8):

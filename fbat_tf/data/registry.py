@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from fbat_tf.data import augment
+from fbat_tf.data import augment, class_names
 
 _KERAS_CACHE = os.path.join("~", ".keras", "datasets")
 _FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
@@ -28,6 +28,8 @@ class DatasetInfo:
     std: tuple[float, ...]  # per-channel std
     train_examples: int  # size of the full training split (before the validation cut)
     test_examples: int  # size of the test split ("test" in load())
+    # names[k] is label k's name; empty where only indices are kept (class_names.py says why)
+    class_names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,19 +55,23 @@ _REGISTRY: dict[str, Entry] = {
     entry.info.name: entry
     for entry in [
         Entry(
-            DatasetInfo("cifar10", 10, (32, 32, 3), *_CIFAR10_STATS, 50_000, 10_000),
+            DatasetInfo(
+                "cifar10", 10, (32, 32, 3), *_CIFAR10_STATS, 50_000, 10_000, class_names.CIFAR10
+            ),
             tfds_name="cifar10",
             local_format="cifar10",
             augment_fn=augment.pad_crop_flip,
         ),
         Entry(
-            DatasetInfo("cifar100", 100, (32, 32, 3), *_CIFAR100_STATS, 50_000, 10_000),
+            DatasetInfo(
+                "cifar100", 100, (32, 32, 3), *_CIFAR100_STATS, 50_000, 10_000, class_names.CIFAR100
+            ),
             tfds_name="cifar100",
             local_format="cifar100",
             augment_fn=augment.pad_crop_flip_rotate,
         ),
         Entry(
-            DatasetInfo("svhn", 10, (32, 32, 3), *_SVHN_STATS, 73_257, 26_032),
+            DatasetInfo("svhn", 10, (32, 32, 3), *_SVHN_STATS, 73_257, 26_032, class_names.DIGITS),
             tfds_name="svhn_cropped",
         ),
         Entry(
@@ -81,14 +87,25 @@ _REGISTRY: dict[str, Entry] = {
             in_memory=False,
         ),
         Entry(
-            DatasetInfo("mnist", 10, (28, 28, 1), (0.1307,), (0.3081,), 60_000, 10_000),
+            DatasetInfo(
+                "mnist", 10, (28, 28, 1), (0.1307,), (0.3081,), 60_000, 10_000, class_names.DIGITS
+            ),
             tfds_name="mnist",
             local_format="idx",
             local_subdirs=("mnist",),
             default_dirs=(os.path.join(_KERAS_CACHE, "mnist"),),
         ),
         Entry(
-            DatasetInfo("fashion_mnist", 10, (28, 28, 1), (0.2860,), (0.3530,), 60_000, 10_000),
+            DatasetInfo(
+                "fashion_mnist",
+                10,
+                (28, 28, 1),
+                (0.2860,),
+                (0.3530,),
+                60_000,
+                10_000,
+                class_names.FASHION_MNIST,
+            ),
             tfds_name="fashion_mnist",
             local_format="idx",
             local_subdirs=("fashion-mnist", "fashion_mnist"),
