@@ -12,7 +12,6 @@ accept, or a version that already exists (versions are never overwritten).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -101,9 +100,14 @@ def main(argv: list[str]) -> None:
             trust.check_keras_file(_MODEL_PATH.value, _TRUST_MODEL_CODE.value)
         except ValueError as error:
             sys.exit(f"error: --model_path: {error}")
+    if _WORKDIR.value is not None:
+        try:
+            Run(_WORKDIR.value).record()  # a damaged record, named, before anything else
+        except ValueError as error:
+            sys.exit(f"error: {error}")
     try:
         name = versions.check_name(_default_name())
-    except (ValueError, KeyError, json.JSONDecodeError) as error:
+    except ValueError as error:
         sys.exit(f"error: cannot name the model, pass --name: {error}")
     export_dir = _EXPORT_DIR.value
     if export_dir is None:

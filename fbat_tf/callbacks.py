@@ -23,8 +23,10 @@ epoch in which the run diverged.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -143,12 +145,35 @@ class RobustValidation(keras.callbacks.Callback):
             self.best = robust
             logs["val_best"] = 1.0
             if self.best_path:
-                tmp = self.best_path + ".tmp.weights.h5"
-                self.classifier.save_weights(tmp)
-                os.replace(tmp, self.best_path)
+                save_weights(self.classifier, self.best_path)
         else:
             logs["val_best"] = 0.0
         logs["val_best_robust_accuracy"] = self.best
+
+
+# What an .h5 weights file holds beside the weights' bytes (its tree of groups), at most.
+_H5_OVERHEAD = 1 << 20
+
+
+def save_weights(classifier: keras.Model, path: str) -> None:
+    """Write `classifier`'s weights to `path` whole or not at all (a sibling file renamed).
+
+    On a disk without room for them, OSError(ENOSPC) naming the file before anything is
+    written: h5py, run out of space mid-write, reports it in a RuntimeError and can take the
+    process down as it frees what it held."""
+    tmp = path + ".tmp.weights.h5"
+    needed = _H5_OVERHEAD + sum(
+        math.prod(weight.shape) * tf.as_dtype(weight.dtype).size for weight in classifier.weights
+    )
+    if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < needed:
+        raise OSError(errno.ENOSPC, "No space left on device", tmp)
+    try:
+        classifier.save_weights(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 class TensorBoard(keras.callbacks.TensorBoard):

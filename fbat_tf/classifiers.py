@@ -17,7 +17,6 @@ from sources you trust, as TensorFlow's security guidance says.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import run, trust
-from fbat_tf.records import TrainConfig
+from fbat_tf.records import TrainConfig, read_json
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
 
@@ -45,6 +44,13 @@ class SavedModelClassifier:
 
     def __init__(self, path: str):
         self.loaded = tf.saved_model.load(path)
+        if FLOAT_SIGNATURE not in self.loaded.signatures:
+            raise ValueError(
+                f"{path} is a SavedModel without the {FLOAT_SIGNATURE} signature that takes "
+                "images and answers logits (it has: "
+                f"{', '.join(self.loaded.signatures) or 'none'}); export the model with "
+                "python -m export, or pass its run directory or .keras file"
+            )
         self.signature = self.loaded.signatures[FLOAT_SIGNATURE]
 
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -126,16 +132,7 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
             "validation_from": config.validation_from,
         }
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        card_path = os.path.join(path, MODEL_CARD)
-        card = {}
-        if os.path.exists(card_path):
-            with open(card_path) as f:
-                card = json.load(f)
-        known = {"dataset": card["dataset"]} if card.get("dataset") else {}
-        if card.get("validation_from"):
-            known["validation_from"] = card["validation_from"]
-        if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
-            known["eps"] = card["eps"]["pixels"]
+        known = _card_facts(os.path.join(path, MODEL_CARD))
         return SavedModelClassifier(path), known
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
@@ -144,6 +141,28 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
         "(saved_model.pb) nor a .keras file" + (f"; did you mean {hint}?" if hint else "")
     )
+
+
+def _card_facts(card_path: str) -> dict[str, Any]:
+    """What an export's model card says of its data and ε ({} without a card); ValueError
+    naming the card where it is not one fbat-tf writes (cut short, a field of another type)."""
+    if not os.path.exists(card_path):
+        return {}
+    card = read_json(card_path, "a model card as fbat-tf exports it", "model")
+    known: dict[str, Any] = {}
+    for name in ("dataset", "validation_from"):
+        value = card.get(name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{card_path}: {name} is {value!r}, not a name")
+        if value:
+            known[name] = value
+    eps = card.get("eps")
+    pixels = eps.get("pixels") if isinstance(eps, dict) else None
+    if pixels is not None:
+        if isinstance(pixels, bool) or not isinstance(pixels, int | float):
+            raise ValueError(f"{card_path}: eps.pixels is {pixels!r}, not a number")
+        known["eps"] = pixels
+    return known
 
 
 def check_logits(classifier: Callable, x: tf.Tensor) -> None:

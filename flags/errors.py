@@ -11,6 +11,7 @@ record) so that none ends in a traceback the user did not ask for.
 from __future__ import annotations
 
 import errno
+import re
 import sys
 from collections.abc import Callable
 
@@ -32,6 +33,13 @@ def describe(error: BaseException) -> str:
             )
         return f"{where}: {error.strerror}" if where else error.strerror
     text = " ".join(str(error).split()) or "(no message)"
+    # TensorFlow's writers (checkpoints, TensorBoard events) and h5py report a full disk as an
+    # error of their own ("… <path>; No space left on device …"): told as the OSError above is.
+    full = re.search(r"(\S+); No space left on device", text) or re.search(
+        r"filename = '([^']+)'.*No space left on device", text
+    )  # h5py's
+    if full or "No space left on device" in text:
+        return describe(OSError(errno.ENOSPC, "No space left on device", full and full.group(1)))
     if len(text) > 600:
         text = text[:600] + " ..."
     # The library's own refusals say what is wrong in words; others are named by their kind.

@@ -241,3 +241,94 @@ def test_a_full_disk_is_told_as_such_naming_the_file():
     said = errors.describe(full)
     assert said.startswith("no space left on the device writing /runs/a/results.json.tmp")
     assert "run the same command again" in said
+
+
+def _committed_run_copy(run_dir) -> None:
+    source = os.path.join(
+        ROOT, "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
+    )
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for name in ("results.json", "flags.txt", os.path.join("checkpoints", "best.weights.h5")):
+        (run_dir / name).write_bytes(open(os.path.join(source, name), "rb").read())
+
+
+def test_a_mistyped_record_is_one_line_naming_it_in_evaluate_and_export(tmp_path):
+    """ε written as text in results.json: evaluate.py said `TypeError: '>=' not supported`,
+    naming nothing, and `python -m export` exported the model with ε = 8 pixels."""
+    run_dir = tmp_path / "run"
+    _committed_run_copy(run_dir)
+    results = run_dir / "results.json"
+    record = json.loads(results.read_text())
+    record["config"]["eps"] = "76"
+    results.write_text(json.dumps(record))
+    said = f"error: {results}: config.eps is '76', not a float; restore the file train.py wrote"
+    line = one_line(run("evaluate.py", f"--model_path={run_dir}", "--attacks=pgd"))
+    assert line.startswith(said), line
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, "-m", "export", f"--workdir={run_dir}"]
+    exported = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert one_line(exported).startswith(said), exported.stderr[-2000:]
+    assert not (run_dir / "export").exists()
+
+
+def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
+    """Evaluating an export whose model card is cut short or holds a number for the dataset's
+    name: JSON's message, or "unknown dataset 5", naming no file."""
+    import tensorflow as tf
+
+    export = tmp_path / "export" / "1"
+    (export / "assets.extra").mkdir(parents=True)
+    tf.saved_model.save(tf.Module(), str(export))
+    card = export / "assets.extra" / "model_card.json"
+    for text, says in (
+        ('{"dataset": "fashion_mnist", "mod', "is not readable JSON"),
+        ('{"dataset": 5, "model": {}}', "dataset is 5, not a name"),
+        ('{"dataset": "fashion_mnist", "model": {}, "eps": {"pixels": "8"}}', "eps.pixels is '8'"),
+    ):
+        card.write_text(text)
+        line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
+        assert line.startswith(f"error: {card}") and says in line, line
+    # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass.
+    card.write_text('{"dataset": "fashion_mnist", "model": {}}')
+    line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
+    assert line.startswith(f"error: {export} is a SavedModel without the serving_default"), line
+
+
+def test_a_full_disk_inside_tensorflow_or_h5py_is_told_as_such_naming_the_file():
+    import tensorflow as tf
+
+    from flags import errors
+
+    events = "/runs/a/tensorboard/train/events.out.tfevents.1.vm.2.v2"
+    writer = tf.errors.ResourceExhaustedError(
+        None, None, f"{{{{function_node WriteSummary}}}} {events}; No space left on device\n\t"
+    )
+    h5 = RuntimeError(
+        "Can't decrement id ref count (file write failed: time = Sat Nov 28 20:47:57 2026\n, "
+        "filename = '/runs/a/checkpoints/best.weights.h5.tmp.weights.h5', file descriptor = 6, "
+        "errno = 28, error message = 'No space left on device', buf = 0x55eb38291058)"
+    )
+    for error, path in ((writer, events), (h5, "/runs/a/checkpoints/best.weights.h5.tmp")):
+        said = errors.describe(error)
+        assert said.startswith(f"no space left on the device writing {path}"), said
+        assert "run the same command again" in said
+
+
+def test_the_best_weights_are_not_begun_on_a_disk_without_room_for_them(tmp_path, monkeypatch):
+    import collections
+
+    import keras
+
+    from fbat_tf import callbacks
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1000)])  # 20 kB of weights
+    path = str(tmp_path / "best.weights.h5")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(callbacks.shutil, "disk_usage", lambda _: usage(1 << 30, 0, 20_000))
+    with pytest.raises(OSError) as refused:
+        callbacks.save_weights(model, path)
+    assert refused.value.errno == 28 and refused.value.filename.startswith(path)
+    assert os.listdir(tmp_path) == []  # nothing begun: h5py never met the full disk
+    monkeypatch.undo()
+    callbacks.save_weights(model, path)
+    assert os.listdir(tmp_path) == ["best.weights.h5"]

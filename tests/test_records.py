@@ -196,3 +196,37 @@ def test_a_file_that_is_not_a_record_is_refused_naming_it(tmp_path):
         RunRecord.load(str(path))
     assert RunRecord.read(str(path)) is None
     assert RunRecord.read(str(tmp_path / "absent.json")) is None
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        # A field of another type than the run wrote: ε as text (which export took as 8
+        # pixels), a seed as a list, a flag as text, a width as true.
+        (lambda r: r["config"].update(eps="8"), "config.eps is '8', not a float"),
+        (lambda r: r["config"].update(seed=[1]), "config.seed is [1], not an int"),
+        (lambda r: r["config"].update(final_test="yes"), "config.final_test is 'yes', not a bool"),
+        (lambda r: r["config"].update(width=True), "config.width is True, not an int or null"),
+        (lambda r: r["config"].update(method_options=[]), "config.method_options is []"),
+        (lambda r: r["config"].pop("workdir"), "config has no workdir"),
+        (lambda r: r.update(history=5), "history is 5, not a list"),
+        (lambda r: r.update(history=[{"loss": 1.0}]), "history holds {'loss': 1.0}"),
+        (lambda r: r.update(history=[{"epoch": "1"}]), "not an epoch's object with its number"),
+        (lambda r: r.update(method=[1]), "method is [1], not an object"),
+        (lambda r: r.update(status="done"), "status is 'done', not one of running, complete"),
+        # Diverged, but not why: the message about it would fail on the missing outcome.
+        (lambda r: r.update(status="diverged"), "status is diverged, but the record says nothing"),
+        (lambda r: r.update(divergence={"epoch": 1}), "is not a training run's record as fbat"),
+    ],
+)
+def test_a_record_of_another_shape_is_refused_naming_the_file_and_what_to_do(tmp_path, edit, says):
+    written = RunRecord(TrainConfig(workdir="w"), status="complete").to_dict()
+    edit(written)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(written))
+    with pytest.raises(ValueError) as refused:
+        RunRecord.load(str(path))
+    message = str(refused.value)
+    assert message.startswith(str(path)) and says in message, message
+    assert message.endswith("restore the file train.py wrote, or train again in a new --workdir")
+    assert RunRecord.read(str(path)) is None

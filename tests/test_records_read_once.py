@@ -21,7 +21,6 @@ RECORDS = os.path.join(ROOT, "fbat_tf", "records") + os.sep
 
 # Where JSON is parsed outside fbat_tf/records/, and what each site reads: none is a record.
 OTHER_JSON = {
-    "fbat_tf/classifiers.py": "an exported SavedModel's model card",
     "fbat_tf/trust.py": "a .keras archive's config.json",
     "fbat_tf/sweeps/definition.py": "a sweep definition",
     "fbat_tf/sweeps/results.py": "a paper's numbers and a step-time bench result",

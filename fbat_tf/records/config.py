@@ -7,6 +7,15 @@ from typing import Any
 
 from fbat_tf import catalog
 
+# What JSON gives for each type a TrainConfig field is annotated with ("X | None": also null).
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "dict[str, Any]": (dict,),
+}
+
 # The fields of train.py's final test on the test split, which `final_test=False` leaves unused.
 FINAL_TEST_FIELDS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "eval_autoattack")
 
@@ -57,3 +66,26 @@ class TrainConfig:
     validation_from: str = "train"
     tensorboard_every: int = 100
     verbose: int = 1
+
+
+def config_from_dict(saved: dict[str, Any]) -> TrainConfig:
+    """The TrainConfig of a record's `config` (fields it does not know left out); ValueError
+    naming the field whose value is not of the field's type (`"eps": "8"`, a list for a seed),
+    which would otherwise fail later, far from the file, or be taken silently."""
+    fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
+    if "workdir" not in saved:
+        raise ValueError("config has no workdir")
+    for name, value in saved.items():
+        if name not in fields:
+            continue
+        annotation = str(fields[name].type)
+        optional = annotation.endswith(" | None")
+        types = _JSON_TYPES[annotation.removesuffix(" | None")]
+        # JSON's true and false are no numbers here; a whole number is a float's value.
+        wrong_bool = isinstance(value, bool) and bool not in types
+        if (value is None and optional) or (isinstance(value, types) and not wrong_bool):
+            continue
+        kind = annotation.replace(" | None", " or null")
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise ValueError(f"config.{name} is {value!r}, not {article} {kind}")
+    return TrainConfig(**{k: v for k, v in saved.items() if k in fields})

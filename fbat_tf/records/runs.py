@@ -7,7 +7,7 @@ import math
 import numbers
 from typing import Any
 
-from fbat_tf.records.config import TrainConfig
+from fbat_tf.records.config import TrainConfig, config_from_dict
 from fbat_tf.records.evaluations import EvaluationResult
 from fbat_tf.records.files import read_json, write_json_atomic
 
@@ -55,6 +55,27 @@ class Epoch:
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, **self.logs}
+
+
+_STATUSES = ("running", "complete", "diverged")
+
+# What to do about a record train.py did not write so.
+_RESTORE = "; restore the file train.py wrote, or train again in a new --workdir"
+
+
+def _listed(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is {value!r}, not a list")
+    return value
+
+
+def _epoch(entry: Any) -> Epoch:
+    """One entry of a record's history: an object with a whole epoch number."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("epoch"), int):
+        raise ValueError(f"history holds {entry!r}, not an epoch's object with its number")
+    return Epoch(entry["epoch"], {k: v for k, v in entry.items() if k != "epoch"})
 
 
 @dataclasses.dataclass
@@ -106,14 +127,20 @@ class RunRecord:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         config_fields = {f.name for f in dataclasses.fields(TrainConfig)}
         saved = dict(payload.get("config") or {})
-        config = TrainConfig(**{k: v for k, v in saved.items() if k in config_fields})
+        config = config_from_dict(saved)
         values = {k: v for k, v in payload.items() if k in known and k != "config"}
-        values["history"] = [
-            Epoch(int(h["epoch"]), {k: v for k, v in h.items() if k != "epoch"})
-            for h in payload.get("history") or []
-        ]
+        values["history"] = [_epoch(h) for h in _listed(payload.get("history"), "history")]
+        for name in ("method", "code", "pairing", "split", "machine"):
+            if not isinstance(values.get(name), dict | None):
+                raise ValueError(f"{name} is {values[name]!r}, not an object")
+        if values.get("status", "running") not in _STATUSES:
+            raise ValueError(f"status is {values['status']!r}, not one of {', '.join(_STATUSES)}")
         if payload.get("divergence") is not None:
             values["divergence"] = DivergenceOutcome(**payload["divergence"])
+        elif values.get("status") == "diverged":
+            raise ValueError(
+                "status is diverged, but the record says nothing of why (no divergence)"
+            )
         if payload.get("final") is not None:
             values["final"] = EvaluationResult.from_final(
                 payload["final"], config.eps, config.dataset
@@ -127,13 +154,22 @@ class RunRecord:
     @classmethod
     def load(cls, path: str) -> RunRecord:
         """The record at `path`: FileNotFoundError where there is none, ValueError naming the
-        file where it is not a run's record or its final evaluation's outcomes disagree with its
-        accuracies."""
-        payload = read_json(path, "a training run's record", "config")
+        file where it is not a run's record (a part missing or of another type) or its final
+        evaluation's outcomes disagree with its accuracies."""
+        try:
+            payload = read_json(path, "a training run's record", "config")
+        except ValueError as error:
+            raise ValueError(f"{error}{_RESTORE}") from None
         try:
             return cls.from_dict(payload)
         except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+            raise ValueError(f"{path}: {error}{_RESTORE}") from None
+        except (TypeError, KeyError, AttributeError) as error:
+            # A part of another shape than a run writes (a hand edit, another program's file).
+            raise ValueError(
+                f"{path} is not a training run's record as fbat-tf writes it "
+                f"({type(error).__name__}: {error}){_RESTORE}"
+            ) from None
 
     @classmethod
     def read(cls, path: str) -> RunRecord | None:
