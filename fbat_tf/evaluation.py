@@ -188,7 +188,7 @@ def _robust_counts(
             "input gradients of the model there)",
             nonfinite,
         )
-    check_in_ball(x_adv, x, eps)
+    check_in_ball(x_adv, x, eps, norm=attack.norm)
     logits = [
         classifier(x_adv[i : i + size], training=False) for i in range(0, int(x.shape[0]), size)
     ]

@@ -153,6 +153,8 @@ class Attack:
     """Base class: a subclass writes `perturb`, the adversarial batch for one stateless seed."""
 
     eps: float
+    # The ball its points lie in, ‖δ‖ ≤ eps in this norm (constraints.NORMS).
+    norm: str = "linf"
     # True for an ensemble that re-batches what is still robust before each part, as the
     # reference does over its whole set (AutoAttack): an evaluation then gives it many batches
     # joined, in one call of `in_slices(batch size)`.

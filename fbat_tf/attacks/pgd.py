@@ -3,6 +3,11 @@
     attack = PGD(eps=8 / 255, steps=50, restarts=10)     # step size ε/4
     x_adv, _ = attack(model, x, y, seed=0)
     fgsm = PGD(eps, steps=1, restarts=1, step_size=eps, random_start=False)  # FGSM from x
+    l2 = PGD(eps=0.5, norm="l2")                         # ε in [0, 1]-pixel units
+
+Under the L2 norm each step moves along the gradient normalized per example (length: the step
+size) and is projected onto the L2 ball ∩ box exactly (constraints.project_l2); the random start
+is uniform in the ball (constraints.random_init).
 
 The model runs with training=False. Per example the result is the first restart that
 misclassifies it, or else the first restart's point; an example counts as broken if any restart
@@ -33,6 +38,7 @@ class PGD(Attack):
         step_size: float | None = None,
         jit_compile: bool | None = False,
         random_start: bool = True,
+        norm: str = "linf",
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -43,6 +49,7 @@ class PGD(Attack):
                 f"restarts={restarts!r} without a random start would repeat one attack; use 1"
             )
         self.eps = float(eps)
+        self.norm = constraints.check_norm(norm)
         self.steps = int(steps)
         self.restarts = int(restarts)
         self.step_size = self.eps / 4 if step_size is None else float(step_size)
@@ -71,7 +78,11 @@ class PGD(Attack):
                 _, grad = input_gradient(
                     lambda delta: cross_entropy(model(x + delta, training=False), y), delta
                 )
-                delta = tf.clip_by_value(delta + self.step_size * tf.sign(grad), lower, upper)
+                moved = delta + self.step_size * constraints.normalized(grad, self.norm)
+                if self.norm == "linf":  # one clip: P_C for the L∞ ball (delta_bounds)
+                    delta = tf.clip_by_value(moved, lower, upper)
+                else:
+                    delta = constraints.project(moved, x, self.eps, self.norm)
                 # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
                 return step + 1, tf.ensure_shape(delta, start.shape)
 
@@ -88,7 +99,7 @@ class PGD(Attack):
             if not self.random_start:
                 return tf.zeros_like(x)
             return constraints.random_init(
-                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index)
+                x, self.eps, tf.random.experimental.stateless_fold_in(seed, index), self.norm
             )
 
         def restarts_from(index: tf.Tensor, best: tf.Tensor, robust: tf.Tensor):
