@@ -1,4 +1,5 @@
-"""Classifiers to evaluate: a training run's, an exported SavedModel's, a .keras file's.
+"""Classifiers to evaluate: a training run's, an exported SavedModel's or ONNX or LiteRT
+file's (fbat_tf/artifacts.py), a .keras file's.
 
     classifier, config = load_classifier("runs/fmnist")   # the run's selected weights
     classifier, known = load_model(path)                  # a run, SavedModel or .keras file
@@ -25,7 +26,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import run, trust
+from fbat_tf import catalog, run, trust
 from fbat_tf.records import TrainConfig
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
@@ -111,39 +112,58 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
 
 
 def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
-    """A classifier from a training run directory, a .keras file or a SavedModel directory,
-    with what is known of it ({"dataset", "eps", "validation_from"} from the run or the model
-    card, else {}).
+    """A classifier from a training run directory, a .keras file, a SavedModel directory or an
+    exported .onnx or .tflite file (artifacts.load_artifact), with what is known of it
+    ({"dataset", "eps", "validation_from", "architecture"} from the run or the model card of
+    the export the file sits in, else {}).
 
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
     """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
+        width = f" width {config.width}" if config.width else ""
         return classifier, {
             "dataset": config.dataset,
             "eps": config.eps,
             "validation_from": config.validation_from,
+            "architecture": f"{config.model}{width}",
         }
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        card_path = os.path.join(path, MODEL_CARD)
-        card = {}
-        if os.path.exists(card_path):
-            with open(card_path) as f:
-                card = json.load(f)
-        known = {"dataset": card["dataset"]} if card.get("dataset") else {}
-        if card.get("validation_from"):
-            known["validation_from"] = card["validation_from"]
-        if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
-            known["eps"] = card["eps"]["pixels"]
-        return SavedModelClassifier(path), known
+        return SavedModelClassifier(path), card_facts(path)
+    if catalog.artifact_format(path) is not None:
+        from fbat_tf import artifacts
+
+        return artifacts.load_artifact(path), card_facts(os.path.dirname(path))
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
     hint = run.model_path_suggestion(path)
     raise FileNotFoundError(
         f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
-        "(saved_model.pb) nor a .keras file" + (f"; did you mean {hint}?" if hint else "")
+        "(saved_model.pb), an .onnx or .tflite file nor a .keras file"
+        + (f"; did you mean {hint}?" if hint else "")
     )
+
+
+def card_facts(version_dir: str) -> dict[str, Any]:
+    """What the model card of an export's version directory says of the model it holds: its
+    dataset, training ε, where its validation came from and its architecture (those it names;
+    {} without a card)."""
+    card_path = os.path.join(version_dir, MODEL_CARD)
+    card = {}
+    if os.path.exists(card_path):
+        with open(card_path) as f:
+            card = json.load(f)
+    known = {"dataset": card["dataset"]} if card.get("dataset") else {}
+    if card.get("validation_from"):
+        known["validation_from"] = card["validation_from"]
+    if isinstance(card.get("eps"), dict) and card["eps"].get("pixels") is not None:
+        known["eps"] = card["eps"]["pixels"]
+    model = card.get("model") if isinstance(card.get("model"), dict) else {}
+    if model.get("name"):
+        width = f" width {model['width']}" if model.get("width") else ""
+        known["architecture"] = f"{model['name']}{width}"
+    return known
 
 
 def check_logits(classifier: Callable, x: tf.Tensor) -> None:
