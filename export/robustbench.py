@@ -1,4 +1,4 @@
-"""A RobustBench-format entry for an evaluated model (`robustbench.json`, DESIGN.md §5.5).
+"""A RobustBench-format entry for an evaluated model (`robustbench.json`, DESIGN.md §5.6).
 
     entry = robustbench.entry(result, dataset="fashion_mnist", eps=8 / 255, architecture=...)
 
