@@ -5,12 +5,19 @@ AutoAttack (and its parts) and transfer attacks, at one or several ε.
     python evaluate.py --model_path=runs/fmnist-fastbat --eps=2,4,8 --attacks=pgd,apgd-ce
     python evaluate.py --model_path=runs/a --attacks=transfer --source_model_path=runs/b
     python evaluate.py --model_path=runs/fmnist-fastbat --strategy=mirrored --batch_size=1024
+    python evaluate.py --model_path=runs/fmnist-fastbat/export/<name>/1/model.onnx
 
-`--model_path` is a training run directory, a .keras file or an exported SavedModel version
-directory. Prints a Markdown table, writes JSON (never over an existing file) and, with several
-ε, a robustness-vs-ε plot next to it. Every adversarial batch is checked to lie in C. A model
-that gives NaN or infinite logits, on clean inputs (told before any attack, with how many
-examples) or on adversarial ones, is refused with a message and nothing is written.
+`--model_path` is a training run directory, a .keras file, an exported SavedModel version
+directory, or an exported .onnx or .tflite file. Such a file is run by its own runtime
+(onnxruntime, ai-edge-litert) and checked against its source model (the SavedModel it sits
+beside, or --source_model_path): clean accuracy and agreement, the source's PGD and AutoAttack
+examples replayed on it, Square run on it (DESIGN.md §5.4); its row goes into the model card.
+Where AutoAttack (standard) ran at the model's training ε, a RobustBench-format entry,
+robustbench.json, is written beside the model. Prints a Markdown table, writes JSON (never
+over an existing file) and, with several ε, a robustness-vs-ε plot next to it. Every
+adversarial batch is checked to lie in C. A model that gives NaN or infinite logits, on clean
+inputs (told before any attack, with how many examples) or on adversarial ones, is refused
+with a message and nothing is written.
 `--strategy` splits each global batch over the replicas of a tf.distribute strategy and sums the
 counts (BUILD.md); only the chief of several workers writes.
 
@@ -32,7 +39,7 @@ import sys
 from absl import app, logging
 from absl import flags as absl_flags
 
-from fbat_tf import attacks, onednn, startup, trust
+from fbat_tf import attacks, catalog, onednn, startup, trust
 from fbat_tf import run as run_files
 from fbat_tf.run import Run
 from flags import common, errors, usage
@@ -41,13 +48,40 @@ from flags import evaluate as eval_flags
 FLAGS = absl_flags.FLAGS
 
 
-def build_attacks(names, eps_values, jit_compile, source=None):
-    """{(attack, ε): attack} in the order asked, each with its flags' options."""
+def build_attacks(names, eps_values, jit_compile, source=None, artifact=False):
+    """{(attack, ε): attack} in the order asked, each with its flags' options. For an exported
+    file (`artifact`), the attacks that need its gradients are crafted on `source` and
+    replayed, and the others run without XLA (the file runs outside TensorFlow's graph)."""
     from fbat_tf import evaluation
 
     options = {name: eval_flags.attack_options(name) for name in names}
-    context = {"jit_compile": jit_compile, "source": source}
-    return evaluation.registry_attacks(names, eps_values, options, context)
+
+    def made(jit):
+        context = {"jit_compile": jit, "source": source}
+        return evaluation.registry_attacks(names, eps_values, options, context)
+
+    if not artifact:
+        return made(jit_compile)
+    from export import recheck
+
+    return recheck.replayed(made(jit_compile), made(False), source)
+
+
+def is_artifact(model_path: str) -> bool:
+    """An exported .onnx or .tflite file."""
+    return catalog.artifact_format(model_path) is not None
+
+
+def attack_names(model_path: str) -> list[str]:
+    """The attacks asked for; for an exported file by default PGD and AutoAttack replayed from
+    its source, and Square on the file itself."""
+    if is_artifact(model_path) and not FLAGS["attacks"].present:
+        return [*eval_flags.ATTACKS.value, *ARTIFACT_ATTACKS]
+    return eval_flags.ATTACKS.value
+
+
+# What evaluate.py runs on an exported file besides --attacks' default: a score-based attack.
+ARTIFACT_ATTACKS = ("square",)
 
 
 def label(name: str) -> str:
@@ -74,15 +108,40 @@ def checked_model_path(model_path: str) -> str:
         Run(model_path).is_run()
         or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
         or (model_path.endswith(".keras") and os.path.isfile(model_path))
+        or (is_artifact(model_path) and os.path.isfile(model_path))
     )
     if not is_model:
         hint = run_files.model_path_suggestion(model_path)
         sys.exit(
             f"error: --model_path={model_path} is neither a training run directory (results.json), "
-            "a SavedModel directory (saved_model.pb) nor a .keras file"
+            "a SavedModel directory (saved_model.pb), an .onnx or .tflite file nor a .keras file"
             + (f"; did you mean {hint}?" if hint else "")
         )
+    if is_artifact(model_path):
+        from fbat_tf import artifacts
+
+        runtime = catalog.EXPORT_RUNTIMES[catalog.artifact_format(model_path)]
+        try:
+            artifacts.require(runtime, f"evaluating {os.path.basename(model_path)}")
+        except ImportError as error:
+            sys.exit(f"error: {error}")
     return model_path
+
+
+def checked_source_path(model_path: str) -> str | None:
+    """The model transfer attacks craft on, and an exported file's source: --source_model_path,
+    else for a file the SavedModel it sits beside; exit where a file has neither."""
+    given = eval_flags.SOURCE_MODEL_PATH.value
+    if given or not is_artifact(model_path):
+        return given
+    folder = os.path.dirname(os.path.abspath(model_path))
+    if os.path.isfile(os.path.join(folder, "saved_model.pb")):
+        return folder
+    sys.exit(
+        f"error: --model_path={model_path}: an exported file is checked against the model it "
+        "was exported from, and no SavedModel sits beside it: pass --source_model_path (the "
+        "training run or SavedModel it came from)"
+    )
 
 
 def checked_results_path(model_path: str) -> str:
@@ -90,7 +149,10 @@ def checked_results_path(model_path: str) -> str:
     where a file is there already or the folder cannot be written."""
     # Beside the model: in the run (or SavedModel) directory, or the .keras file's directory.
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
-    results_path = eval_flags.RESULTS.value or Run(home).eval_path(eval_flags.SPLIT.value)
+    name = eval_flags.SPLIT.value
+    if is_artifact(model_path):  # one a file: eval-test-model_onnx.json, ...
+        name += "-" + os.path.basename(model_path).replace(".", "_")
+    results_path = eval_flags.RESULTS.value or Run(home).eval_path(name)
     if os.path.exists(results_path) and common.STRATEGY.value != "multi_worker":
         sys.exit(f"error: {results_path} exists; pass another --results")
     problem = run_files.unwritable(results_path)
@@ -105,17 +167,19 @@ def checked_results_path(model_path: str) -> str:
     return results_path
 
 
-def load_models(model_path: str, strategy):
-    """The model attacked, what is known of it, and the transfer attacks' source model, each
-    replica with its own copy of the weights (folded into constants with --fold_weights)."""
+def load_models(model_path: str, strategy, source_path: str | None):
+    """The model attacked, what is known of it, and the source model (the transfer attacks',
+    an exported file's), each replica with its own copy of the weights (folded into constants
+    with --fold_weights)."""
     from fbat_tf import classifiers
 
     with strategy.scope():
         trusted = eval_flags.TRUST_MODEL_CODE.value
         classifier, known = classifiers.load_model(model_path, trusted)
         source = None
-        if eval_flags.SOURCE_MODEL_PATH.value:
-            source, _ = classifiers.load_model(eval_flags.SOURCE_MODEL_PATH.value, trusted)
+        if source_path:
+            source, source_known = classifiers.load_model(source_path, trusted)
+            known = {**source_known, **known}
     if eval_flags.FOLD_WEIGHTS.value:
         # Folded weights are constants without a device: each replica runs the graph on its own.
         classifier = classifiers.fold_weights(classifier)
@@ -201,7 +265,7 @@ def described(result, model_path: str, dataset: str, validation_from: str):
         eval_flags.SPLIT.value,
         validation_from,
         points,
-        eval_flags.ATTACKS.value,
+        attack_names(model_path),
         {name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
         common.SEED.value,
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
@@ -235,7 +299,7 @@ def write_outputs(result, results_path: str, budgets: int) -> None:
         sys.exit(f"error: could not write {results_path}; the results are in {saved}")
     if budgets > 1:
         plot_path = os.path.splitext(results_path)[0] + ".png"
-        labels = {name: label(name) for name in eval_flags.ATTACKS.value}
+        labels = {name: label(name) for name in result.extra["attacks"]}
         try:
             plots.plot_robustness(result, plot_path, labels)
             print(f"plot in {plot_path}")
@@ -253,6 +317,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     model_path = checked_model_path(eval_flags.MODEL_PATH.value.rstrip("/"))
     results_path = checked_results_path(model_path)
+    source_path = checked_source_path(model_path)
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
     run = Run(model_path)
     holder = run.in_use() if os.path.isdir(model_path) else None
@@ -281,16 +346,17 @@ def main(argv: list[str]) -> None:
     elif common.STRATEGY.value == "multi_worker" and os.path.exists(results_path):
         sys.exit(f"error: {results_path} exists; pass another --results")  # now that it is known
     try:
-        classifier, known, source = load_models(model_path, strategy)
+        classifier, known, source = load_models(model_path, strategy, source_path)
         dataset, eps_values, validation_from = setting(model_path, named, known)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
     split, examples = checked_split(model_path, classifier, dataset, validation_from)
-    say_estimate(classifier, split, eval_flags.ATTACKS.value, len(eps_values), examples)
+    artifact, names = is_artifact(model_path), attack_names(model_path)
+    say_estimate(source if artifact else classifier, split, names, len(eps_values), examples)
     # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
     # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
-    built = build_attacks(eval_flags.ATTACKS.value, eps_values, jit, source)
+    built = build_attacks(names, eps_values, jit, source, artifact)
     try:
         result = evaluation.evaluate(
             classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
@@ -298,7 +364,47 @@ def main(argv: list[str]) -> None:
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
     result = described(result, model_path, dataset, validation_from)
+    row = recheck(result, classifier, source, split, built, source_path) if artifact else None
     write_outputs(result, results_path, len(eps_values))
+    write_records(result, model_path, known, row)
+
+
+def recheck(result, classifier, source, split, built, source_path: str) -> dict:
+    """An exported file's row: agreement with its source, replayed and black-box accuracies."""
+    from export import recheck as rechecking
+
+    return rechecking.recheck(result, classifier, source, split, built, source_path)
+
+
+def write_records(result, model_path: str, known: dict, row: dict | None) -> None:
+    """An exported file's row in the model card of its export; for a model evaluated by
+    AutoAttack (standard) at its training ε, its RobustBench-format entry beside it."""
+    from fbat_tf.records import eps_255, write_json_atomic
+
+    if row is not None:
+        from export import recheck as rechecking
+
+        card = rechecking.record(model_path, row)
+        if card:
+            print(f"model card: {card}")
+        return
+    if "eps" not in known or not known.get("dataset") or eval_flags.SPLIT.value != "test":
+        return
+    if result.get("autoattack", eps_255(known["eps"])) is None:
+        return
+    from export import robustbench
+
+    entry = robustbench.entry(result, known["dataset"], known["eps"], known.get("architecture"))
+    if entry is None:
+        return
+    home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
+    path = Run(home).robustbench_path
+    try:
+        write_json_atomic(path, entry)
+    except OSError as error:
+        print(f"warning: {path} not written: {errors.describe(error)}", file=sys.stderr)
+        return
+    print(f"RobustBench entry: {path}")
 
 
 def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:
@@ -333,9 +439,11 @@ def table(result) -> str:
         "|---|---|---|---|",
         f"| clean | 0 | {result.clean_accuracy:.4f} | |",
     ]
+    replayed = result.extra.get("replayed", [])
     for r in result.robust:
         eps = f"{r.eps:g}"
-        lines.append(f"| {label(r.attack)} | {eps} | {r.robust_accuracy:.4f} | {r.seconds:.1f} |")
+        name = label(r.attack) + (" (the source's, replayed)" if r.key in replayed else "")
+        lines.append(f"| {name} | {eps} | {r.robust_accuracy:.4f} | {r.seconds:.1f} |")
         for part, value in r.parts.items():
             if part != "clean":
                 spent = r.part_seconds.get(part, 0.0)

@@ -28,6 +28,7 @@ from absl import app, logging
 from absl import flags as absl_flags
 
 from fbat_tf import attacks, onednn, startup
+from fbat_tf import run as run_files
 from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
@@ -63,8 +64,9 @@ def main(argv: list[str]) -> None:
     current = run_flags()
     try:
         check_final_test()
+        check_export()
         state = check_workdir(workdir, current)
-    except ValueError as error:
+    except (ValueError, ImportError) as error:  # ImportError: an export format's missing extra
         sys.exit(f"error: {error}")
     if state == "complete":
         print(f"{workdir} holds a finished run with these flags; see {Run(workdir).results_path}.")
@@ -172,6 +174,15 @@ def _chief() -> bool:
     return distribute.is_chief_process(common.STRATEGY.value)
 
 
+def check_export() -> None:
+    """The converters of the formats asked for, before any training: a missing one is told now,
+    not when the run ends (export/artifacts.py)."""
+    if train_flags.EXPORT.value:
+        from export import artifacts
+
+        artifacts.check_formats(train_flags.EXPORT_FORMATS.value)
+
+
 def export_once(workdir: str) -> None:
     """Export the run's best model, unless asked not to or a version of it already exists."""
     if not train_flags.EXPORT.value:
@@ -191,8 +202,14 @@ def export_once(workdir: str) -> None:
         return
     from export import savedmodel
 
-    path = savedmodel.export_run(workdir, export_dir=export_dir, name=name)
+    formats = train_flags.EXPORT_FORMATS.value
+    path = savedmodel.export_run(
+        workdir, export_dir, name, None, formats, train_flags.INT8_EXAMPLES.value
+    )
     print(f"SavedModel for TF-Serving: {path}")
+    extra = sorted(set(os.listdir(path)) & set(run_files.ARTIFACTS.values()))
+    if extra:
+        print(f"beside it: {', '.join(extra)} (python evaluate.py --model_path=<file> checks each)")
 
 
 if __name__ == "__main__":

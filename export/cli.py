@@ -3,6 +3,7 @@
     python -m export --workdir=runs/fmnist-fastbat                    # <workdir>/export/<name>/<N>
     python -m export --workdir=runs/fmnist-fastbat --export_dir=/srv/models --version=3
     python -m export --model_path=model.keras --export_dir=/srv/models --name=fmnist
+    python -m export --workdir=runs/fmnist-fastbat --export_formats=saved_model,onnx,litert
 
 Every flag is checked before TensorFlow is imported, and an error names the flag and writes
 nothing: a directory that is not a finished training run, a missing .keras file or one that holds
@@ -17,8 +18,8 @@ import sys
 
 from absl import app, flags, logging
 
-from export import versions
-from fbat_tf import run, startup, trust
+from export import artifacts, versions
+from fbat_tf import catalog, run, startup, trust
 from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
@@ -47,6 +48,21 @@ _TRUST_MODEL_CODE = flags.DEFINE_bool(
     "Export a --model_path that holds code, a Python lambda (e.g. a Lambda layer's) or a "
     "TFSMLayer, loading it with Keras' safe mode off, which runs that code. Only for files from "
     "a source you trust.",
+)
+
+_FORMATS = flags.DEFINE_list(
+    "export_formats",
+    ["saved_model"],
+    f"What to write, of {', '.join(catalog.EXPORT_FORMATS)}: the SavedModel always, and beside "
+    "it model.onnx and model.tflite (with model_int8.tflite for a training run); onnx and "
+    'litert need pip install -e ".[export]".',
+)
+_INT8_EXAMPLES = flags.DEFINE_integer(
+    "int8_examples",
+    500,
+    "Training images the int8 LiteRT file is calibrated on (post-training quantization); 0 "
+    "writes no int8 file.",
+    lower_bound=0,
 )
 
 flags.register_multi_flags_validator(
@@ -106,6 +122,10 @@ def main(argv: list[str]) -> None:
         except ValueError as error:
             sys.exit(f"error: {error}")
     try:
+        artifacts.check_formats(_FORMATS.value)
+    except (ValueError, ImportError) as error:  # ImportError: a format's missing extra
+        sys.exit(f"error: --export_formats: {error}")
+    try:
         name = versions.check_name(_default_name())
     except ValueError as error:
         sys.exit(f"error: cannot name the model, pass --name: {error}")
@@ -134,11 +154,25 @@ def main(argv: list[str]) -> None:
 
     try:
         if _WORKDIR.value is not None:
-            path = savedmodel.export_run(_WORKDIR.value, export_dir, name, _VERSION.value)
+            path = savedmodel.export_run(
+                _WORKDIR.value,
+                export_dir,
+                name,
+                _VERSION.value,
+                _FORMATS.value,
+                _INT8_EXAMPLES.value,
+            )
         else:
             path = savedmodel.export_keras_file(
-                _MODEL_PATH.value, export_dir, name, _VERSION.value, _TRUST_MODEL_CODE.value
+                _MODEL_PATH.value,
+                export_dir,
+                name,
+                _VERSION.value,
+                _TRUST_MODEL_CODE.value,
+                _FORMATS.value,
             )
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         sys.exit(f"error: {error}")
     print(f"exported {path} (serve {os.path.dirname(path)} as model {name!r})")
+    for file_name in sorted(set(os.listdir(path)) & set(run.ARTIFACTS.values())):
+        print(f"  {os.path.join(path, file_name)}")

@@ -31,6 +31,10 @@ loads with TensorFlow alone (no fbat_tf, no custom objects).
 A version directory is never overwritten (FileExistsError), and an export that fails leaves no
 version directory behind: the SavedModel and its card are written to a hidden sibling directory,
 which TF-Serving ignores, and renamed into place only when complete.
+
+`formats` adds ONNX and LiteRT files of the same classifier to the version directory
+(export/artifacts.py: model.onnx, model.tflite and, calibrated on the first training images of
+the run's dataset, model_int8.tflite); the card lists them under "artifacts".
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from export import versions
+from export import artifacts, versions
 from fbat_tf import data, provenance
 from fbat_tf.records import finite_or_null
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
@@ -142,8 +146,13 @@ def export_model(
     name: str,
     version: int | None = None,
     model_card: Mapping[str, Any] | None = None,
+    formats: Sequence[str] = ("saved_model",),
+    representative: Sequence[Any] | None = None,
 ) -> str:
     """Write `classifier` to `<export_dir>/<name>/<version>/` and return that path.
+
+    `formats` beyond "saved_model" are written beside it (artifacts.write; `representative`:
+    the batches of training images the int8 LiteRT file is calibrated on, None for none).
 
     `version=None` takes the next free integer. `model_card` (e.g. `model_card(workdir)`) is
     written to `assets.extra/model_card.json` with the export's name, version, serving contract
@@ -179,6 +188,8 @@ def export_model(
     os.mkdir(partial)
     try:
         build_archive(classifier, class_names).write_out(partial, verbose=False)
+        if set(formats) - {"saved_model"}:
+            card["artifacts"] = artifacts.write(classifier, partial, formats, representative)
         _write_model_card(os.path.join(partial, MODEL_CARD), card)
         # Checked again: another process may have exported this version in the meantime (a
         # rename onto an existing empty directory would succeed and replace it).
@@ -200,15 +211,20 @@ def export_run(
     export_dir: str | None = None,
     name: str | None = None,
     version: int | None = None,
+    formats: Sequence[str] = ("saved_model",),
+    int8_examples: int = 0,
 ) -> str:
     """Export the best checkpoint of a training run with its model card; returns the path.
 
     Defaults: `export_dir` = `<workdir>/export`, `name` = `<dataset>-<model>-<method>`,
     `version` = the next free integer. The model is rebuilt in float32 whatever the global
     mixed-precision policy (restored afterwards). Checks the target before loading the model.
+    `formats` as export_model's; with "litert", `int8_examples` > 0 also writes the int8 file,
+    calibrated on the first that many images of the run's training split.
     """
     from fbat_tf import classifiers
 
+    artifacts.check_formats(formats)
     card = model_card(workdir)
     if name is None:
         name = versions.run_name(card["dataset"], card["model"]["name"], card["method"]["name"])
@@ -220,7 +236,29 @@ def export_run(
         classifier, _ = classifiers.load_classifier(workdir)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-    return export_model(classifier, export_dir, name, version, card)
+    representative = None
+    if "litert" in formats and int8_examples > 0:
+        representative = training_images(Run(workdir).config(), int8_examples)
+    return export_model(classifier, export_dir, name, version, card, formats, representative)
+
+
+def training_images(config, count: int, batch_size: int = 32) -> list:
+    """The first `count` images of a run's training split, in file order and unaugmented, as
+    NumPy batches: the sample the int8 file's activation ranges are calibrated on."""
+    from fbat_tf import data
+
+    split = data.load(
+        config.dataset,
+        "train",
+        data_dir=config.data_dir,
+        batch_size=min(batch_size, count),
+        shuffle=False,
+        augment=False,
+        drop_remainder=False,
+        max_examples=count,
+        download=config.download,
+    )
+    return [x.numpy() for x, _ in split]
 
 
 def export_keras_file(
@@ -229,12 +267,14 @@ def export_keras_file(
     name: str | None = None,
     version: int | None = None,
     trust_code: bool = False,
+    formats: Sequence[str] = ("saved_model",),
 ) -> str:
     """Export a saved `.keras` classifier; returns the version path.
 
     Defaults: `export_dir` = `export/` next to the file, `name` = the file name without
     `.keras`. Its model card records the model only: a .keras file carries no training run, so
-    the dataset, method and robustness figures are null. A file that holds code (a Python
+    the dataset, method and robustness figures are null, and no training images calibrate an
+    int8 LiteRT file (only the float32 one is written). A file that holds code (a Python
     lambda, a TFSMLayer) is refused with fbat_tf.trust.UntrustedCodeError, before anything is
     written, unless `trust_code` (classifiers.load_keras_file).
     """
@@ -245,6 +285,7 @@ def export_keras_file(
 
     if not model_path.endswith(".keras") or not os.path.isfile(model_path):
         raise FileNotFoundError(f"no .keras model file at {model_path}")
+    artifacts.check_formats(formats)
     name = name if name is not None else os.path.basename(model_path)[: -len(".keras")]
     export_dir = export_dir or Run(os.path.dirname(os.path.abspath(model_path))).export_dir
     versions.free_version_dir(export_dir, name, version)
@@ -254,7 +295,7 @@ def export_keras_file(
         "model": {"name": classifier.name},
         **dict.fromkeys(("dataset", "method", "eps", "training", "selection", "robustness")),
     }
-    return export_model(classifier, export_dir, name, version, card)
+    return export_model(classifier, export_dir, name, version, card, formats)
 
 
 def model_card(workdir: str) -> dict[str, Any]:

@@ -35,6 +35,24 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 # definition's evaluation) is this one.
 PGD_STEPS, PGD_RESTARTS = 50, 10
 
+# What train.py and `python -m export` write (DESIGN.md §5.4): the SavedModel always (TF-Serving
+# serves its folder, and the other formats are checked against it), ONNX and LiteRT beside it on
+# request; "litert" writes a float32 file and, calibrated on training images, an int8 one.
+EXPORT_FORMATS = ("saved_model", "onnx", "litert")
+# The Python packages each extra format needs, to write it and to run it; `pip install -e
+# ".[export]"` installs them all.
+EXPORT_WRITERS = {"onnx": ("tf2onnx", "onnx"), "litert": ()}
+EXPORT_RUNTIMES = {"onnx": ("onnxruntime",), "litert": ("ai_edge_litert",)}
+# The suffix of each format's files: any such file can be evaluated, not only an export's.
+ARTIFACT_SUFFIXES = {".onnx": "onnx", ".tflite": "litert"}
+
+
+def artifact_format(path: str) -> str | None:
+    """The format of a model file by its suffix ("onnx", "litert"), else None."""
+    suffix = path[path.rfind(".") :].lower() if "." in path else ""
+    return ARTIFACT_SUFFIXES.get(suffix)
+
+
 # Fast-BAT's choices (DESIGN.md §3).
 IMPLICIT_GRADIENTS = ("hessian_free", "hessian_aware", "none")
 LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")

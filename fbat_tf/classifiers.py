@@ -1,4 +1,5 @@
-"""Classifiers to evaluate: a training run's, an exported SavedModel's, a .keras file's.
+"""Classifiers to evaluate: a training run's, an exported SavedModel's or ONNX or LiteRT
+file's (fbat_tf/artifacts.py), a .keras file's.
 
     classifier, config = load_classifier("runs/fmnist")   # the run's selected weights
     classifier, known = load_model(path)                  # a run, SavedModel or .keras file
@@ -24,7 +25,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import run, trust
+from fbat_tf import catalog, run, trust
 from fbat_tf.records import TrainConfig, read_json
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
@@ -117,35 +118,47 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
 
 
 def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
-    """A classifier from a training run directory, a .keras file or a SavedModel directory,
-    with what is known of it ({"dataset", "eps", "validation_from"} from the run or the model
-    card, else {}).
+    """A classifier from a training run directory, a .keras file, a SavedModel directory or an
+    exported .onnx or .tflite file (artifacts.load_artifact), with what is known of it
+    ({"dataset", "eps", "validation_from", "architecture"} from the run or the model card of
+    the export the file sits in, else {}).
 
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
     """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
+        width = f" width {config.width}" if config.width else ""
         return classifier, {
             "dataset": config.dataset,
             "eps": config.eps,
             "validation_from": config.validation_from,
+            "architecture": f"{config.model}{width}",
         }
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        known = _card_facts(os.path.join(path, MODEL_CARD))
+        known = card_facts(path)  # a damaged card is named before the model loads
         return SavedModelClassifier(path), known
+    if catalog.artifact_format(path) is not None:
+        from fbat_tf import artifacts
+
+        known = card_facts(os.path.dirname(path))
+        return artifacts.load_artifact(path), known
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
     hint = run.model_path_suggestion(path)
     raise FileNotFoundError(
         f"{path} is neither a training run directory ({run.RESULTS}), a SavedModel directory "
-        "(saved_model.pb) nor a .keras file" + (f"; did you mean {hint}?" if hint else "")
+        "(saved_model.pb), an .onnx or .tflite file nor a .keras file"
+        + (f"; did you mean {hint}?" if hint else "")
     )
 
 
-def _card_facts(card_path: str) -> dict[str, Any]:
-    """What an export's model card says of its data and ε ({} without a card); ValueError
-    naming the card where it is not one fbat-tf writes (cut short, a field of another type)."""
+def card_facts(version_dir: str) -> dict[str, Any]:
+    """What the model card of an export's version directory says of the model it holds: its
+    dataset, training ε, where its validation came from and its architecture (those it names;
+    {} without a card). ValueError naming the card where it is not one fbat-tf writes (cut
+    short, a field of another type)."""
+    card_path = os.path.join(version_dir, MODEL_CARD)
     if not os.path.exists(card_path):
         return {}
     card = read_json(card_path, "a model card as fbat-tf exports it", "model")
@@ -162,6 +175,10 @@ def _card_facts(card_path: str) -> dict[str, Any]:
         if isinstance(pixels, bool) or not isinstance(pixels, int | float):
             raise ValueError(f"{card_path}: eps.pixels is {pixels!r}, not a number")
         known["eps"] = pixels
+    model = card["model"]
+    if model.get("name"):
+        width = f" width {model['width']}" if model.get("width") else ""
+        known["architecture"] = f"{model['name']}{width}"
     return known
 
 

@@ -15,7 +15,10 @@ The layout (DESIGN.md §5):
     checkpoints/last/              the checkpoint a killed run resumes from
     tensorboard/train/, tensorboard/validation/
     eval-<name>.json, eval-<name>.png    evaluate.py's results (one name per evaluation)
-    export/<model name>/<version>/ the SavedModel for TF-Serving
+    export/<model name>/<version>/ the SavedModel for TF-Serving, and beside it on request
+                                   model.onnx, model.tflite, model_int8.tflite
+    robustbench.json               a RobustBench-format entry, where AutoAttack ran at the
+                                   training ε (also beside an evaluated SavedModel or file)
     train.lock                     held by the train.py that trains here (who, in the file)
 
 This module imports TensorFlow only inside `build_classifier`, so that the command line can
@@ -36,6 +39,10 @@ RESULTS = "results.json"
 MODEL_CARD = os.path.join("assets.extra", "model_card.json")
 FLOAT_SIGNATURE = "serving_default"
 UINT8_SIGNATURE = "serve_uint8"
+# The other formats of an export, beside its SavedModel in the version directory, by the file
+# name the model card's rows use: each takes raw pixels in [0, 1] and gives logits.
+ARTIFACTS = {"onnx": "model.onnx", "litert": "model.tflite", "litert_int8": "model_int8.tflite"}
+ROBUSTBENCH = "robustbench.json"
 FLAGS = "flags.txt"
 CHECKPOINTS = "checkpoints"
 BEST_WEIGHTS = "best.weights.h5"
@@ -119,6 +126,10 @@ class Run:
     @property
     def export_dir(self) -> str:
         return self.path(EXPORT)
+
+    @property
+    def robustbench_path(self) -> str:
+        return self.path(ROBUSTBENCH)
 
     def hold(self) -> Any:
         """Take this run directory for the calling process, or raise RunInUse naming the

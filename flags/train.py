@@ -169,8 +169,37 @@ EXPORT_DIR = flags.DEFINE_string(
     "Where the SavedModel goes: <export_dir>/<name>/<version>/ (default <workdir>/export).",
 )
 
+EXPORT_FORMATS = flags.DEFINE_list(
+    "export_formats",
+    ["saved_model"],
+    f"What the export writes, of {', '.join(catalog.EXPORT_FORMATS)}: the SavedModel always, "
+    "and beside it model.onnx and model.tflite (with model_int8.tflite); onnx and litert need "
+    'pip install -e ".[export]".',
+)
+INT8_EXAMPLES = flags.DEFINE_integer(
+    "int8_examples",
+    500,
+    "Training images the int8 LiteRT file is calibrated on (post-training quantization); 0 "
+    "writes no int8 file.",
+    lower_bound=0,
+)
+flags.register_validator(
+    "export_formats",
+    lambda names: set(names) <= set(catalog.EXPORT_FORMATS) and "saved_model" in names,
+    message=f"--export_formats takes names from {', '.join(catalog.EXPORT_FORMATS)} and "
+    "includes saved_model (TF-Serving serves its folder; the others are checked against it)",
+)
+
 # Flags that may differ between a run and its resumption.
-NOT_RUN_DEFINING = ("verbose", "download", "data_dir", "export", "export_dir")
+NOT_RUN_DEFINING = (
+    "verbose",
+    "download",
+    "data_dir",
+    "export",
+    "export_dir",
+    "export_formats",
+    "int8_examples",
+)
 
 common.refuse_unsafe_values(__name__)
 common.refuse_pixel_units("eps")

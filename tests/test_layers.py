@@ -23,7 +23,8 @@ LAYERS = (
     ),
     ("fbat_tf.models", "fbat_tf.data"),
     ("fbat_tf.records",),  # a run's record and its config, as types
-    ("fbat_tf.run", "fbat_tf.tally"),  # a run directory's files; an evaluation's running sums
+    # a run directory's files; an evaluation's running sums; an exported file's runtime
+    ("fbat_tf.run", "fbat_tf.tally", "fbat_tf.artifacts"),
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
     ("fbat_tf.trainer", "fbat_tf.evaluation"),

@@ -60,6 +60,10 @@ class Entry:
     # examples still robust when an ensemble's later parts run (a forward pass counts 1/3):
     # what a sweep's time estimate multiplies by the seconds of one pass.
     passes: Callable[[Mapping[str, Any], float], float] | None = None
+    # Whether it reads only the outputs of the model it attacks, never its gradients: it then
+    # runs on an exported ONNX or LiteRT file itself, where the others are crafted on the source
+    # model and replayed (DESIGN.md §5.4).
+    black_box: bool = False
 
     def flag_name(self, option: Option) -> str:
         return f"{self.flag_prefix or self.name.replace('-', '_')}_{option.name}"
@@ -139,6 +143,7 @@ REGISTRY: dict[str, Entry] = {
             # Each restart queries the examples still robust, once per query (a forward pass):
             # at most every restart on every example.
             passes=lambda o, robust: o["n_queries"] * o["restarts"] / 3,
+            black_box=True,
         ),
         Entry(
             "transfer",
@@ -148,6 +153,7 @@ REGISTRY: dict[str, Entry] = {
             "pgd",
             ("source",),
             passes=lambda o, robust: o["steps"] * o["restarts"],
+            black_box=True,  # crafted on the source: it needs no gradient of the model attacked
         ),
     )
 }

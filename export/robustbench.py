@@ -1,0 +1,67 @@
+"""A RobustBench-format entry for an evaluated model (`robustbench.json`, DESIGN.md §5.6).
+
+    entry = robustbench.entry(result, dataset="fashion_mnist", eps=8 / 255, architecture=...)
+
+The fields are those of RobustBench's model entries (model_info/<dataset>/Linf/<Name>.json in
+the RobustBench repository): link, name, authors, additional_data, number_forward_passes,
+dataset, venue, architecture, eps, clean_acc, reported, autoattack_acc, footnote, unreliable;
+accuracies are percentages written as strings with two decimals ("83.34"), ε as "8/255".
+
+fbat-tf cannot know, and leaves empty (""): `link`, `name` (the paper's title), `authors` and
+`venue` (the publication), `reported` (the robust accuracy the paper reports) and `unreliable`
+(RobustBench's own verdict after checking an entry). It knows the rest: `additional_data` is
+false (training reads only the dataset's training split), `number_forward_passes` 1 (the
+model is deterministic, one pass per prediction). The footnote says how many test points the
+numbers are over: RobustBench's leaderboards use the full test set (10,000 points for CIFAR-10),
+and an entry over fewer is not comparable with theirs.
+
+An entry is made only where AutoAttack (standard) ran at the model's training ε: the
+leaderboard's number is AutoAttack's at the threat model's ε.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UNKNOWN = ""
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def entry(result, dataset: str, eps: float, architecture: str | None) -> dict[str, Any] | None:
+    """The entry for an EvaluationResult, or None where it holds no AutoAttack (standard) at
+    `eps` (pixel units, the training ε)."""
+    from fbat_tf import attacks
+    from fbat_tf.records import eps_255
+
+    found = result.get("autoattack", eps_255(eps))
+    leaderboard = attacks.entry("autoattack").defaults()["version"]  # the standard version
+    if found is None or result.extra.get("aa_version", leaderboard) != leaderboard:
+        return None
+    revision = (result.code or {}).get("revision")
+    per_255 = eps_255(eps)
+    budget = f"{per_255:g}/255"
+    return {
+        "link": UNKNOWN,
+        "name": UNKNOWN,
+        "authors": UNKNOWN,
+        "additional_data": False,
+        "number_forward_passes": 1,
+        "dataset": dataset,
+        "venue": UNKNOWN,
+        "architecture": architecture or UNKNOWN,
+        "eps": budget,
+        "clean_acc": _percent(result.clean_accuracy),
+        "reported": UNKNOWN,
+        "autoattack_acc": _percent(found.robust_accuracy),
+        "footnote": (
+            f"Evaluated by fbat-tf on the first {result.examples} points of the "
+            f"{result.extra.get('split', 'test')} split with its TensorFlow AutoAttack "
+            f"(standard: APGD-CE, APGD-T, FAB-T, Square) at Linf {budget}"
+            + (f", revision {revision[:7]}" if revision else "")
+            + "."
+        ),
+        "unreliable": UNKNOWN,
+    }

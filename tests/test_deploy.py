@@ -1,0 +1,336 @@
+"""ONNX and LiteRT beside the SavedModel: exported by train.py, run by their own runtimes in a
+fresh process, evaluated by evaluate.py against the model they came from, and the RobustBench
+entry of an evaluated model.
+
+    python -m pytest -q tests/test_deploy.py -p no:xdist
+
+One tiny run (real Fashion-MNIST, small_cnn at width 4, one epoch on 256 images) is trained by
+train.py with every format. Each file's logits are read in a process that imports its runtime
+and NumPy only, and compared with the Keras model's; each evaluation's numbers are compared
+with the same quantities computed here, independently, through the runtimes and the Keras
+model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.test_train_cli import TINY_RUN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAME = "fashion_mnist-small_cnn-fastat"
+FILES = ("model.onnx", "model.tflite", "model_int8.tflite")
+EXAMPLES = 64
+EPS = 8 / 255
+EXTRA_HINT = 'pip install -e ".[export]"'
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+
+
+def _run(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
+    """A command as a user types it; `prelude` (Python) runs first in the same process, e.g.
+    to make a package unimportable."""
+    program, *rest = args
+    if prelude:
+        runner = "runpy.run_module" if program == "-m" else "runpy.run_path"
+        target = rest[0] if program == "-m" else program
+        argv = [target, *(rest[1:] if program == "-m" else rest)]
+        code = (
+            f"import runpy, sys\n{prelude}\nsys.argv = {argv!r}\n"
+            f"{runner}({target!r}, run_name='__main__'"
+            + (", alter_sys=True)" if program == "-m" else ")")
+        )
+        command = [sys.executable, "-c", code]
+    else:
+        command = [sys.executable, *args]
+    return subprocess.run(
+        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *said: str) -> str:
+    """The command failed with one line on stderr saying all of `said`, and no traceback."""
+    assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = lines[-1]
+    assert last.startswith("error: "), done.stderr[-3000:]
+    for text in said:
+        assert text in last, (text, last)
+    return last
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, str]:
+    workdir = str(tmp_path_factory.mktemp("deploy") / "run")
+    done = _run(
+        "train.py",
+        "--method=fastat",
+        f"--workdir={workdir}",
+        *[flag for flag in TINY_RUN if not flag.startswith("--epochs")],
+        "--epochs=1",
+        "--export_formats=saved_model,onnx,litert",
+        f"--int8_examples={EXAMPLES}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    version = os.path.join(workdir, "export", NAME, "1")
+    assert "beside it: model.onnx, model.tflite, model_int8.tflite" in done.stdout, done.stdout
+    return {"workdir": workdir, "version": version}
+
+
+@pytest.fixture(scope="module")
+def test_points():
+    from fbat_tf import data
+
+    split = data.load("fashion_mnist", "test", max_examples=EXAMPLES, batch_size=EXAMPLES)
+    x, y = next(iter(split))
+    return x.numpy(), y.numpy()
+
+
+@pytest.fixture(scope="module")
+def keras_logits(trained, test_points):
+    from fbat_tf.run import Run
+
+    model = Run(trained["workdir"]).build_classifier()
+    return np.asarray(model(test_points[0], training=False))
+
+
+# Fresh process: the runtimes alone, as a deployment would run the files.
+RUNTIME_SCRIPT = r"""
+import json, sys
+import numpy as np
+sys.modules["fbat_tf"] = None
+sys.modules["tensorflow"] = None
+folder, images_path, out_path = sys.argv[1:]
+x = np.load(images_path)
+import onnxruntime
+session = onnxruntime.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
+found = {"model.onnx": session.run(None, {session.get_inputs()[0].name: x})[0].tolist()}
+from ai_edge_litert.interpreter import Interpreter
+for name in ("model.tflite", "model_int8.tflite"):
+    interpreter = Interpreter(model_path=folder + "/" + name)
+    index = interpreter.get_input_details()[0]["index"]
+    interpreter.resize_tensor_input(index, list(x.shape))
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index, x)
+    interpreter.invoke()
+    found[name] = interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).tolist()
+json.dump(found, open(out_path, "w"))
+"""
+
+
+def test_each_file_runs_in_its_runtime_alone_and_computes_the_model(
+    trained, test_points, keras_logits, tmp_path
+):
+    version = trained["version"]
+    assert set(FILES) <= set(os.listdir(version))
+    np.save(tmp_path / "x.npy", test_points[0])
+    (tmp_path / "run.py").write_text(RUNTIME_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "run.py", version, "x.npy", "out.json"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = {k: np.asarray(v) for k, v in json.loads((tmp_path / "out.json").read_text()).items()}
+    for name in ("model.onnx", "model.tflite"):  # float32: the same function
+        np.testing.assert_allclose(found[name], keras_logits, atol=1e-4)
+    # int8: close, not equal; it must still classify almost all of them as the model does.
+    int8 = found["model_int8.tflite"]
+    assert not np.allclose(int8, keras_logits, atol=1e-6)  # it is quantized
+    assert np.mean(int8.argmax(1) == keras_logits.argmax(1)) >= 0.9
+    assert np.abs(int8 - keras_logits).max() < 0.25 * np.abs(keras_logits).max()
+
+
+def test_the_model_card_lists_each_file_with_its_converter(trained):
+    with open(os.path.join(trained["version"], "assets.extra", "model_card.json")) as f:
+        card = json.load(f)
+    listed = card["artifacts"]
+    assert set(listed) == set(FILES)
+    for name in FILES:
+        assert listed[name]["bytes"] == os.path.getsize(os.path.join(trained["version"], name))
+    assert listed["model.onnx"]["converter"].startswith("tf2onnx ")
+    assert listed["model.onnx"]["runtime"].startswith("onnxruntime ")
+    assert listed["model_int8.tflite"]["precision"] == "int8"
+    assert listed["model_int8.tflite"]["calibration_examples"] == EXAMPLES
+    assert listed["model.tflite"]["runtime"].startswith("ai-edge-litert ")
+
+
+def _evaluate(path: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = _run("evaluate.py", f"--model_path={path}", f"--n_examples={EXAMPLES}", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stem = os.path.basename(path).replace(".", "_")
+    with open(os.path.join(os.path.dirname(path), f"eval-test-{stem}.json")) as f:
+        return done, json.load(f)
+
+
+def _runtime_logits(path: str, x: np.ndarray) -> np.ndarray:
+    from fbat_tf.artifacts import load_artifact
+
+    return load_artifact(path).predict(x)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_evaluate_checks_each_file_against_its_source(trained, test_points, keras_logits, name):
+    """Clean accuracy and agreement as computed here through the runtime and the Keras model;
+    the source's PGD points replayed; Square run on the file; the row in the model card."""
+    from fbat_tf.attacks.pgd import PGD
+
+    path = os.path.join(trained["version"], name)
+    done, result = _evaluate(
+        path, "--attacks=pgd,square", "--pgd_steps=3", "--pgd_restarts=1", "--square_n_queries=20"
+    )
+    x, y = test_points
+    here = _runtime_logits(path, x).argmax(1)
+    source = keras_logits.argmax(1)
+    assert result["clean_accuracy"] == np.mean(here == y)
+    row = result["deployment"]
+    assert row["accuracy"]["clean"]["agreement"] == np.mean(here == source)
+    assert row["accuracy"]["clean"]["source_accuracy"] == np.mean(source == y)
+    assert row["agreement_outcomes"]["clean"] == "".join("1" if a else "0" for a in here == source)
+    # PGD-3 crafted here on the Keras model with the evaluation's seed for batch 0.
+    from fbat_tf.run import Run
+
+    model = Run(trained["workdir"]).build_classifier()
+    x_adv, _ = PGD(EPS, steps=3, restarts=1)(model, x, y, [0, 0])
+    replayed = _runtime_logits(path, np.asarray(x_adv)).argmax(1)
+    pgd = row["accuracy"]["pgd@8"]
+    assert pgd["replayed"] is True
+    assert abs(pgd["accuracy"] - np.mean(replayed == y)) <= 1 / EXAMPLES
+    assert result["robust_accuracy"]["pgd@8"] == pgd["accuracy"]
+    assert row["accuracy"]["square@8"]["replayed"] is False
+    assert result["robust_accuracy"]["square@8"] <= result["clean_accuracy"]
+    assert "(the source's, replayed)" in done.stdout
+    # The row in the card of the export.
+    with open(os.path.join(trained["version"], "assets.extra", "model_card.json")) as f:
+        card = json.load(f)
+    assert card["deployment"][name]["accuracy"] == row["accuracy"]
+    assert card["deployment"][name]["source"] == trained["version"]
+
+
+def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path):
+    """The source's AutoAttack, evaluated on the SavedModel itself, gives the source accuracy
+    the replay on the ONNX file reports; the SavedModel's evaluation writes its RobustBench
+    entry."""
+    version = trained["version"]
+    few = ("--n_examples=16", "--batch_size=16", "--attacks=autoattack")
+    source_results = str(tmp_path / "source.json")
+    done = _run("evaluate.py", f"--model_path={version}", *few, f"--results={source_results}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(source_results) as f:
+        source = json.load(f)
+    replay_results = str(tmp_path / "onnx.json")
+    onnx = os.path.join(version, "model.onnx")
+    done = _run("evaluate.py", f"--model_path={onnx}", *few, f"--results={replay_results}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(replay_results) as f:
+        replay = json.load(f)["deployment"]["accuracy"]["autoattack@8"]
+    assert replay["source_accuracy"] == source["robust_accuracy"]["autoattack@8"]
+    assert replay["agreement"] >= 0.9
+    with open(os.path.join(version, "robustbench.json")) as f:
+        entry = json.load(f)
+    assert entry["autoattack_acc"] == f"{100 * source['robust_accuracy']['autoattack@8']:.2f}"
+    assert entry["clean_acc"] == f"{100 * source['clean_accuracy']:.2f}"
+    assert entry["eps"] == "8/255" and entry["dataset"] == "fashion_mnist"
+    assert entry["architecture"] == "small_cnn width 4"
+    assert entry["additional_data"] is False and entry["number_forward_passes"] == 1
+    for unknown in ("link", "name", "authors", "venue", "reported", "unreliable"):
+        assert entry[unknown] == ""
+    assert "first 16 points" in entry["footnote"]
+
+
+def _foreign_files(folder) -> dict[str, str]:
+    """Files of the right suffix that are no model for 28x28x1 images: bytes that are no model,
+    a truncated real file, and real models of 32x32x3 images."""
+    import keras
+    import tensorflow as tf
+
+    inputs = keras.Input((32, 32, 3))
+    foreign = keras.Model(inputs, keras.layers.Dense(10)(keras.layers.Flatten()(inputs)))
+    spec = [tf.TensorSpec([None, 32, 32, 3], tf.float32, name="images")]
+    paths = {}
+    for suffix, format_ in ((".onnx", "onnx"), (".tflite", "litert")):
+        path = str(folder / f"foreign{suffix}")
+        foreign.export(path, format=format_, input_signature=spec, verbose=False)
+        paths[f"foreign{suffix}"] = path
+        junk = folder / f"junk{suffix}"
+        junk.write_bytes(b"not a model at all" * 10)
+        paths[f"junk{suffix}"] = str(junk)
+        truncated = folder / f"truncated{suffix}"
+        truncated.write_bytes(open(path, "rb").read()[:200])
+        paths[f"truncated{suffix}"] = str(truncated)
+    return paths
+
+
+def test_a_corrupted_or_foreign_file_is_a_one_line_error(trained, tmp_path):
+    for label, path in _foreign_files(tmp_path).items():
+        done = _run(
+            "evaluate.py",
+            f"--model_path={path}",
+            f"--source_model_path={trained['version']}",
+            "--n_examples=8",
+            "--attacks=square",
+        )
+        last = _one_line_error(done, os.path.basename(path))
+        if label.startswith("foreign"):
+            assert "32x32x3" in last and "28x28x1" in last, last
+        else:
+            runtime = "onnxruntime" if path.endswith(".onnx") else "the interpreter"
+            assert f"model {runtime} can run" in last, last
+        assert not os.path.exists(os.path.join(tmp_path, "eval-test-" + label.replace(".", "_")))
+
+
+def test_a_file_without_its_source_is_refused_at_once(trained, tmp_path):
+    alone = tmp_path / "model.onnx"
+    alone.write_bytes(open(os.path.join(trained["version"], "model.onnx"), "rb").read())
+    done = _run("evaluate.py", f"--model_path={alone}", "--n_examples=8")
+    _one_line_error(done, "--source_model_path")
+
+
+BLOCK = "sys.modules[{!r}] = None"
+
+
+def test_a_missing_extra_is_a_one_line_error(trained, tmp_path):
+    onnx = os.path.join(trained["version"], "model.onnx")
+    done = _run("evaluate.py", f"--model_path={onnx}", prelude=BLOCK.format("onnxruntime"))
+    _one_line_error(done, "onnxruntime", EXTRA_HINT)
+    tflite = os.path.join(trained["version"], "model.tflite")
+    done = _run("evaluate.py", f"--model_path={tflite}", prelude=BLOCK.format("ai_edge_litert"))
+    _one_line_error(done, "ai-edge-litert", EXTRA_HINT)
+    done = _run(
+        "-m",
+        "export",
+        f"--workdir={trained['workdir']}",
+        "--export_formats=saved_model,onnx",
+        prelude=BLOCK.format("tf2onnx"),
+    )
+    _one_line_error(done, "tf2onnx", EXTRA_HINT)
+    workdir = str(tmp_path / "never")
+    done = _run(
+        "train.py",
+        f"--workdir={workdir}",
+        *TINY_RUN,
+        "--export_formats=saved_model,onnx",
+        prelude=BLOCK.format("tf2onnx"),
+    )
+    _one_line_error(done, "tf2onnx", EXTRA_HINT)
+    assert not os.path.exists(workdir)  # refused before any training
+
+
+def test_export_formats_must_name_known_formats_and_the_saved_model(trained):
+    for given in ("--export_formats=onnx", "--export_formats=saved_model,tensorrt"):
+        done = _run("-m", "export", f"--workdir={trained['workdir']}", given)
+        assert done.returncode != 0
+        assert "saved_model" in done.stderr
+        assert not os.path.exists(os.path.join(trained["workdir"], "export", NAME, "2"))
