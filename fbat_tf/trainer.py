@@ -11,9 +11,10 @@ weight decay and the optimizer update run outside it. That split also works unde
 step (DESIGN.md §7).
 
 A method that differentiates input gradients again (Fast-BAT, GradAlign) gets a classifier
-whose `keras.layers.BatchNormalization` layers are switched, in place and with their weights, to
-`fbat_tf.models.layers.BatchNormalization`, whose second derivatives are exact (a warning names
-them); other subclasses of Keras' batch norm are refused.
+whose `keras.layers.BatchNormalization`, `MaxPooling2D` and `Resizing` layers (nested ones too)
+are switched, in place and with their weights, to `fbat_tf.models.layers`' classes of the same
+name, whose second derivatives are exact (a warning names them); other subclasses of those
+Keras layers are refused.
 
 Every step draws its randomness from a stateless seed: [seed, counter] with the replica's index
 folded in (`step_seed`). The counter advances on every step, including one that a loss-scaled
@@ -68,9 +69,9 @@ class AdversarialTrainer(keras.Model):
                 more = f" and {len(converted) - 5} more" if len(converted) > 5 else ""
                 logging.warning(
                     "%s differentiates input gradients again, which Keras' BatchNormalization "
-                    "(in training mode) and MaxPooling2D (under XLA) get wrong; these layers of "
-                    "the model now use fbat_tf.models.layers' class of the same name, with the "
-                    "same weights: %s%s",
+                    "(in training mode), MaxPooling2D (under XLA) and Resizing (as zero) get "
+                    "wrong; these layers of the model now use fbat_tf.models.layers' class of "
+                    "the same name, with the same weights: %s%s",
                     method.name,
                     ", ".join(converted[:5]),
                     more,

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import methods
-from fbat_tf.models.layers import BatchNormalization, MaxPooling2D
+from fbat_tf.models.layers import BatchNormalization, MaxPooling2D, Resizing
 from fbat_tf.trainer import AdversarialTrainer
 from tests.reference import assert_grads_close, finite_difference, global_norm
 from tests.test_fastbat_reference import _implicit_objective, _inputs, _reference, _seed
@@ -136,6 +136,53 @@ def test_keras_max_pooling_is_converted_and_then_differentiates_twice_under_xla_
     assert caplog.text.rstrip().endswith("same weights: users_pool (MaxPooling2D)")
     assert isinstance(model.get_layer("users_pool"), MaxPooling2D)
     assert_grads_close(second_derivative(model, x, y, v, jit_compile=True), eager, rtol=1e-5)
+
+
+def model_that_resizes_its_input(shape=(5, 7, 2), size=(8, 9), **resizing):
+    keras.utils.set_random_seed(5)
+    inputs = keras.Input(shape, dtype="float64")
+    h = keras.layers.Resizing(*size, dtype="float64", name="users_resize", **resizing)(inputs)
+    h = keras.layers.Conv2D(3, 3, padding="same", dtype="float64")(h)
+    h = keras.layers.Activation("softplus", dtype="float64")(h)
+    h = keras.layers.GlobalAveragePooling2D(dtype="float64")(h)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype="float64")(h))
+
+
+def test_keras_resizing_is_converted_and_then_gives_the_implicit_term_it_dropped(caplog):
+    """TensorFlow declares the gradient of its bilinear resize not differentiable: through
+    Keras' Resizing, Fast-BAT's implicit term is None for every weight (zero, silently)."""
+    model = model_that_resizes_its_input()
+    x, y = _inputs((4, 5, 7, 2), "float64")
+    v = tf.constant(np.random.default_rng(1).normal(size=x.shape), tf.float64)
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, model(x)))
+        product = tf.reduce_sum(inner.gradient(loss, x) * v)
+    assert outer.gradient(product, model.trainable_variables) == [None] * 4
+    logits = model(x).numpy()
+
+    with caplog.at_level(logging.WARNING):
+        AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=False)
+    assert caplog.text.rstrip().endswith("same weights: users_resize (Resizing)")
+    assert isinstance(model.get_layer("users_resize"), Resizing)
+    np.testing.assert_allclose(model(x).numpy(), logits, rtol=1e-6)
+    # A product of matrices under XLA too; the float32 v exercises the cast.
+    compiled = tf.function(lambda x: model(x), jit_compile=True)
+    np.testing.assert_allclose(compiled(x).numpy(), logits, rtol=1e-6)
+
+    term = implicit_term(model, x, y)
+    assert global_norm(term) > 0
+    assert_grads_close(term, finite_difference_term(model, x, y), rtol=1e-6)
+
+
+def test_a_resize_that_is_not_linear_is_refused_naming_the_fix():
+    # Padded to the target's aspect ratio with 1s (two rows above and below): an affine map,
+    # not two matrix products.
+    model = model_that_resizes_its_input((4, 8, 2), (8, 8), pad_to_aspect_ratio=True, fill_value=1)
+    AdversarialTrainer(model, methods.create("fastbat", eps=EPS), jit_compile=False)
+    with pytest.raises(ValueError, match="users_resize: this resize.*in the data pipeline"):
+        model(_inputs((2, 4, 8, 2), "float64")[0])
 
 
 def test_first_order_methods_leave_the_model_alone():

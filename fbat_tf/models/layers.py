@@ -35,6 +35,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from fbat_tf.catalog import ACTIVATIONS
+from fbat_tf.models.resizing import Resizing
 
 # A zero-argument factory of initializers. Each layer needs its own instance: an unseeded Keras
 # initializer fixes its seed when constructed, so one shared instance would give every layer
@@ -192,20 +193,21 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
 
 def use_exact_second_derivatives(model: keras.Layer) -> list[str]:
-    """Give every `keras.layers.BatchNormalization` and `keras.layers.MaxPooling2D` in `model`
-    (nested layers included) the exact second derivatives of this module's `BatchNormalization`
-    and `MaxPooling2D`, in place: the same layer objects, weights and config, only their
-    derivatives change. Returns the converted layers, each as "name (Keras class)". Raises
-    ValueError for another
-    subclass of either Keras layer, which it cannot vouch for.
+    """Give every `keras.layers.BatchNormalization`, `keras.layers.MaxPooling2D` and
+    `keras.layers.Resizing` in `model` (nested layers included) the exact second derivatives of
+    this module's `BatchNormalization`, `MaxPooling2D` and `Resizing`, in place: the same layer
+    objects, weights and config, only their derivatives change. Returns the converted layers,
+    each as "name (Keras class)". Raises ValueError for another subclass of these Keras layers,
+    which it cannot vouch for.
 
     Fast-BAT's implicit term and GradAlign differentiate an input gradient again, with batch
     norm in training mode and often under XLA; with Keras' own layers they come out wrong
-    without an error.
+    without an error (through a bilinear resize, as zero: fbat_tf/models/resizing.py).
     """
     exact = {
         keras.layers.BatchNormalization: BatchNormalization,
         keras.layers.MaxPooling2D: MaxPooling2D,
+        keras.layers.Resizing: Resizing,
     }
     # Keras has no public walk over a layer's nested layers (Model.layers stops at custom layers).
     found = list(model._flatten_layers(include_self=True, recursive=True))
@@ -219,10 +221,10 @@ def use_exact_second_derivatives(model: keras.Layer) -> list[str]:
     ]
     if unknown:
         raise ValueError(
-            f"{', '.join(unknown)}: a batch-normalization or max-pooling class that second "
-            "derivatives are not checked for; build the model with fbat_tf.models.layers."
-            "BatchNormalization or MaxPooling2D (Keras' arguments, exact second derivatives) "
-            "instead"
+            f"{', '.join(unknown)}: a batch-normalization, max-pooling or resizing class that "
+            "second derivatives are not checked for; build the model with fbat_tf.models.layers."
+            "BatchNormalization, MaxPooling2D or Resizing (Keras' arguments, exact second "
+            "derivatives) instead"
         )
     converted = []
     for layer in found:
