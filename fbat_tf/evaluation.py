@@ -188,7 +188,8 @@ def _robust_counts(
             "input gradients of the model there)",
             nonfinite,
         )
-    check_in_ball(x_adv, x, eps, norm=attack.norm)
+    # An attack of the user's own need not derive from Attack: L∞ unless it says otherwise.
+    check_in_ball(x_adv, x, eps, norm=getattr(attack, "norm", "linf"))
     logits = [
         classifier(x_adv[i : i + size], training=False) for i in range(0, int(x.shape[0]), size)
     ]

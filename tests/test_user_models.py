@@ -222,3 +222,35 @@ def test_readme_python_example_runs():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "robust accuracy" in result.stdout
+
+
+class _RawResize(keras.layers.Layer):
+    """A user's own layer resizing with tf.image.resize: no Keras layer for the trainer to
+    switch, and TensorFlow's resize gradient has no gradient of its own."""
+
+    def call(self, x):
+        return tf.image.resize(x, (8, 8), method="bilinear")
+
+
+def test_a_resize_the_trainer_cannot_switch_is_refused_not_trained_first_order():
+    keras.utils.set_random_seed(3)
+    inputs = keras.Input((5, 7, 2), dtype="float64")
+    h = keras.layers.Conv2D(3, 3, padding="same", dtype="float64", name="before")(inputs)
+    h = _RawResize(dtype="float64")(h)
+    h = keras.layers.GlobalAveragePooling2D(dtype="float64")(h)
+    outputs = keras.layers.Dense(3, dtype="float64", name="after")(h)
+    model = keras.Model(inputs, outputs)
+    x, y = _inputs((4, 5, 7, 2), "float64")
+    method = methods.create("fastbat", eps=EPS, lambda_inv=LAMBDA_INV, ig_coef=1.0)
+    with pytest.raises(ValueError) as refused:
+        method.gradients(model, x, y, _seed())
+    said = str(refused.value)
+    # The input gradient passes the resize's gradient op, which TensorFlow does not
+    # differentiate: the weights after it lose their term, and the bias before it (the
+    # convolution's kernel keeps the part of its term that its own transpose carries).
+    assert "no gradient for 3 of the model's weights (before/bias, after/kernel, after" in said
+    assert "--ig=none" in said and "keras.layers.Resizing" in said
+    # First-order Fast-BAT needs no second derivative: it trains such a model.
+    first_order = methods.create("fastbat", eps=EPS, lambda_inv=LAMBDA_INV, ig="none")
+    grads, _ = first_order.gradients(model, x, y, _seed())
+    assert all(g is not None for g in grads)

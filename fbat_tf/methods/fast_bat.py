@@ -212,6 +212,7 @@ class FastBAT(Method):
                 implicit_objective = scaled(implicit_objective, loss_scale)
             implicit_grads = weight_tape.gradient(implicit_objective, weights)
 
+        _check_second_derivatives(weights, upper_grads, implicit_grads)
         logs.update(
             loss=loss,
             adv_accuracy=tf.reduce_mean(correct(logits, y)),
@@ -276,3 +277,25 @@ class FastBAT(Method):
         stalled = _per_example_sum(solution * solution) == 0
         solution = tf.where(_broadcast_per_example(stalled, v), mask * v, lam * solution)
         return solution, tf.cast(tf.reduce_mean(negative), tf.float32)
+
+
+def _check_second_derivatives(weights, upper_grads, implicit_grads) -> None:
+    """Refuse, when the step is traced, weights the loss reaches but the implicit term does
+    not: the input gradient depends on every weight the logits do, so a None there means an op
+    between the input and those weights whose gradient TensorFlow does not differentiate again
+    (tf.image.resize in a layer of the user's, bilinear UpSampling2D). Fast-BAT would then
+    train first-order for them, silently."""
+    cut = [
+        weight.path
+        for weight, upper, implicit in zip(weights, upper_grads, implicit_grads, strict=True)
+        if upper is not None and implicit is None
+    ]
+    if cut:
+        raise ValueError(
+            f"Fast-BAT's implicit term has no gradient for {len(cut)} of the model's weights "
+            f"({', '.join(cut[:3])}{', ...' if len(cut) > 3 else ''}): an op between the input "
+            "and them has no second derivative in TensorFlow (a tf.image.resize or bilinear "
+            "UpSampling2D of your own, say); use keras.layers.Resizing, which the trainer "
+            "switches to an exact one, resize in the data pipeline, or train first-order "
+            "Fast-BAT (--ig=none)"
+        )
