@@ -193,8 +193,9 @@ MUTATIONS = [
         "O1",
         "the projection forgets the [0, 1] box",
         "fbat_tf/constraints.py",
+        "    delta = tf.clip_by_value(delta, -eps, eps)\n"
         "    return tf.clip_by_value(delta, -x, 1.0 - x)",
-        "    return delta",
+        "    delta = tf.clip_by_value(delta, -eps, eps)\n    return delta",
         ("tests/test_methods.py::test_adversarial_examples_lie_in_C",),
     ),
     Mutation(
@@ -299,8 +300,8 @@ MUTATIONS = [
         "O13",
         "PGD evaluation steps leave the ε-ball",
         "fbat_tf/attacks/pgd.py",
-        "delta = tf.clip_by_value(delta + self.step_size * tf.sign(grad), lower, upper)",
-        "delta = delta + self.step_size * tf.sign(grad)",
+        "delta = tf.clip_by_value(moved, lower, upper)",
+        "delta = moved",
         ("tests/test_attacks.py",),
     ),
     Mutation(

@@ -13,7 +13,14 @@ import types
 import pytest
 
 from fbat_tf import sweeps
-from fbat_tf.records import AttackResult, Epoch, EvaluationResult, RunRecord, TrainConfig
+from fbat_tf.records import (
+    AttackResult,
+    DivergenceOutcome,
+    Epoch,
+    EvaluationResult,
+    RunRecord,
+    TrainConfig,
+)
 from fbat_tf.sweeps import tuning
 from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, run_sweep, write_definition
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
@@ -240,9 +247,15 @@ def write_run(run_dir, method, seed, val, *, test=None, status="complete", **opt
         )
     config = TrainConfig(workdir=str(run_dir), method=method, seed=seed, **options)
     os.makedirs(run_dir, exist_ok=True)
-    RunRecord(config=config, status=status, history=history, final=final).save(
-        os.path.join(run_dir, "results.json")
+    # A diverged run records why, as training does (a record without it is refused).
+    divergence = (
+        DivergenceOutcome(len(val), "validation", 0, 4, 0.25, 64, None)
+        if status == "diverged"
+        else None
     )
+    RunRecord(
+        config=config, status=status, history=history, final=final, divergence=divergence
+    ).save(os.path.join(run_dir, "results.json"))
 
 
 def test_the_pick_is_by_validation_even_where_test_numbers_favour_another(tmp_path):
