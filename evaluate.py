@@ -379,7 +379,7 @@ def recheck(result, classifier, source, split, built, source_path: str) -> dict:
 def write_records(result, model_path: str, known: dict, row: dict | None) -> None:
     """An exported file's row in the model card of its export; for a model evaluated by
     AutoAttack (standard) at its training ε, its RobustBench-format entry beside it."""
-    from fbat_tf.records import eps_255, write_json_atomic
+    from fbat_tf.records import eps_255
 
     if row is not None:
         from export import recheck as rechecking
@@ -394,17 +394,19 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
         return
     from export import robustbench
 
-    entry = robustbench.entry(result, known["dataset"], known["eps"], known.get("architecture"))
-    if entry is None:
-        return
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
-    path = Run(home).robustbench_path
     try:
-        write_json_atomic(path, entry)
+        path = robustbench.write(
+            home, result, known["dataset"], known["eps"], known.get("architecture")
+        )
     except OSError as error:
-        print(f"warning: {path} not written: {errors.describe(error)}", file=sys.stderr)
+        print(
+            f"warning: {home}: RobustBench entry not written: {errors.describe(error)}",
+            file=sys.stderr,
+        )
         return
-    print(f"RobustBench entry: {path}")
+    if path:
+        print(f"RobustBench entry: {path}")
 
 
 def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:

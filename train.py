@@ -135,10 +135,24 @@ def main(argv: list[str]) -> None:
             f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
             f"results in {Run(config.workdir).results_path}"
         )
+        if chief:
+            robustbench_entry(config, final)
     if chief:
         export_once(config.workdir)
         print(summary(config.workdir, record))
         Run(config.workdir).release(held)  # a finished run is no one's
+
+
+def robustbench_entry(config, final) -> None:
+    """Where the final test ran AutoAttack (standard) at the run's ε, the run's
+    RobustBench-format entry, as evaluate.py writes one (export/robustbench.py)."""
+    from export import robustbench
+    from fbat_tf.classifiers import architecture_name
+
+    name = architecture_name(config.model, config.width)
+    path = robustbench.write(config.workdir, final, config.dataset, config.eps, name)
+    if path:
+        print(f"RobustBench entry: {path}")
 
 
 def summary(workdir: str, record) -> str:

@@ -26,6 +26,21 @@ from typing import Any
 UNKNOWN = ""
 
 
+def write(home: str, result, dataset: str, eps: float, name: str | None) -> str | None:
+    """Write the entry for `result` (see `entry`) as `home`'s robustbench.json, atomically;
+    its path, or None where the result holds no AutoAttack (standard) at `eps`. OSError where
+    it cannot be written."""
+    from fbat_tf.records import write_json_atomic
+    from fbat_tf.run import Run
+
+    found = entry(result, dataset, eps, name)
+    if found is None:
+        return None
+    path = Run(home).robustbench_path
+    write_json_atomic(path, found)
+    return path
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.2f}"
 

@@ -128,12 +128,11 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
     """
     if Run(path).is_run():
         classifier, config = load_classifier(path)
-        width = f" width {config.width}" if config.width else ""
         return classifier, {
             "dataset": config.dataset,
             "eps": config.eps,
             "validation_from": config.validation_from,
-            "architecture": f"{config.model}{width}",
+            "architecture": architecture_name(config.model, config.width),
         }
     if os.path.exists(os.path.join(path, "saved_model.pb")):
         known = card_facts(path)  # a damaged card is named before the model loads
@@ -151,6 +150,11 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         "(saved_model.pb), an .onnx or .tflite file nor a .keras file"
         + (f"; did you mean {hint}?" if hint else "")
     )
+
+
+def architecture_name(model: str, width: int | None) -> str:
+    """How a RobustBench entry names a model: "small_cnn width 16", "preact_resnet18"."""
+    return f"{model} width {width}" if width else model
 
 
 def card_facts(version_dir: str) -> dict[str, Any]:
@@ -177,8 +181,7 @@ def card_facts(version_dir: str) -> dict[str, Any]:
         known["eps"] = pixels
     model = card["model"]
     if model.get("name"):
-        width = f" width {model['width']}" if model.get("width") else ""
-        known["architecture"] = f"{model['name']}{width}"
+        known["architecture"] = architecture_name(model["name"], model.get("width"))
     return known
 
 

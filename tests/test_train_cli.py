@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from fbat_tf.records import RunRecord
 from fbat_tf.training import TrainConfig, train
 from tests.mock_tfds.mocked_tfds import mock_tfds
 from tests.tiny import fashion_mnist_config
@@ -128,6 +129,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     results = json.loads((workdir / "results.json").read_text())
     assert results["status"] == "complete"
     assert [h["epoch"] for h in results["history"]] == [1, 2]
+    assert not (workdir / "robustbench.json").exists()  # no AutoAttack, no entry
     # It starts saying what it trains: the method, ε in both units and the data.
     assert f"Starting {workdir}: fastbat at ε = 8/255 (0.03137) on fashion_mnist" in result.stdout
     # It ends saying which epoch was selected, where things are, and what to run next.
@@ -576,3 +578,19 @@ def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
     )
     again = run_train(*command)
     assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
+
+
+def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_would(tmp_path):
+    workdir = tmp_path / "run"
+    tiny = [f for f in TINY_RUN if f != "--noeval_autoattack" and "eval_examples" not in f]
+    result = run_train("--method=fastat", f"--workdir={workdir}", *tiny, "--eval_examples=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"RobustBench entry: {workdir / 'robustbench.json'}" in result.stdout
+    entry = json.loads((workdir / "robustbench.json").read_text())
+    final = RunRecord.load(str(workdir / "results.json")).final
+    assert entry["dataset"] == "fashion_mnist" and entry["eps"] == "8/255"
+    assert entry["architecture"] == "small_cnn width 4"
+    assert entry["clean_acc"] == f"{100 * final.clean_accuracy:.2f}"
+    assert entry["autoattack_acc"] == f"{100 * final.robust_accuracy('autoattack'):.2f}"
+    assert "first 16 points of the test split" in entry["footnote"]
+    assert entry["name"] == entry["authors"] == entry["link"] == ""  # not fbat-tf's to know
