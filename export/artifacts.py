@@ -16,7 +16,6 @@ post-training quantization calibrated on `representative`, a few batches of trai
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import warnings
@@ -156,13 +155,13 @@ def record_recheck(version_dir: str, file_name: str, row: dict[str, Any]) -> str
     """Add evaluate.py's re-check of an artifact to the model card of the export it sits in
     (under "deployment", by file name, replacing an earlier one); returns the card's path, or
     None where the folder holds no card."""
-    from fbat_tf.records import finite_or_null, write_json_atomic
+    from fbat_tf.records import finite_or_null, read_json, write_json_atomic
 
     path = os.path.join(version_dir, MODEL_CARD)
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        card = json.load(f)
+    # A card cut short or of another shape is named, never rewritten from what was misread.
+    card = read_json(path, "a model card as fbat-tf exports it", "model")
     card.setdefault("deployment", {})[file_name] = row
     write_json_atomic(path, finite_or_null(card))
     return path

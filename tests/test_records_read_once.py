@@ -28,7 +28,6 @@ OTHER_JSON = {
     "fbat_tf/sweeps/revision.py": "a sweep's revision.json",
     "fbat_tf/sweeps/tuning.py": "a sweep's tuning.json (its picks)",
     "export/client.py": "TF-Serving's HTTP responses",
-    "export/artifacts.py": "an export's model card, to add an exported file's re-check",
     "sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",
 }
