@@ -28,6 +28,7 @@ from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import evaluate
 from fbat_tf.models import layers
 from fbat_tf.trainer import AdversarialTrainer
+from tests.reference import mixed_second_derivative_fn
 
 keras_hub = pytest.importorskip(
     "keras_hub", reason='keras-hub is not installed (pip install -e ".[hub]")'
@@ -149,16 +150,7 @@ def second_derivative(model, x, y, v, jit_compile):
     """∇θ⟨∇x Σ CE, v⟩ in training mode, what Fast-BAT's implicit term differentiates; None
     where a weight does not reach it."""
 
-    def compute():
-        with tf.GradientTape() as outer:
-            with tf.GradientTape() as inner:
-                inner.watch(x)
-                logits = model(x, training=True)
-                loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-            product = tf.reduce_sum(inner.gradient(loss, x) * v)
-        return outer.gradient(product, model.trainable_variables)
-
-    grads = tf.function(compute, jit_compile=True)() if jit_compile else compute()
+    _, grads = mixed_second_derivative_fn(model, True, jit_compile)(x, y, v)
     return [None if g is None else np.asarray(g, np.float64).ravel() for g in grads]
 
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 from fbat_tf import models
 from fbat_tf.models import layers
 from fbat_tf.models.layers import BatchNormalization
-from tests.reference import assert_grads_close
+from tests.reference import assert_grads_close, mixed_second_derivative_fn
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2471, 0.2435, 0.2616)
@@ -237,25 +237,6 @@ def test_the_released_wide_resnet_is_what_the_paper_trained_as_wrn_16_8():
 def test_small_cnn_is_small():
     model = models.build("small_cnn", 10, (28, 28, 1), 0.2860, 0.3530)
     assert 100_000 <= trainable_parameter_count(model) <= 300_000
-
-
-def mixed_second_derivative_fn(model: keras.Model, training: bool):
-    """XLA-compiled (x, y, v) -> (⟨∇x Σ_i CE_i, v⟩, its ∇θ), Fast-BAT's implicit-term form."""
-
-    @tf.function(jit_compile=True)
-    def compute(x, y, v):
-        with tf.GradientTape() as outer:
-            with tf.GradientTape() as inner:
-                inner.watch(x)
-                logits = tf.cast(model(x, training=training), tf.float32)
-                loss = tf.reduce_sum(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-                )
-            input_gradient = inner.gradient(loss, x)
-            inner_product = tf.reduce_sum(input_gradient * v)
-        return inner_product, outer.gradient(inner_product, model.trainable_variables)
-
-    return compute
 
 
 def test_small_cnn_second_order_gradient_under_xla_is_what_tensorflow_computes_eagerly():
