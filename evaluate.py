@@ -41,6 +41,7 @@ from absl import flags as absl_flags
 
 from fbat_tf import attacks, catalog, onednn, startup, trust
 from fbat_tf import run as run_files
+from fbat_tf.records import units
 from fbat_tf.run import Run
 from flags import common, errors, usage
 from flags import evaluate as eval_flags
@@ -48,8 +49,9 @@ from flags import evaluate as eval_flags
 FLAGS = absl_flags.FLAGS
 
 
-def build_attacks(names, eps_values, jit_compile, source=None, artifact=False):
-    """{(attack, ε): attack} in the order asked, each with its flags' options. For an exported
+def build_attacks(names, eps_values, jit_compile, source=None, artifact=False, norm="linf"):
+    """{(attack, ε): attack} in the order asked, each with its flags' options, in the ball of
+    `norm`. For an exported
     file (`artifact`), the attacks that need its gradients are crafted on `source` and
     replayed, and the others run without XLA (the file runs outside TensorFlow's graph)."""
     from fbat_tf import evaluation
@@ -57,7 +59,7 @@ def build_attacks(names, eps_values, jit_compile, source=None, artifact=False):
     options = {name: eval_flags.attack_options(name) for name in names}
 
     def made(jit):
-        context = {"jit_compile": jit, "source": source}
+        context = {"jit_compile": jit, "source": source, "norm": norm}
         return evaluation.registry_attacks(names, eps_values, options, context)
 
     if not artifact:
@@ -188,19 +190,26 @@ def load_models(model_path: str, strategy, source_path: str | None):
 
 
 def setting(model_path: str, named: str | None, known: dict) -> tuple[str, list[float], str]:
-    """The dataset, the budgets and where the run's validation came from: the command line's
-    (the dataset `named`, read once by named_dataset), else the model's own; ValueError where
-    neither says."""
+    """The dataset, the budgets (pixel units, under the norm `threat_model` tells) and where
+    the run's validation came from: the command line's (the dataset `named`, read once by
+    named_dataset), else the model's own; ValueError where neither says."""
     from fbat_tf import data
 
     dataset = named or known.get("dataset")
     if dataset is None:
         raise ValueError(f"--dataset is needed: {model_path} does not say its dataset")
     data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
+    norm = threat_model(known)
     if eval_flags.EPS.value:
-        eps_values = [float(v) / 255 for v in eval_flags.EPS.value]
-    elif "eps" in known:
+        eps_values = [units.to_pixels(float(v), norm) for v in eval_flags.EPS.value]
+    elif "eps" in known and known.get("norm", "linf") == norm:
         eps_values = [known["eps"]]
+    elif "eps" in known:
+        trained = units.shown(known["eps"], known["norm"])
+        raise ValueError(
+            f"--eps is needed: {model_path} was trained at ε = {trained}, a budget of another "
+            f"norm than --norm={norm}'s"
+        )
     else:
         raise ValueError(f"--eps is needed: {model_path} does not say its training ε")
     # A run that selected on half the test split is tested on the other half.
@@ -210,6 +219,13 @@ def setting(model_path: str, named: str | None, known: dict) -> tuple[str, list[
         else known.get("validation_from", "train")
     )
     return dataset, eps_values, validation_from
+
+
+def threat_model(known: dict) -> str:
+    """The norm of the attacks: --norm's, else the model's own (its run or model card), else
+    L∞."""
+    # The flag itself: its holder refuses the None evaluate.py's flags give it as default.
+    return FLAGS["norm"].value or known.get("norm", "linf")
 
 
 def checked_split(model_path: str, classifier, dataset: str, validation_from: str):
@@ -245,7 +261,7 @@ def checked_split(model_path: str, classifier, dataset: str, validation_from: st
     return split, examples
 
 
-def described(result, model_path: str, dataset: str, validation_from: str):
+def described(result, model_path: str, dataset: str, validation_from: str, norm: str):
     """evaluate()'s EvaluationResult with what produced it, and any sign of gradient masking."""
     from fbat_tf import data, device, provenance
     from fbat_tf.attacks.masking import masking_gap
@@ -268,6 +284,7 @@ def described(result, model_path: str, dataset: str, validation_from: str):
         attack_names(model_path),
         {name: holder.value for name, holder in eval_flags.OPTION_FLAGS.items()},
         common.SEED.value,
+        norm=norm,
         fold_weights=eval_flags.FOLD_WEIGHTS.value,
         strategy=common.STRATEGY.value,
         machine=provenance.machine(),
@@ -356,14 +373,14 @@ def main(argv: list[str]) -> None:
     # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
     # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
-    built = build_attacks(names, eps_values, jit, source, artifact)
+    built = build_attacks(names, eps_values, jit, source, artifact, threat_model(known))
     try:
         result = evaluation.evaluate(
             classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
         )
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
-    result = described(result, model_path, dataset, validation_from)
+    result = described(result, model_path, dataset, validation_from, threat_model(known))
     row = recheck(result, classifier, source, split, built, source_path) if artifact else None
     write_outputs(result, results_path, len(eps_values))
     write_records(result, model_path, known, row)
@@ -379,8 +396,6 @@ def recheck(result, classifier, source, split, built, source_path: str) -> dict:
 def write_records(result, model_path: str, known: dict, row: dict | None) -> None:
     """An exported file's row in the model card of its export; for a model evaluated by
     AutoAttack (standard) at its training ε, its RobustBench-format entry beside it."""
-    from fbat_tf.records import eps_255
-
     if row is not None:
         from export import recheck as rechecking
 
@@ -390,14 +405,15 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
         return
     if "eps" not in known or not known.get("dataset") or eval_flags.SPLIT.value != "test":
         return
-    if result.get("autoattack", eps_255(known["eps"])) is None:
+    norm = known.get("norm", "linf")
+    if result.get("autoattack", units.in_flag_units(known["eps"], norm), norm) is None:
         return
     from export import robustbench
 
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
     try:
         path = robustbench.write(
-            home, result, known["dataset"], known["eps"], known.get("architecture")
+            home, result, known["dataset"], known["eps"], known.get("architecture"), norm
         )
     except OSError as error:
         print(
@@ -436,14 +452,16 @@ def say_estimate(classifier, split, names: list[str], budgets: int, examples: in
 
 
 def table(result) -> str:
+    norms = {r.norm for r in result.robust} or {"linf"}
+    budget = "ε (/255)" if norms == {"linf"} else "ε (L2, pixels)" if norms == {"l2"} else "ε"
     lines = [
-        "| attack | ε (/255) | robust accuracy | time (s) |",
+        f"| attack | {budget} | robust accuracy | time (s) |",
         "|---|---|---|---|",
         f"| clean | 0 | {result.clean_accuracy:.4f} | |",
     ]
     replayed = result.extra.get("replayed", [])
     for r in result.robust:
-        eps = f"{r.eps:g}"
+        eps = f"{r.eps:g}" if len(norms) == 1 else r.key.partition("@")[2]  # "8", "l2:0.5"
         name = label(r.attack) + (" (the source's, replayed)" if r.key in replayed else "")
         lines.append(f"| {name} | {eps} | {r.robust_accuracy:.4f} | {r.seconds:.1f} |")
         for part, value in r.parts.items():

@@ -92,6 +92,7 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
         try:
             flag_words.check_final_test(values)
+            flag_words.check_norm(values)
             state = flag_words.check_workdir(cell_dir, flag_words.run_flags(values))
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None

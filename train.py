@@ -29,12 +29,14 @@ from absl import flags as absl_flags
 
 from fbat_tf import attacks, onednn, startup
 from fbat_tf import run as run_files
+from fbat_tf.records import units
 from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
 from flags.run import (
     check_final_test,
     check_method,
+    check_norm,
     check_workdir,
     config_from_flags,
     default_workdir,
@@ -64,6 +66,7 @@ def main(argv: list[str]) -> None:
     current = run_flags()
     try:
         check_final_test()
+        check_norm()
         check_export()
         state = check_workdir(workdir, current)
     except (ValueError, ImportError) as error:  # ImportError: an export format's missing extra
@@ -106,10 +109,10 @@ def main(argv: list[str]) -> None:
         if state == "new":
             with open(Run(config.workdir).flags_path, "w") as f:
                 f.writelines(f"{line}\n" for line in current.values() if line)
-    eps = config.eps * 255
     print(
         f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {config.method} at "
-        f"ε = {eps:g}/255 ({config.eps:.4g}) on {config.dataset}, {config.model}; {source}"
+        f"ε = {units.shown(config.eps, config.norm)} ({config.eps:.4g}) on {config.dataset}, "
+        f"{config.model}; {source}"
     )
 
     from fbat_tf.training import Diverged, final_attack_options, train

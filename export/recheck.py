@@ -26,7 +26,7 @@ import numpy as np
 from export import artifacts
 from fbat_tf import attacks
 from fbat_tf.artifacts import compare
-from fbat_tf.records import eps_255
+from fbat_tf.records import units
 
 # An artifact's accuracy this far below the source's, on the same points, is flagged.
 DROP_FLAGGED = 0.01
@@ -66,7 +66,8 @@ def recheck(
     }
     per_point = {"clean": _bits(agree)}
     for (name, eps), attack in built.items():
-        attacked = result.attacked(name, eps_255(eps))
+        norm = getattr(attack, "norm", "linf")
+        attacked = result.attacked(name, units.in_flag_units(eps, norm), norm)
         key, accuracy = attacked.key, attacked.robust_accuracy
         if isinstance(attack, ReplayedAttack):
             agreed = np.concatenate(attack.agreement)

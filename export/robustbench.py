@@ -1,11 +1,13 @@
 """A RobustBench-format entry for an evaluated model (`robustbench.json`, DESIGN.md §5.6).
 
     entry = robustbench.entry(result, dataset="fashion_mnist", eps=8 / 255, architecture=...)
+    entry = robustbench.entry(result, "cifar10", eps=0.5, architecture=..., norm="l2")
 
-The fields are those of RobustBench's model entries (model_info/<dataset>/Linf/<Name>.json in
-the RobustBench repository): link, name, authors, additional_data, number_forward_passes,
+The fields are those of RobustBench's model entries (model_info/<dataset>/<Linf|L2>/<Name>.json
+in the RobustBench repository): link, name, authors, additional_data, number_forward_passes,
 dataset, venue, architecture, eps, clean_acc, reported, autoattack_acc, footnote, unreliable;
-accuracies are percentages written as strings with two decimals ("83.34"), ε as "8/255".
+accuracies are percentages written as strings with two decimals ("83.34"), ε as "8/255" (L∞) or
+"0.5" (L2, in pixel units, as RobustBench's L2 entries write it).
 
 fbat-tf cannot know, and leaves empty (""): `link`, `name` (the paper's title), `authors` and
 `venue` (the publication), `reported` (the robust accuracy the paper reports) and `unreliable`
@@ -26,14 +28,16 @@ from typing import Any
 UNKNOWN = ""
 
 
-def write(home: str, result, dataset: str, eps: float, name: str | None) -> str | None:
+def write(
+    home: str, result, dataset: str, eps: float, name: str | None, norm: str = "linf"
+) -> str | None:
     """Write the entry for `result` (see `entry`) as `home`'s robustbench.json, atomically;
-    its path, or None where the result holds no AutoAttack (standard) at `eps`. OSError where
-    it cannot be written."""
+    its path, or None where the result holds no AutoAttack (standard) at `eps` under `norm`.
+    OSError where it cannot be written."""
     from fbat_tf.records import write_json_atomic
     from fbat_tf.run import Run
 
-    found = entry(result, dataset, eps, name)
+    found = entry(result, dataset, eps, name, norm)
     if found is None:
         return None
     path = Run(home).robustbench_path
@@ -45,19 +49,21 @@ def _percent(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
-def entry(result, dataset: str, eps: float, architecture: str | None) -> dict[str, Any] | None:
+def entry(
+    result, dataset: str, eps: float, architecture: str | None, norm: str = "linf"
+) -> dict[str, Any] | None:
     """The entry for an EvaluationResult, or None where it holds no AutoAttack (standard) at
-    `eps` (pixel units, the training ε)."""
+    `eps` (pixel units, the training ε) under `norm`."""
     from fbat_tf import attacks
-    from fbat_tf.records import eps_255
+    from fbat_tf.records import units
 
-    found = result.get("autoattack", eps_255(eps))
+    found = result.get("autoattack", units.in_flag_units(eps, norm), norm)
     leaderboard = attacks.entry("autoattack").defaults()["version"]  # the standard version
     if found is None or result.extra.get("aa_version", leaderboard) != leaderboard:
         return None
     revision = (result.code or {}).get("revision")
-    per_255 = eps_255(eps)
-    budget = f"{per_255:g}/255"
+    budget = units.shown(eps, norm).removesuffix(" (L2)")
+    threat = {"linf": "Linf", "l2": "L2"}[norm]
     return {
         "link": UNKNOWN,
         "name": UNKNOWN,
@@ -74,7 +80,7 @@ def entry(result, dataset: str, eps: float, architecture: str | None) -> dict[st
         "footnote": (
             f"Evaluated by fbat-tf on the first {result.examples} points of the "
             f"{result.extra.get('split', 'test')} split with its TensorFlow AutoAttack "
-            f"(standard: APGD-CE, APGD-T, FAB-T, Square) at Linf {budget}"
+            f"(standard: APGD-CE, APGD-T, FAB-T, Square) at {threat} {budget}"
             + (f", revision {revision[:7]}" if revision else "")
             + "."
         ),

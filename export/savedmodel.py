@@ -53,10 +53,12 @@ import tensorflow as tf
 
 from export import artifacts, versions
 from fbat_tf import data, provenance
-from fbat_tf.records import finite_or_null
+from fbat_tf.records import finite_or_null, units
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
+# How model cards (and RobustBench's folders) name each norm.
+NORM_NAMES = {"linf": "Linf", "l2": "L2"}
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
 _OUT_OF_RANGE = (
     f"{FLOAT_SIGNATURE}: images must be float32 pixels in [0, 1] (divide uint8 pixels by 255, "
@@ -325,7 +327,7 @@ def model_card(workdir: str) -> dict[str, Any]:
             "robust_accuracy": tested_pgd.robust_accuracy,
             "steps": config.eval_pgd_steps,
             "restarts": config.eval_pgd_restarts,
-            "step_size": eps / 4,  # DESIGN.md §4: sign steps of ε/4
+            "step_size": eps / 4,  # DESIGN.md §4: steps of ε/4 (signed; normalized for L2)
             "time_s": tested_pgd.seconds,
         }
     autoattack = None
@@ -358,7 +360,13 @@ def model_card(workdir: str) -> dict[str, Any]:
             "activation": config.activation,
         },
         "method": method,
-        "eps": {"pixels": eps, "per_255": eps * 255, "norm": "Linf"},
+        # L∞: per_255 is the command line's ε; L2: `pixels` is (per_255 null), over the image.
+        "eps": {
+            "pixels": eps,
+            "per_255": eps * 255 if config.norm == "linf" else None,
+            "norm": NORM_NAMES[config.norm],
+            "units": units.UNIT_NAMES[config.norm],
+        },
         "training": {
             "epochs": record.epochs or config.epochs,
             "epochs_run": len(history),

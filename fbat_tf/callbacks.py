@@ -90,8 +90,15 @@ class RobustValidation(keras.callbacks.Callback):
         self.best = best_robust_accuracy
         self.fixed_best = -1.0
         self.seed = seed
+        # FGSM from x in the validation attack's ball (a step of ε: L∞'s sign step, or L2's
+        # normalized one, lands on the ball's surface before the box clips it).
         self.single_step = single_step or PGD(
-            eps, steps=1, restarts=1, step_size=eps, random_start=False
+            eps,
+            steps=1,
+            restarts=1,
+            step_size=eps,
+            random_start=False,
+            norm=getattr(attack, "norm", "linf"),
         )
         self.masking_gap = masking_gap
 

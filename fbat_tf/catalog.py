@@ -29,6 +29,8 @@ MODELS = (
     "small_cnn",
 )
 ACTIVATIONS = ("relu", "softplus", "swish")
+# Threat models: the norm of the perturbation ball (fbat_tf/constraints.py, records/units.py).
+NORMS = ("linf", "l2")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 # PGD-K-R as evaluations run it unless told otherwise: PGD-50-10 (DESIGN.md §4.2). Every default
 # of PGD's steps and restarts (the attack, its registry options, train.py's final test, a sweep

@@ -120,8 +120,8 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
 def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
     """A classifier from a training run directory, a .keras file, a SavedModel directory or an
     exported .onnx or .tflite file (artifacts.load_artifact), with what is known of it
-    ({"dataset", "eps", "validation_from", "architecture"} from the run or the model card of
-    the export the file sits in, else {}).
+    ({"dataset", "eps", "norm", "validation_from", "architecture"} from the run or the model
+    card of the export the file sits in, else {}).
 
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
@@ -131,6 +131,7 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         return classifier, {
             "dataset": config.dataset,
             "eps": config.eps,
+            "norm": config.norm,
             "validation_from": config.validation_from,
             "architecture": architecture_name(config.model, config.width),
         }
@@ -179,6 +180,11 @@ def card_facts(version_dir: str) -> dict[str, Any]:
         if isinstance(pixels, bool) or not isinstance(pixels, int | float):
             raise ValueError(f"{card_path}: eps.pixels is {pixels!r}, not a number")
         known["eps"] = pixels
+        # Cards name the norm as RobustBench does ("Linf", "L2").
+        norm = {"Linf": "linf", "L2": "l2"}.get(eps.get("norm", "Linf"))
+        if norm is None:
+            raise ValueError(f"{card_path}: eps.norm is {eps.get('norm')!r}, not Linf or L2")
+        known["norm"] = norm
     model = card["model"]
     if model.get("name"):
         known["architecture"] = architecture_name(model["name"], model.get("width"))

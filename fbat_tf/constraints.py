@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-NORMS = ("linf", "l2")
+from fbat_tf.catalog import NORMS
 
 # Bisection steps of the L2 projection: the scale t ∈ [0, 1] is found to within 2^-40.
 _L2_BISECTION_STEPS = 40

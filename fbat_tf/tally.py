@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf.records import AttackResult, BatchResult, EvaluationResult, eps_255
+from fbat_tf.records import AttackResult, BatchResult, EvaluationResult, units
 
 
 class NonFiniteError(ValueError):
@@ -34,6 +34,8 @@ class Tally:
 
     def __init__(self, attacks: Mapping[tuple[str, float], Any]):
         self.clean = self.loss = self.total = 0.0
+        # Each attack's norm: an attack of the user's own need not say it, and is then L∞.
+        self.norms = {name: getattr(attack, "norm", "linf") for name, attack in attacks.items()}
         self.robust = dict.fromkeys(attacks, 0.0)
         self.covered = dict.fromkeys(attacks, 0.0)  # examples each attack has counted so far
         self.seconds = dict.fromkeys(attacks, 0.0)
@@ -75,7 +77,7 @@ class Tally:
             if name is None:
                 key = kind
             else:
-                key = f"{name[0]}@{eps_255(name[1]):g}"
+                key = self.named(name).key
                 key = key if kind == "hits" else f"{key}/{kind}"
             self.outcomes.setdefault(key, []).append((start, hits))
 
@@ -87,7 +89,7 @@ class Tally:
         for (batch, _), hits in zip(index, counts.pop("robust"), strict=True):
             this_batch = self.per_batch[batch]
             accuracy = hits / max(this_batch.examples, 1)
-            this_batch.robust.append(AttackResult(name[0], eps_255(name[1]), accuracy))
+            this_batch.robust.append(self.named(name, accuracy))
             self.robust[name] += hits
             self.covered[name] += this_batch.examples
         for key, value in counts.items():
@@ -95,12 +97,21 @@ class Tally:
             per_part = self.parts[kind].setdefault(name, {})
             per_part[part] = per_part.get(part, 0.0) + value
 
+    def named(
+        self, name: tuple[str, float], robust_accuracy: float | None = None, *values: Any
+    ) -> AttackResult:
+        """The AttackResult of attack `name` (its name and ε in pixel units) with the other
+        fields `robust_accuracy` and `values`, ε in its norm's flag units (records/units.py)."""
+        attack, eps = name
+        norm = self.norms[name]
+        return AttackResult(
+            attack, units.in_flag_units(eps, norm), robust_accuracy, *values, norm=norm
+        )
+
     def running(self) -> list[tuple[str, float]]:
         """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far."""
         counted = [
-            (f"{name}@{eps_255(eps):g}", self.robust[name, eps] / n)
-            for (name, eps), n in self.covered.items()
-            if n
+            (self.named(name).key, self.robust[name] / n) for name, n in self.covered.items() if n
         ]
         return [("clean", self.clean / self.total), *counted]
 
@@ -109,15 +120,14 @@ class Tally:
             raise ValueError("evaluation got an empty dataset")
         total = self.total
         robust = [
-            AttackResult(
+            self.named(
                 name,
-                eps_255(eps),
                 count / total,
-                self.seconds[name, eps],
-                {part: n / total for part, n in self.parts["robust"].get((name, eps), {}).items()},
-                self.parts["seconds"].get((name, eps), {}),
+                self.seconds[name],
+                {part: n / total for part, n in self.parts["robust"].get(name, {}).items()},
+                self.parts["seconds"].get(name, {}),
             )
-            for (name, eps), count in self.robust.items()
+            for name, count in self.robust.items()
         ]
         result = EvaluationResult(
             int(total),

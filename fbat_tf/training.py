@@ -201,7 +201,9 @@ def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _
     validation = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
-    method = methods.create(config.method, eps=config.eps, **config.method_options)
+    method = methods.create(
+        config.method, eps=config.eps, norm=config.norm, **config.method_options
+    )
     methods.check_strategy(method, config.strategy)
     # Free-AT replays each batch m times: it reads ceil(E·S/m) batches, so that its number of
     # gradient steps matches the E·S of the other methods (rounded up to whole batches).
@@ -313,6 +315,7 @@ def _callbacks(
         steps=config.val_attack_steps,
         restarts=config.val_restarts,
         jit_compile=config.jit_compile,
+        norm=config.norm,
     )
     best_so_far = max(
         (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
@@ -402,12 +405,13 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         validation_from=config.validation_from,
     )
     names = ["pgd", "autoattack"] if config.eval_autoattack else ["pgd"]
+    context = {"jit_compile": config.jit_compile, "norm": config.norm}
     built = evaluation.registry_attacks(
-        names[:1], [config.eps], final_attack_options(config), {"jit_compile": config.jit_compile}
+        names[:1], [config.eps], final_attack_options(config), context
     )
     # AutoAttack chooses where to compile with XLA itself (attacks/autoattack.py), as
     # evaluate.py's default leaves it to.
-    built.update(evaluation.registry_attacks(names[1:], [config.eps]))
+    built.update(evaluation.registry_attacks(names[1:], [config.eps], {"norm": config.norm}))
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
     inference = classifiers.InferenceGraph(classifier)
@@ -429,5 +433,6 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         names,
         {"pgd_steps": config.eval_pgd_steps, "pgd_restarts": config.eval_pgd_restarts},
         config.seed,
+        config.norm,
     )
     return result

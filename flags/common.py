@@ -1,6 +1,8 @@
 """Flags shared by train.py and evaluate.py, with validators that fail before any work.
 
-On the command line ε is in 1/255 units (`--eps=8` means 8/255) for every dataset.
+On the command line an L∞ ε is in 1/255 units (`--eps=8` means 8/255) for every dataset, and an
+L2 ε (`--norm=l2`) in [0, 1]-pixel units over the whole image (`--eps=0.5`: RobustBench's
+CIFAR-10 budget); fbat_tf/records/units.py converts them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,15 @@ JIT_COMPILE = flags.DEFINE_enum(
     "XLA compilation of the training step and the attacks. auto: on GPU, and for evaluate.py's "
     "FAB-T and Square on CPU too when the model has no convolutions.",
 )
+NORM = flags.DEFINE_enum(
+    "norm",
+    RUN["norm"],
+    list(catalog.NORMS),
+    "Threat model: the norm of the perturbation ball. linf: --eps in 1/255 units (8 means "
+    "8/255). l2: --eps in [0, 1]-pixel units, the L2 norm over all of an image's pixels (0.5 is "
+    "RobustBench's CIFAR-10 budget). Training (PGD-AT, Fast-AT and standard training have an "
+    "L2 form), its validation and its final test all use it.",
+)
 STRATEGY = flags.DEFINE_enum(
     "strategy",
     RUN["strategy"],
@@ -108,8 +119,9 @@ def option_flag(
 ALLOW_SMALL_UNITS = flags.DEFINE_bool(
     "allow_small_units",
     False,
-    "Take --eps below 1 and --lambda_inv below 255 as given: both are in 1/255 units, so such "
-    "values are usually [0, 1]-pixel numbers typed by mistake (--eps=0.03 trains at 0.03/255).",
+    "Take --eps below 1 and --lambda_inv below 255 as given: both are in 1/255 units (an L∞ "
+    "--eps), so such values are usually [0, 1]-pixel numbers typed by mistake (--eps=0.03 "
+    "trains at 0.03/255). An L2 --eps is in pixel units and is never refused so.",
 )
 # Below these, a value in 1/255 units is most likely a [0, 1]-pixel number: ε = 0.03 means
 # 8/255 in most libraries, λ⁻¹ = 9.8 means 2500/255.
@@ -124,18 +136,22 @@ def units_problem(name: str, values: list[float], allowed: bool) -> str | None:
         return None
     pixels = small[0]
     meant = float(f"{pixels * 255:.3g}")
+    l2 = " (or --norm=l2, whose ε is in pixel units)" if name == "eps" else ""
     return (
         f"--{name}={pixels:g}: {'ε' if name == 'eps' else 'λ⁻¹'} is in 1/255 units, so this is "
         f"{pixels:g}/255 ≈ {pixels / 255:.2g}: did you mean --{name}={meant:g} "
-        f"({meant:g}/255 ≈ {pixels:.3g})? Pass --allow_small_units to keep {pixels:g}/255"
+        f"({meant:g}/255 ≈ {pixels:.3g}){l2}? Pass --allow_small_units to keep {pixels:g}/255"
     )
 
 
 def refuse_pixel_units(name: str, parse=lambda value: [value]) -> None:
-    """A validator refusing `name` below its floor in SMALL_UNITS unless --allow_small_units."""
+    """A validator refusing `name` below its floor in SMALL_UNITS unless --allow_small_units;
+    an ε under --norm=l2, in pixel units, is not refused."""
 
     def check(values: dict) -> bool:
         given = values[name]
+        if name == "eps" and values[NORM.name] == "l2":
+            return True
         found = units_problem(
             name, [] if given is None else parse(given), values[ALLOW_SMALL_UNITS.name]
         )
@@ -143,16 +159,21 @@ def refuse_pixel_units(name: str, parse=lambda value: [value]) -> None:
             raise flags.ValidationError(found)
         return True
 
-    flags.register_multi_flags_validator([name, ALLOW_SMALL_UNITS.name], check)
+    flags.register_multi_flags_validator([name, ALLOW_SMALL_UNITS.name, NORM.name], check)
 
 
 def eps_flag(name: str, default: float, help_text: str) -> flags.FlagHolder:
-    """A perturbation budget in 1/255 units, in (0, 255]."""
-    holder = flags.DEFINE_float(name, default, help_text + " In 1/255 units (8 means 8/255).")
+    """A perturbation budget in (0, 255]: 1/255 units under L∞, pixel units under L2."""
+    holder = flags.DEFINE_float(
+        name,
+        default,
+        help_text + " In 1/255 units (8 means 8/255); with --norm=l2 in [0, 1]-pixel units, the "
+        "L2 norm over the image (0.5 means ‖δ‖₂ ≤ 0.5).",
+    )
     flags.register_validator(
         name,
         lambda value: value is None or 0 < value <= 255,
-        message=f"--{name} must be in (0, 255] (1/255 units)",
+        message=f"--{name} must be in (0, 255] (1/255 units; pixel units with --norm=l2)",
     )
     _guard(flags.FLAGS[name])
     return holder

@@ -31,7 +31,12 @@ SPLIT = flags.DEFINE_enum("split", "test", ["test", "validation"], "Split to eva
 N_EXAMPLES = flags.DEFINE_integer(
     "n_examples", 0, "Evaluate the first N examples in file order (0: all).", lower_bound=0
 )
-EPS = flags.DEFINE_list("eps", None, "Budgets in 1/255 units, e.g. 2,4,8 (default: the run's).")
+EPS = flags.DEFINE_list(
+    "eps",
+    None,
+    "Budgets in 1/255 units, e.g. 2,4,8; with --norm=l2 in pixel units, e.g. 0.25,0.5 "
+    "(default: the run's).",
+)
 ATTACKS = flags.DEFINE_list(
     "attacks",
     ["pgd", "autoattack"],
@@ -123,6 +128,12 @@ common.refuse_unsafe_values(__name__)
 for _name, _said in (
     ("dataset", "Dataset name (default: the training run's; --eval_dataset means the same)."),
     ("validation_from", "Where the model's validation examples came from (default: the run's)."),
+    (
+        "norm",
+        "Threat model of the attacks (default: the model's own, from its run or model card; "
+        "else linf). linf: --eps in 1/255 units; l2: --eps in [0, 1]-pixel units, the L2 norm "
+        "over the image (0.5 is RobustBench's CIFAR-10 budget).",
+    ),
 ):
     flags.FLAGS.set_default(_name, None)
     _choices = flags.FLAGS[_name].help.partition(">: ")[0] + ">: "  # the enum's "<a|b>: "

@@ -35,7 +35,7 @@ def run_flags(values: absl_flags.FlagValues = FLAGS) -> dict[str, str]:
 
 
 def default_workdir(values: absl_flags.FlagValues = FLAGS) -> str:
-    eps = f"{values.eps:g}"
+    eps = f"{values.eps:g}" if values.norm == "linf" else f"{values.norm}-{values.eps:g}"
     return os.path.join("runs", f"{values.method}-{values.dataset}-{values.model}-eps{eps}")
 
 
@@ -109,12 +109,25 @@ def check_final_test(values: absl_flags.FlagValues = FLAGS) -> None:
         )
 
 
+def check_norm(values: absl_flags.FlagValues = FLAGS) -> None:
+    """ValueError for --norm=l2 without an --eps of its own: the default ε is L∞'s 8/255,
+    which read in L2's pixel units would be a ball around the whole image."""
+    if values.norm == "l2" and not values["eps"].present:
+        raise ValueError(
+            "--norm=l2 needs its own --eps, in [0, 1]-pixel units over the image (e.g. "
+            "--eps=0.5 for CIFAR-10, 1.5 for Fashion-MNIST); the default 8 is L∞'s 8/255"
+        )
+
+
 def check_method(config) -> None:
-    """ValueError for the method's options, or for a strategy the method cannot run under,
-    before anything is created (the method says which: `single_device`)."""
+    """ValueError for the method's options, for a threat model it has no form for, or for a
+    strategy the method cannot run under, before anything is created (the method says which:
+    `norms`, `single_device`)."""
     from fbat_tf import methods
 
-    method = methods.create(config.method, eps=config.eps, **config.method_options)
+    method = methods.create(
+        config.method, eps=config.eps, norm=config.norm, **config.method_options
+    )
     methods.check_strategy(method, config.strategy)
 
 
@@ -122,7 +135,7 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     """The run's TrainConfig: each field from the flag of its name, and each option the method
     declares from its flag (through the option's `from_flag`, where its units differ)."""
     from fbat_tf import device, methods
-    from fbat_tf.records import TrainConfig
+    from fbat_tf.records import TrainConfig, units
 
     entry = methods.entry(values.method)
     options = {
@@ -135,7 +148,7 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
     given = {name: values[name].value for name in fields if name in values}
     given.update(
         workdir=workdir,
-        eps=values.eps / 255,
+        eps=units.to_pixels(values.eps, values.norm),
         method_options=options,
         precision=device.resolve_precision(values.precision),
         jit_compile=device.resolve_jit_compile(values.jit_compile),

@@ -13,8 +13,9 @@ PACKAGE = os.path.join(ROOT, "fbat_tf")
 # siblings in attacks/, data/, methods/ or models/); the longest matching prefix gives a
 # module's layer.
 LAYERS = (
-    ("fbat_tf", "fbat_tf.catalog", "fbat_tf.constraints"),
+    ("fbat_tf", "fbat_tf.catalog"),
     (
+        "fbat_tf.constraints",  # the norms it projects onto are named in the catalog
         "fbat_tf.device",
         "fbat_tf.distribute",
         "fbat_tf.schedules",

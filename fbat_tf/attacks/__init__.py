@@ -102,7 +102,7 @@ REGISTRY: dict[str, Entry] = {
             "PGD-{steps}-{restarts}",
             _PGD_OPTIONS,
             "pgd",
-            ("jit_compile",),
+            ("jit_compile", "norm"),
             passes=lambda o, robust: o["steps"] * o["restarts"],
         ),
         Entry(

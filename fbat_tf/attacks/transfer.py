@@ -25,7 +25,7 @@ class TransferAttack(Attack):
     def __init__(self, source: Callable, attack: Attack):
         self.source = source
         self.attack = attack
-        self.eps = attack.eps
+        self.eps, self.norm = attack.eps, attack.norm
 
     def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
         return self.attack(self.source, x, y, seed)

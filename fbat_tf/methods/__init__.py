@@ -346,8 +346,10 @@ def defaults(name: str) -> dict[str, Any]:
     return entry(name).defaults()
 
 
-def create(name: str, eps: float = 8.0 / 255, **options: Any):
-    """The method `name` with budget ε (pixel units) and its options (None = default)."""
+def create(name: str, eps: float = 8.0 / 255, norm: str = "linf", **options: Any):
+    """The method `name` with budget ε (pixel units) under the norm `norm` ("linf", or "l2"
+    for the methods with an L2 form: ValueError saying why for the others) and its options
+    (None = default)."""
     found = entry(name)
     unknown = sorted(set(options) - set(option_names(name)))
     if unknown:
@@ -356,7 +358,13 @@ def create(name: str, eps: float = 8.0 / 255, **options: Any):
         )
     module, attribute = found.target.split(":")
     cls = getattr(importlib.import_module(module), attribute)
-    return cls(eps=eps, **{k: v for k, v in options.items() if v is not None})
+    given = {k: v for k, v in options.items() if v is not None}
+    # A method with one norm has no `norm` keyword; it is told in one line before it is made.
+    if len(cls.norms) > 1:
+        given["norm"] = norm
+    else:
+        cls.check_norm(norm)
+    return cls(eps=eps, **given)
 
 
 def recorded_config(name: str, config: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -93,9 +93,23 @@ class Method:
     #: whether it carries state from batch to batch on one device (Free-AT's δ): it then runs
     #: without a distribution strategy.
     single_device: bool = False
+    #: the threat models it has a form for (catalog.NORMS), and why not the others.
+    norms: tuple[str, ...] = ("linf",)
+    linf_only_because: str = "its released form and settings are for the L∞ ball only"
 
-    def __init__(self, eps: float):
-        if not eps >= 0.0 or eps > 1.0:
+    @classmethod
+    def check_norm(cls, norm: str) -> str:
+        """`norm` if the method has a form for it, else ValueError in one line saying why."""
+        if constraints.check_norm(norm) not in cls.norms:
+            raise ValueError(
+                f"--method={cls.name} has no {norm.upper()} form: {cls.linf_only_because}; "
+                f"train it with --norm={cls.norms[0]}"
+            )
+        return norm
+
+    def __init__(self, eps: float, norm: str = "linf"):
+        self.norm = self.check_norm(norm)
+        if not eps >= 0.0 or (norm == "linf" and eps > 1.0):
             raise ValueError(f"eps must be in [0, 1] (pixel units), got {eps!r}")
         self.eps = float(eps)
 
@@ -153,6 +167,7 @@ class Method:
             "title": self.title or self.name,
             "cost_variant": self.cost_variant,
             "eps": self.eps,
+            "norm": self.norm,
         }
 
 
@@ -164,7 +179,11 @@ def fgsm_step(
     eps: float,
     step_size: float,
     loss_scale: tf.Tensor | None = None,
+    norm: str = "linf",
 ) -> tf.Tensor:
-    """δ ← P_C(δ + α·sign(∇δ Σ CE)): one signed ascent step, shared by FGSM and PGD."""
+    """δ ← P_C(δ + α·sign(∇δ Σ CE)): one signed ascent step, shared by FGSM and PGD; under
+    the L2 norm the step is along the gradient normalized per example, and P_C the exact
+    projection onto the L2 ball ∩ box (constraints.py)."""
     grad = input_gradient(model, x, delta, y, loss_scale)
-    return constraints.project(delta + step_size * tf.sign(grad), x, eps)
+    moved = delta + step_size * constraints.normalized(grad, norm)
+    return constraints.project(moved, x, eps, norm)

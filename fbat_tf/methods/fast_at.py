@@ -2,9 +2,12 @@
 
 method = methods.create("fastat", eps=8 / 255)             # α = 1.25ε
 method = methods.create("fastat", eps=16 / 255, step=1.0)  # α = ε
+method = methods.create("fastat", eps=0.5, norm="l2")      # L2: one step along ∇/‖∇‖₂
 
 The step is a multiple of ε: the paper's 1.25 holds at 8/255, and its authors advise a smaller
-one where training overfits catastrophically at larger ε.
+one where training overfits catastrophically at larger ε. Under the L2 norm the random start is
+uniform in the L2 ball and the step, α along the gradient normalized per example, is projected
+exactly onto the L2 ball ∩ box (constraints.py).
 """
 
 from __future__ import annotations
@@ -19,17 +22,20 @@ from fbat_tf.methods.base import Method, fgsm_step
 class FastAT(Method):
     name = "fastat"
     title = "Fast-AT"
+    norms = ("linf", "l2")
 
-    def __init__(self, eps: float, step: float = methods.defaults("fastat")["step"]):
-        super().__init__(eps)
+    def __init__(
+        self, eps: float, step: float = methods.defaults("fastat")["step"], norm: str = "linf"
+    ):
+        super().__init__(eps, norm)
         if not step > 0:
             raise ValueError(f"fastat step (a multiple of eps) must be > 0, got {step!r}")
         self.step = float(step)
         self.alpha = self.step * self.eps
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
-        delta = constraints.random_init(x, self.eps, seed)
-        delta = fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale)
+        delta = constraints.random_init(x, self.eps, seed, self.norm)
+        delta = fgsm_step(model, x, delta, y, self.eps, self.alpha, loss_scale, self.norm)
         return x + delta
 
     def config(self) -> dict:

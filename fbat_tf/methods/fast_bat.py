@@ -51,6 +51,10 @@ _DEFAULT = methods.defaults("fastbat")  # the registry declares the options
 
 class FastBAT(Method):
     name = "fastbat"
+    linf_only_because = (
+        "its lower-level solution and implicit term are derived for the L∞ ball ∩ box (the "
+        "inactive-constraint mask of its linearized box-constrained problem)"
+    )
 
     def __init__(
         self,

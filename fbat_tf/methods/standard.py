@@ -15,9 +15,11 @@ from fbat_tf.methods.base import Method
 class Standard(Method):
     name = "standard"
     title = "standard training"
+    # No perturbation to train on: the norm is that of its validation and test.
+    norms = ("linf", "l2")
 
-    def __init__(self, eps: float = 0.0):
-        super().__init__(eps)
+    def __init__(self, eps: float = 0.0, norm: str = "linf"):
+        super().__init__(eps, norm)
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
         return x

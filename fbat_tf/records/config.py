@@ -22,7 +22,8 @@ FINAL_TEST_FIELDS = ("eval_examples", "eval_pgd_steps", "eval_pgd_restarts", "ev
 
 @dataclasses.dataclass
 class TrainConfig:
-    """Everything that defines a run. ε and λ⁻¹ are in pixel units here."""
+    """Everything that defines a run. ε and λ⁻¹ are in pixel units here, ε under `norm`'s
+    norm (the threat model of training, validation and the final test: "linf" or "l2")."""
 
     workdir: str
     method: str = "fastbat"
@@ -31,6 +32,7 @@ class TrainConfig:
     width: int | None = None
     activation: str = "relu"
     eps: float = 8.0 / 255
+    norm: str = "linf"
     method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     epochs: int = 20
     batch_size: int = 128

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from fbat_tf.records import units
 from fbat_tf.records.files import read_json, write_json_atomic
 
 
 def eps_255(eps: float) -> float:
-    """ε in pixel units as an evaluation names it, in 1/255: 8/255 -> 8.0."""
-    return float(f"{eps * 255:g}")
+    """An L∞ ε in pixel units as an evaluation names it, in 1/255: 8/255 -> 8.0."""
+    return units.in_flag_units(eps, "linf")
 
 
 @dataclasses.dataclass
@@ -20,21 +21,24 @@ class AttackResult:
     """One attack at one ε, over an evaluation's examples or one batch of them."""
 
     attack: str  # the name it was evaluated under: the registry's ("pgd", "autoattack")
-    eps: float  # in 1/255
+    eps: float  # in the units of its norm's flag (records/units.py): 1/255 for L∞
     robust_accuracy: float
     seconds: float | None = None
     # An ensemble's robust accuracy after each of its parts ("clean" first), and their seconds.
     parts: dict[str, float] = dataclasses.field(default_factory=dict)
     part_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    norm: str = "linf"
 
     @property
     def key(self) -> str:
-        return f"{self.attack}@{self.eps:g}"
+        """ "pgd@8" (L∞), "pgd@l2:0.5" (L2)."""
+        return units.key(self.attack, self.eps, self.norm)
 
 
-def _split_key(key: str) -> tuple[str, float]:
-    attack, _, eps = key.rpartition("@")
-    return attack, float(eps)
+def _attacked(key: str, *values: Any) -> AttackResult:
+    """The AttackResult named `key` (units.key) with the other fields `values`."""
+    attack, eps, norm = units.split_key(key)
+    return AttackResult(attack, eps, *values, norm=norm)
 
 
 class _Attacked:
@@ -42,23 +46,35 @@ class _Attacked:
 
     robust: list[AttackResult]
 
-    def attacked(self, attack: str, eps: float | None = None) -> AttackResult:
-        """The result of `attack` at `eps` (1/255; None: its only ε). KeyError if absent."""
-        found = [r for r in self.robust if r.attack == attack and eps in (None, r.eps)]
+    def attacked(
+        self, attack: str, eps: float | None = None, norm: str | None = None
+    ) -> AttackResult:
+        """The result of `attack` at `eps` (in its norm's flag units: 1/255 for L∞; None: its
+        only ε) under `norm` (None: any). KeyError if absent."""
+        found = [
+            r
+            for r in self.robust
+            if r.attack == attack and eps in (None, r.eps) and norm in (None, r.norm)
+        ]
         if len(found) != 1:
             have = [r.key for r in self.robust]
-            raise KeyError(f"{attack}@{'?' if eps is None else f'{eps:g}'} among {have}")
+            wanted = "?" if eps is None else units.key("", eps, norm or "linf")[1:]
+            raise KeyError(f"{attack}@{wanted} among {have}")
         return found[0]
 
-    def get(self, attack: str, eps: float | None = None) -> AttackResult | None:
-        """The result of `attack` at `eps` (1/255; None: its only ε), or None."""
+    def get(
+        self, attack: str, eps: float | None = None, norm: str | None = None
+    ) -> AttackResult | None:
+        """The result of `attack` at `eps` under `norm`, as `attacked` finds it, or None."""
         try:
-            return self.attacked(attack, eps)
+            return self.attacked(attack, eps, norm)
         except KeyError:
             return None
 
-    def robust_accuracy(self, attack: str, eps: float | None = None) -> float:
-        return self.attacked(attack, eps).robust_accuracy
+    def robust_accuracy(
+        self, attack: str, eps: float | None = None, norm: str | None = None
+    ) -> float:
+        return self.attacked(attack, eps, norm).robust_accuracy
 
 
 @dataclasses.dataclass
@@ -169,13 +185,15 @@ class EvaluationResult(_Attacked):
         attacks: list[str],
         options: dict[str, Any],
         seed: int,
+        norm: str = "linf",
         **more: Any,
     ) -> None:
         """Record how the evaluation was made, under the keys every writer uses: the split and
         where validation examples come from, which of the split's points it evaluated
         (`data.points`: "first_point", and the held-out half's seed and fingerprint), the
         attacks by name and their options (each under its flag's name: `pgd_steps`, ...), the
-        seed, and anything the writer adds."""
+        seed, the threat model (`norm`, and the units its ε are in: `eps_units`; a record
+        without them is L∞ in 1/255), and anything the writer adds."""
         self.extra.update(
             split=split,
             validation_from=validation_from,
@@ -183,6 +201,8 @@ class EvaluationResult(_Attacked):
             attacks=list(attacks),
             **options,
             seed=seed,
+            norm=norm,
+            eps_units=units.UNIT_NAMES[norm],
             **more,
         )
 
@@ -195,9 +215,7 @@ class EvaluationResult(_Attacked):
         )
         times = payload.get("time_s") or {}
         robust = [
-            AttackResult(
-                *_split_key(key), value, times.get(key), parts.get(key, {}), seconds.get(key, {})
-            )
+            _attacked(key, value, times.get(key), parts.get(key, {}), seconds.get(key, {}))
             for key, value in payload["robust_accuracy"].items()
         ]
         batches = [
@@ -205,7 +223,7 @@ class EvaluationResult(_Attacked):
                 b["examples"],
                 b["clean_accuracy"],
                 [
-                    AttackResult(*_split_key(key), value)
+                    _attacked(key, value)
                     for key, value in b["robust_accuracy"].items()
                     if value is not None
                 ],

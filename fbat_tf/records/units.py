@@ -1,0 +1,58 @@
+"""The units of a perturbation budget ε, per threat model, converted here and nowhere else.
+
+    to_pixels(8, "linf")        # 0.0313...: the command line's L∞ ε is in 1/255 units
+    to_pixels(0.5, "l2")        # 0.5: an L2 ε is in [0, 1]-pixel units already
+    in_flag_units(8 / 255, "linf")      # 8.0, as results name it
+    shown(8 / 255, "linf"), shown(0.5, "l2")    # "8/255", "0.5 (L2)"
+    key("pgd", 8.0, "linf"), key("pgd", 0.5, "l2")   # "pgd@8", "pgd@l2:0.5"
+    split_key("pgd@l2:0.5")     # ("pgd", 0.5, "l2")
+
+Library APIs take ε in pixel units ([0, 1] images) under both norms. On the command line and in
+results, an L∞ ε is in 1/255 units (8 means 8/255, as papers quote it) and an L2 ε in pixel
+units over the whole image (0.5 is RobustBench's CIFAR-10 budget, as papers quote it).
+"""
+
+from __future__ import annotations
+
+from fbat_tf.catalog import NORMS
+
+# What one unit of the command line's ε is, per norm, in pixel units.
+_UNIT = {"linf": 1.0 / 255, "l2": 1.0}
+# How results and help texts name the units.
+UNIT_NAMES = {"linf": "1/255", "l2": "[0, 1] pixels, L2 norm over the image"}
+
+
+def _check(norm: str) -> str:
+    if norm not in NORMS:
+        raise ValueError(f"unknown norm {norm!r}; one of {', '.join(NORMS)}")
+    return norm
+
+
+def to_pixels(value: float, norm: str = "linf") -> float:
+    """ε as the command line gives it (1/255 units for L∞, pixel units for L2), in pixel units."""
+    return value / 255 if _check(norm) == "linf" else float(value)
+
+
+def in_flag_units(eps: float, norm: str = "linf") -> float:
+    """ε in pixel units as results and the command line name it: 8/255 -> 8.0 (L∞), 0.5 ->
+    0.5 (L2); rounded to 6 significant digits, so that 8/255 comes back as 8."""
+    return float(f"{eps / _UNIT[_check(norm)]:g}")
+
+
+def shown(eps: float, norm: str = "linf") -> str:
+    """ε in pixel units as a person reads it: "8/255" (L∞), "0.5 (L2)"."""
+    if _check(norm) == "l2":
+        return f"{in_flag_units(eps, norm):g} (L2)"
+    return f"{in_flag_units(eps, norm):g}/255"
+
+
+def key(attack: str, eps: float, norm: str = "linf") -> str:
+    """The name of an attack's result at ε (in flag units): "pgd@8" (L∞), "pgd@l2:0.5"."""
+    return f"{attack}@{eps:g}" if _check(norm) == "linf" else f"{attack}@{norm}:{eps:g}"
+
+
+def split_key(name: str) -> tuple[str, float, str]:
+    """(attack, ε in flag units, norm) of a result's name made by `key`."""
+    attack, _, budget = name.rpartition("@")
+    norm, _, eps = budget.rpartition(":")
+    return attack, float(eps), _check(norm or "linf")

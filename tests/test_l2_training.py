@@ -1,0 +1,158 @@
+"""L2 training: PGD-AT's and Fast-AT's L2 forms against a NumPy computation on a linear model,
+the methods without one refused in one line, and `train.py --norm=l2` end to end as a user
+types it, its results, export card and evaluate.py's default of the run's norm."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fbat_tf import constraints, methods
+from tests.helpers import linear_model
+from tests.test_l2 import dykstra
+from tests.test_train_cli import FASHION_MNIST, TINY_RUN, run_train
+
+
+def ce_gradient(kernel: np.ndarray, bias: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """∇x Σ CE(W·x + b, y) of a linear model, per example, in closed form: Wᵀ(softmax − onehot)."""
+    logits = x.reshape(len(x), -1) @ kernel + bias
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1.0
+    return (p @ kernel.T).reshape(x.shape)
+
+
+@pytest.mark.parametrize("name", ["fastat", "pgd"])
+def test_l2_training_steps_are_normalized_gradient_steps_projected_on_the_ball_and_box(name):
+    """Each step δ ← P(δ + α·g/‖g‖₂) from a start uniform in the ball, with g the closed-form
+    input gradient and P the nearest point of the L2 ball ∩ box (Dykstra's algorithm)."""
+    rng = np.random.default_rng(5)
+    shape = (4, 4, 1)
+    model = linear_model(shape, classes=3, seed=1, random_bias=True)
+    kernel, bias = (w.astype(np.float64) for w in model.layers[-1].get_weights())
+    # Pixels near the box's faces too, so that the box binds for some coordinates.
+    x = rng.choice([0.02, 0.5, 0.97], (6, *shape)).astype(np.float32)
+    y = rng.integers(0, 3, 6).astype(np.int32)
+    eps = 0.8
+    options = {"steps": 3} if name == "pgd" else {}
+    method = methods.create(name, eps=eps, norm="l2", **options)
+    seed = constraints.as_seed(11)
+    got = method.perturb(model, tf.constant(x), tf.constant(y), seed).numpy() - x
+
+    delta = constraints.random_init(tf.constant(x), eps, seed, "l2").numpy().astype(np.float64)
+    for _ in range(options.get("steps", 1)):
+        g = ce_gradient(kernel, bias, x.astype(np.float64) + delta, y)
+        step = g / np.linalg.norm(g.reshape(len(g), -1), axis=1).reshape(-1, 1, 1, 1)
+        delta = np.stack(
+            [
+                dykstra(d + method.alpha * s, xi, eps)
+                for d, s, xi in zip(delta, step, x, strict=True)
+            ]
+        )
+    np.testing.assert_allclose(got, delta, atol=2e-5)
+    assert np.linalg.norm(got.reshape(6, -1), axis=1).max() <= eps + 1e-5
+    # Some coordinate of the points lies on a face of the box: the box bound was in play.
+    assert np.any(np.isclose(x + got, 0.0, atol=1e-6) | np.isclose(x + got, 1.0, atol=1e-6))
+    # α: Fast-AT's 1.25ε; PGD-K-AT's 2.5ε/K for K > 2 under L2.
+    assert method.alpha == pytest.approx(1.25 * eps if name == "fastat" else 2.5 * eps / 3)
+
+
+@pytest.mark.parametrize("name", ["fastbat", "nfgsm", "fastat_ga", "elle", "free"])
+def test_methods_without_an_l2_form_refuse_it_in_one_line(name):
+    with pytest.raises(ValueError) as raised:
+        methods.create(name, eps=0.5, norm="l2")
+    message = str(raised.value)
+    assert "\n" not in message and f"--method={name} has no L2 form" in message
+    assert "--norm=linf" in message
+    if name == "fastbat":
+        assert "derived for the L∞ ball ∩ box" in message
+
+
+L2_RUN = [arg for arg in TINY_RUN if not arg.startswith("--eval_pgd_steps")] + [
+    "--eval_pgd_steps=5",
+    f"--data_dir={FASHION_MNIST}",
+]
+
+
+def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm(tmp_path):
+    workdir = tmp_path / "l2"
+    done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_RUN, f"--workdir={workdir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "at ε = 1.5 (L2)" in done.stdout
+    with open(workdir / "results.json") as f:
+        record = json.load(f)
+    assert record["config"]["norm"] == "l2" and record["config"]["eps"] == 1.5
+    assert record["method"]["norm"] == "l2"
+    final = record["final"]
+    assert set(final["robust_accuracy"]) == {"pgd@l2:1.5"}
+    assert final["norm"] == "l2" and "pixels" in final["eps_units"]
+    assert len(final["outcomes"]["pgd@l2:1.5"]) == 64
+
+    # The model card names the norm as RobustBench does, in pixel units.
+    card_path = next(
+        os.path.join(top, name)
+        for top, _, names in os.walk(workdir / "export")
+        for name in names
+        if name == "model_card.json"
+    )
+    with open(card_path) as f:
+        card = json.load(f)
+    assert card["eps"]["norm"] == "L2" and card["eps"]["pixels"] == 1.5
+    assert card["eps"]["per_255"] is None
+
+    # evaluate.py takes the run's norm and ε when it is given neither.
+    results = tmp_path / "eval.json"
+    evaluated = run_train(
+        f"--model_path={workdir}",
+        "--attacks=pgd",
+        "--pgd_steps=3",
+        "--pgd_restarts=1",
+        "--n_examples=32",
+        f"--data_dir={FASHION_MNIST}",
+        f"--results={results}",
+        program="evaluate.py",
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "ε (L2, pixels)" in evaluated.stdout
+    with open(results) as f:
+        payload = json.load(f)
+    assert set(payload["robust_accuracy"]) == {"pgd@l2:1.5"} and payload["norm"] == "l2"
+
+    # An L∞ budget on the L2 model: named as such, with the units asked for.
+    evaluated = run_train(
+        f"--model_path={workdir}",
+        "--norm=linf",
+        "--attacks=pgd",
+        "--n_examples=32",
+        f"--data_dir={FASHION_MNIST}",
+        f"--results={tmp_path / 'linf.json'}",
+        program="evaluate.py",
+    )
+    assert evaluated.returncode != 0
+    assert "trained at ε = 1.5 (L2)" in evaluated.stderr
+    assert not (tmp_path / "linf.json").exists()
+
+
+def test_fastbat_under_l2_and_l2_without_its_own_eps_are_refused_before_any_work(tmp_path):
+    cases = {
+        "fastbat": (["--method=fastbat", "--norm=l2", "--eps=0.5"], "no L2 form"),
+        "no_eps": (["--method=pgd", "--norm=l2"], "--norm=l2 needs its own --eps"),
+    }
+    for case, (args, said) in cases.items():
+        workdir = tmp_path / case
+        done = run_train(*args, *L2_RUN, f"--workdir={workdir}")
+        assert done.returncode != 0, case
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and said in errors[0], (case, done.stderr[-2000:])
+        assert not workdir.exists(), case
+    # A small L2 ε is in pixel units, not a mistyped 1/255 one: flags pass, and it is refused
+    # for the method alone; the same number under L∞ is refused for its units.
+    small = tmp_path / "small"
+    done = run_train("--method=fastbat", "--norm=l2", "--eps=0.03", f"--workdir={small}")
+    assert "no L2 form" in done.stderr and "did you mean" not in done.stderr
+    done = run_train("--method=fastbat", "--eps=0.03", f"--workdir={small}")
+    assert "did you mean --eps=7.65" in done.stderr and not small.exists()
