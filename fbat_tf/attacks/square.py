@@ -231,25 +231,11 @@ class Square(Attack):
         height, width = x.shape[1], x.shape[2]
         eps = tf.cast(self.eps, x.dtype)
         stripes, signs = tf.cast(stripes, x.dtype), tf.cast(signs, x.dtype)
-        # Stripe start: ±ε constant down each column.
-        x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
-        margin_min, loss_min = self._margin_and_loss(model, x_best, y)
-        frames = tf.TensorArray(x.dtype, size=0, dynamic_size=True, element_shape=x.shape)
-        if record:
-            frames = frames.write(0, x_best)
-
-        rows = tf.range(height)
-        cols = tf.range(width)
-        n_queries = tf.shape(sides)[0]
-
-        def searching(query, x_best, margin_min, loss_min, frames):
-            return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
-
+        rows, cols = tf.range(height), tf.range(width)
         # The window's pixels go back into x + C by one clip to these bounds.
         lower, upper = constraints.ball_bounds(x, eps)
 
-        def propose(query, lower, upper, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
-            """One query on the given rows: their new best points, margins and losses."""
+        def candidate(query, lower, upper, x_best):
             side, top, left = sides[query], corners[query, 0], corners[query, 1]
             in_rows = tf.logical_and(rows >= top, rows < top + side)
             in_cols = tf.logical_and(cols >= left, cols < left + side)
@@ -257,27 +243,58 @@ class Square(Attack):
             # ±2ε per channel inside the window, then back into C: each window pixel lands on
             # x ± ε (or the image bound), flipped or kept.
             change = 2.0 * eps * window[None, :, :, None] * signs[query]
-            x_new = tf.clip_by_value(x_best_curr + change, lower, upper)
-            margin, loss = self._margin_and_loss(model, x_new, y_curr)
-            # Accept if the loss drops or the candidate is misclassified (the reference's
-            # idx_improved / idx_miscl); with the margin loss both mean a lower margin.
-            lowered = loss < loss_min_curr
-            accepted = tf.logical_or(lowered, margin <= 0.0)
-            return (
-                tf.where(accepted[:, None, None, None], x_new, x_best_curr),
-                tf.where(accepted, margin, margin_min_curr),
-                tf.where(lowered, loss, loss_min_curr),
-            )
+            return tf.clip_by_value(x_best + change, lower, upper)
+
+        def rows_of(query):
+            return lower, upper
+
+        # Stripe start: ±ε constant down each column.
+        x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
+        return self._random_search(model, y, x_best, tf.shape(sides)[0], candidate, rows_of, record)
+
+    def _keep_better(self, model, x_new, y, x_best, margin_min, loss_min):
+        """(points, margins, losses) kept after a query with candidates `x_new`: an example takes
+        its candidate if the loss drops or the candidate is misclassified (the reference's
+        idx_improved / idx_miscl; with the margin loss both mean a lower margin)."""
+        margin, loss = self._margin_and_loss(model, x_new, y)
+        lowered = loss < loss_min
+        accepted = tf.logical_or(lowered, margin <= 0.0)
+        return (
+            tf.where(accepted[:, None, None, None], x_new, x_best),
+            tf.where(accepted, margin, margin_min),
+            tf.where(lowered, loss, loss_min),
+        )
+
+    def _random_search(self, model, y, x_best, n_queries, candidate, rows_of, record):
+        """The search both norms share, the reference's `attack_single_run` after its start: at
+        each query, on the examples still classified correctly, `candidate(query, *rows,
+        x_best)` (`rows`: those examples' rows of the batch-first tensors `rows_of(query)`)
+        replaces an example's point as `_keep_better` says. Ends
+        after `n_queries` queries or once every example is broken: (x_best, and if `record` the
+        points after the start and each query)."""
+        margin_min, loss_min = self._margin_and_loss(model, x_best, y)
+        frames = tf.TensorArray(x_best.dtype, size=0, dynamic_size=True, element_shape=x_best.shape)
+        if record:
+            frames = frames.write(0, x_best)
+
+        def searching(query, x_best, margin_min, loss_min, frames):
+            return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
+
+        def propose(query, rows, x_best, y, margin_min, loss_min):
+            """One query on the given rows: their new best points, margins and losses."""
+            x_new = candidate(query, *rows, x_best)
+            return self._keep_better(model, x_new, y, x_best, margin_min, loss_min)
 
         def on_every_row(query, x_best, margin_min, loss_min):
-            return propose(query, lower, upper, x_best, y, margin_min, loss_min)
+            return propose(query, rows_of(query), x_best, y, margin_min, loss_min)
 
         def on_active_rows(query, x_best, margin_min, loss_min):
             # Only examples still classified correctly are queried again.
             active = tf.where(margin_min > 0.0)
             proposed = propose(
                 query,
-                *(tf.gather_nd(v, active) for v in (lower, upper, x_best, y, margin_min, loss_min)),
+                tuple(tf.gather_nd(v, active) for v in rows_of(query)),
+                *(tf.gather_nd(v, active) for v in (x_best, y, margin_min, loss_min)),
             )
             return tuple(
                 tf.tensor_scatter_nd_update(v, active, new)
