@@ -1,8 +1,10 @@
-"""Square Attack (Andriushchenko et al., 2020), L∞ and untargeted, as AutoAttack "standard" runs it.
+"""Square Attack (Andriushchenko et al., 2020), untargeted: L∞ as AutoAttack "standard" runs it,
+and the L2 form of the same reference (fra31/auto-attack).
 
     attack = Square(eps=8 / 255)                 # n_queries=5000, p_init=0.8, margin loss
     x_adv, _ = attack(model, x, y, seed=0)       # x_adv ∈ C; x itself where Square found nothing
     Square(eps=8 / 255, n_queries=10000, restarts=5)   # a stronger black-box check
+    Square(eps=0.5, norm="l2")                   # ε in [0, 1]-pixel units, over a whole image
 
 A black-box, score-based random search: it only reads the model's logits (model(x,
 training=False)), never a gradient. From a start of vertical stripes of ±ε it proposes, once per
@@ -17,8 +19,14 @@ AutoAttack builds its SquareAttack with `resc_schedule=False`, so the schedule r
 query count (the default here); `rescale_schedule=True` stretches it to the query budget as the
 reference's SquareAttack does when used alone.
 
+The L2 form (square_l2.py) searches the same way, with the same acceptance and schedule, from
+another start and with other candidates: from a grid of ±eta tiles (centred-square patterns,
+half positive, half negative) scaled to ‖δ‖₂ = ε, each query moves the perturbation of two random
+windows into one of them, adding a new ±eta pattern there, and rescales the whole to ‖δ‖₂ = ε
+before clipping to [0, 1]. Its windows' sides are odd and at least 3 pixels.
+
 Restarts, as the reference's `n_restarts`: after the first search, each restart searches again
-from a new random stripe start, with `n_queries` queries of its own, on the examples still
+from a new random start, with `n_queries` queries of its own, on the examples still
 classified correctly, and an example broken by any search keeps the point that broke it.
 Search r ≥ 1 draws from stateless_fold_in(seed, r) and the first from the seed itself, so the
 first search of R restarts is the single search of restarts=1: R restarts break every example
@@ -34,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import constraints
+from fbat_tf.attacks import square_l2
 from fbat_tf.attacks.base import Attack, Loop
 
 # The reference's `p_selection` breakpoints, in queries of a 10,000-query budget: past the k-th
@@ -62,9 +71,10 @@ def square_side(p: float, height: int, width: int) -> int:
 
 
 class Square(Attack):
-    """Square Attack L∞ (untargeted); see the module docstring.
+    """Square Attack, L∞ or L2 (untargeted); see the module docstring.
 
-    eps: the L∞ radius. n_queries: queries per example after the initial one, per restart
+    eps: the radius, in [0, 1]-pixel units. norm: "linf" or "l2" (‖δ‖₂ over all of one image's
+    pixels). n_queries: queries per example after the initial one, per restart
     (AutoAttack: 5000). restarts: searches from new random starts on the examples still robust
     (AutoAttack: 1). p_init: initial fraction of pixels per square (0.8). loss: "margin"
     (AutoAttack) or "ce" (accept when −CE drops). rescale_schedule: stretch the p-schedule to
@@ -81,6 +91,7 @@ class Square(Attack):
         loss: str = "margin",
         rescale_schedule: bool = False,
         jit_compile: bool | None = None,
+        norm: str = "linf",
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -98,8 +109,11 @@ class Square(Attack):
         self.restarts = int(restarts)
         self.loss = loss
         self.rescale_schedule = bool(rescale_schedule)
-        self._run = Loop(self._search, jit_compile, batched=3, dense_on_cpu=True)
-        self._recording = Loop(self._search, False, batched=3)
+        self.norm = constraints.check_norm(norm)
+        # The searches' batch-first arguments: x, y and the start (L2: and the windows' signs).
+        search, batched = (self._search, 3) if self.norm == "linf" else (self._search_l2, 4)
+        self._run = Loop(search, jit_compile, batched=batched, dense_on_cpu=True)
+        self._recording = Loop(search, False, batched=batched)
 
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x = tf.convert_to_tensor(x)
@@ -154,10 +168,7 @@ class Square(Attack):
         run = self._recording if record else self._run
         rows = run.padded(model, x, index)
         x_sub, y_sub = tf.gather(x, rows), tf.gather(y, rows)
-        stripes, corners, signs = self._draws(seed, x_sub.shape, sides)
-        x_best, frames = run(
-            model, x_sub, y_sub, stripes, tf.constant(sides, tf.int32), corners, signs, record
-        )
+        x_best, frames = run(model, x_sub, y_sub, *self._inputs(seed, x_sub.shape, sides), record)
         x_best, y_sub = x_best[: int(tf.size(index))], y_sub[: int(tf.size(index))]
         predicted = tf.argmax(model(x_best, training=False), -1, output_type=tf.int32)
         broken = tf.not_equal(predicted, y_sub)
@@ -170,12 +181,23 @@ class Square(Attack):
 
     def _sides(self, height: int, width: int) -> list[int]:
         """The square's side at every query."""
+        side = square_side if self.norm == "linf" else square_l2.query_side
         return [
-            square_side(
-                p_selection(self.p_init, it, self.n_queries, self.rescale_schedule), height, width
-            )
+            side(p_selection(self.p_init, it, self.n_queries, self.rescale_schedule), height, width)
             for it in range(self.n_queries)
         ]
+
+    def _inputs(self, seed: tf.Tensor, shape: tf.TensorShape, sides: list[int]) -> tuple:
+        """The search's arguments after (x, y), for a batch of `shape`: its draws from `seed`
+        and the square sides `sides` (L∞: `_search`'s; L2: `_search_l2`'s)."""
+        if self.norm == "linf":
+            stripes, corners, signs = self._draws(seed, shape, sides)
+            return stripes, tf.constant(sides, tf.int32), corners, signs
+        draws = square_l2.draws(seed, shape, sides)
+        start = square_l2.start(draws.start_signs, draws.start_flips, shape[1], shape[2])
+        table, table_rows = square_l2.pattern_table(sides)
+        sides = tf.constant(sides, tf.int32)
+        return start, draws.signs, sides, table, table_rows, draws.corners, draws.flips
 
     def _margin_and_loss(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor
@@ -231,25 +253,11 @@ class Square(Attack):
         height, width = x.shape[1], x.shape[2]
         eps = tf.cast(self.eps, x.dtype)
         stripes, signs = tf.cast(stripes, x.dtype), tf.cast(signs, x.dtype)
-        # Stripe start: ±ε constant down each column.
-        x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
-        margin_min, loss_min = self._margin_and_loss(model, x_best, y)
-        frames = tf.TensorArray(x.dtype, size=0, dynamic_size=True, element_shape=x.shape)
-        if record:
-            frames = frames.write(0, x_best)
-
-        rows = tf.range(height)
-        cols = tf.range(width)
-        n_queries = tf.shape(sides)[0]
-
-        def searching(query, x_best, margin_min, loss_min, frames):
-            return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
-
+        rows, cols = tf.range(height), tf.range(width)
         # The window's pixels go back into x + C by one clip to these bounds.
         lower, upper = constraints.ball_bounds(x, eps)
 
-        def propose(query, lower, upper, x_best_curr, y_curr, margin_min_curr, loss_min_curr):
-            """One query on the given rows: their new best points, margins and losses."""
+        def candidate(query, lower, upper, x_best):
             side, top, left = sides[query], corners[query, 0], corners[query, 1]
             in_rows = tf.logical_and(rows >= top, rows < top + side)
             in_cols = tf.logical_and(cols >= left, cols < left + side)
@@ -257,27 +265,93 @@ class Square(Attack):
             # ±2ε per channel inside the window, then back into C: each window pixel lands on
             # x ± ε (or the image bound), flipped or kept.
             change = 2.0 * eps * window[None, :, :, None] * signs[query]
-            x_new = tf.clip_by_value(x_best_curr + change, lower, upper)
-            margin, loss = self._margin_and_loss(model, x_new, y_curr)
-            # Accept if the loss drops or the candidate is misclassified (the reference's
-            # idx_improved / idx_miscl); with the margin loss both mean a lower margin.
-            lowered = loss < loss_min_curr
-            accepted = tf.logical_or(lowered, margin <= 0.0)
-            return (
-                tf.where(accepted[:, None, None, None], x_new, x_best_curr),
-                tf.where(accepted, margin, margin_min_curr),
-                tf.where(lowered, loss, loss_min_curr),
-            )
+            return tf.clip_by_value(x_best + change, lower, upper)
+
+        def rows_of(query):
+            return lower, upper
+
+        # Stripe start: ±ε constant down each column.
+        x_best = tf.clip_by_value(x + eps * stripes, 0.0, 1.0)
+        return self._random_search(model, y, x_best, tf.shape(sides)[0], candidate, rows_of, record)
+
+    def _search_l2(
+        self,
+        model: keras.Model,
+        x: tf.Tensor,
+        y: tf.Tensor,
+        start: tf.Tensor,
+        signs: tf.Tensor,
+        sides: tf.Tensor,
+        table: tf.Tensor,
+        table_rows: tf.Tensor,
+        corners: tf.Tensor,
+        flips: tf.Tensor,
+        record: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """The reference's `attack_single_run`, L2 branch, on clean-correct examples: from the
+        direction `start` (square_l2.start), with the draws of square_l2.draws, the square sides
+        `sides` and their patterns (square_l2.pattern_table: `table`, each query's row of it)."""
+        height, width = x.shape[1], x.shape[2]
+        eps = tf.cast(self.eps, x.dtype)
+        table, signs = tf.cast(table, x.dtype), tf.cast(signs, x.dtype)
+
+        def candidate(query, x, signs, x_best):
+            side, corner = sides[query], corners[query]
+            window_1 = square_l2.window(side, corner[0, 0], corner[0, 1], height, width, x.dtype)
+            window_2 = square_l2.window(side, corner[1, 0], corner[1, 1], height, width, x.dtype)
+            padded = table[table_rows[query]]
+            pattern = square_l2.placed(padded, flips[query], corner[0, 0], corner[0, 1], window_1)
+            return square_l2.candidate(x, x_best, eps, signs, pattern, window_1, window_2)
+
+        def rows_of(query):
+            return x, tf.gather(signs, query, axis=1)  # window 1's signs at this query
+
+        x_best = square_l2.on_sphere(x, tf.cast(start, x.dtype), eps)
+        return self._random_search(model, y, x_best, tf.shape(sides)[0], candidate, rows_of, record)
+
+    def _keep_better(self, model, x_new, y, x_best, margin_min, loss_min):
+        """(points, margins, losses) kept after a query with candidates `x_new`: an example takes
+        its candidate if the loss drops or the candidate is misclassified (the reference's
+        idx_improved / idx_miscl; with the margin loss both mean a lower margin)."""
+        margin, loss = self._margin_and_loss(model, x_new, y)
+        lowered = loss < loss_min
+        accepted = tf.logical_or(lowered, margin <= 0.0)
+        return (
+            tf.where(accepted[:, None, None, None], x_new, x_best),
+            tf.where(accepted, margin, margin_min),
+            tf.where(lowered, loss, loss_min),
+        )
+
+    def _random_search(self, model, y, x_best, n_queries, candidate, rows_of, record):
+        """The search both norms share, the reference's `attack_single_run` after its start: at
+        each query, on the examples still classified correctly, `candidate(query, *rows,
+        x_best)` (`rows`: those examples' rows of the batch-first tensors `rows_of(query)`)
+        replaces an example's point as `_keep_better` says. Ends
+        after `n_queries` queries or once every example is broken: (x_best, and if `record` the
+        points after the start and each query)."""
+        margin_min, loss_min = self._margin_and_loss(model, x_best, y)
+        frames = tf.TensorArray(x_best.dtype, size=0, dynamic_size=True, element_shape=x_best.shape)
+        if record:
+            frames = frames.write(0, x_best)
+
+        def searching(query, x_best, margin_min, loss_min, frames):
+            return tf.logical_and(query < n_queries, tf.reduce_any(margin_min > 0.0))
+
+        def propose(query, rows, x_best, y, margin_min, loss_min):
+            """One query on the given rows: their new best points, margins and losses."""
+            x_new = candidate(query, *rows, x_best)
+            return self._keep_better(model, x_new, y, x_best, margin_min, loss_min)
 
         def on_every_row(query, x_best, margin_min, loss_min):
-            return propose(query, lower, upper, x_best, y, margin_min, loss_min)
+            return propose(query, rows_of(query), x_best, y, margin_min, loss_min)
 
         def on_active_rows(query, x_best, margin_min, loss_min):
             # Only examples still classified correctly are queried again.
             active = tf.where(margin_min > 0.0)
             proposed = propose(
                 query,
-                *(tf.gather_nd(v, active) for v in (lower, upper, x_best, y, margin_min, loss_min)),
+                tuple(tf.gather_nd(v, active) for v in rows_of(query)),
+                *(tf.gather_nd(v, active) for v in (x_best, y, margin_min, loss_min)),
             )
             return tuple(
                 tf.tensor_scatter_nd_update(v, active, new)
