@@ -1,9 +1,13 @@
-"""The L2 form of APGD against independent computations: the reference's radial step against
-numpy, and the attack on linear models f(x) = Wx + c against the closed-form L2 distance to
-misclassification, min_j (f_y − f_j)/‖w_y − w_j‖ (the nearest point of a half-space, inside the
-box where the points are chosen far from its faces)."""
+"""The L2 forms of APGD and FAB-T against independent computations: FAB's hyperplane ∩ box
+projection against an exact enumeration of active sets and against Dykstra's alternating
+projections, the reference's radial step against numpy, and the attacks on linear models
+f(x) = Wx + c against the closed-form L2 distance to misclassification,
+min_j (f_y − f_j)/‖w_y − w_j‖ (the nearest point of a half-space, inside the box where the
+points are chosen far from its faces)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -11,9 +15,145 @@ import tensorflow as tf
 
 from fbat_tf import constraints
 from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.fab import FAB, project_l2_hyperplane_box
 from fbat_tf.attacks.losses import correct
 from fbat_tf.evaluation import check_in_ball
 from tests.helpers import linear_model
+
+# --- FAB's L2 projection -----------------------------------------------------------------------
+
+
+def enumerate_active_sets(p, w, b, lower, upper):
+    """argmin ‖z − p‖₂ over {w·z = b, lower ≤ z ≤ upper}, exactly, for a tiny d (float64): for
+    each choice of coordinates held at a lower or upper face, the rest move freely, and the
+    equality-constrained problem there is solved in closed form (z_F = p_F + t·w_F); the nearest
+    candidate that is feasible is the answer (the optimum's own active set is among the choices).
+    None where no point of the box lies on the plane."""
+    best = None
+    for states in itertools.product(("lower", "upper", "free"), repeat=p.size):
+        z = np.where([s == "lower" for s in states], lower, p)
+        z = np.where([s == "upper" for s in states], upper, z)
+        free = np.array([s == "free" for s in states])
+        rest = b - w[~free] @ z[~free]
+        if free.any() and w[free] @ w[free] > 0:
+            z[free] = p[free] + (rest - w[free] @ p[free]) / (w[free] @ w[free]) * w[free]
+        if abs(w @ z - b) > 1e-9 or np.any(z < lower - 1e-12) or np.any(z > upper + 1e-12):
+            continue
+        if best is None or np.sum((z - p) ** 2) < np.sum((best - p) ** 2):
+            best = z
+    return best
+
+
+def dykstra_plane_box(p, w, b, lower, upper, rounds=3000):
+    """The nearest point to p of {w·z = b} ∩ [lower, upper] (float64): Dykstra's algorithm
+    alternates the two sets' own projections with correction terms."""
+    z, plane_correction, box_correction = p.copy(), np.zeros_like(p), np.zeros_like(p)
+    for _ in range(rounds):
+        moved = z + plane_correction
+        on_plane = moved - (w @ moved - b) / (w @ w) * w
+        plane_correction = moved - on_plane
+        moved = on_plane + box_correction
+        z = np.clip(moved, lower, upper)
+        box_correction = moved - z
+    return z
+
+
+def nearest_corner_value(w, lower, upper, b):
+    """The value of w·z at the point of the box nearest the plane when the plane misses it:
+    the box's minimum of w·z if the whole box lies above b, else its maximum."""
+    low = np.sum(np.minimum(w * lower, w * upper))
+    high = np.sum(np.maximum(w * lower, w * upper))
+    return low if low > b else high
+
+
+def l2_project(p, w, b, lower=0.0, upper=1.0, dtype=tf.float64):
+    return project_l2_hyperplane_box(
+        tf.constant(p, dtype),
+        tf.constant(w, dtype),
+        tf.constant(b, dtype),
+        tf.constant(lower, dtype),
+        tf.constant(upper, dtype),
+    ).numpy()
+
+
+def test_l2_projection_is_the_exact_nearest_point_on_tiny_problems():
+    rng = np.random.default_rng(0)
+    counts = {"feasible, box binds": 0, "feasible, box free": 0, "infeasible": 0}
+    for d in (1, 2, 3, 4, 5):
+        for _ in range(60):
+            p = rng.uniform(0, 1, d)
+            p[rng.uniform(size=d) < 0.15] = rng.choice([0.0, 1.0])  # points on the box faces
+            w = rng.normal(size=d)
+            w[rng.uniform(size=d) < 0.15] = 0.0
+            b = w @ p + rng.normal() * rng.choice([0.05, 0.5, 3.0])
+            delta = l2_project(p[None], w[None], [b])[0]
+            expected = enumerate_active_sets(p, w, b, np.zeros(d), np.ones(d))
+            if expected is None:
+                counts["infeasible"] += 1
+                z = p + delta
+                assert np.all(z >= -1e-12) and np.all(z <= 1 + 1e-12)
+                assert w @ z == pytest.approx(nearest_corner_value(w, 0.0, 1.0, b), abs=1e-9)
+                # The reference's corner: coordinates with w_i = 0 stay where they are.
+                np.testing.assert_array_equal(delta[w == 0], 0.0)
+                continue
+            np.testing.assert_allclose(p + delta, expected, atol=1e-9)
+            closed_form = p - (w @ p - b) * w / (w @ w)
+            if np.all((closed_form >= 0) & (closed_form <= 1)):
+                counts["feasible, box free"] += 1
+                np.testing.assert_allclose(delta, closed_form - p, atol=1e-12)
+            else:
+                counts["feasible, box binds"] += 1
+    assert min(counts.values()) >= 20, counts
+
+
+def test_l2_projection_at_image_sizes_against_dykstra():
+    rng = np.random.default_rng(1)
+    d, rows = 3072, []
+    # From the box never binding (inside it, a short way) to most of it binding.
+    for shift in (0.3, 3.0, 30.0, 300.0):
+        p = rng.uniform(0.2, 0.8, d)
+        if shift > 1:
+            p[:300], p[300:600] = 0.0, 1.0  # on the faces
+        w = rng.normal(size=d)
+        w[600:700] = 0.0
+        rows.append((p, w, w @ p - shift * rng.choice([-1.0, 1.0])))
+    p, w, b = (np.stack(column) for column in zip(*rows, strict=True))
+    got = l2_project(p, w, b)
+    bound = 0
+    for i in range(len(rows)):
+        expected = dykstra_plane_box(p[i], w[i], b[i], 0.0, 1.0)
+        np.testing.assert_allclose(p[i] + got[i], expected, atol=1e-9)
+        closed_form = p[i] - (w[i] @ p[i] - b[i]) * w[i] / (w[i] @ w[i])
+        if np.all((closed_form >= 0) & (closed_form <= 1)):
+            np.testing.assert_allclose(got[i], closed_form - p[i], atol=1e-12)
+        else:
+            bound += 1
+    assert bound == 3
+    # float32 at the same sizes: the same points up to float32 rounding.
+    got32 = l2_project(p, w, b, dtype=tf.float32)
+    np.testing.assert_allclose(got32, got, atol=2e-4)
+
+
+def test_l2_projection_with_a_general_box():
+    rng = np.random.default_rng(2)
+    checked = 0
+    for _ in range(150):
+        d = int(rng.integers(1, 5))
+        lower, upper = -rng.uniform(0, 1, d), rng.uniform(0, 1, d)
+        p = rng.uniform(lower, upper)
+        w = rng.normal(size=d)
+        b = w @ p + rng.normal()
+        delta = l2_project(p[None], w[None], [b], lower[None], upper[None])[0]
+        expected = enumerate_active_sets(p, w, b, lower, upper)
+        if expected is None:
+            z = p + delta
+            assert np.all(z >= lower - 1e-12) and np.all(z <= upper + 1e-12)
+            assert w @ z == pytest.approx(nearest_corner_value(w, lower, upper, b), abs=1e-9)
+        else:
+            np.testing.assert_allclose(p + delta, expected, atol=1e-9)
+            checked += 1
+    assert checked >= 50
+
 
 # --- The reference's radial L2 step ------------------------------------------------------------
 
@@ -108,7 +248,63 @@ def test_every_apgd_l2_point_lies_in_C_where_the_box_binds(loss):
     check_in_ball(x_adv, x, eps, norm="l2")
 
 
-@pytest.mark.parametrize("build", [lambda: APGD(0.5, norm="L2")])
+def test_fab_l2_finds_the_minimum_l2_adversarial_of_a_two_class_linear_model():
+    model, x, y, distances = linear_l2_problem(n=32, classes=2, seed=2)
+    distance = distances.min(1)
+    eps = 10.0 * float(distance.max())  # every example breakable: the search's own minimum
+    x_adv = FAB(eps, n_target_classes=1, steps=100, norm="l2")(model, x, y, 0)[0].numpy()
+    assert np.all(model(x_adv).numpy().argmax(1) != y)
+    norm = np.sqrt(np.sum((x_adv - x) ** 2, 1))
+    # No adversarial is closer than the exact minimum; FAB ends within a small tolerance of it.
+    assert np.all(norm >= distance * (1 - 1e-4))
+    assert np.all(norm <= distance * 1.05 + 1e-6)
+    assert np.median(norm / distance) < 1.01
+
+
+def test_fab_t_l2_counts_only_adversarials_within_eps():
+    model, x, y, distances = linear_l2_problem(n=64, seed=3)
+    distance = distances.min(1)
+    eps = float(np.median(distance))
+    clear = np.abs(distance - eps) > 0.1 * eps
+    x, y, distance = x[clear], y[clear], distance[clear]
+    near, far = distance < eps, distance > eps
+    assert near.sum() >= 10 and far.sum() >= 10
+    attack = FAB(eps, n_target_classes=3, steps=100, restarts=2, norm="l2")
+    x_adv = attack(model, tf.constant(x), tf.constant(y), 1)[0]
+    check_in_ball(x_adv, x, eps, norm="l2")
+    broken = model(x_adv).numpy().argmax(1) != y
+    np.testing.assert_array_equal(broken, near)
+    np.testing.assert_array_equal(x_adv.numpy()[far], x[far])
+
+
+def test_fab_l2_restart_starts_at_half_eps_in_the_l2_ball():
+    # A restart's run is given its random start: ‖δ‖₂ = ε/2 before the box's clip.
+    model, x, y, _ = linear_l2_problem(n=8, classes=2, seed=4)
+    eps = 0.4
+    attack = FAB(eps, n_target_classes=1, steps=0, restarts=2, jit_compile=False, norm="l2")
+    starts = []
+
+    class Recording:
+        def __init__(self, loop):
+            self.loop = loop
+
+        def padded(self, *args):
+            return self.loop.padded(*args)
+
+        def __call__(self, model, x0, y, target, start):
+            starts.append(start.numpy())
+            return start, tf.zeros([tf.shape(x0)[0]], tf.bool)  # nothing broken: restart again
+
+    attack._run = Recording(attack._run)
+    attack(model, x, y, 0)
+    assert len(starts) == 2
+    np.testing.assert_array_equal(starts[0], x)
+    lengths = np.sqrt(np.sum((starts[1] - x) ** 2, 1))
+    np.testing.assert_allclose(lengths, eps / 2, rtol=1e-5)  # x in [0.3, 0.7]: no clipping
+    assert not np.allclose(starts[1] - x, 0.0)
+
+
+@pytest.mark.parametrize("build", [lambda: APGD(0.5, norm="L2"), lambda: FAB(0.5, norm="l1")])
 def test_an_unknown_norm_is_a_value_error_naming_it(build):
     with pytest.raises(ValueError, match=r"unknown norm '(L2|l1|l3)'"):
         build()
