@@ -1,5 +1,5 @@
-"""The L2 forms of APGD and FAB-T against independent computations: FAB's hyperplane ∩ box
-projection against an exact enumeration of active sets and against Dykstra's alternating
+"""The L2 forms of APGD, FAB-T and AutoAttack against independent computations: FAB's hyperplane ∩
+box projection against an exact enumeration of active sets and against Dykstra's alternating
 projections, the reference's radial step against numpy, and the attacks on linear models
 f(x) = Wx + c against the closed-form L2 distance to misclassification,
 min_j (f_y − f_j)/‖w_y − w_j‖ (the nearest point of a half-space, inside the box where the
@@ -7,16 +7,19 @@ points are chosen far from its faces)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import constraints
+from fbat_tf import attacks, constraints
 from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.autoattack import AutoAttack, fab_t
 from fbat_tf.attacks.fab import FAB, project_l2_hyperplane_box
 from fbat_tf.attacks.losses import correct
+from fbat_tf.attacks.square import Square
 from fbat_tf.evaluation import check_in_ball
 from tests.helpers import linear_model
 
@@ -304,7 +307,81 @@ def test_fab_l2_restart_starts_at_half_eps_in_the_l2_ball():
     assert not np.allclose(starts[1] - x, 0.0)
 
 
-@pytest.mark.parametrize("build", [lambda: APGD(0.5, norm="L2"), lambda: FAB(0.5, norm="l1")])
+# --- AutoAttack ---------------------------------------------------------------------------------
+
+
+def test_autoattack_l2_custom_parts_stay_in_the_l2_ball_and_break_down_as_for_linf(capsys):
+    model, x, y, distances = linear_l2_problem(n=48, seed=5)
+    y = y.copy()
+    y[:3] = (y[:3] + 1) % 4  # clean-misclassified
+    eps = float(np.median(distances.min(1)))
+    parts = {
+        "apgd-ce": APGD(eps, "ce", steps=20, norm="l2"),
+        "apgd-t": APGD(eps, "dlr_targeted", steps=20, n_target_classes=3, norm="l2"),
+        "fab-t": FAB(eps, n_target_classes=3, steps=20, norm="l2"),
+    }
+    attack = AutoAttack(eps, "custom", parts, batch_size=20, progress=True, norm="l2")
+    assert attack.norm == "l2"
+    x_adv, breakdown = attack(model, x, y, seed=0)
+    assert f"ε = {eps:g} (L2)" in capsys.readouterr().out
+    check_in_ball(x_adv, x, eps, norm="l2")
+    masks = breakdown["robust"]
+    assert list(masks) == ["clean", "apgd-ce", "apgd-t", "fab-t"]
+    assert not masks["clean"][:3].any()
+    order = list(masks.values())
+    for before, after in zip(order[:-1], order[1:], strict=True):
+        assert np.all(after <= before)  # robust only shrinks
+    robust = correct(model(x_adv), y).numpy() > 0.5
+    np.testing.assert_array_equal(robust, masks["fab-t"])
+    np.testing.assert_array_equal(x_adv.numpy()[robust], x[robust])
+    assert 0 < robust.sum() < masks["clean"].sum()
+    # Nothing within ε of no boundary is broken.
+    assert np.all(robust[3:][distances[3:].min(1) > eps * (1 + 1e-4)])
+
+
+def test_autoattack_refuses_parts_for_another_norm_and_names_them():
+    with pytest.raises(ValueError, match="'apgd-ce': 'linf'"):
+        AutoAttack(0.5, "custom", {"apgd-ce": APGD(0.5)}, norm="l2")
+
+
+def test_autoattack_l2_versions_give_every_part_the_norm():
+    rand = AutoAttack(0.5, "rand", norm="l2")
+    assert {part.norm for part in rand.attacks.values()} == {"l2"}
+    assert fab_t(0.5, norm="l2").norm == "l2"
+    if "norm" not in inspect.signature(Square.__init__).parameters:
+        pytest.skip("Square has no L2 form yet")
+    standard = AutoAttack(0.5, "standard", norm="l2")
+    assert list(standard.attacks) == ["apgd-ce", "apgd-t", "fab-t", "square"]
+    assert {part.norm for part in standard.attacks.values()} == {"l2"}
+
+
+# --- Registry and arguments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["pgd", "apgd-ce", "apgd-t", "fab-t", "transfer"])
+def test_the_registry_passes_the_norm_from_the_context(name):
+    context = {"norm": "l2", "source": linear_model(4)}
+    assert attacks.create(name, 0.5, context=context).norm == "l2"
+    assert attacks.create(name, 8 / 255, context={"source": context["source"]}).norm == "linf"
+
+
+def test_the_registry_passes_the_norm_to_autoattack_and_square():
+    ensemble = attacks.create("autoattack", 0.5, context={"norm": "l2"}, version="rand")
+    assert ensemble.norm == "l2"
+    if "norm" not in inspect.signature(Square.__init__).parameters:
+        pytest.skip("Square has no L2 form yet")
+    assert attacks.create("square", 0.5, context={"norm": "l2"}).norm == "l2"
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: APGD(0.5, norm="L2"),
+        lambda: FAB(0.5, norm="l1"),
+        lambda: AutoAttack(0.5, "rand", norm="l1"),
+        lambda: attacks.create("apgd-ce", 0.5, context={"norm": "l3"}),
+    ],
+)
 def test_an_unknown_norm_is_a_value_error_naming_it(build):
     with pytest.raises(ValueError, match=r"unknown norm '(L2|l1|l3)'"):
         build()
