@@ -9,6 +9,7 @@ with `inactive_mask` (L∞ only: Fast-BAT is derived for the L∞ ball ∩ box).
     delta = project(delta + step * grad, x, eps)
     delta = project(delta + step * grad / ‖grad‖, x, eps, norm="l2")
     delta = random_init(x, eps, seed, norm="l2") # uniform in the L2 ball, then in the box
+    point = project_radial_l2(point, x, eps)     # the reference attacks' L2 step (not P_C)
     mask = inactive_mask(delta, x, eps)          # 1 where neither bound is active
     check_in_ball(x_adv, x, eps)                 # raise unless x_adv lies in x + C
     seed = as_seed(3)                            # [3, 0]: a stateless seed from an int
@@ -76,6 +77,21 @@ def project_l2(delta: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor) -> tf.Ten
     )
     t = tf.where(norm_at(ones) <= eps, ones, low)
     return tf.clip_by_value(t * delta, lower, upper)
+
+
+def project_radial_l2(point: tf.Tensor, x: tf.Tensor, eps: float | tf.Tensor) -> tf.Tensor:
+    """The reference attacks' L2 step onto x + C (autopgd_base.py, the L2 branch of APGD's
+    update): the ball's radial projection of the point, then a clip to the box,
+
+        clip(x + (p − x)/(‖p − x‖₂ + 1e-12)·min(ε, ‖p − x‖₂), 0, 1)   per example.
+
+    It stays in x + C (the clip shortens each coordinate of δ, x being in the box), but it is
+    not the nearest point of it where the box binds (`project_l2` is): an attack that follows
+    the reference uses this, one that wants P_C uses `project`."""
+    delta = point - x
+    lengths = tf.reshape(l2_norms(delta), [-1] + [1] * (len(delta.shape) - 1))
+    eps = tf.cast(eps, delta.dtype) if tf.is_tensor(eps) else tf.constant(eps, delta.dtype)
+    return tf.clip_by_value(x + delta / (lengths + 1e-12) * tf.minimum(eps, lengths), 0.0, 1.0)
 
 
 def l2_norms(delta: tf.Tensor) -> tf.Tensor:

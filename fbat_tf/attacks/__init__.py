@@ -7,6 +7,7 @@ attacks/base.py).
     attack = attacks.create("autoattack", eps=8 / 255, version="standard")
     x_adv, breakdown = attack(model, x, y, seed=0)    # breakdown["robust"]["apgd-ce"], ...
     attacks.label("pgd", {"steps": 50, "restarts": 10})   # "PGD-50-10"
+    attack = attacks.create("autoattack", eps=0.5, context={"norm": "l2"})  # the L2 ball
 
 The registry below is the one place an attack is named. Its line gives the attack's class (or
 factory) as a "module:name" string, imported on first use, the options a user may set, from
@@ -48,7 +49,8 @@ class Entry:
     `target` ("module:callable") is called as target(eps, **options, **context), where
     `context` holds what the caller knows and the attack asks for (`uses`): "jit_compile"
     (True, False, or None for the attack's own choice), "source" (the model a transfer attack
-    crafts on). `label` is formatted with the options."""
+    crafts on), "norm" (the ball of ε, constraints.NORMS; "linf" where the context has none).
+    `label` is formatted with the options."""
 
     name: str
     target: str
@@ -111,7 +113,7 @@ REGISTRY: dict[str, Entry] = {
             "AutoAttack ({version})",
             (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
             "aa",
-            ("jit_compile",),
+            ("jit_compile", "norm"),
             # standard: APGD-CE on all, the other parts on the survivors. rand: 2 × 100 × 20.
             passes=lambda o, robust: (
                 _PART_PASSES["apgd-ce"]
@@ -125,7 +127,7 @@ REGISTRY: dict[str, Entry] = {
                 part,
                 f"{_AUTOATTACK}:{part.replace('-', '_')}",
                 label,
-                uses=("jit_compile",),
+                uses=("jit_compile", "norm"),
                 passes=lambda o, robust, part=part: _PART_PASSES[part],
             )
             for part, label in (
@@ -139,7 +141,7 @@ REGISTRY: dict[str, Entry] = {
             f"{_AUTOATTACK}:square",
             "Square-{n_queries}×{restarts}",
             _SQUARE_OPTIONS,
-            uses=("jit_compile",),
+            uses=("jit_compile", "norm"),
             # Each restart queries the examples still robust, once per query (a forward pass):
             # at most every restart on every example.
             passes=lambda o, robust: o["n_queries"] * o["restarts"] / 3,
@@ -151,7 +153,7 @@ REGISTRY: dict[str, Entry] = {
             "transfer PGD-{steps}-{restarts}",
             _PGD_OPTIONS,
             "pgd",
-            ("source",),
+            ("source", "norm"),
             passes=lambda o, robust: o["steps"] * o["restarts"],
             black_box=True,  # crafted on the source: it needs no gradient of the model attacked
         ),
@@ -200,7 +202,7 @@ def passes(name: str, options: Mapping[str, Any] | None = None, robust: float = 
 
 def create(name: str, eps: float, context: Mapping[str, Any] | None = None, **options: Any):
     """The attack `name` at budget ε (pixel units) with its options (None: the default).
-    `context` may hold "jit_compile" and "source"; each attack takes what it uses."""
+    `context` may hold "jit_compile", "source" and "norm"; each attack takes what it uses."""
     found = entry(name)
     values = _options(name, options)
     context = dict(context or {})

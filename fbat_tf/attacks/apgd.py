@@ -2,6 +2,7 @@
 
     attack = APGD(eps=8 / 255, loss="ce")                        # APGD-CE, 100 iterations
     attack = APGD(eps=8 / 255, loss="dlr_targeted")              # APGD-T, 9 target classes
+    attack = APGD(eps=0.5, loss="ce", norm="l2")                 # ε in [0, 1]-pixel units
     x_adv, _ = attack(model, x, y, seed=0)
 
 The L∞ version of the public reference (fra31/auto-attack, autoattack/autopgd_base.py):
@@ -9,6 +10,12 @@ start at x + ε·u/‖u‖∞ with u ~ U[-1, 1]^d, first step 2ε, momentum α =
 step on, the step size halved per example at the checkpoints of `checkpoints(steps)` (and the
 iterate moved back to its best-loss point) when the loss rose in at most ρ = 0.75 of the steps
 since the last checkpoint, or when neither the step size nor the best loss changed since then.
+
+The L2 version, as the same file's L2 branches: start at x + ε·t/(‖t‖₂ + 1e-12) with
+t ~ N(0, I), clipped to the box; step along g/(‖g‖₂ + 1e-12); after the step and again after
+the momentum average, the reference's radial projection onto the ball then a clip to the box
+(`constraints.project_radial_l2`, which is not the exact P_C). The first step (2ε), momentum,
+checkpoints and the halving rule are the L∞ version's.
 
 Every iterate is checked: per example the result is a misclassified point (the latest one of the
 first run that finds any), over restarts and target classes, each run only on the examples still
@@ -122,6 +129,7 @@ class APGD(Attack):
         rho: float = 0.75,
         eot_iter: int = 1,
         jit_compile: bool | None = False,
+        norm: str = "linf",
     ):
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
@@ -137,6 +145,7 @@ class APGD(Attack):
         if not 0 < rho <= 1:
             raise ValueError(f"rho must be in (0, 1], got {rho!r}")
         self.eps = float(eps)
+        self.norm = constraints.check_norm(norm)
         self.loss = loss
         self.steps = int(steps)
         self.restarts = int(restarts)
@@ -226,17 +235,30 @@ class APGD(Attack):
         """One restart on one target: (fooled [batch] bool, the latest misclassified iterate,
         the step size each example took at each iteration [steps, batch])."""
         eps = tf.constant(self.eps, x.dtype)
-        # The reference's projection onto x + C, as one clip to bounds computed once.
-        lower, upper = constraints.ball_bounds(x, eps)
+        if self.norm == "linf":
+            # The reference's projection onto x + C, as one clip to bounds computed once.
+            lower, upper = constraints.ball_bounds(x, eps)
 
-        def to_ball(point: tf.Tensor) -> tf.Tensor:
-            return tf.clip_by_value(point, lower, upper)
+            def to_ball(point: tf.Tensor) -> tf.Tensor:
+                return tf.clip_by_value(point, lower, upper)
 
-        # Reference L∞ start: x + ε·u/‖u‖∞, u ~ U[-1, 1]^d, clipped to the box (drawn by the
-        # project's one noise source, the same numbers as stateless_uniform on this seed).
-        u = constraints.uniform_noise(x, 1.0, seed)
-        u_max = tf.reduce_max(tf.abs(tf.reshape(u, [tf.shape(u)[0], -1])), axis=1)
-        x_adv = to_ball(x + eps * u / (_per_example(u_max, u) + 1e-12))
+            direction = tf.sign
+            # Reference L∞ start: x + ε·u/‖u‖∞, u ~ U[-1, 1]^d, clipped to the box (drawn by the
+            # project's one noise source, the same numbers as stateless_uniform on this seed).
+            u = constraints.uniform_noise(x, 1.0, seed)
+            u_max = tf.reduce_max(tf.abs(tf.reshape(u, [tf.shape(u)[0], -1])), axis=1)
+            x_adv = to_ball(x + eps * u / (_per_example(u_max, u) + 1e-12))
+        else:
+
+            def to_ball(point: tf.Tensor) -> tf.Tensor:
+                return constraints.project_radial_l2(point, x, eps)
+
+            def direction(v: tf.Tensor) -> tf.Tensor:
+                return v / (_per_example(constraints.l2_norms(v), v) + 1e-12)
+
+            # Reference L2 start: x + ε·t/‖t‖₂, t ~ N(0, I), clipped to the box.
+            t = tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)
+            x_adv = tf.clip_by_value(x + eps * direction(t), 0.0, 1.0)
 
         loss, logits, grad = self._loss_and_gradient(model, x_adv, y, target)
         fooled = correct(logits, y) < 0.5
@@ -275,10 +297,11 @@ class APGD(Attack):
                 loss_best_last_check,
             ) = state
             step_sizes = step_sizes.write(i, step_size)
-            # The paper's Algorithm 1: a projected sign step to z, then the momentum average
-            # x + α(z − x) + (1 − α)(x − x_previous); the first step has no momentum.
+            # The paper's Algorithm 1: a projected step to z (sign(g) for L∞, g/‖g‖₂ for L2),
+            # then the momentum average x + α(z − x) + (1 − α)(x − x_previous), projected again;
+            # the first step has no momentum.
             momentum = tf.cast(tf.where(i > 0, _MOMENTUM, 1.0), x.dtype)
-            z = to_ball(x_adv + _per_example(step_size, x) * tf.sign(grad))
+            z = to_ball(x_adv + _per_example(step_size, x) * direction(grad))
             x_next = to_ball(
                 x_adv + momentum * (z - x_adv) + (1.0 - momentum) * (x_adv - x_previous)
             )

@@ -6,12 +6,16 @@
     breakdown["seconds"]["apgd-ce"]                   # the time it took
 
     custom = AutoAttack(8 / 255, version="custom", attacks={"apgd-ce": APGD(8 / 255)})
+    l2 = AutoAttack(eps=0.5, norm="l2")               # ε in [0, 1]-pixel units, per image
 
 Versions, as the public reference (fra31/auto-attack, autoattack/autoattack.py, set_version):
 "standard" is APGD-CE (100 iterations, 1 restart), APGD-T (targeted DLR, 9 target classes,
 100 iterations, 1 restart each), FAB-T (9 target classes, 100 iterations) and Square (5000
 queries, p_init 0.8), in that order; "rand" (for randomized defenses) is APGD-CE and APGD-DLR
-with 1 restart and 20 EOT draws each; "custom" takes any `{name: attack}` in order.
+with 1 restart and 20 EOT draws each; "custom" takes any `{name: attack}` in order. The
+reference's `_set_version` gives "standard" the same parts and settings for L2 as for L∞; with
+`norm="l2"` each part is its L2 form (APGD, FAB and Square take `norm`) and the points are
+checked against the L2 ball. A "custom" part must be for the ensemble's norm (its `norm`).
 
 Every attack of the ensemble gets the call's seed, as the reference seeds each of them alike.
 Each attack sees only the examples still robust (a clean-misclassified example is non-robust
@@ -52,57 +56,80 @@ VERSIONS = ("standard", "rand", "custom")
 # GPU; FAB-T and Square: on a GPU, and on a CPU for a model without convolutions).
 
 
-def apgd_ce(eps: float, jit_compile: bool | None = None) -> Attack:
+def apgd_ce(eps: float, jit_compile: bool | None = None, norm: str = "linf") -> Attack:
     """APGD-CE as the "standard" ensemble runs it: 100 iterations, 1 restart."""
-    return APGD(eps, loss="ce", steps=100, restarts=1, jit_compile=jit_compile)
+    return APGD(eps, loss="ce", steps=100, restarts=1, jit_compile=jit_compile, norm=norm)
 
 
-def apgd_t(eps: float, jit_compile: bool | None = None) -> Attack:
+def apgd_t(eps: float, jit_compile: bool | None = None, norm: str = "linf") -> Attack:
     """APGD-T: targeted DLR, 9 target classes, 100 iterations, 1 restart each."""
     return APGD(
-        eps, "dlr_targeted", steps=100, restarts=1, n_target_classes=9, jit_compile=jit_compile
+        eps,
+        "dlr_targeted",
+        steps=100,
+        restarts=1,
+        n_target_classes=9,
+        jit_compile=jit_compile,
+        norm=norm,
     )
 
 
-def fab_t(eps: float, jit_compile: bool | None = None) -> Attack:
-    """FAB-T: 9 target classes, 100 iterations."""
+def fab_t(eps: float, jit_compile: bool | None = None, norm: str = "linf") -> Attack:
+    """FAB-T: 9 target classes, 100 iterations, 1 restart."""
     from fbat_tf.attacks.fab import FAB  # APGD-only ("rand", "custom") runs need no FAB
 
-    return FAB(eps, n_target_classes=9, steps=100, jit_compile=jit_compile)
+    return FAB(eps, n_target_classes=9, steps=100, jit_compile=jit_compile, norm=norm)
 
 
 def square(
-    eps: float, n_queries: int = 5000, restarts: int = 1, jit_compile: bool | None = None
+    eps: float,
+    n_queries: int = 5000,
+    restarts: int = 1,
+    jit_compile: bool | None = None,
+    norm: str = "linf",
 ) -> Attack:
     """Square: 5000 queries, p_init 0.8, 1 restart (the reference's `n_restarts`); the
     registry's `square` with other `n_queries` and `restarts` is a stronger black-box check,
     the ensemble's own keeps these."""
     from fbat_tf.attacks.square import Square
 
-    return Square(eps, n_queries=n_queries, p_init=0.8, restarts=restarts, jit_compile=jit_compile)
+    return Square(
+        eps,
+        n_queries=n_queries,
+        p_init=0.8,
+        restarts=restarts,
+        jit_compile=jit_compile,
+        norm=norm,
+    )
 
 
-def standard_attacks(eps: float, jit_compile: bool | None = None) -> dict[str, Attack]:
-    """The reference's "standard" L∞ ensemble, in its order."""
+def standard_attacks(
+    eps: float, jit_compile: bool | None = None, norm: str = "linf"
+) -> dict[str, Attack]:
+    """The reference's "standard" ensemble, in its order: for L∞ and L2 alike."""
     return {
-        "apgd-ce": apgd_ce(eps, jit_compile),
-        "apgd-t": apgd_t(eps, jit_compile),
-        "fab-t": fab_t(eps, jit_compile),
-        "square": square(eps, jit_compile=jit_compile),
+        "apgd-ce": apgd_ce(eps, jit_compile, norm),
+        "apgd-t": apgd_t(eps, jit_compile, norm),
+        "fab-t": fab_t(eps, jit_compile, norm),
+        "square": square(eps, jit_compile=jit_compile, norm=norm),
     }
 
 
-def rand_attacks(eps: float, jit_compile: bool | None = None) -> dict[str, Attack]:
+def rand_attacks(
+    eps: float, jit_compile: bool | None = None, norm: str = "linf"
+) -> dict[str, Attack]:
     """The reference's "rand" ensemble: APGD-CE and APGD-DLR with EOT over 20 draws."""
     return {
-        name: APGD(eps, loss, steps=100, restarts=1, eot_iter=20, jit_compile=jit_compile)
+        name: APGD(
+            eps, loss, steps=100, restarts=1, eot_iter=20, jit_compile=jit_compile, norm=norm
+        )
         for name, loss in (("apgd-ce", "ce"), ("apgd-dlr", "dlr"))
     }
 
 
-def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str) -> None:
+def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str, norm: str) -> None:
     try:
-        check_in_ball(x_adv, x, eps)
+        check_in_ball(x_adv, x, eps, norm=norm)
     except AssertionError as error:
         raise AssertionError(f"attack {name!r} returned points outside C: {error}") from None
 
@@ -119,6 +146,7 @@ class AutoAttack(Attack):
         batch_size: int | None = None,
         progress: bool = False,
         jit_compile: bool | None = None,
+        norm: str = "linf",
     ):
         """`batch_size` bounds what one call of a part (and the clean pass) is given: each part
         attacks the examples still robust in consecutive slices of at most that many, as the
@@ -128,7 +156,8 @@ class AutoAttack(Attack):
         every part gets the seed stateless_fold_in(seed, k) for k ≥ 1 and the call's seed for
         k = 0, so one slice is attacked exactly as the whole batch. `progress` shows a bar over
         each part's calls and the robust accuracy after it. `jit_compile` is given to each part
-        of "standard" and "rand" (None: each part's own choice)."""
+        of "standard" and "rand" (None: each part's own choice), and so is `norm`
+        (constraints.NORMS: the ball of ε, in which every part's points are checked)."""
         if not eps >= 0:
             raise ValueError(f"eps must be >= 0, got {eps!r}")
         if version not in VERSIONS:
@@ -140,13 +169,20 @@ class AutoAttack(Attack):
         if attacks is not None and "clean" in attacks:
             raise ValueError("'clean' is the name of the clean-accuracy mask; rename that attack")
         self.eps = float(eps)
+        self.norm = constraints.check_norm(norm)
         self.version = version
         if version == "standard":
-            self.attacks = standard_attacks(self.eps, jit_compile)
+            self.attacks = standard_attacks(self.eps, jit_compile, self.norm)
         elif version == "rand":
-            self.attacks = rand_attacks(self.eps, jit_compile)
+            self.attacks = rand_attacks(self.eps, jit_compile, self.norm)
         else:
             self.attacks = dict(attacks)
+            norms = {name: getattr(part, "norm", "linf") for name, part in self.attacks.items()}
+            other = {name: norm for name, norm in norms.items() if norm != self.norm}
+            if other:
+                raise ValueError(
+                    f"AutoAttack for norm {self.norm!r} was given parts for another norm: {other}"
+                )
         self.batch_size = batch_size
         self.progress = progress
 
@@ -175,8 +211,9 @@ class AutoAttack(Attack):
         seconds = {}
         x_adv = x.numpy().copy()
         if self.progress:
+            budget = f"{self.eps * 255:g}/255" if self.norm == "linf" else f"{self.eps:g} (L2)"
             print(
-                f"AutoAttack ({self.version}) at ε = {self.eps * 255:g}/255, {n} examples: "
+                f"AutoAttack ({self.version}) at ε = {budget}, {n} examples: "
                 f"clean {_percent(robust)}"
             )
         for name, attack in self.attacks.items():
@@ -194,7 +231,7 @@ class AutoAttack(Attack):
                 x_sub, y_sub = tf.gather(x, padded), tf.gather(y, padded)
                 slice_seed = seed if k == 0 else tf.random.experimental.stateless_fold_in(seed, k)
                 candidate, _ = attack(model, x_sub, y_sub, slice_seed)
-                _check_in_ball(candidate, x_sub, self.eps, name)
+                _check_in_ball(candidate, x_sub, self.eps, name, self.norm)
                 broken = correct(model(candidate, training=False), y_sub).numpy() < 0.5
                 broken, candidate = broken[: rows.size], np.asarray(candidate)[: rows.size]
                 x_adv[rows[broken]] = candidate[broken]

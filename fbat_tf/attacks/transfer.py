@@ -25,7 +25,8 @@ class TransferAttack(Attack):
     def __init__(self, source: Callable, attack: Attack):
         self.source = source
         self.attack = attack
-        self.eps, self.norm = attack.eps, attack.norm
+        self.eps = attack.eps
+        self.norm = getattr(attack, "norm", "linf")
 
     def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
         return self.attack(self.source, x, y, seed)
@@ -58,6 +59,7 @@ def transfer_pgd(
     restarts: int = catalog.PGD_RESTARTS,
     *,
     source: Callable,
+    norm: str = "linf",
 ) -> TransferAttack:
-    """PGD-K-R crafted on `source` (the registry's "transfer")."""
-    return TransferAttack(source, PGD(eps, steps, restarts))
+    """PGD-K-R crafted on `source` (the registry's "transfer"), in the L∞ or L2 ball."""
+    return TransferAttack(source, PGD(eps, steps, restarts, norm=norm))
