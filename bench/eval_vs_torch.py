@@ -4,10 +4,14 @@ AutoAttack (standard), side by side in one run.
     python bench/eval_vs_torch.py --json=bench/results/eval_vs_torch.json
     python bench/eval_vs_torch.py --n_examples=20 --train_epochs=0 --pgd_steps=5 \
         --pgd_restarts=2                                                   # a smoke run
+    python bench/eval_vs_torch.py --norm=l2 --eps=1.5 --n_examples=1000 \
+        --json=bench/results/eval_vs_torch_l2.json                      # the L2 threat model
 
 The model is fmnist_mlp.py's: the 784-256-128-10 ReLU MLP after `--train_epochs` epochs of
 PGD-3 AT at ε = `--eps`/255 on the first 10,000 Fashion-MNIST training images, attacked on the
-first `--n_examples` test images at the same ε. Needs the `bench` extra (torch, pyautoattack).
+first `--n_examples` test images at the same ε. With `--norm=l2`, ε = `--eps` in [0, 1]-pixel
+units, the L2 norm over the image, for the training and both sides' attacks (the reference's
+norm='L2'). Needs the `bench` extra (torch, pyautoattack).
 
 fbat-tf: the model is saved as a .keras file and evaluate.py runs on it in a child process,
 exactly as a user would type it (batches of 128, its default); the table takes each attack's
@@ -66,7 +70,12 @@ TARGETS = {"pgd": 1.0, "autoattack": 0.5}
 AUTOATTACK_PARTS = ("apgd-ce", "apgd-t", "fab-t", "square")
 
 _N = flags.DEFINE_integer("n_examples", 500, "Test images attacked.", lower_bound=1)
-_EPS = flags.DEFINE_float("eps", 24.0, "ε in 1/255 units, of the training and the attacks.")
+_EPS = flags.DEFINE_float(
+    "eps",
+    24.0,
+    "ε of the training and the attacks: in 1/255 units, or in pixel units with --norm=l2.",
+)
+_NORM = flags.DEFINE_enum("norm", "linf", ["linf", "l2"], "Threat model of both sides.")
 _EPOCHS = flags.DEFINE_integer("train_epochs", 4, "PGD-3 AT epochs of the MLP.", lower_bound=0)
 _STEPS = flags.DEFINE_integer("pgd_steps", 50, "PGD steps K, both sides.", lower_bound=1)
 _RESTARTS = flags.DEFINE_integer("pgd_restarts", 10, "PGD restarts R, both sides.", lower_bound=1)
@@ -101,6 +110,7 @@ def evaluate_arguments(model_path: str) -> list[str]:
         f"--n_examples={_N.value}",
         f"--batch_size={EVALUATE_BATCH_SIZE}",
         f"--eps={_EPS.value:g}",
+        f"--norm={_NORM.value}",
     ]
 
 
@@ -162,21 +172,23 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
                     _STEPS.value,
                     _RESTARTS.value,
                     generator,
+                    _NORM.value,
                 )
                 for i in batches
             ]
         )
         pgd_seconds = time.perf_counter() - start
-    reference.check_in_ball(x_pgd, x, eps, "PyTorch PGD")
+    reference.check_in_ball(x_pgd, x, eps, "PyTorch PGD", _NORM.value)
     print(f"PyTorch PGD: {pgd_seconds:.1f} s", flush=True)
 
-    adversary = AutoAttack(net, eps=eps, norm="Linf", version="standard", seed=0, device="cpu")
+    norm = {"linf": "Linf", "l2": "L2"}[_NORM.value]
+    adversary = AutoAttack(net, eps=eps, norm=norm, version="standard", seed=0, device="cpu")
     seconds, broken = time_parts(adversary, net)
     with load_average() as aa_load:
         start = time.perf_counter()
         x_aa, _ = adversary.run_standard_evaluation(x, y, batch_size=EVALUATE_BATCH_SIZE)
         aa_seconds = time.perf_counter() - start
-    reference.check_in_ball(x_aa, x, eps, "pyautoattack")
+    reference.check_in_ball(x_aa, x, eps, "pyautoattack", _NORM.value)
     print(f"pyautoattack: {aa_seconds:.1f} s", flush=True)
 
     clean = reference.accuracy(net, x, y)
@@ -205,7 +217,7 @@ def run_fbat_tf(model_path: str, user_env: dict[str, str]) -> dict:
     wall, load, evaluated = run_evaluate(evaluate_arguments(model_path), env)
     if evaluated.examples != _N.value:
         sys.exit(f"error: evaluate.py attacked {evaluated.examples} examples, not {_N.value}")
-    pgd, aa = (evaluated.attacked(name, _EPS.value) for name in ("pgd", "autoattack"))
+    pgd, aa = (evaluated.attacked(name, _EPS.value, _NORM.value) for name in ("pgd", "autoattack"))
     print(f"fbat-tf (evaluate.py): {wall:.1f} s wall", flush=True)
     return {
         "wall_time_s": wall,
@@ -245,7 +257,7 @@ def torch_child(scratch: str) -> None:
     x, y = points["x"], points["y"]
     torch.set_num_threads(_THREADS.value or os.cpu_count())
     net = reference.mlp(model)
-    result = dict(compare_logits(model, net, x, y), **run_torch(net, x, y, _EPS.value / 255))
+    result = dict(compare_logits(model, net, x, y), **run_torch(net, x, y, pixels()))
     result["versions"] = {"torch": torch.__version__, "pyautoattack": pyautoattack.__version__}
     report(result)
 
@@ -274,8 +286,7 @@ def main(argv: list[str]) -> None:
 
     from fbat_tf import data
 
-    eps = _EPS.value / 255
-    model = mlp(eps, _EPOCHS.value)
+    model = mlp(pixels(), _EPOCHS.value, _NORM.value)
     x, y = next(
         iter(data.load("fashion_mnist", "test", batch_size=_N.value, max_examples=_N.value))
     )
@@ -302,9 +313,16 @@ def main(argv: list[str]) -> None:
     }
     report = {
         "model": "MLP 784-256-128-10 ReLU",
-        "train": f"PGD-3 AT, {_EPOCHS.value} epochs, first 10,000 Fashion-MNIST training images",
+        "train": f"PGD-3 AT ({_NORM.value}), {_EPOCHS.value} epochs, first 10,000 Fashion-MNIST "
+        "training images",
         "examples": _N.value,
-        "eps_255": _EPS.value,
+        "eps": _EPS.value,
+        "norm": _NORM.value,
+        "eps_units": "1/255" if _NORM.value == "linf" else "[0, 1] pixels, L2 norm over the image",
+        "robust_accuracy_difference": {
+            attack: fbat[f"{attack}_robust_accuracy"] - torch_side[f"{attack}_robust_accuracy"]
+            for attack in TARGETS
+        },
         "pgd_steps": _STEPS.value,
         "pgd_restarts": _RESTARTS.value,
         "batch_size": EVALUATE_BATCH_SIZE,
@@ -332,13 +350,26 @@ def main(argv: list[str]) -> None:
     publish(markdown_table(report), report, _JSON.value)
 
 
+def pixels() -> float:
+    """--eps in pixel units."""
+    return _EPS.value / 255 if _NORM.value == "linf" else _EPS.value
+
+
+def budget(report: dict) -> str:
+    """The report's ε as a person reads it: "24/255" or "1.5 (L2)"; reports written before
+    the norm was recorded are L∞, with their ε under "eps_255"."""
+    if report.get("norm", "linf") == "l2":
+        return f"{report['eps']:g} (L2)"
+    return f"{report.get('eps', report.get('eps_255')):g}/255"
+
+
 def markdown_table(report: dict) -> str:
     fbat, torch_side = report["fbat_tf"], report["torch"]
     pgd = f"PGD-{report['pgd_steps']}-{report['pgd_restarts']}"
     load = fbat["load_average_1min"]
     heading = (
         f"{report['model']} ({report['train']}; clean {100 * fbat['clean_accuracy']:.1f}%), "
-        f"first {report['examples']} Fashion-MNIST test images, ε = {report['eps_255']:g}/255, "
+        f"first {report['examples']} Fashion-MNIST test images, ε = {budget(report)}, "
         f"batches of {report['batch_size']}, {describe(report['machine'], torch=True)}, "
         f"pyautoattack {report['versions']['pyautoattack']}; times are medians of "
         f"{report['rounds']} round(s) run in turns. "

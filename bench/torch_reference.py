@@ -27,7 +27,10 @@ compare them with fbat-tf on the same weights and points):
   min(ε, 1−x) − τ]; g2 = ∇θ (1/B) Σ ⟨g_z, stop_gradient(H ⊙ v)⟩ by torch.autograd through step
   2's recorded backward pass (double backward, as fbat-tf's nested tapes); gradient g1 + c·g2.
 - `mlp`: a torch.nn copy of a Keras MLP (Flatten, then Dense layers as Linear, ReLU between).
-- `pgd`: what fbat_tf/attacks/pgd.py does without XLA (see its docstring).
+- `pgd`: what fbat_tf/attacks/pgd.py does without XLA (see its docstring), L∞ or L2: for L2 a
+  start uniform in the ball (a Gaussian's direction, radius ε·U^(1/d)) clipped to the box, steps
+  along ∇/‖∇‖₂, each projected onto the L2 ball ∩ box exactly (`project_l2`: bisection on the
+  scale t of clip(t·δ, −x, 1 − x), written here for torch).
 """
 
 from __future__ import annotations
@@ -243,14 +246,44 @@ def mlp(model):
     return copy
 
 
-def pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
+def project_l2(delta, x, eps: float, rounds: int = 50):
+    """The nearest point of {‖δ‖₂ ≤ ε} ∩ [−x, 1 − x] per example: clip(t·δ, −x, 1 − x) with t
+    the largest value in [0, 1] whose clip lies in the ball (the multiplier form of the
+    projection; the clip's norm grows with t), by bisection."""
+    import torch
+
+    def norm_at(t):
+        return torch.clamp(t * delta, min=-x, max=1.0 - x).flatten(1).norm(dim=1)
+
+    low, high = torch.zeros(len(delta)), torch.ones(len(delta))
+    shape = (-1,) + (1,) * (delta.dim() - 1)
+    for _ in range(rounds):
+        middle = (low + high) / 2
+        inside = norm_at(middle.view(shape)) <= eps
+        low, high = torch.where(inside, middle, low), torch.where(inside, high, middle)
+    t = torch.where(norm_at(torch.ones_like(low).view(shape)) <= eps, torch.ones_like(low), low)
+    return torch.clamp(t.view(shape) * delta, min=-x, max=1.0 - x)
+
+
+def l2_start(x, eps: float, generator):
+    """A point uniform in the L2 ball of radius ε per example, clipped to the box."""
+    import torch
+
+    direction = torch.randn(x.shape, generator=generator)
+    direction = direction / direction.flatten(1).norm(dim=1).view(-1, *[1] * (x.dim() - 1))
+    radius = eps * torch.rand(len(x), generator=generator) ** (1.0 / x[0].numel())
+    return torch.clamp(direction * radius.view(-1, *[1] * (x.dim() - 1)), min=-x, max=1.0 - x)
+
+
+def pgd(model, x, y, eps: float, steps: int, restarts: int, generator, norm: str = "linf"):
     """PGD-K-R on one batch, the points fbat_tf/attacks/pgd.py finds without XLA, one restart at
     a time (fbat-tf runs later restarts side by side; a plain loop runs them in turn).
 
-    Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch, K signed steps on the summed
-    cross-entropy, each projected. The first restart attacks every example; each later one only
-    the examples no restart has broken yet, and none runs once all are broken. Per example the
-    result is the first restart's point that misclassifies it, or else the first restart's point.
+    Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch (L2: `l2_start`), K signed steps
+    (L2: normalized ones) on the summed cross-entropy, each projected. The first restart attacks
+    every example; each later one only the examples no restart has broken yet, and none runs
+    once all are broken. Per example the result is the first restart's point that misclassifies
+    it, or else the first restart's point.
     """
     import torch
     import torch.nn.functional as F
@@ -261,14 +294,22 @@ def pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
     for restart in range(restarts):
         if restart and not robust.any():
             break
-        start = project(torch.empty_like(x).uniform_(-eps, eps, generator=generator), x, eps)
+        if norm == "l2":
+            start = l2_start(x, eps, generator)
+        else:
+            start = project(torch.empty_like(x).uniform_(-eps, eps, generator=generator), x, eps)
         rows = robust.nonzero()[:, 0]
         x_rows, y_rows, delta = x[rows], y[rows], start[rows]
         for _ in range(steps):
             delta.requires_grad_(True)
             loss = F.cross_entropy(model(x_rows + delta), y_rows, reduction="sum")
             (grad,) = torch.autograd.grad(loss, delta)
-            delta = project(delta.detach() + step_size * grad.sign(), x_rows, eps)
+            if norm == "l2":
+                length = grad.flatten(1).norm(dim=1).clamp_min(1e-30)
+                moved = delta.detach() + step_size * grad / length.view(-1, *[1] * (x.dim() - 1))
+                delta = project_l2(moved, x_rows, eps)
+            else:
+                delta = project(delta.detach() + step_size * grad.sign(), x_rows, eps)
         x_adv = x_rows + delta
         with torch.no_grad():
             broken = model(x_adv).argmax(1) != y_rows
@@ -278,15 +319,22 @@ def pgd(model, x, y, eps: float, steps: int, restarts: int, generator):
     return best
 
 
-def check_in_ball(x_adv, x, eps: float, name: str) -> None:
-    """As evaluate.py does before counting: ‖x_adv − x‖∞ ≤ ε + 1e-6, x_adv in [0, 1], finite."""
+def check_in_ball(x_adv, x, eps: float, name: str, norm: str = "linf") -> None:
+    """As evaluate.py does before counting: ‖x_adv − x‖ ≤ ε + 1e-6 (L2: 1e-6·(1 + ε)), x_adv in
+    [0, 1], finite."""
     import torch
 
-    distance = float((x_adv - x).abs().max())
+    delta = (x_adv - x).flatten(1)
+    if norm == "l2":
+        distance, tol = float(delta.norm(dim=1).max()), 1e-6 * (1 + eps)
+    else:
+        distance, tol = float(delta.abs().max()), 1e-6
     low, high = float(x_adv.min()), float(x_adv.max())
     finite = bool(torch.isfinite(x_adv).all())
-    if not finite or distance > eps + 1e-6 or low < -1e-6 or high > 1 + 1e-6:
-        raise AssertionError(f"{name}: points outside C (‖δ‖∞ = {distance:.3g}, ε = {eps:.3g})")
+    if not finite or distance > eps + tol or low < -1e-6 or high > 1 + 1e-6:
+        raise AssertionError(
+            f"{name}: points outside C (‖δ‖ = {distance:.3g} in {norm}, ε = {eps:.3g})"
+        )
 
 
 def accuracy(model, x, y) -> float:

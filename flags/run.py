@@ -35,8 +35,8 @@ def run_flags(values: absl_flags.FlagValues = FLAGS) -> dict[str, str]:
 
 
 def default_workdir(values: absl_flags.FlagValues = FLAGS) -> str:
-    eps = f"{values.eps:g}" if values.norm == "linf" else f"{values.norm}-{values.eps:g}"
-    return os.path.join("runs", f"{values.method}-{values.dataset}-{values.model}-eps{eps}")
+    budget = f"eps{values.eps:g}" if values.norm == "linf" else f"{values.norm}eps{values.eps:g}"
+    return os.path.join("runs", f"{values.method}-{values.dataset}-{values.model}-{budget}")
 
 
 def _saved_flags(path: str, names: list[str]) -> dict[str, str]:

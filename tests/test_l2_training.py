@@ -156,3 +156,24 @@ def test_fastbat_under_l2_and_l2_without_its_own_eps_are_refused_before_any_work
     assert "no L2 form" in done.stderr and "did you mean" not in done.stderr
     done = run_train("--method=fastbat", "--eps=0.03", f"--workdir={small}")
     assert "did you mean --eps=7.65" in done.stderr and not small.exists()
+
+
+def test_an_l2_robustbench_entry_gives_the_budget_as_robustbench_s_l2_entries_do():
+    from export import robustbench
+    from fbat_tf.records import AttackResult, EvaluationResult
+
+    result = EvaluationResult(
+        500,
+        0.8,
+        robust=[
+            AttackResult("pgd", 1.5, 0.61, norm="l2"),
+            AttackResult("autoattack", 1.5, 0.5934, norm="l2"),
+            AttackResult("autoattack", 1.5, 0.1, norm="linf"),  # 1.5/255: another budget
+        ],
+    )
+    entry = robustbench.entry(result, "fashion_mnist", 1.5, "small_cnn", norm="l2")
+    assert entry["eps"] == "1.5" and entry["autoattack_acc"] == "59.34"
+    assert "at L2 1.5" in entry["footnote"]
+    linf = robustbench.entry(result, "fashion_mnist", 1.5 / 255, "small_cnn")
+    assert linf["eps"] == "1.5/255" and linf["autoattack_acc"] == "10.00"
+    assert robustbench.entry(result, "fashion_mnist", 0.5, "small_cnn", norm="l2") is None

@@ -46,6 +46,14 @@ def shown(eps: float, norm: str = "linf") -> str:
     return f"{in_flag_units(eps, norm):g}/255"
 
 
+def heading(norms: set[str] | frozenset[str]) -> str:
+    """A table's ε column heading for budgets of these norms: "ε (/255)" (L∞ only, or none),
+    "ε (L2, pixels)" (L2 only), else "ε"."""
+    if set(norms) <= {"linf"}:
+        return "ε (/255)"
+    return "ε (L2, pixels)" if set(norms) == {"l2"} else "ε"
+
+
 def key(attack: str, eps: float, norm: str = "linf") -> str:
     """The name of an attack's result at ε (in flag units): "pgd@8" (L∞), "pgd@l2:0.5"."""
     return f"{attack}@{eps:g}" if _check(norm) == "linf" else f"{attack}@{norm}:{eps:g}"

@@ -186,7 +186,8 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "",
         family_words(found),
         "",
-        "| ε (/255) | A | B | seeds | A − B [95 % interval] | p (≠): raw, Holm | "
+        f"| {readings.eps_heading(report)} | A | B | seeds | A − B [95 % interval] | "
+        "p (≠): raw, Holm | "
         "p (equivalent): raw, Holm | verdict, raw | verdict (Holm) | marks |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -124,7 +124,8 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "covers, so their verdicts are those of each comparison alone. Pareto: no other "
         "variant is both as cheap and as robust.",
     ]
-    columns = "| ε (/255) | method | passes/step | run (k passes) | robust (%) | seeds | "
+    columns = f"| {readings.eps_heading(report)} | method | passes/step | run (k passes) | "
+    columns += "robust (%) | seeds | "
     columns += "vs the most robust (uncorrected) | verdict (uncorrected) | Pareto |"
     rule = "|---|---|---|---|---|---|---|---|---|"
     if timing:

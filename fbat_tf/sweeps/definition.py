@@ -357,9 +357,13 @@ def commands(
             entry.flag_name(option): evaluation.options.get(option.name, option.default)
             for option in entry.options
         }
+        # An L2 cell's budgets are in its units (pixels): said, though evaluate.py would
+        # take the run's norm without it.
+        norm = cell.flags.get("norm", "linf")
         return [
             *evaluate,
             f"--attacks={evaluation.attack}",
+            *([f"--norm={norm}"] if norm != "linf" else []),
             f"--eps={','.join(f'{eps:g}' for eps in budgets)}",
             *flag_words(options),
             f"--n_examples={evaluation.examples}",

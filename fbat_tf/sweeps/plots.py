@@ -76,7 +76,7 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
                 zorder=2,
             )
         axes.set_xscale("log")
-        axes.set_title(f"ε = {eps:g}/255", fontsize=9)
+        axes.set_title(f"ε = {readings.eps_text(report, eps)}", fontsize=9)
         axes.set_xlabel("training cost (passes through the model)")
         axes.set_ylabel(f"{label} (%)")
         axes.grid(alpha=0.3)
@@ -128,7 +128,8 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
                 color=colours[variant],
                 label=f"{variant} ({evaluation['label']})",
             )
-    axes.set_xlabel("ε (1/255), trained and attacked at")
+    heading = readings.eps_heading(report).replace("ε (/255)", "ε (1/255)")
+    axes.set_xlabel(f"{heading}, trained and attacked at")
     axes.set_ylabel("robust accuracy (%)")
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
@@ -161,7 +162,8 @@ def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
     axes.set_ylabel("clean accuracy (%)")
     axes.grid(alpha=0.3)
     _legend(axes, fontsize=7)
-    axes.set_title(f"{report['sweep']}: clean against robust (labels: ε/255)")
+    labels = readings.eps_heading(report).replace("ε (/255)", "ε/255")
+    axes.set_title(f"{report['sweep']}: clean against robust (labels: {labels})")
     _save(figure, path)
 
 
@@ -194,7 +196,7 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
                 axes.plot(epochs, fgsm, linestyle=":", color=colour, linewidth=1)
             for epoch in cell["train"]["overfitting_epochs"]:
                 axes.scatter(epoch, robust[epoch - 1], marker="x", color=colour, s=60, zorder=3)
-        axes.set_title(f"ε = {eps:g}/255", fontsize=9)
+        axes.set_title(f"ε = {readings.eps_text(report, eps)}", fontsize=9)
         axes.set_xlabel("epoch")
         axes.set_ylim(0, 100)
         axes.grid(alpha=0.3)

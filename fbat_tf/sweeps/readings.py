@@ -7,7 +7,25 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf.records import units
 from fbat_tf.sweeps import masking
+
+
+def eps_heading(report: dict[str, Any]) -> str:
+    """The ε column's heading for the report's cells: "ε (/255)", or "ε (L2, pixels)" for a
+    sweep whose cells train under --norm=l2 (their budgets in pixel units)."""
+    return units.heading(_norms(report))
+
+
+def eps_text(report: dict[str, Any], eps: float) -> str:
+    """A budget of the report's cells as a person reads it: "8/255", or "1.5 (L2)"."""
+    norms = _norms(report)
+    norm = "l2" if norms == {"l2"} else "linf"
+    return units.shown(units.to_pixels(eps, norm), norm)
+
+
+def _norms(report: dict[str, Any]) -> set[str]:
+    return {cell.get("flags", {}).get("norm", "linf") for cell in report.get("cells", [])}
 
 
 def groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:

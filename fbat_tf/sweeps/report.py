@@ -142,7 +142,7 @@ def markdown(report: dict[str, Any]) -> str:
         "inactive: mean fraction of inactive constraints at δ* (Fast-BAT with its implicit "
         "term).",
         "",
-        "| method | ε (/255) | seeds | clean | "
+        f"| method | {readings.eps_heading(report)} | seeds | clean | "
         + " | ".join(e["label"] for e in evaluations)
         + " | selected epoch | CO (epochs) | s/epoch | IG ratio | inactive |",
         "|---|---|---|---|" + "---|" * len(evaluations) + "---|---|---|---|---|",

@@ -48,7 +48,7 @@ from fbat_tf import catalog, methods
 from fbat_tf.records import RunRecord, write_json_atomic
 from fbat_tf.records.config import FINAL_TEST_FIELDS
 from fbat_tf.run import Run
-from fbat_tf.sweeps import claims
+from fbat_tf.sweeps import claims, readings
 from fbat_tf.sweeps.cells import Cell, word
 from fbat_tf.sweeps.definition import Definition, grid_cells
 from fbat_tf.sweeps.errors import DefinitionError
@@ -393,7 +393,7 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
         f"epoch, never by the test split; picked by this rule: {section['rule']} The final "
         f"cells of each row ran with the pick's flags ({section['file']}).",
         "",
-        "| method | ε (/255) | candidate | "
+        f"| method | {readings.eps_heading(report)} | candidate | "
         + " | ".join(f"seed {s}" for s in seeds)
         + " | mean | passes/step | pick | source |",
         "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
