@@ -93,7 +93,11 @@ def test_a_budget_in_pixel_units_is_refused_with_the_value_meant(program, given,
         timeout=300,
     )
     assert done.returncode != 0
-    assert "is in 1/255 units" in done.stderr and f"did you mean {meant}?" in done.stderr
+    assert "is in 1/255 units" in done.stderr and f"did you mean {meant}" in done.stderr
+    if meant.startswith("--eps"):  # or an L2 budget, whose ε is in pixel units
+        assert f"did you mean {meant} (or --norm=l2, whose ε is in pixel units)?" in done.stderr
+    else:
+        assert f"did you mean {meant}?" in done.stderr
     assert "--allow_small_units" in done.stderr
 
 

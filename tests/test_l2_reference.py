@@ -71,3 +71,24 @@ def test_l2_robust_accuracy_is_within_one_point_of_the_reference(reference, eval
     # And mostly point for point: the attacks differ in their random draws only.
     same = sum(a == b for a, b in zip(ours, theirs, strict=True)) / EXAMPLES
     assert same >= 0.97, same
+
+
+def test_readme_s_l2_table_is_the_committed_record(reference):
+    """README's figure quotes reference.json: each row's two accuracies and its count of points
+    with the same outcome."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        section = f.read().split("### The L2 threat model against the reference", 1)[1]
+    section = section.split("\n#", 1)[0]
+    rows = {
+        "clean": "clean",
+        "PGD-50-10 (L2)": "pgd",
+        "AutoAttack standard (L2)": "autoattack",
+    }
+    ours, theirs = reference["fbat_tf"]["outcomes"], reference["reference"]["outcomes"]
+    for label, key in rows.items():
+        same = sum(a == b for a, b in zip(ours[key], theirs[key], strict=True))
+        expected = (
+            f"| {label} | {100 * share(ours[key]):.1f}% | {100 * share(theirs[key]):.1f}% | "
+            f"{same:,} of {len(ours[key]):,} |"
+        )
+        assert expected in section, expected
