@@ -181,7 +181,9 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
     reference.check_in_ball(x_pgd, x, eps, "PyTorch PGD", _NORM.value)
     print(f"PyTorch PGD: {pgd_seconds:.1f} s", flush=True)
 
-    norm = {"linf": "Linf", "l2": "L2"}[_NORM.value]
+    from fbat_tf.records import units
+
+    norm = units.REFERENCE_NAMES[_NORM.value]
     adversary = AutoAttack(net, eps=eps, norm=norm, version="standard", seed=0, device="cpu")
     seconds, broken = time_parts(adversary, net)
     with load_average() as aa_load:

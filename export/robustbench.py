@@ -63,7 +63,7 @@ def entry(
         return None
     revision = (result.code or {}).get("revision")
     budget = units.shown(eps, norm).removesuffix(" (L2)")
-    threat = {"linf": "Linf", "l2": "L2"}[norm]
+    threat = units.REFERENCE_NAMES[norm]
     return {
         "link": UNKNOWN,
         "name": UNKNOWN,

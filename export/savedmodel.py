@@ -57,8 +57,6 @@ from fbat_tf.records import finite_or_null, units
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
-# How model cards (and RobustBench's folders) name each norm.
-NORM_NAMES = {"linf": "Linf", "l2": "L2"}
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
 _OUT_OF_RANGE = (
     f"{FLOAT_SIGNATURE}: images must be float32 pixels in [0, 1] (divide uint8 pixels by 255, "
@@ -364,7 +362,7 @@ def model_card(workdir: str) -> dict[str, Any]:
         "eps": {
             "pixels": eps,
             "per_255": eps * 255 if config.norm == "linf" else None,
-            "norm": NORM_NAMES[config.norm],
+            "norm": units.REFERENCE_NAMES[config.norm],
             "units": units.UNIT_NAMES[config.norm],
         },
         "training": {

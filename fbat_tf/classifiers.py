@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import catalog, run, trust
-from fbat_tf.records import TrainConfig, read_json
+from fbat_tf.records import TrainConfig, read_json, units
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
 
@@ -181,7 +181,8 @@ def card_facts(version_dir: str) -> dict[str, Any]:
             raise ValueError(f"{card_path}: eps.pixels is {pixels!r}, not a number")
         known["eps"] = pixels
         # Cards name the norm as RobustBench does ("Linf", "L2").
-        norm = {"Linf": "linf", "L2": "l2"}.get(eps.get("norm", "Linf"))
+        named = {name: norm for norm, name in units.REFERENCE_NAMES.items()}
+        norm = named.get(eps.get("norm", "Linf"))
         if norm is None:
             raise ValueError(f"{card_path}: eps.norm is {eps.get('norm')!r}, not Linf or L2")
         known["norm"] = norm

@@ -18,6 +18,9 @@ from fbat_tf.catalog import NORMS
 
 # What one unit of the command line's ε is, per norm, in pixel units.
 _UNIT = {"linf": 1.0 / 255, "l2": 1.0}
+# How RobustBench (its model_info/<dataset>/<Linf|L2> folders), the reference AutoAttack's
+# `norm=` and model cards name each norm.
+REFERENCE_NAMES = {"linf": "Linf", "l2": "L2"}
 # How results and help texts name the units.
 UNIT_NAMES = {"linf": "1/255", "l2": "[0, 1] pixels, L2 norm over the image"}
 
