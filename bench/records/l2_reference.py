@@ -3,7 +3,7 @@ L2 beside pyautoattack's AutoAttack (norm='L2', version 'standard') and a plain 
 L2 loop, on the same trained model and points; the reference's per-point outcomes are kept for
 tests/test_l2_reference.py, which attacks the committed model again with evaluate.py in CI.
 
-    python bench/records/l2_reference.py --out=tests/data/l2_reference
+    python bench/records/l2_reference.py --out=tests/data/l2_reference --overwrite
 
 The model: a 784-64-10 ReLU MLP (fmnist_mlp.py, `hidden=(64,)`) after `--train_epochs` epochs
 of L2 PGD-3 AT at ε = `--eps` (pixel units, the L2 norm over the image) on the first 10,000
@@ -48,6 +48,9 @@ _N = flags.DEFINE_integer("n_examples", 1000, "Test images attacked.", lower_bou
 _EPS = flags.DEFINE_float("eps", 1.5, "L2 ε in [0, 1]-pixel units, of training and attacks.")
 _EPOCHS = flags.DEFINE_integer("train_epochs", 4, "L2 PGD-3 AT epochs.", lower_bound=0)
 _OUT = flags.DEFINE_string("out", "tests/data/l2_reference", "Where mlp.keras and JSON go.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace the model and record --out holds (else refused)."
+)
 _CHILD = flags.DEFINE_bool("torch_child", False, "Internal: run the PyTorch side on --out.")
 
 
@@ -124,6 +127,9 @@ def main(argv: list[str]) -> None:
     if _CHILD.value:
         report(torch_side(out))
         return
+    held = [n for n in ("mlp.keras", "reference.json") if os.path.exists(os.path.join(out, n))]
+    if held and not _OVERWRITE.value:
+        sys.exit(f"error: {out} holds {', '.join(held)}; pass --overwrite to replace them")
     os.makedirs(out, exist_ok=True)
     model = mlp(_EPS.value, _EPOCHS.value, "l2", HIDDEN)
     model_path = os.path.join(out, "mlp.keras")
