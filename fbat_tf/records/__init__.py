@@ -21,7 +21,7 @@ evaluation loads (tests/test_records.py).
 """
 
 from fbat_tf.records.config import TrainConfig
-from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult, eps_255
+from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
 from fbat_tf.records.runs import DivergenceOutcome, Epoch, RunRecord
 
@@ -33,7 +33,6 @@ __all__ = [
     "EvaluationResult",
     "RunRecord",
     "TrainConfig",
-    "eps_255",
     "finite_or_null",
     "read_json",
     "write_json_atomic",

@@ -11,11 +11,6 @@ from fbat_tf.records import units
 from fbat_tf.records.files import read_json, write_json_atomic
 
 
-def eps_255(eps: float) -> float:
-    """An L∞ ε in pixel units as an evaluation names it, in 1/255: 8/255 -> 8.0."""
-    return units.in_flag_units(eps, "linf")
-
-
 @dataclasses.dataclass
 class AttackResult:
     """One attack at one ε, over an evaluation's examples or one batch of them."""
@@ -258,7 +253,7 @@ class EvaluationResult(_Attacked):
         was an evaluation's result: then with the run's ε (pixel units) and dataset."""
         if "robust_accuracy" in final:
             return cls.from_dict(final)
-        eps = eps_255(eps)
+        eps = units.in_flag_units(eps, "linf")  # runs of then were L∞ only
         total, aa_seconds = final.get("eval_time_s"), final.get("aa_time_s")
         robust = [
             AttackResult(
