@@ -32,6 +32,9 @@ ACTIVATIONS = ("relu", "softplus", "swish")
 # Threat models: the norm of the perturbation ball (fbat_tf/constraints.py, records/units.py).
 NORMS = ("linf", "l2")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+# The perturbation budget ε unless told otherwise, in pixel units: 8/255 under L∞ (the command
+# line's --eps=8). TrainConfig's default, and so train.py's flag's, and `methods.create`'s.
+EPS = 8 / 255
 # PGD-K-R as evaluations run it unless told otherwise: PGD-50-10 (DESIGN.md §4.2). Every default
 # of PGD's steps and restarts (the attack, its registry options, train.py's final test, a sweep
 # definition's evaluation) is this one.

@@ -17,8 +17,8 @@ from fbat_tf import catalog
 from fbat_tf.records import TrainConfig
 
 # The run's defaults, written once, in TrainConfig: every flag that sets a field of it takes the
-# field's default (ε, the precision, XLA and verbosity aside: their flags speak other units or
-# add "auto").
+# field's default (ε's flag converts it to 1/255 units; the precision, XLA and verbosity aside:
+# their flags add "auto").
 RUN = {
     field.name: field.default
     for field in dataclasses.fields(TrainConfig)

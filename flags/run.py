@@ -113,9 +113,11 @@ def check_norm(values: absl_flags.FlagValues = FLAGS) -> None:
     """ValueError for --norm=l2 without an --eps of its own: the default ε is L∞'s 8/255,
     which read in L2's pixel units would be a ball around the whole image."""
     if values.norm == "l2" and not values["eps"].present:
+        default = values["eps"].default
         raise ValueError(
             "--norm=l2 needs its own --eps, in [0, 1]-pixel units over the image (e.g. "
-            "--eps=0.5 for CIFAR-10, 1.5 for Fashion-MNIST); the default 8 is L∞'s 8/255"
+            f"--eps=0.5 for CIFAR-10, 1.5 for Fashion-MNIST); the default {default:g} is L∞'s "
+            f"{default:g}/255"
         )
 
 

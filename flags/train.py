@@ -5,6 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 from fbat_tf import catalog, methods
+from fbat_tf.records import units
 from fbat_tf.records.config import FINAL_TEST_FIELDS
 from flags import common
 from flags.common import RUN, eps_flag
@@ -21,7 +22,10 @@ WIDTH = flags.DEFINE_integer(
 ACTIVATION = flags.DEFINE_enum(
     "activation", RUN["activation"], list(catalog.ACTIVATIONS), "Nonlinearity of the model."
 )
-EPS = eps_flag("eps", 8.0, "Training perturbation budget ε.")
+# TrainConfig's ε, in the command line's units (8 for 8/255 under L∞).
+EPS = eps_flag(
+    "eps", units.in_flag_units(RUN["eps"], RUN["norm"]), "Training perturbation budget ε."
+)
 
 # Optimization.
 EPOCHS = flags.DEFINE_integer(

@@ -86,8 +86,9 @@ def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name,
 
 
 def test_each_default_is_written_once():
-    """train.py's flags take TrainConfig's defaults (those in other units aside), and every
-    default of PGD's steps and restarts is the catalog's PGD-50-10."""
+    """train.py's flags take TrainConfig's defaults (ε's in its own units), the default ε is
+    the catalog's 8/255, and every default of PGD's steps and restarts is the catalog's
+    PGD-50-10."""
     import dataclasses
     import inspect
 
@@ -98,8 +99,14 @@ def test_each_default_is_written_once():
     from fbat_tf.attacks.pgd import PGD
     from fbat_tf.attacks.transfer import transfer_pgd
     from fbat_tf.evaluation import pgd_attacks
-    from fbat_tf.records import TrainConfig
+    from fbat_tf.records import TrainConfig, units
     from fbat_tf.sweeps import estimate, evaluations
+
+    # ε: the run's, train.py's flag (in 1/255 units) and a method's made without one.
+    assert catalog.EPS == 8 / 255
+    assert TrainConfig(workdir="w").eps == catalog.EPS
+    assert absl_flags.FLAGS["eps"].default == units.in_flag_units(catalog.EPS) == 8.0
+    assert inspect.signature(methods.create).parameters["eps"].default == catalog.EPS
 
     other_units = {"workdir", "eps", "precision", "jit_compile", "verbose"}
     compared = 0

@@ -346,7 +346,7 @@ def defaults(name: str) -> dict[str, Any]:
     return entry(name).defaults()
 
 
-def create(name: str, eps: float = 8.0 / 255, norm: str = "linf", **options: Any):
+def create(name: str, eps: float = catalog.EPS, norm: str = "linf", **options: Any):
     """The method `name` with budget ε (pixel units) under the norm `norm` ("linf", or "l2"
     for the methods with an L2 form: ValueError saying why for the others) and its options
     (None = default)."""

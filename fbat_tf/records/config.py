@@ -31,7 +31,7 @@ class TrainConfig:
     model: str = "preact_resnet18"
     width: int | None = None
     activation: str = "relu"
-    eps: float = 8.0 / 255
+    eps: float = catalog.EPS
     norm: str = "linf"
     method_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     epochs: int = 20
