@@ -52,7 +52,7 @@ import keras
 import tensorflow as tf
 
 from export import artifacts, versions
-from fbat_tf import data, provenance
+from fbat_tf import catalog, data, provenance
 from fbat_tf.records import finite_or_null, units
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
@@ -325,7 +325,7 @@ def model_card(workdir: str) -> dict[str, Any]:
             "robust_accuracy": tested_pgd.robust_accuracy,
             "steps": config.eval_pgd_steps,
             "restarts": config.eval_pgd_restarts,
-            "step_size": eps / 4,  # DESIGN.md §4: steps of ε/4 (signed; normalized for L2)
+            "step_size": eps * catalog.PGD_STEP_SIZE,  # the attack's default (ε/4)
             "time_s": tested_pgd.seconds,
         }
     autoattack = None

@@ -39,6 +39,10 @@ EPS = 8 / 255
 # of PGD's steps and restarts (the attack, its registry options, train.py's final test, a sweep
 # definition's evaluation) is this one.
 PGD_STEPS, PGD_RESTARTS = 50, 10
+# PGD's step size unless told otherwise, as a multiple of ε: ε/4 (DESIGN.md §4.2; a signed step
+# under L∞, a normalized one under L2). The attack's default, and what a model card states of
+# train.py's test.
+PGD_STEP_SIZE = 1 / 4
 
 # What train.py and `python -m export` write (DESIGN.md §5.4): the SavedModel always (TF-Serving
 # serves its folder, and the other formats are checked against it), ONNX and LiteRT beside it on

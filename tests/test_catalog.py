@@ -5,6 +5,7 @@ once."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -85,10 +86,10 @@ def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name,
     assert methods.cost_variant(name, method.config()) == spelled  # from a recorded config
 
 
-def test_each_default_is_written_once():
+def test_each_default_is_written_once(tmp_path):
     """train.py's flags take TrainConfig's defaults (ε's in its own units), the default ε is
-    the catalog's 8/255, and every default of PGD's steps and restarts is the catalog's
-    PGD-50-10."""
+    the catalog's 8/255, every default of PGD's steps and restarts is the catalog's PGD-50-10
+    and its step size the catalog's ε/4."""
     import dataclasses
     import inspect
 
@@ -127,6 +128,27 @@ def test_each_default_is_written_once():
     assert (older["pgd_steps"], older["pgd_restarts"]) == pgd
     defaults = estimate.TRAIN_DEFAULTS
     assert (defaults["eval_pgd_steps"], defaults["eval_pgd_restarts"]) == pgd
+    # PGD's step size: the attack's default, and the model card's account of train.py's test.
+    from export import savedmodel
+
+    assert catalog.PGD_STEP_SIZE == 1 / 4
+    assert PGD(catalog.EPS).step_size == catalog.EPS * catalog.PGD_STEP_SIZE
+    (tmp_path / "results.json").write_text(
+        json.dumps(
+            {
+                "config": {"workdir": str(tmp_path), "eps": catalog.EPS},
+                "status": "complete",
+                "history": [],
+                "final": {
+                    "test_examples": 4,
+                    "test_clean_accuracy": 0.5,
+                    "test_pgd_robust_accuracy": 0.25,
+                },
+            }
+        )
+    )
+    card_pgd = savedmodel.model_card(str(tmp_path))["robustness"]["pgd"]
+    assert card_pgd["step_size"] == PGD(catalog.EPS).step_size
     # A method option's default is its declaration's: train.py's flag and the constructor take
     # it from there.
     declared = 0

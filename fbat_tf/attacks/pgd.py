@@ -52,7 +52,7 @@ class PGD(Attack):
         self.norm = constraints.check_norm(norm)
         self.steps = int(steps)
         self.restarts = int(restarts)
-        self.step_size = self.eps / 4 if step_size is None else float(step_size)
+        self.step_size = self.eps * catalog.PGD_STEP_SIZE if step_size is None else float(step_size)
         # Without a random start the attack starts from x (δ = 0).
         self.random_start = bool(random_start)
         self._run = Loop(self._attack, jit_compile, batched=2)
