@@ -101,7 +101,7 @@ def test_each_default_is_written_once(tmp_path):
     from fbat_tf.attacks.transfer import transfer_pgd
     from fbat_tf.evaluation import pgd_attacks
     from fbat_tf.records import TrainConfig, units
-    from fbat_tf.sweeps import estimate, evaluations
+    from fbat_tf.sweeps import definition, estimate, evaluations
 
     # ε: the run's, train.py's flag (in 1/255 units) and a method's made without one.
     assert catalog.EPS == 8 / 255
@@ -149,6 +149,13 @@ def test_each_default_is_written_once(tmp_path):
     )
     card_pgd = savedmodel.model_card(str(tmp_path))["robustness"]["pgd"]
     assert card_pgd["step_size"] == PGD(catalog.EPS).step_size
+    # A sweep's evaluation batch: a Definition's, and that of each form of "evaluation".
+    batch = evaluations.EVALUATION_DEFAULTS["batch_size"]
+    assert batch == 500
+    fields = {field.name: field.default for field in dataclasses.fields(definition.Definition)}
+    assert fields["batch_size"] == batch
+    for given in ({}, {"attacks": [{"attack": "pgd"}]}):
+        assert evaluations.parse_evaluations("d.json", given)[0] == batch
     # A method option's default is its declaration's: train.py's flag and the constructor take
     # it from there.
     declared = 0

@@ -57,7 +57,7 @@ from fbat_tf import attacks, methods, run
 from fbat_tf.sweeps import masking, tuning_groups
 from fbat_tf.sweeps.cells import NAME_FIRST, NAME_LAST, Cell, cell_name, word
 from fbat_tf.sweeps.errors import DefinitionError
-from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluations
+from fbat_tf.sweeps.evaluations import EVALUATION_DEFAULTS, Evaluation, parse_evaluations
 
 RESULTS = run.RESULTS
 FLAGS_FILE = run.FLAGS
@@ -90,7 +90,9 @@ class Definition:
     flags: dict[str, Any]
     grid: list[dict[str, list[Any]]]
     evaluations: list[Evaluation]
-    batch_size: int = 500
+    # evaluate.py's --batch_size in every evaluation command; a definition's "evaluation" may
+    # set it.
+    batch_size: int = EVALUATION_DEFAULTS["batch_size"]
     paper: str | None = None
     # Flags set on every cell over the definition and the grid (sweep.py --override); a report
     # of such a sweep says its numbers are not comparable with the definition's.

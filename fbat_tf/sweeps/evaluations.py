@@ -13,7 +13,7 @@ from typing import Any
 from fbat_tf import attacks, catalog, run
 from fbat_tf.sweeps.errors import DefinitionError
 
-# The older form of "evaluation" and its defaults.
+# The older form of "evaluation" and its defaults; the batch size is every form's default.
 EVALUATION_DEFAULTS = {
     "pgd_steps": catalog.PGD_STEPS,
     "pgd_restarts": catalog.PGD_RESTARTS,
