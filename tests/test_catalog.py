@@ -102,6 +102,7 @@ def test_each_default_is_written_once(tmp_path):
     from fbat_tf.evaluation import pgd_attacks
     from fbat_tf.records import TrainConfig, units
     from fbat_tf.sweeps import definition, estimate, evaluations
+    from fbat_tf.sweeps.cells import Cell
 
     # ε: the run's, train.py's flag (in 1/255 units) and a method's made without one.
     assert catalog.EPS == 8 / 255
@@ -156,6 +157,16 @@ def test_each_default_is_written_once(tmp_path):
     assert fields["batch_size"] == batch
     for given in ({}, {"attacks": [{"attack": "pgd"}]}):
         assert evaluations.parse_evaluations("d.json", given)[0] == batch
+    # PGD-7-3's forward-backward passes: the registry's, which a sweep's estimate of train.py's
+    # validation (and FGSM's and a clean pass) and final test (and a clean pass) counts.
+    seven_three = {"steps": 7, "restarts": 3}
+    passes = attacks.passes("pgd", seven_three)
+    assert passes == 7 * 3 == attacks.passes("transfer", seven_three)
+    cell = Cell("c", {"val_attack_steps": 7, "val_restarts": 3, "val_examples": 1}, ())
+    assert estimate._validation_seconds({}, cell, 1.0) == passes + 2
+    final = {"eval_pgd_steps": 7, "eval_pgd_restarts": 3, "eval_autoattack": False}
+    cell = Cell("c", {**final, "eval_examples": 1}, ())
+    assert estimate._final_seconds({}, cell, 1.0, 0.5) == 1 + passes
     # A method option's default is its declaration's: train.py's flag and the constructor take
     # it from there.
     declared = 0

@@ -74,6 +74,11 @@ class Entry:
         return {option.name: option.default for option in self.options}
 
 
+def _pgd_passes(options: Mapping[str, Any], robust: float) -> float:
+    """PGD-K-R's (and transfer PGD's): one forward-backward pass per step of each restart."""
+    return options["steps"] * options["restarts"]
+
+
 _PGD_OPTIONS = (
     Option("steps", catalog.PGD_STEPS, "PGD steps K.", lower_bound=1),
     Option("restarts", catalog.PGD_RESTARTS, "PGD random restarts R.", lower_bound=1),
@@ -105,7 +110,7 @@ REGISTRY: dict[str, Entry] = {
             _PGD_OPTIONS,
             "pgd",
             ("jit_compile", "norm"),
-            passes=lambda o, robust: o["steps"] * o["restarts"],
+            passes=_pgd_passes,
         ),
         Entry(
             "autoattack",
@@ -154,7 +159,7 @@ REGISTRY: dict[str, Entry] = {
             _PGD_OPTIONS,
             "pgd",
             ("source", "norm"),
-            passes=lambda o, robust: o["steps"] * o["restarts"],
+            passes=_pgd_passes,
             black_box=True,  # crafted on the source: it needs no gradient of the model attacked
         ),
     )

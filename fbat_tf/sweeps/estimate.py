@@ -81,7 +81,7 @@ def _validation_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float) ->
     clean one) × the seconds of a pass."""
     flags = {**TRAIN_DEFAULTS, **cell.flags}
     examples = _examples(spec, cell, int(flags["val_examples"]), "validation_examples")
-    passes = int(flags["val_attack_steps"]) * int(flags["val_restarts"]) + 2
+    passes = _pgd_passes(flags["val_attack_steps"], flags["val_restarts"]) + 2
     return (examples or 0) * passes * per_pass
 
 
@@ -90,10 +90,15 @@ def _final_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float, robust:
     AutoAttack (standard) per example."""
     flags = {**TRAIN_DEFAULTS, **cell.flags}
     examples = _examples(spec, cell, int(flags["eval_examples"]), "test_examples")
-    passes = 1 + int(flags["eval_pgd_steps"]) * int(flags["eval_pgd_restarts"])
+    passes = 1 + _pgd_passes(flags["eval_pgd_steps"], flags["eval_pgd_restarts"])
     if _true(flags["eval_autoattack"]):
         passes += attacks.passes("autoattack", {}, robust)
     return (examples or 0) * passes * per_pass
+
+
+def _pgd_passes(steps: Any, restarts: Any) -> float:
+    """PGD-K-R's forward-backward passes per example, as the attack registry counts them."""
+    return attacks.passes("pgd", {"steps": int(steps), "restarts": int(restarts)})
 
 
 def _true(value: Any) -> bool:
