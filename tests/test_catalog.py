@@ -86,10 +86,11 @@ def test_a_method_s_cost_variant_is_bench_step_time_s_name_for_it(spelled, name,
     assert methods.cost_variant(name, method.config()) == spelled  # from a recorded config
 
 
-def test_each_default_is_written_once(tmp_path):
+def test_each_default_is_written_once(tmp_path, monkeypatch):
     """train.py's flags take TrainConfig's defaults (ε's in its own units), the default ε is
     the catalog's 8/255, every default of PGD's steps and restarts is the catalog's PGD-50-10
-    and its step size the catalog's ε/4."""
+    and its step size the catalog's ε/4; a sweep's evaluation batch, PGD's passes and every
+    method option's default (also where an older record is read) each have one source."""
     import dataclasses
     import inspect
 
@@ -97,6 +98,7 @@ def test_each_default_is_written_once(tmp_path):
 
     import flags.common  # noqa: F401 (defines the flags)
     import flags.train  # noqa: F401
+    from export import savedmodel
     from fbat_tf.attacks.pgd import PGD
     from fbat_tf.attacks.transfer import transfer_pgd
     from fbat_tf.evaluation import pgd_attacks
@@ -130,8 +132,6 @@ def test_each_default_is_written_once(tmp_path):
     defaults = estimate.TRAIN_DEFAULTS
     assert (defaults["eval_pgd_steps"], defaults["eval_pgd_restarts"]) == pgd
     # PGD's step size: the attack's default, and the model card's account of train.py's test.
-    from export import savedmodel
-
     assert catalog.PGD_STEP_SIZE == 1 / 4
     assert PGD(catalog.EPS).step_size == catalog.EPS * catalog.PGD_STEP_SIZE
     (tmp_path / "results.json").write_text(
@@ -180,3 +180,17 @@ def test_each_default_is_written_once(tmp_path):
             assert parameters[option.name].default == option.default, (name, option.name)
             declared += 1
     assert declared >= 12
+    # Fast-BAT's ig_coef where an older record names none: the declaration's, so that the
+    # record reads as one stating it, and as first-order Fast-BAT were the default 0.
+    ig_coef = methods.defaults("fastbat")["ig_coef"]
+    assert ig_coef == 0.1
+    unstated = methods.recorded_config("fastbat", {})
+    assert unstated.get("ig") == methods.recorded_config("fastbat", {"ig_coef": ig_coef}).get("ig")
+    fastbat = methods.entry("fastbat")
+    zero = [
+        dataclasses.replace(o, default=0.0) if o.name == "ig_coef" else o for o in fastbat.options
+    ]
+    monkeypatch.setitem(
+        methods.REGISTRY, "fastbat", dataclasses.replace(fastbat, options=tuple(zero))
+    )
+    assert methods.recorded_config("fastbat", {})["ig"] == "none"

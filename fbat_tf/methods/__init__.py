@@ -99,6 +99,13 @@ def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
     return catalog.added(*parts)
 
 
+def _fastbat_as_now(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A recorded config with a zero implicit coefficient (the declared default where it names
+    none) as first-order Fast-BAT (ig "none"), which runs' configs said only lately."""
+    ig_coef = config.get("ig_coef", defaults("fastbat")["ig_coef"])
+    return {**config, "ig": "none"} if float(ig_coef) == 0 else config
+
+
 def _elle_passes(config: Mapping[str, Any]) -> dict[str, int]:
     attack = config.get("attack", defaults("elle")["attack"])
     return counts(4, 4) if attack == ELLE_ATTACKS[2] else counts(5, 5)
@@ -250,9 +257,7 @@ REGISTRY: dict[str, Entry] = {
             _FASTBAT,
             passes=_fastbat_passes,
             cost_options={"ig": "hessian_free"},
-            # A zero implicit coefficient is first-order Fast-BAT (ig "none"), which runs'
-            # configs said only lately.
-            as_now=lambda c: {**c, "ig": "none"} if float(c.get("ig_coef", 0.1)) == 0 else c,
+            as_now=_fastbat_as_now,
         ),
         Entry(
             "elle",
