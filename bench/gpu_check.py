@@ -30,7 +30,6 @@ figures) are reported as skipped on a CPU. Exits non-zero if a gradient check fa
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -39,6 +38,8 @@ import time
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness import write_json  # noqa: E402
 
 _MODEL = flags.DEFINE_string(
     "model", "preact_resnet18", "Architecture (the H100 figures are PreActResNet-18's)."
@@ -108,41 +109,36 @@ def verdict(error: float, tolerance: float) -> str:
     return "ok" if error <= tolerance else "FAIL"
 
 
-def main(argv):
-    del argv
-    import keras
-    import numpy as np
-    import tensorflow as tf
+class Problem:
+    """What every way of computing the gradient shares: the model (its float32 weights), one
+    random CIFAR-shaped batch, and Fast-BAT's random start δ0, drawn once here so that XLA's own
+    random numbers do not enter."""
 
-    from fbat_tf import constraints, device, methods, models
-    from fbat_tf.methods.base import input_gradient
-    from fbat_tf.methods.fast_bat import FastBAT
+    def __init__(self, width: int, batch: int):
+        import numpy as np
+        import tensorflow as tf
 
-    # On Ampere and newer GPUs TensorFlow runs float32 convolutions and matrix products in TF32
-    # (10-bit mantissa) by default, whose rounding alone exceeds the float32 tolerance: the
-    # check turns it off, so that float32 means float32 and a failure means Fast-BAT's
-    # arithmetic. Training keeps TensorFlow's default.
-    training_tf32 = device.tf32_in_use()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    on_gpu = device.gpu_compute_capability() is not None
-    width = _WIDTH.value or (64 if on_gpu else 8)
-    batch = _BATCH.value or (128 if on_gpu else 8)
-    rng = np.random.default_rng(0)
-    x = tf.constant(rng.uniform(0, 1, (batch, 32, 32, 3)), tf.float32)
-    y = tf.constant(rng.integers(0, 10, batch), tf.int32)
-    seed = tf.constant([0, 0], tf.int32)
-    delta0 = constraints.project(
-        tf.constant(rng.uniform(-EPS / 2, EPS / 2, (batch, 32, 32, 3)), tf.float32), x, EPS
-    )
+        from fbat_tf import constraints
 
-    class FixedStart(FastBAT):
-        """Fast-BAT whose random start is the δ0 drawn above, wherever it runs."""
+        self.width, self.batch = width, batch
+        rng = np.random.default_rng(0)
+        self.x = tf.constant(rng.uniform(0, 1, (batch, 32, 32, 3)), tf.float32)
+        self.y = tf.constant(rng.integers(0, 10, batch), tf.int32)
+        self.seed = tf.constant([0, 0], tf.int32)
+        self.delta0 = constraints.project(
+            tf.constant(rng.uniform(-EPS / 2, EPS / 2, (batch, 32, 32, 3)), tf.float32),
+            self.x,
+            EPS,
+        )
+        self.reference_model = self.build("float32")
+        self.weights = self.reference_model.get_weights()
 
-        def linearization_point(self, model, x, y, seed, loss_scale=None):
-            grad = input_gradient(model, x, delta0, y, loss_scale)
-            return constraints.project(delta0 + self.lambda_inv * grad, x, self.eps)
+    def build(self, policy: str):
+        """A new model under `policy` (initialized from the same seed)."""
+        import keras
 
-    def build(policy):
+        from fbat_tf import models
+
         keras.mixed_precision.set_global_policy(policy)
         keras.utils.set_random_seed(1)
         model = models.build(
@@ -151,15 +147,65 @@ def main(argv):
             (32, 32, 3),
             mean=0.5,
             std=0.25,
-            width=width,
+            width=self.width,
             activation=_ACTIVATION.value,
         )
         keras.mixed_precision.set_global_policy("float32")
         return model
 
-    reference_model = build("float32")
-    weights = reference_model.get_weights()
-    print(f"device: {device.describe()}; {_MODEL.value} width {width}, batch {batch}")
+    def model(self, policy: str):
+        """The float32 model itself, or a new one under another policy."""
+        return self.reference_model if policy == "float32" else self.build(policy)
+
+    def fixed_start(self, **options):
+        """Fast-BAT whose random start is δ0, wherever it runs."""
+        from fbat_tf import constraints
+        from fbat_tf.methods.base import input_gradient
+        from fbat_tf.methods.fast_bat import FastBAT
+
+        delta0 = self.delta0
+
+        class FixedStart(FastBAT):
+            def linearization_point(self, model, x, y, seed, loss_scale=None):
+                grad = input_gradient(model, x, delta0, y, loss_scale)
+                return constraints.project(delta0 + self.lambda_inv * grad, x, self.eps)
+
+        return FixedStart(EPS, **options)
+
+    def gradient(self, policy, jit, mode, plain=False, first_order=False):
+        """The weight gradient under `policy` (XLA if `jit`, autodiff `mode`), as float32
+        arrays: Fast-BAT's, its first-order part alone, or the plain training gradient."""
+        import tensorflow as tf
+
+        from fbat_tf import methods
+
+        model = self.model(policy)
+        model.set_weights(self.weights)
+        if plain:  # the plain training gradient at x: the policy's own rounding
+            method = methods.create("standard", eps=EPS)
+        else:
+            method = self.fixed_start(
+                lambda_inv=LAMBDA_INV,
+                ig_coef=0.0 if first_order else IG_COEF,
+                implicit_autodiff=mode or "auto",
+            )
+        scale = tf.constant(LOSS_SCALE if policy == "mixed_float16" else 1.0, tf.float32)
+
+        def step():
+            grads, _ = method.gradients(model, self.x, self.y, self.seed, scale)
+            return [tf.cast(g, tf.float32) / scale for g in grads]
+
+        run = tf.function(step, jit_compile=True) if jit else step
+        return [g.numpy() for g in run()]
+
+
+def print_setting(problem: Problem, training_tf32: bool) -> None:
+    """The device, the model, how training runs in TF32 here, and the tolerances."""
+    from fbat_tf import device
+
+    print(
+        f"device: {device.describe()}; {_MODEL.value} width {problem.width}, batch {problem.batch}"
+    )
     print(
         "TF32 in training here: "
         + (
@@ -175,82 +221,64 @@ def main(argv):
     for policy in ("mixed_bfloat16", "mixed_float16"):
         print(f"  {policy}: {POLICY_FACTOR:g}x the policy's own error on the plain gradient")
 
-    def gradient(policy, jit, mode, plain=False, first_order=False):
-        model = reference_model if policy == "float32" else build(policy)
-        model.set_weights(weights)
-        if plain:  # the plain training gradient at x: the policy's own rounding
-            method = methods.create("standard", eps=EPS)
-        else:
-            method = FixedStart(
-                EPS,
-                lambda_inv=LAMBDA_INV,
-                ig_coef=0.0 if first_order else IG_COEF,
-                implicit_autodiff=mode or "auto",
-            )
-        scale = tf.constant(LOSS_SCALE if policy == "mixed_float16" else 1.0, tf.float32)
 
-        def step():
-            grads, _ = method.gradients(model, x, y, seed, scale)
-            return [tf.cast(g, tf.float32) / scale for g in grads]
-
-        run = tf.function(step, jit_compile=True) if jit else step
-        return [g.numpy() for g in run()]
-
-    results = {
-        "device": device.describe(),
-        "width": width,
-        "batch_size": batch,
-        # TF32 as training runs (TensorFlow's default here) and as this check ran (off).
-        "tf32_in_training": training_tf32,
-        "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
-        "checks": [],
-    }
-    reference = gradient("float32", False, "backward_over_backward")
-    first_order = gradient("float32", False, None, first_order=True)
+def implicit_term(problem: Problem, reference: list) -> tuple[list, float]:
+    """The implicit term c·g2 of the reference gradient (it minus first-order Fast-BAT's), and
+    its share of the gradient's norm."""
+    first_order = problem.gradient("float32", False, None, first_order=True)
     implicit = [r - f for r, f in zip(reference, first_order, strict=True)]
     share = relative_error(first_order, reference)
-    results["implicit_term_share"] = share
     print(
         f"The implicit term c·g2 is {100 * share:.1f}% of the gradient's norm here "
         f"(c = {IG_COEF:g}); it is checked alone too (the gradient minus first-order Fast-BAT's)."
     )
-    plain_reference = gradient("float32", False, None, plain=True)
+    return implicit, share
+
+
+def policy_errors(problem: Problem) -> dict[str, float]:
+    """Each mixed policy's own error on the plain training gradient (XLA)."""
+    plain_reference = problem.gradient("float32", False, None, plain=True)
     own_error = {
-        policy: relative_error(gradient(policy, True, None, plain=True), plain_reference)
+        policy: relative_error(problem.gradient(policy, True, None, plain=True), plain_reference)
         for policy in ("mixed_bfloat16", "mixed_float16")
         if policy in _POLICIES.value
     }
-    results["policy_error_on_the_plain_gradient"] = own_error
     print(
         "\nThe policies' own error on the plain training gradient: "
         + ", ".join(f"{policy} {error:.2e}" for policy, error in own_error.items())
     )
-    failed = False
+    return own_error
+
+
+def check_gradients(
+    problem: Problem, reference: list, implicit: list, own_error: dict[str, float]
+) -> list[dict]:
+    """Fast-BAT's gradient, and its implicit term alone, each way of TOLERANCES against float32
+    eager backward-over-backward: a table row and a check each."""
     print("\nFast-BAT's gradient against float32 eager backward-over-backward (relative error):")
     print("| policy | execution | autodiff | gradient | implicit term | tolerance | verdict |")
     print("|---|---|---|---|---|---|---|")
-    first_orders = {}
+    checks, first_orders = [], {}
     for (policy, execution, mode), tolerance in TOLERANCES.items():
         if policy not in _POLICIES.value:
             print(f"| {policy} | {execution} | {mode} | skipped (--policies) | | | |")
             continue
         if tolerance is None:
             tolerance = POLICY_FACTOR * own_error[policy]
-        computed = gradient(policy, execution == "xla", mode)
+        computed = problem.gradient(policy, execution == "xla", mode)
         error = relative_error(computed, reference)
         # The implicit term alone, against float32 eager's: computed minus first-order.
         key = (policy, execution)
         if key not in first_orders:  # the same whichever autodiff mode
-            first_orders[key] = gradient(policy, execution == "xla", None, first_order=True)
+            first_orders[key] = problem.gradient(policy, execution == "xla", None, first_order=True)
         alone = [c - f for c, f in zip(computed, first_orders[key], strict=True)]
         implicit_error = relative_error(alone, implicit)
         outcome = verdict(max(error, implicit_error), tolerance)
-        failed |= outcome == "FAIL"
         print(
             f"| {policy} | {execution} | {mode} | {error:.2e} | {implicit_error:.2e} | "
             f"{tolerance:.2e} | {outcome} |"
         )
-        results["checks"].append(
+        checks.append(
             {
                 "policy": policy,
                 "execution": execution,
@@ -261,32 +289,44 @@ def main(argv):
                 "verdict": outcome,
             }
         )
+    return checks
+
+
+def auto_picks(on_gpu: bool) -> dict:
+    """What `auto` picks on this device: dtype policy, XLA, autodiff mode."""
+    from fbat_tf import device
 
     picked = {
         "precision": device.resolve_precision("auto"),
         "jit_compile": device.resolve_jit_compile("auto"),
         "implicit_autodiff": device.resolve_implicit_autodiff("auto"),
     }
-    results["auto"] = picked
     print(f"\n`auto` picks here: {picked}")
     if not on_gpu:
         print("skipped (no GPU): that `auto` picks XLA, a mixed policy and forward-over-backward")
+    return picked
 
-    policy = picked["precision"]
+
+# The steps timed: (method, its options).
+TIMED_STEPS = {
+    "fastat": ("fastat", {}),
+    "fastbat backward_over_backward": ("fastbat", {"implicit_autodiff": "backward_over_backward"}),
+    "fastbat forward_over_backward": ("fastbat", {"implicit_autodiff": "forward_over_backward"}),
+}
+
+
+def time_steps(problem: Problem, policy: str) -> dict[str, float]:
+    """Each of TIMED_STEPS' gradient steps under XLA in `policy`: ms, the median of --repeats
+    calls after two untimed."""
+    import tensorflow as tf
+
+    from fbat_tf import methods
+
+    x, y, seed = problem.x, problem.y, problem.seed
     timed = {}
-    for name, make in (
-        ("fastat", lambda: methods.create("fastat", eps=EPS)),
-        (
-            "fastbat backward_over_backward",
-            lambda: methods.create("fastbat", eps=EPS, implicit_autodiff="backward_over_backward"),
-        ),
-        (
-            "fastbat forward_over_backward",
-            lambda: methods.create("fastbat", eps=EPS, implicit_autodiff="forward_over_backward"),
-        ),
-    ):
-        model = reference_model if policy == "float32" else build(policy)
-        method = make()
+    for name, (method_name, options) in TIMED_STEPS.items():
+        model = problem.model(policy)
+        method = methods.create(method_name, eps=EPS, **options)
         step = tf.function(
             lambda model=model, method=method: method.gradients(model, x, y, seed)[0],
             jit_compile=True,
@@ -299,7 +339,11 @@ def main(argv):
             [g.numpy() for g in step()]
             seconds.append(time.perf_counter() - start)
         timed[name] = 1000 * statistics.median(seconds)
-    results["step_ms"] = {"policy": policy, **timed}
+    return timed
+
+
+def print_times(timed: dict[str, float], policy: str, on_gpu: bool, problem: Problem) -> None:
+    """The step times beside Fast-AT's and the H100 figures (on a GPU)."""
     print(f"\nGradient step time here ({policy}, XLA, median of {_REPEATS.value}), ms:")
     h100 = H100_MS.get(policy)
     print("| step | here | × Fast-AT | H100, JAX (bench/README.md) |")
@@ -307,13 +351,50 @@ def main(argv):
     for name, ms in timed.items():
         reference_ms = f"{h100[name]:.1f}" if (on_gpu and h100) else "skipped (no GPU)"
         print(f"| {name} | {ms:.1f} | {ms / timed['fastat']:.2f} | {reference_ms} |")
-    if on_gpu and (_MODEL.value, width, batch) != ("preact_resnet18", 64, 128):
+    if on_gpu and (_MODEL.value, problem.width, problem.batch) != ("preact_resnet18", 64, 128):
         print("The H100 figures are for width 64, batch 128: compare ratios only.")
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from fbat_tf import device
+
+    # On Ampere and newer GPUs TensorFlow runs float32 convolutions and matrix products in TF32
+    # (10-bit mantissa) by default, whose rounding alone exceeds the float32 tolerance: the
+    # check turns it off, so that float32 means float32 and a failure means Fast-BAT's
+    # arithmetic. Training keeps TensorFlow's default.
+    training_tf32 = device.tf32_in_use()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    on_gpu = device.gpu_compute_capability() is not None
+    problem = Problem(_WIDTH.value or (64 if on_gpu else 8), _BATCH.value or (128 if on_gpu else 8))
+    print_setting(problem, training_tf32)
+    reference = problem.gradient("float32", False, "backward_over_backward")
+    implicit, share = implicit_term(problem, reference)
+    own_error = policy_errors(problem)
+    checks = check_gradients(problem, reference, implicit, own_error)
+    picked = auto_picks(on_gpu)
+    policy = picked["precision"]
+    timed = time_steps(problem, policy)
+    print_times(timed, policy, on_gpu, problem)
+    results = {
+        "device": device.describe(),
+        "width": problem.width,
+        "batch_size": problem.batch,
+        # TF32 as training runs (TensorFlow's default here) and as this check ran (off).
+        "tf32_in_training": training_tf32,
+        "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
+        "checks": checks,
+        "implicit_term_share": share,
+        "policy_error_on_the_plain_gradient": own_error,
+        "auto": picked,
+        "step_ms": {"policy": policy, **timed},
+    }
     if _JSON.value:
-        with open(_JSON.value, "w") as f:
-            json.dump(results, f, indent=2)
+        write_json(_JSON.value, results)
         print(f"\nresults in {_JSON.value}")
-    if failed:
+    if any(check["verdict"] == "FAIL" for check in checks):
         sys.exit("error: a gradient check failed (FAIL above): do not trust runs on this device")
     print("\nall gradient checks passed")
 

@@ -9,6 +9,7 @@ steps and the memory they take, the machine and its load, the command line and t
     with load_average() as load: ...                        # load["before"], load["after"]
     markdown = table("A heading", ["method", "time (s)"], [["fastat", "0.41"]])
     publish(markdown, summary, "bench/results/x.json")      # print the table, write the JSON
+    publish(markdown, summary, "x.json", markdown_path="x.md")  # and the table beside it
 
 A child is the calling script run again with `--child=<name>`; it prints one line
 `RESULT <json>` (`report`). The parent passes on its own flags except --methods, --json and
@@ -305,7 +306,13 @@ def write_json(path: str | None, payload: dict) -> None:
             json.dump(payload, f, indent=2)
 
 
-def publish(markdown: str, payload: dict, path: str | None) -> None:
-    """Print the Markdown table and write the JSON (if `path`)."""
+def publish(
+    markdown: str, payload: dict, path: str | None, markdown_path: str | None = None
+) -> None:
+    """Print the Markdown table, write the JSON (if `path`) and the Markdown, ending in a newline
+    (if `markdown_path`)."""
     print(markdown)
     write_json(path, payload)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(markdown + "\n")

@@ -110,8 +110,8 @@ MUTATIONS = [
         "T7a",
         "APGD without step-size halving",
         "fbat_tf/attacks/apgd.py",
-        "step_size = tf.where(halve, step_size / 2.0, step_size)",
-        "step_size = tf.where(halve, step_size, step_size)",
+        "step_size = tf.where(halve, state.step_size / 2.0, state.step_size)",
+        "step_size = tf.where(halve, state.step_size, state.step_size)",
         (
             "tests/test_apgd.py::test_apgd_step_sizes_follow_a_numpy_transcription_of_the_reference_loop",
         ),

@@ -1,7 +1,9 @@
-"""bench/harness.py's bookkeeping: method variants by name, turns, and medians over rounds."""
+"""bench/harness.py's bookkeeping: method variants by name, turns, medians over rounds, and the
+files a script publishes."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -47,3 +49,22 @@ def test_a_table_has_its_heading_columns_and_rows():
         "Heading\n\n| method | s |\n|---|---|\n| fastat | 0.41 |\n| free | |"
     )
     assert harness.table(None, ["a"], [[1]]) == "| a |\n|---|\n| 1 |"
+
+
+def test_publish_prints_the_table_and_writes_the_record_and_the_table_beside_it(tmp_path, capsys):
+    record = {"command": "python bench/x.py", "rows": [{"method": "fastat", "s": 0.41}], "ok": True}
+    markdown = harness.table("A heading", ["method", "s"], [["fastat", "0.41"]])
+    folder = tmp_path / "results"  # not there yet: made for the JSON
+    harness.publish(markdown, record, str(folder / "x.json"), markdown_path=str(folder / "x.md"))
+    assert capsys.readouterr().out == markdown + "\n"
+    written = (folder / "x.json").read_text()
+    assert json.loads(written) == record
+    assert written == json.dumps(record, indent=2)  # as the committed records: indent 2, no newline
+    table = (folder / "x.md").read_text()
+    assert table == "A heading\n\n| method | s |\n|---|---|\n| fastat | 0.41 |\n"
+    # Without a Markdown path only the JSON is written; without either, the table is only printed.
+    harness.publish(markdown, {"n": 1}, str(folder / "y.json"))
+    harness.publish(markdown, {"n": 2}, None)
+    assert capsys.readouterr().out == 2 * (markdown + "\n")
+    assert sorted(os.listdir(folder)) == ["x.json", "x.md", "y.json"]
+    assert json.loads((folder / "y.json").read_text()) == {"n": 1}

@@ -13,7 +13,6 @@ epoch's training loss and the final test numbers. Writes bench/results/demo_isa.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # fbat_tf, run from a checkout without installing it
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from harness import publish  # noqa: E402
 
 from fbat_tf.records import RunRecord  # noqa: E402
 
@@ -61,9 +63,6 @@ def main() -> None:
         directory = args.runs or scratch
         found = {name: numbers(run(name, directory)) for name in SETTINGS}
     found["recorded"] = numbers(RECORDED)
-    out = os.path.join(ROOT, "bench", "results", "demo_isa")
-    with open(f"{out}.json", "w") as f:
-        json.dump({"command": f"python train.py --flagfile={FLAGFILE}", "runs": found}, f, indent=2)
     lines = [
         "| run | CPU | ISA cap | epoch losses | test clean | test PGD-20 |",
         "|---|---|---|---|---|---|",
@@ -76,9 +75,9 @@ def main() -> None:
             f"| {name} | {machine.get('cpu', '?')} | {cap} | {losses} | "
             f"{got['test_clean']:.4f} | {got['test_pgd']:.4f} |"
         )
-    with open(f"{out}.md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    out = os.path.join(ROOT, "bench", "results", "demo_isa")
+    payload = {"command": f"python train.py --flagfile={FLAGFILE}", "runs": found}
+    publish("\n".join(lines), payload, f"{out}.json", markdown_path=f"{out}.md")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,14 @@ the accuracy after APGD-T minus the accuracy after FAB-T, times the examples. Re
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)  # fbat_tf, run from a checkout without installing it
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from harness import publish  # noqa: E402
 
 from fbat_tf.records import EvaluationResult  # noqa: E402
 
@@ -52,9 +54,6 @@ def main() -> None:
         "evaluations_where_it_broke_any": sum(1 for row in found if row["fab_t_broke"] > 0),
         "most_in_one": {key: worst[key] for key in ("file", "budget", "examples", "fab_t_broke")},
     }
-    out = os.path.join(ROOT, "bench", "results", "fab_share")
-    with open(f"{out}.json", "w") as f:
-        json.dump({"summary": summary, "evaluations": found}, f, indent=2)
     text = "\n".join(
         [
             "| AutoAttack evaluations | examples | broken by FAB-T after APGD-T | evaluations "
@@ -65,9 +64,9 @@ def main() -> None:
             f"{worst['examples']} ({worst['file']}, {worst['budget']}) |",
         ]
     )
-    with open(f"{out}.md", "w") as f:
-        f.write(text + "\n")
-    print(text)
+    out = os.path.join(ROOT, "bench", "results", "fab_share")
+    payload = {"summary": summary, "evaluations": found}
+    publish(text, payload, f"{out}.json", markdown_path=f"{out}.md")
 
 
 if __name__ == "__main__":

@@ -34,11 +34,11 @@ from harness import (  # noqa: E402
     command_line,
     describe,
     machine,
+    publish,
     report,
     run_child,
     run_evaluate,
     table,
-    write_json,
 )
 
 BATCH_SIZE = 128
@@ -167,7 +167,6 @@ def main(argv: list[str]) -> None:
         "machine": machine(),
         "command": command_line(),
     }
-    write_json(os.path.join(out, "reference.json"), payload)
     rows = [
         [
             name,
@@ -189,7 +188,7 @@ def main(argv: list[str]) -> None:
         f"{torch['logits_max_abs_diff']:.1e} of Keras'."
     )
     columns = ["", "fbat-tf", "reference", "difference (points)", f"same outcome (of {_N.value})"]
-    print(table(heading, columns, rows))
+    publish(table(heading, columns, rows), payload, os.path.join(out, "reference.json"))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 
-from harness import command_line, machine, write_json  # noqa: E402
+from harness import command_line, machine, publish  # noqa: E402
 
 from fbat_tf.records import EvaluationResult  # noqa: E402
 
@@ -100,7 +100,6 @@ def main(argv: list[str]) -> None:
         "sweep_dir": _SWEEP_DIR.value,
         "cells": rows,
     }
-    write_json(_JSON.value, report)
     lines = [
         f"`{report['command']}`: the selected model of each cell on its validation images at "
         "its ε: clean, FGSM (one step of ε from x) and validation-PGD accuracy (%), the gap "
@@ -116,9 +115,7 @@ def main(argv: list[str]) -> None:
             f"{100 * row['pgd']:.1f} | {100 * row['gap']:+.1f} | {aa} |"
         )
     markdown = _MARKDOWN.value or os.path.splitext(_JSON.value)[0] + ".md"
-    with open(markdown, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    publish("\n".join(lines), report, _JSON.value, markdown_path=markdown)
 
 
 if __name__ == "__main__":

@@ -281,94 +281,73 @@ class APGD(Attack):
         step_sizes = tf.TensorArray(step_size.dtype, size=self.steps, element_shape=loss.shape)
 
         def iteration(i, step_sizes, state):
-            (
-                x_adv,
-                x_previous,
-                grad,
-                x_best_adv,
-                fooled,
-                increases,
-                loss_previous,
-                x_best,
-                grad_best,
-                loss_best,
-                step_size,
-                reduced_last_check,
-                loss_best_last_check,
-            ) = state
-            step_sizes = step_sizes.write(i, step_size)
+            step_sizes = step_sizes.write(i, state.step_size)
             # The paper's Algorithm 1: a projected step to z (sign(g) for L∞, g/‖g‖₂ for L2),
             # then the momentum average x + α(z − x) + (1 − α)(x − x_previous), projected again;
             # the first step has no momentum.
             momentum = tf.cast(tf.where(i > 0, _MOMENTUM, 1.0), x.dtype)
-            z = to_ball(x_adv + _per_example(step_size, x) * direction(grad))
+            x_adv = state.x_adv
+            z = to_ball(x_adv + _per_example(state.step_size, x) * direction(state.grad))
             x_next = to_ball(
-                x_adv + momentum * (z - x_adv) + (1.0 - momentum) * (x_adv - x_previous)
+                x_adv + momentum * (z - x_adv) + (1.0 - momentum) * (x_adv - state.x_previous)
             )
-            x_previous, x_adv = x_adv, x_next
+            state = state._replace(x_previous=x_adv, x_adv=x_next)
 
-            loss, logits, grad = self._loss_and_gradient(model, x_adv, y, target)
+            loss, logits, grad = self._loss_and_gradient(model, state.x_adv, y, target)
             # Every iterate counts: a misclassified iterate replaces the kept adversarial point
             # (the reference's x_best_adv).
             fooled_now = correct(logits, y) < 0.5
-            x_best_adv = tf.where(_per_example(fooled_now, x), x_adv, x_best_adv)
-            fooled = tf.logical_or(fooled, fooled_now)
-
-            # Condition 1 counts f(x_{k+1}) > f(x_k) over the window. The first comparison is
-            # with the start point's loss, as the paper writes it (the reference's code compares
-            # with a not-yet-written zero there, loss_steps[-1]).
-            increases += tf.cast(loss > loss_previous, tf.int32)
-            loss_previous = loss
-            improved = loss > loss_best
-            x_best = tf.where(_per_example(improved, x), x_adv, x_best)
-            grad_best = tf.where(_per_example(improved, x), grad, grad_best)
-            loss_best = tf.where(improved, loss, loss_best)
+            state = state._replace(
+                grad=grad,
+                x_best_adv=tf.where(_per_example(fooled_now, x), state.x_adv, state.x_best_adv),
+                fooled=tf.logical_or(state.fooled, fooled_now),
+                # Condition 1 counts f(x_{k+1}) > f(x_k) over the window. The first comparison
+                # is with the start point's loss, as the paper writes it (the reference's code
+                # compares with a not-yet-written zero there, loss_steps[-1]).
+                increases=state.increases + tf.cast(loss > state.loss_previous, tf.int32),
+                loss_previous=loss,
+            )
+            improved = loss > state.loss_best
+            state = state._replace(
+                x_best=tf.where(_per_example(improved, x), state.x_adv, state.x_best),
+                grad_best=tf.where(_per_example(improved, x), grad, state.grad_best),
+                loss_best=tf.where(improved, loss, state.loss_best),
+            )
 
             at_checkpoint = self._is_checkpoint[i]
             halve = tf.logical_and(
                 at_checkpoint,
                 halve_step(
-                    increases,
+                    state.increases,
                     self._window[i],
                     self.rho,
-                    reduced_last_check,
-                    loss_best_last_check,
-                    loss_best,
+                    state.reduced_last_check,
+                    state.loss_best_last_check,
+                    state.loss_best,
                 ),
             )
             # Halving restarts from the best-loss point and its gradient (reference rule).
-            step_size = tf.where(halve, step_size / 2.0, step_size)
+            step_size = tf.where(halve, state.step_size / 2.0, state.step_size)
             # Only a checkpoint can halve: the other iterations skip the two selects.
             x_adv, grad = tf.cond(
                 at_checkpoint,
                 lambda: (
-                    tf.where(_per_example(halve, x), x_best, x_adv),
-                    tf.where(_per_example(halve, x), grad_best, grad),
+                    tf.where(_per_example(halve, x), state.x_best, state.x_adv),
+                    tf.where(_per_example(halve, x), state.grad_best, state.grad),
                 ),
-                lambda: (x_adv, grad),
+                lambda: (state.x_adv, state.grad),
             )
-            reduced_last_check = tf.where(at_checkpoint, halve, reduced_last_check)
-            loss_best_last_check = tf.where(at_checkpoint, loss_best, loss_best_last_check)
-            increases = tf.where(at_checkpoint, tf.zeros_like(increases), increases)
-            return (
-                i + 1,
-                step_sizes,
-                _Iterate(
-                    x_adv,
-                    x_previous,
-                    grad,
-                    x_best_adv,
-                    fooled,
-                    increases,
-                    loss_previous,
-                    x_best,
-                    grad_best,
-                    loss_best,
-                    step_size,
-                    reduced_last_check,
-                    loss_best_last_check,
+            state = state._replace(
+                step_size=step_size,
+                x_adv=x_adv,
+                grad=grad,
+                reduced_last_check=tf.where(at_checkpoint, halve, state.reduced_last_check),
+                loss_best_last_check=tf.where(
+                    at_checkpoint, state.loss_best, state.loss_best_last_check
                 ),
+                increases=tf.where(at_checkpoint, tf.zeros_like(state.increases), state.increases),
             )
+            return i + 1, step_sizes, state
 
         _, step_sizes, state = tf.while_loop(
             lambda i, *_: i < self.steps, iteration, (tf.constant(0), step_sizes, start)
