@@ -161,24 +161,7 @@ def export_model(
     input shape or list of class names, before anything is written.
     """
     target, version = versions.free_version_dir(export_dir, name, version)
-    height, width, channels = image_shape(classifier)
-    class_names = _class_names(model_card, int(classifier.output_shape[-1]))
-    card = {
-        "name": name,
-        "version": version,
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **(model_card or {}),
-    }
-    card.update(
-        model={
-            **(card.get("model") or {}),
-            "input_shape": [None, height, width, channels],
-            "num_classes": int(classifier.output_shape[-1]),
-            "parameters": int(classifier.count_params()),
-        },
-        serving=serving_contract(bool(class_names)),
-        software=software_versions(),
-    )
+    card, class_names = _export_card(classifier, name, version, model_card)
 
     model_root = os.path.dirname(target)
     created = _make_dirs(model_root)
@@ -204,6 +187,33 @@ def export_model(
                 break
         raise
     return target
+
+
+def _export_card(
+    classifier: keras.Model, name: str, version: int, model_card: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The card an export writes: `model_card` with the export's name, version and time, the
+    classifier's shapes, the serving contract and software versions; and the class names the
+    `class_names` output gives. ValueError for a bad input shape or list of class names."""
+    height, width, channels = image_shape(classifier)
+    class_names = _class_names(model_card, int(classifier.output_shape[-1]))
+    card = {
+        "name": name,
+        "version": version,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **(model_card or {}),
+    }
+    card.update(
+        model={
+            **(card.get("model") or {}),
+            "input_shape": [None, height, width, channels],
+            "num_classes": int(classifier.output_shape[-1]),
+            "parameters": int(classifier.count_params()),
+        },
+        serving=serving_contract(bool(class_names)),
+        software=software_versions(),
+    )
+    return card, class_names
 
 
 def export_run(
