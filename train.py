@@ -64,13 +64,7 @@ def main(argv: list[str]) -> None:
     # before TensorFlow loads.
     workdir = train_flags.WORKDIR.value or default_workdir()
     current = run_flags()
-    try:
-        check_final_test()
-        check_norm()
-        check_export()
-        state = check_workdir(workdir, current)
-    except (ValueError, ImportError) as error:  # ImportError: an export format's missing extra
-        sys.exit(f"error: {error}")
+    state = checked_state(workdir, current)
     if state == "complete":
         print(f"{workdir} holds a finished run with these flags; see {Run(workdir).results_path}.")
         if _chief():
@@ -82,9 +76,51 @@ def main(argv: list[str]) -> None:
 
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
+    config, source = checked_config(workdir)
+    chief = _chief()
+    # A new run that fails before its first epoch is recorded leaves no directory behind.
+    created = state == "new" and not (os.path.isdir(config.workdir) and os.listdir(config.workdir))
+    held = hold(config.workdir, state, current) if chief else None  # the lock lasts while held
+    print(
+        f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {config.method} at "
+        f"ε = {units.shown(config.eps, config.norm)} ({config.eps:.4g}) on {config.dataset}, "
+        f"{config.model}; {source}"
+    )
+
+    from fbat_tf.training import Diverged, train
+
+    try:
+        record = train(config)
+    except Diverged as error:
+        sys.exit(f"error: {error}")
+    except Exception:
+        if chief and created and not Run(config.workdir).is_run():
+            shutil.rmtree(config.workdir, ignore_errors=True)
+        raise
+    say_test(config, record.final, chief)
+    if chief:
+        export_once(config.workdir)
+        print(summary(config.workdir, record))
+        Run(config.workdir).release(held)  # a finished run is no one's
+
+
+def checked_state(workdir: str, current: dict[str, str]) -> str:
+    """The flags that need no TensorFlow checked, and the state of the run directory for these
+    flags (flags/run.py's check_workdir); a bad one exits with its message."""
+    try:
+        check_final_test()
+        check_norm()
+        check_export()
+        return check_workdir(workdir, current)
+    except (ValueError, ImportError) as error:  # ImportError: an export format's missing extra
+        sys.exit(f"error: {error}")
+
+
+def checked_config(workdir: str):
+    """The run's config, and where its data comes from: checks that need more than one flag,
+    before anything is created; a bad one exits with its message."""
     from fbat_tf import data
 
-    # Checks that need more than one flag, before anything is created.
     try:
         config = config_from_flags(workdir)
         if config.verbose == 1 and not sys.stdout.isatty():
@@ -95,55 +131,40 @@ def main(argv: list[str]) -> None:
         data.check_local_files(config.dataset, config.data_dir, config.download)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
+    return config, source
 
-    chief = _chief()
-    held = None
-    # A new run that fails before its first epoch is recorded leaves no directory behind.
-    created = state == "new" and not (os.path.isdir(config.workdir) and os.listdir(config.workdir))
-    if chief:
-        # One train.py a run directory: a second one is told before it writes anything.
-        try:
-            held = Run(config.workdir).hold()  # noqa: F841 (the lock lasts while it is held)
-        except RunInUse as error:
-            sys.exit(f"error: {error}")
-        if state == "new":
-            with open(Run(config.workdir).flags_path, "w") as f:
-                f.writelines(f"{line}\n" for line in current.values() if line)
-    print(
-        f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {config.method} at "
-        f"ε = {units.shown(config.eps, config.norm)} ({config.eps:.4g}) on {config.dataset}, "
-        f"{config.model}; {source}"
-    )
 
-    from fbat_tf.training import Diverged, final_attack_options, train
-
+def hold(workdir: str, state: str, current: dict[str, str]):
+    """The chief's hold on the run directory, and a new run's flags written into it: one
+    train.py a run directory, so a second one is told before it writes anything."""
     try:
-        record = train(config)
-    except Diverged as error:
+        held = Run(workdir).hold()
+    except RunInUse as error:
         sys.exit(f"error: {error}")
-    except Exception:
-        if chief and created and not Run(config.workdir).is_run():
-            shutil.rmtree(config.workdir, ignore_errors=True)
-        raise
-    final = record.final
+    if state == "new":
+        with open(Run(workdir).flags_path, "w") as f:
+            f.writelines(f"{line}\n" for line in current.values() if line)
+    return held
+
+
+def say_test(config, final, chief: bool) -> None:
+    """The final test's numbers and where they are, and the chief's RobustBench entry."""
     if final is None:
         print(f"no test (--nofinal_test); results in {Run(config.workdir).results_path}")
-    else:
-        options = final_attack_options(config)
-        robust = ", ".join(
-            f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
-            for r in final.robust
-        )
-        print(
-            f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
-            f"results in {Run(config.workdir).results_path}"
-        )
-        if chief:
-            robustbench_entry(config, final)
+        return
+    from fbat_tf.training import final_attack_options
+
+    options = final_attack_options(config)
+    robust = ", ".join(
+        f"{attacks.label(r.attack, options.get(r.attack))} {r.robust_accuracy:.4f}"
+        for r in final.robust
+    )
+    print(
+        f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
+        f"results in {Run(config.workdir).results_path}"
+    )
     if chief:
-        export_once(config.workdir)
-        print(summary(config.workdir, record))
-        Run(config.workdir).release(held)  # a finished run is no one's
+        robustbench_entry(config, final)
 
 
 def robustbench_entry(config, final) -> None:

@@ -7,7 +7,8 @@
     from export.savedmodel import export_run, export_model, model_card   # the library
     from export.client import rest_request_body, grpc_request            # request builders
 
-Modules: `savedmodel` (export and model card), `versions` (the `<name>/<version>/` layout,
-without TensorFlow), `cli` (the flags of `python -m export`), `client` (REST and gRPC). Importing
-this package imports nothing else, so the command lines check their flags before TensorFlow loads.
+Modules: `savedmodel` (export and model card), `modelcard` (the card's parts, from a run's
+record), `versions` (the `<name>/<version>/` layout, without TensorFlow), `cli` (the flags of
+`python -m export`), `client` (REST and gRPC). Importing this package imports nothing else, so
+the command lines check their flags before TensorFlow loads.
 """

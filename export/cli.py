@@ -105,6 +105,26 @@ def _default_name() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    _check_source()
+    try:
+        artifacts.check_formats(_FORMATS.value)
+    except (ValueError, ImportError) as error:  # ImportError: a format's missing extra
+        sys.exit(f"error: --export_formats: {error}")
+    name, export_dir = _target()
+
+    if not flags.FLAGS["verbosity"].present:
+        # As train.py: the export's own lines and warnings; --verbosity=0 adds absl's INFO.
+        logging.set_verbosity(logging.WARNING)
+        startup.load_tensorflow()
+    path = _export(name, export_dir)
+    print(f"exported {path} (serve {os.path.dirname(path)} as model {name!r})")
+    for file_name in sorted(set(os.listdir(path)) & set(run.ARTIFACTS.values())):
+        print(f"  {os.path.join(path, file_name)}")
+
+
+def _check_source() -> None:
+    """What is exported: a run no train.py holds, with a record that reads, or a .keras file
+    that holds no code unless --trust_model_code; else exits saying which."""
     if _WORKDIR.value is not None and (holder := Run(_WORKDIR.value).in_use()):
         sys.exit(
             f"error: {_WORKDIR.value} is in use: {holder} trains in it, so its best model may "
@@ -121,10 +141,11 @@ def main(argv: list[str]) -> None:
             Run(_WORKDIR.value).record()  # a damaged record, named, before anything else
         except ValueError as error:
             sys.exit(f"error: {error}")
-    try:
-        artifacts.check_formats(_FORMATS.value)
-    except (ValueError, ImportError) as error:  # ImportError: a format's missing extra
-        sys.exit(f"error: --export_formats: {error}")
+
+
+def _target() -> tuple[str, str]:
+    """The model's name and the export directory, checked, with a line where earlier versions
+    exist; a name TF-Serving would not take or a version that exists exits saying so."""
     try:
         name = versions.check_name(_default_name())
     except ValueError as error:
@@ -145,16 +166,16 @@ def main(argv: list[str]) -> None:
             f"{name} has versions {', '.join(map(str, earlier))} in {export_dir}: this writes "
             f"version {version}, which TF-Serving serves from now on (--version picks another)"
         )
+    return name, export_dir
 
-    if not flags.FLAGS["verbosity"].present:
-        # As train.py: the export's own lines and warnings; --verbosity=0 adds absl's INFO.
-        logging.set_verbosity(logging.WARNING)
-        startup.load_tensorflow()
+
+def _export(name: str, export_dir: str) -> str:
+    """The run's best model or the .keras file written as a new version; its path."""
     from export import savedmodel  # TensorFlow loads only once the flags are known to be good
 
     try:
         if _WORKDIR.value is not None:
-            path = savedmodel.export_run(
+            return savedmodel.export_run(
                 _WORKDIR.value,
                 export_dir,
                 name,
@@ -162,17 +183,13 @@ def main(argv: list[str]) -> None:
                 _FORMATS.value,
                 _INT8_EXAMPLES.value,
             )
-        else:
-            path = savedmodel.export_keras_file(
-                _MODEL_PATH.value,
-                export_dir,
-                name,
-                _VERSION.value,
-                _TRUST_MODEL_CODE.value,
-                _FORMATS.value,
-            )
+        return savedmodel.export_keras_file(
+            _MODEL_PATH.value,
+            export_dir,
+            name,
+            _VERSION.value,
+            _TRUST_MODEL_CODE.value,
+            _FORMATS.value,
+        )
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         sys.exit(f"error: {error}")
-    print(f"exported {path} (serve {os.path.dirname(path)} as model {name!r})")
-    for file_name in sorted(set(os.listdir(path)) & set(run.ARTIFACTS.values())):
-        print(f"  {os.path.join(path, file_name)}")

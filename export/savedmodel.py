@@ -51,9 +51,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from export import artifacts, versions
-from fbat_tf import catalog, data, provenance
-from fbat_tf.records import finite_or_null, units
+from export import artifacts, modelcard, versions
+from fbat_tf import data, provenance
+from fbat_tf.records import finite_or_null
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
@@ -161,24 +161,7 @@ def export_model(
     input shape or list of class names, before anything is written.
     """
     target, version = versions.free_version_dir(export_dir, name, version)
-    height, width, channels = image_shape(classifier)
-    class_names = _class_names(model_card, int(classifier.output_shape[-1]))
-    card = {
-        "name": name,
-        "version": version,
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **(model_card or {}),
-    }
-    card.update(
-        model={
-            **(card.get("model") or {}),
-            "input_shape": [None, height, width, channels],
-            "num_classes": int(classifier.output_shape[-1]),
-            "parameters": int(classifier.count_params()),
-        },
-        serving=serving_contract(bool(class_names)),
-        software=software_versions(),
-    )
+    card, class_names = _export_card(classifier, name, version, model_card)
 
     model_root = os.path.dirname(target)
     created = _make_dirs(model_root)
@@ -204,6 +187,33 @@ def export_model(
                 break
         raise
     return target
+
+
+def _export_card(
+    classifier: keras.Model, name: str, version: int, model_card: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The card an export writes: `model_card` with the export's name, version and time, the
+    classifier's shapes, the serving contract and software versions; and the class names the
+    `class_names` output gives. ValueError for a bad input shape or list of class names."""
+    height, width, channels = image_shape(classifier)
+    class_names = _class_names(model_card, int(classifier.output_shape[-1]))
+    card = {
+        "name": name,
+        "version": version,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **(model_card or {}),
+    }
+    card.update(
+        model={
+            **(card.get("model") or {}),
+            "input_shape": [None, height, width, channels],
+            "num_classes": int(classifier.output_shape[-1]),
+            "parameters": int(classifier.count_params()),
+        },
+        serving=serving_contract(bool(class_names)),
+        software=software_versions(),
+    )
+    return card, class_names
 
 
 def export_run(
@@ -308,44 +318,8 @@ def model_card(workdir: str) -> dict[str, Any]:
     run = Run(workdir)
     record = run.record()
     config = record.config
-    history = record.history
-    final = record.final
-    eps = float(config.eps)
-    method = record.method or {"name": config.method, **config.method_options}
-
-    epoch_times = [epoch.seconds for epoch in history]
-    complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)
-    best = record.selected_epoch()  # the epoch whose weights were exported
-
-    tested_pgd = final.get("pgd") if final else None
-    tested_aa = final.get("autoattack") if final else None
-    pgd = None
-    if tested_pgd is not None:
-        pgd = {
-            "robust_accuracy": tested_pgd.robust_accuracy,
-            "steps": config.eval_pgd_steps,
-            "restarts": config.eval_pgd_restarts,
-            "step_size": eps * catalog.PGD_STEP_SIZE,  # the attack's default (ε/4)
-            "time_s": tested_pgd.seconds,
-        }
-    autoattack = None
-    if tested_aa is not None:
-        autoattack = {
-            "robust_accuracy": tested_aa.robust_accuracy,
-            "version": "standard",  # the only version train.py runs
-            "time_s": tested_aa.seconds,
-        }
-
     return {
-        "source": {
-            "workdir": os.path.abspath(workdir),
-            "weights": os.path.relpath(run.best_weights, workdir),
-            "run_status": record.status,
-            # The code that trained the model (null for runs older than the record) and the
-            # code that exported it.
-            "trained_by": record.code,
-            "exported_by": provenance.code(),
-        },
+        "source": modelcard.source(workdir, run, record),
         "dataset": config.dataset,
         # Label k's name (null where the dataset's names are not kept: class indices only).
         "class_names": list(data.info(config.dataset).class_names) or None,
@@ -357,51 +331,11 @@ def model_card(workdir: str) -> dict[str, Any]:
             "width": config.width,
             "activation": config.activation,
         },
-        "method": method,
-        # L∞: per_255 is the command line's ε; L2: `pixels` is (per_255 null), over the image.
-        "eps": {
-            "pixels": eps,
-            "per_255": eps * 255 if config.norm == "linf" else None,
-            "norm": units.REFERENCE_NAMES[config.norm],
-            "units": units.UNIT_NAMES[config.norm],
-        },
-        "training": {
-            "epochs": record.epochs or config.epochs,
-            "epochs_run": len(history),
-            "optimizer_steps": record.optimizer_steps,
-            "batch_size": config.batch_size,
-            "optimizer": {
-                "name": "SGD",
-                "lr_max": config.lr_max,
-                "lr_schedule": config.lr_schedule,
-                "momentum": config.momentum,
-                "weight_decay": config.weight_decay,
-            },
-            "max_train_examples": config.max_train_examples,
-            "precision": config.precision,
-            "jit_compile": config.jit_compile,
-            "seed": config.seed,
-            "device": record.device,
-            "time_s": sum(epoch_times) if complete_times else None,
-            "epoch_time_s": epoch_times if complete_times else None,
-        },
-        "selection": {
-            "criterion": "best validation robust accuracy under PGD",
-            "val_attack_steps": config.val_attack_steps,
-            "val_restarts": config.val_restarts,
-            "val_examples": config.val_examples,
-            "epoch": best.epoch if best else None,
-            "val_clean_accuracy": best.val_clean_accuracy if best else None,
-            "val_robust_accuracy": best.val_robust_accuracy if best else None,
-        },
-        "robustness": {
-            "split": "test",
-            "examples": final.examples if final else None,
-            "eps": eps,
-            "clean_accuracy": final.clean_accuracy if final else None,
-            "pgd": pgd,
-            "autoattack": autoattack,
-        },
+        "method": record.method or {"name": config.method, **config.method_options},
+        "eps": modelcard.epsilon(config),
+        "training": modelcard.training(record),
+        "selection": modelcard.selection(record),
+        "robustness": modelcard.robustness(record),
     }
 
 

@@ -175,32 +175,7 @@ def _train(
 
 def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _Built:
     """The data, the method, the model, its trainer and optimizer, under the strategy."""
-    load = dict(
-        data_dir=config.data_dir,
-        batch_size=config.batch_size,
-        download=config.download,
-        validation_from=config.validation_from,
-    )
-    train_epoch = data.load(
-        config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
-    )
-    steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
-
-    def stream(start_batch: int = 0) -> tf.data.Dataset:
-        """The stream training reads, passes 0, 1, ... from its `start_batch`-th batch."""
-        return data.load(
-            config.dataset,
-            "train",
-            seed=config.seed,
-            max_examples=config.max_train_examples,
-            repeat=True,
-            start_batch=start_batch,
-            **load,
-        )
-
-    validation = data.load(
-        config.dataset, "validation", max_examples=config.val_examples or None, **load
-    )
+    stream, validation, steps_per_epoch = _data(config)
     method = methods.create(
         config.method, eps=config.eps, norm=config.norm, **config.method_options
     )
@@ -240,6 +215,38 @@ def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _
         total_steps=total_steps,
         pairing=pairing,
     )
+
+
+def _data(config: TrainConfig) -> tuple[Callable[[int], tf.data.Dataset], tf.data.Dataset, int]:
+    """The training stream (from its n-th batch), the validation split, and the batches of a
+    training epoch."""
+    load = dict(
+        data_dir=config.data_dir,
+        batch_size=config.batch_size,
+        download=config.download,
+        validation_from=config.validation_from,
+    )
+    train_epoch = data.load(
+        config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
+    )
+    steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
+
+    def stream(start_batch: int = 0) -> tf.data.Dataset:
+        """The stream training reads, passes 0, 1, ... from its `start_batch`-th batch."""
+        return data.load(
+            config.dataset,
+            "train",
+            seed=config.seed,
+            max_examples=config.max_train_examples,
+            repeat=True,
+            start_batch=start_batch,
+            **load,
+        )
+
+    validation = data.load(
+        config.dataset, "validation", max_examples=config.val_examples or None, **load
+    )
+    return stream, validation, steps_per_epoch
 
 
 def _fit(

@@ -149,113 +149,168 @@ def run_cells_on_ray(
     cloudpickle.register_pickle_by_value(steps)
     task = ray.remote(max_retries=0, **asks)(steps.run_steps)
     paths, cwd = _paths(definition, sweep_dir, code), os.getcwd()
-    outcome = Outcome()
-    # Tuning runs first: a final cell of a tuned unit waits in the queue for its pick.
-    queue = sorted(to_run, key=lambda c: c.stage != "tuning")
-    attempts = dict.fromkeys((c.name for c in to_run), 0)
-    running: dict[Any, tuple[Cell, claims.Claim]] = {}
-    spent_cells: list[float] = []
-    # Cells whose masking check runs as a second task, with the first task's seconds.
-    checking: dict[str, dict[str, float]] = {}
-    begin, finished = time.perf_counter(), 0
+    driver = _Driver(
+        definition,
+        sweep_dir,
+        resources,
+        say,
+        complain,
+        start=lambda cell: task.remote(plan(definition, cell, sweep_dir, code), cwd, paths),
+        capacity=capacity,
+        total=len(to_run),
+        # Tuning runs first: a final cell of a tuned unit waits in the queue for its pick.
+        queue=sorted(to_run, key=lambda c: c.stage != "tuning"),
+        attempts=dict.fromkeys((c.name for c in to_run), 0),
+        begin=time.perf_counter(),
+    )
     try:
-        while queue or running:
+        while driver.queue or driver.running:
             # Nodes added to the cluster meanwhile take cells too.
-            capacity = max(capacity, slots(ray.cluster_resources(), resources)[0])
-            waiting = []
-            while queue and len(running) < capacity:
-                cell = ready(definition, queue[0], sweep_dir)
-                if cell is None:  # a final cell whose unit has no pick yet
-                    waiting.append(queue.pop(0))
-                    continue
-                queue.pop(0)
-                if cell_state(os.path.join(sweep_dir, cell.name), definition) == "done":
-                    finished += 1
-                    continue
-                claim = claims.take(sweep_dir, cell.name)
-                if claim is None and cell.stage == "tuning":
-                    # Its unit's final cells wait for it: looked at again until it is done,
-                    # and taken over should its process die.
-                    waiting.append(cell)
-                    continue
-                if claim is None:
-                    complain(f"{cell.name}: another sweep.py process runs it; left to it")
-                    finished += 1
-                    continue
-                attempts[cell.name] += 1
-                ref = task.remote(plan(definition, cell, sweep_dir, code), cwd, paths)
-                running[ref] = (cell, claim)
-            queue = sorted(waiting + queue, key=lambda c: c.stage != "tuning")
-            if not running:
-                if not queue:
-                    continue  # every cell left was done, or another process's
-                # Left: final cells waiting for picks, and tuning runs another process holds.
-                for cell in [c for c in queue if c.stage == "final"]:
-                    reason = tuning.blocked(definition, cell, sweep_dir, outcome.failed, queue)
-                    if reason is not None:
-                        queue.remove(cell)
-                        outcome.failed.append(cell.name)
-                        finished += 1
-                        complain(f"{cell.name}: FAILED: not run: {reason}")
-                if queue and not any(ready(definition, c, sweep_dir) for c in queue):
-                    time.sleep(wait_seconds)
-                continue
-            (ref,), _ = ray.wait(list(running), num_returns=1)
-            cell, claim = running.pop(ref)
-            claim.release()
-            counter = f"[{finished + 1}/{len(to_run)}] {cell.name}"
-            try:
-                spent = ray.get(ref)
-            except ray.exceptions.RayError as error:
-                cell_dir = os.path.join(sweep_dir, cell.name)
-                reason = str(getattr(error, "cause", None) or error)
-                if cell_state(cell_dir) == "diverged":  # a finding, not a failure
-                    outcome.diverged.append(cell.name)
-                    finished += 1
-                    say(
-                        f"{counter}: diverged in training, not evaluated: "
-                        f"{Run(cell_dir).divergence_message()}"
-                    )
-                elif attempts[cell.name] <= resources.retries:
-                    lines = [line for line in reason.splitlines() if line.strip()] or ["failed"]
-                    first = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
-                    say(
-                        f"{cell.name}: failed (attempt {attempts[cell.name]} of "
-                        f"{resources.retries + 1}), trying again: {first}"
-                    )
-                    queue.insert(0, cell)
-                else:
-                    outcome.failed.append(cell.name)
-                    finished += 1
-                    complain(f"{counter}: FAILED after {attempts[cell.name]} attempts\n{reason}")
-                continue
-            if needs_check(definition, cell, sweep_dir) and cell.name not in checking:
-                # Its AutoAttack just triggered the masking check: one more task, for it alone.
-                checking[cell.name] = spent
-                attempts[cell.name] = 0
-                say(f"{cell.name}: AutoAttack shows signs of gradient masking; masking check next")
-                queue.insert(0, cell)
-                continue
-            earlier = checking.pop(cell.name, None)
-            if earlier is not None:
-                spent = {part: spent[part] + earlier[part] for part in spent}
-            finished += 1
-            spent_cells.append(sum(spent.values()))
-            left = (len(to_run) - finished) * sum(spent_cells) / len(spent_cells) / capacity
-            done = (
-                "validated (a tuning run: not evaluated)"
-                if cell.stage == "tuning"
-                else f"evaluated in {duration(spent['evaluate'])}"
-            )
-            say(
-                f"{counter}: trained in {duration(spent['train'])}, {done}; "
-                f"{len(running)} running, {len(queue)} to run; "
-                f"sweep {duration(time.perf_counter() - begin)} spent, about "
-                f"{duration(left)} left"
-            )
-            write_report(collect(definition, sweep_dir), sweep_dir)
+            driver.capacity = max(driver.capacity, slots(ray.cluster_resources(), resources)[0])
+            driver.fill()
+            if driver.running:
+                driver.collect_one()
+            elif driver.queue:  # else every cell left was done, or another process's
+                driver.wait_for_picks(wait_seconds)
     finally:
-        for _, claim in running.values():
+        for _, claim in driver.running.values():
             claim.release()
         ray.shutdown()
-    return outcome
+    return driver.outcome
+
+
+@dataclasses.dataclass
+class _Driver:
+    """The cells of a sweep as Ray tasks: those queued, those running (by task reference, each
+    with its claim), and what became of those that ended."""
+
+    definition: Definition
+    sweep_dir: str
+    resources: Resources
+    say: Callable[[str], None]
+    complain: Callable[[str], None]
+    start: Callable[[Cell], Any]  # a cell's task started, its reference
+    capacity: int
+    total: int
+    queue: list[Cell]
+    attempts: dict[str, int]
+    begin: float  # time.perf_counter() when the first cell was queued
+    running: dict[Any, tuple[Cell, claims.Claim]] = dataclasses.field(default_factory=dict)
+    spent_cells: list[float] = dataclasses.field(default_factory=list)
+    # Cells whose masking check runs as a second task, with the first task's seconds.
+    checking: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    outcome: Outcome = dataclasses.field(default_factory=Outcome)
+    finished: int = 0
+
+    def fill(self) -> None:
+        """Start queued cells while the cluster has room for them; a cell that is done, or
+        that another process runs, counts as finished, and one not ready stays queued."""
+        waiting = []
+        while self.queue and len(self.running) < self.capacity:
+            cell = ready(self.definition, self.queue[0], self.sweep_dir)
+            if cell is None:  # a final cell whose unit has no pick yet
+                waiting.append(self.queue.pop(0))
+                continue
+            self.queue.pop(0)
+            if cell_state(os.path.join(self.sweep_dir, cell.name), self.definition) == "done":
+                self.finished += 1
+                continue
+            claim = claims.take(self.sweep_dir, cell.name)
+            if claim is None and cell.stage == "tuning":
+                # Its unit's final cells wait for it: looked at again until it is done,
+                # and taken over should its process die.
+                waiting.append(cell)
+                continue
+            if claim is None:
+                self.complain(f"{cell.name}: another sweep.py process runs it; left to it")
+                self.finished += 1
+                continue
+            self.attempts[cell.name] += 1
+            self.running[self.start(cell)] = (cell, claim)
+        self.queue = sorted(waiting + self.queue, key=lambda c: c.stage != "tuning")
+
+    def wait_for_picks(self, wait_seconds: float) -> None:
+        """Nothing runs, and what is left are final cells waiting for picks and tuning runs
+        another process holds: a final cell whose pick cannot come fails, saying why, and the
+        driver waits while no cell left is ready."""
+        for cell in [c for c in self.queue if c.stage == "final"]:
+            reason = tuning.blocked(
+                self.definition, cell, self.sweep_dir, self.outcome.failed, self.queue
+            )
+            if reason is not None:
+                self.queue.remove(cell)
+                self.outcome.failed.append(cell.name)
+                self.finished += 1
+                self.complain(f"{cell.name}: FAILED: not run: {reason}")
+        if self.queue and not any(ready(self.definition, c, self.sweep_dir) for c in self.queue):
+            time.sleep(wait_seconds)
+
+    def collect_one(self) -> None:
+        """The next task to end: its cell's claim released, and the cell failed, retried or
+        diverged, queued again for its masking check, or done."""
+        import ray
+
+        (ref,), _ = ray.wait(list(self.running), num_returns=1)
+        cell, claim = self.running.pop(ref)
+        claim.release()
+        counter = f"[{self.finished + 1}/{self.total}] {cell.name}"
+        try:
+            spent = ray.get(ref)
+        except ray.exceptions.RayError as error:
+            self.failed(cell, counter, str(getattr(error, "cause", None) or error))
+            return
+        if needs_check(self.definition, cell, self.sweep_dir) and cell.name not in self.checking:
+            # Its AutoAttack just triggered the masking check: one more task, for it alone.
+            self.checking[cell.name] = spent
+            self.attempts[cell.name] = 0
+            self.say(f"{cell.name}: AutoAttack shows signs of gradient masking; masking check next")
+            self.queue.insert(0, cell)
+            return
+        self.succeeded(cell, counter, spent)
+
+    def failed(self, cell: Cell, counter: str, reason: str) -> None:
+        """A task that raised: a diverged cell is a finding, a failed one is tried again until
+        its retries are spent, then reported with the end of its log."""
+        cell_dir = os.path.join(self.sweep_dir, cell.name)
+        if cell_state(cell_dir) == "diverged":  # a finding, not a failure
+            self.outcome.diverged.append(cell.name)
+            self.finished += 1
+            self.say(
+                f"{counter}: diverged in training, not evaluated: "
+                f"{Run(cell_dir).divergence_message()}"
+            )
+        elif self.attempts[cell.name] <= self.resources.retries:
+            lines = [line for line in reason.splitlines() if line.strip()] or ["failed"]
+            first = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+            self.say(
+                f"{cell.name}: failed (attempt {self.attempts[cell.name]} of "
+                f"{self.resources.retries + 1}), trying again: {first}"
+            )
+            self.queue.insert(0, cell)
+        else:
+            self.outcome.failed.append(cell.name)
+            self.finished += 1
+            self.complain(f"{counter}: FAILED after {self.attempts[cell.name]} attempts\n{reason}")
+
+    def succeeded(self, cell: Cell, counter: str, spent: dict[str, float]) -> None:
+        """A cell finished: its line (its time, the cells running and to run, the time left at
+        the mean of the cells so far) and the report rewritten."""
+        earlier = self.checking.pop(cell.name, None)
+        if earlier is not None:
+            spent = {part: spent[part] + earlier[part] for part in spent}
+        self.finished += 1
+        spent_cells = self.spent_cells
+        spent_cells.append(sum(spent.values()))
+        left = (self.total - self.finished) * sum(spent_cells) / len(spent_cells) / self.capacity
+        done = (
+            "validated (a tuning run: not evaluated)"
+            if cell.stage == "tuning"
+            else f"evaluated in {duration(spent['evaluate'])}"
+        )
+        self.say(
+            f"{counter}: trained in {duration(spent['train'])}, {done}; "
+            f"{len(self.running)} running, {len(self.queue)} to run; "
+            f"sweep {duration(time.perf_counter() - self.begin)} spent, about "
+            f"{duration(left)} left"
+        )
+        write_report(collect(self.definition, self.sweep_dir), self.sweep_dir)

@@ -1,0 +1,117 @@
+"""The parts of a training run's model card (export/savedmodel.py's `model_card` puts them
+together): where the model came from, its ε, its training, its selection and its test numbers,
+each read from the run's record. A figure the record does not hold is null, never estimated.
+
+    from export import modelcard
+
+    modelcard.source(workdir, run, record)   # {"workdir": ..., "weights": ..., ...}
+    modelcard.robustness(record)             # {"split": "test", ..., "autoattack": None}
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fbat_tf import catalog, provenance
+from fbat_tf.records import RunRecord, TrainConfig, units
+from fbat_tf.run import Run
+
+
+def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
+    """The run directory, its weights, its status and the code that trained and exported it."""
+    return {
+        "workdir": os.path.abspath(workdir),
+        "weights": os.path.relpath(run.best_weights, workdir),
+        "run_status": record.status,
+        # The code that trained the model (null for runs older than the record) and the
+        # code that exported it.
+        "trained_by": record.code,
+        "exported_by": provenance.code(),
+    }
+
+
+def epsilon(config: TrainConfig) -> dict[str, Any]:
+    """L∞: per_255 is the command line's ε; L2: `pixels` is (per_255 null), over the image."""
+    pixels = float(config.eps)
+    return {
+        "pixels": pixels,
+        "per_255": pixels * 255 if config.norm == "linf" else None,
+        "norm": units.REFERENCE_NAMES[config.norm],
+        "units": units.UNIT_NAMES[config.norm],
+    }
+
+
+def training(record: RunRecord) -> dict[str, Any]:
+    """How the model was trained; the training time only where every epoch has its time."""
+    config = record.config
+    epoch_times = [epoch.seconds for epoch in record.history]
+    complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)
+    return {
+        "epochs": record.epochs or config.epochs,
+        "epochs_run": len(record.history),
+        "optimizer_steps": record.optimizer_steps,
+        "batch_size": config.batch_size,
+        "optimizer": {
+            "name": "SGD",
+            "lr_max": config.lr_max,
+            "lr_schedule": config.lr_schedule,
+            "momentum": config.momentum,
+            "weight_decay": config.weight_decay,
+        },
+        "max_train_examples": config.max_train_examples,
+        "precision": config.precision,
+        "jit_compile": config.jit_compile,
+        "seed": config.seed,
+        "device": record.device,
+        "time_s": sum(epoch_times) if complete_times else None,
+        "epoch_time_s": epoch_times if complete_times else None,
+    }
+
+
+def selection(record: RunRecord) -> dict[str, Any]:
+    """How the exported epoch was chosen, and its validation numbers."""
+    config = record.config
+    best = record.selected_epoch()  # the epoch whose weights were exported
+    return {
+        "criterion": "best validation robust accuracy under PGD",
+        "val_attack_steps": config.val_attack_steps,
+        "val_restarts": config.val_restarts,
+        "val_examples": config.val_examples,
+        "epoch": best.epoch if best else None,
+        "val_clean_accuracy": best.val_clean_accuracy if best else None,
+        "val_robust_accuracy": best.val_robust_accuracy if best else None,
+    }
+
+
+def robustness(record: RunRecord) -> dict[str, Any]:
+    """The final test's numbers: null before the run has finished, and AutoAttack's until the
+    run's final evaluation holds them."""
+    config, final = record.config, record.final
+    eps = float(config.eps)
+    tested_pgd = final.get("pgd") if final else None
+    tested_aa = final.get("autoattack") if final else None
+    pgd = None
+    if tested_pgd is not None:
+        pgd = {
+            "robust_accuracy": tested_pgd.robust_accuracy,
+            "steps": config.eval_pgd_steps,
+            "restarts": config.eval_pgd_restarts,
+            "step_size": eps * catalog.PGD_STEP_SIZE,  # the attack's default (ε/4)
+            "time_s": tested_pgd.seconds,
+        }
+    autoattack = None
+    if tested_aa is not None:
+        autoattack = {
+            "robust_accuracy": tested_aa.robust_accuracy,
+            "version": "standard",  # the only version train.py runs
+            "time_s": tested_aa.seconds,
+        }
+    return {
+        "split": "test",
+        "examples": final.examples if final else None,
+        "eps": eps,
+        "clean_accuracy": final.clean_accuracy if final else None,
+        "pgd": pgd,
+        "autoattack": autoattack,
+    }
