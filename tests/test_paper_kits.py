@@ -2,9 +2,10 @@
 and CIFAR-100 as their python tarballs and Tiny-ImageNet as its tiny-imagenet-200/ folder, made
 small, given once with --data_dir; every cell shortened by --override, which the report marks as
 not comparable. The dry run of each whole kit shows every command of every cell reaching the
-data; one cell of each kit (one per code path: Fast-BAT at both budgets, GradAlign on a
-WideResNet, Tiny-ImageNet) trains, is evaluated as the kit says and is reported beside the
-paper's numbers."""
+data; one cell of a kit per code path (Fast-BAT at both budgets, GradAlign on a WideResNet,
+Tiny-ImageNet) trains, is evaluated as the kit says and is reported beside the paper's numbers.
+The λ study's cells run Table 2's code path (Fast-BAT on CIFAR-10 with its implicit term):
+its dry run alone."""
 
 from __future__ import annotations
 
@@ -43,7 +44,6 @@ CELLS = {
     "paper_table2": "fastbat-eps16-lambda_inv2000-seed0",
     "paper_table1": "fastat-eps8-datasettiny_imagenet-validation_fromtest-seed0",
     "paper_table3": "fastat_ga-eps16-modelwide_resnet22_8_fastbat-seed0",
-    "paper_lambda": "fastbat-eps16-ig_coef0.1-lambda_inv500-seed0",
 }
 
 
@@ -88,6 +88,8 @@ def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path, committ
     commands = [line.split(": ", 1)[1] for line in dry.stdout.splitlines() if ": python " in line]
     assert commands and all(f"--data_dir={data_dir}" in c for c in commands)
     assert all("--steps_per_epoch=1" in c for c in commands if "train.py" in c)
+    if kit not in CELLS:
+        return
 
     run = (*common, f"--override={SHORT}", f"--only={CELLS[kit]}")
     cell_dir = out / CELLS[kit]
