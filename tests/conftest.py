@@ -6,6 +6,12 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One thread for each TensorFlow process's ops, in the test processes and in every program
+# they start: pytest-xdist runs a test per core, and a test's program then shares the machine
+# with another's; TensorFlow's pools, sized to every core, would each take twice their share.
+# Whatever a test compares runs under the same setting (set it in the environment to change).
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 import pytest  # noqa: E402
 
