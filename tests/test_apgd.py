@@ -234,6 +234,11 @@ def prototype_data(n: int, size: int, seed: int, amplitude: float = 0.05, classe
     return np.clip(x, 0, 1).astype(np.float32), y.astype(np.int32)
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("apgd")
+
+
 @pytest.fixture(scope="module")
 def trained_net():
     keras.utils.set_random_seed(0)

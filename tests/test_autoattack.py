@@ -221,6 +221,11 @@ def cifar_like(n: int, seed: int, classes: int = 10) -> tuple[np.ndarray, np.nda
     return np.clip(x, 0, 1).astype(np.float32), y.astype(np.int32)
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("autoattack")
+
+
 @pytest.fixture(scope="module")
 def standard_model():
     keras.utils.set_random_seed(0)

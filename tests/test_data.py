@@ -123,6 +123,11 @@ def read_idx_gz(path: str, header_bytes: int) -> np.ndarray:
         return np.frombuffer(f.read(), np.uint8, offset=header_bytes)
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("data")
+
+
 @pytest.fixture(scope="module")
 def fashion():
     """The Debian Fashion-MNIST files decoded here: 16-byte image headers, 8-byte label headers."""

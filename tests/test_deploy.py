@@ -68,6 +68,11 @@ def _one_line_error(done: subprocess.CompletedProcess, *said: str) -> str:
     return last
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("deploy")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict[str, str]:
     workdir = str(tmp_path_factory.mktemp("deploy") / "run")

@@ -261,6 +261,11 @@ def _banded_images(rng: np.random.Generator, count: int, bands: int = 6):
     return (low[:, None, None, None] + noise).astype(np.uint8), band
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("export")
+
+
 @pytest.fixture(scope="module")
 def classifier() -> keras.Model:
     info = data.info(DATASET)

@@ -91,6 +91,11 @@ class Messages(logging.Handler):
         self.text.append(record.getMessage())
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("keras_hub")
+
+
 @pytest.fixture(scope="module")
 def trained():
     """The model, its weights before, the trainer's warnings and the fit's history: four Fast-BAT

@@ -19,6 +19,11 @@ HERE = os.path.join(ROOT, "tests", "data", "l2_reference")
 EXAMPLES = 500
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("l2_reference")
+
+
 @pytest.fixture(scope="module")
 def reference() -> dict:
     with open(os.path.join(HERE, "reference.json")) as f:

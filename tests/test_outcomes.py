@@ -65,6 +65,11 @@ def right(model, x, y) -> np.ndarray:
     return correct(model(x, training=False), y).numpy() > 0.5
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("outcomes")
+
+
 @pytest.fixture(scope="module")
 def evaluated():
     model, x, y = setting()

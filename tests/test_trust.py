@@ -46,6 +46,11 @@ def save_quietly(model: keras.Model, path: str) -> str:
     return path
 
 
+# The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
+# (--dist loadgroup, pyproject.toml).
+pytestmark = pytest.mark.xdist_group("trust")
+
+
 @pytest.fixture(scope="module")
 def lambda_file(tmp_path_factory) -> str:
     return save_quietly(lambda_model(), str(tmp_path_factory.mktemp("m") / "lambda.keras"))
