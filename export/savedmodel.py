@@ -53,7 +53,7 @@ import tensorflow as tf
 
 from export import artifacts, versions
 from fbat_tf import data, provenance
-from fbat_tf.records import finite_or_null, units
+from fbat_tf.records import MethodRecord, finite_or_null, units
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
@@ -311,7 +311,7 @@ def model_card(workdir: str) -> dict[str, Any]:
     history = record.history
     final = record.final
     eps = float(config.eps)
-    method = record.method or {"name": config.method, **config.method_options}
+    method = (record.method or MethodRecord(config.method, config=config.method_options)).to_dict()
 
     epoch_times = [epoch.seconds for epoch in history]
     complete_times = bool(epoch_times) and all(t is not None for t in epoch_times)

@@ -18,7 +18,14 @@ import pytest
 
 from fbat_tf import catalog, sweeps
 from fbat_tf.attacks.masking import combined_outcomes, exceeds, gap_points, masking_gap
-from fbat_tf.records import AttackResult, Epoch, EvaluationResult, RunRecord, TrainConfig
+from fbat_tf.records import (
+    AttackResult,
+    Epoch,
+    EvaluationResult,
+    MethodRecord,
+    RunRecord,
+    TrainConfig,
+)
 from fbat_tf.sweeps import costs, masking, revision, scheduler
 from fbat_tf.sweeps.errors import DefinitionError
 
@@ -179,7 +186,7 @@ def write_cell(sweep_dir: str, name: str, eps: float = 16.0) -> str:
         history=[Epoch(i + 1, logs) for i, logs in enumerate(history)],
         epochs=2,
         optimizer_steps=100,
-        method={"passes": catalog.counts(2, 2)},
+        method=MethodRecord(passes=catalog.counts(2, 2)),
         code=CODE,
     ).save(os.path.join(cell, sweeps.RESULTS))
     with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:

@@ -1,6 +1,6 @@
 """Records as types: every committed results.json and evaluation loads and is written back as
 it was (a run's final evaluation in the one evaluation schema), the selected epoch is worked out
-one way, and keys a version does not know survive it."""
+one way, and keys a version does not know survive it. A run's method is a type too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from fbat_tf.records import (
     DivergenceOutcome,
     Epoch,
     EvaluationResult,
+    MethodRecord,
     RunRecord,
     TrainConfig,
 )
@@ -60,6 +61,9 @@ def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_pa
         saved = json.load(f)
     record = RunRecord.load(path)
     assert record.config.dataset == saved["config"]["dataset"]
+    if saved.get("method") is not None:  # as a type, written back in its order
+        assert record.method.name == saved["method"]["name"]
+        assert list(record.method.to_dict().items()) == list(saved["method"].items())
     assert [e.epoch for e in record.history] == [h["epoch"] for h in saved["history"]]
     copy = tmp_path / "results.json"
     record.save(str(copy))
@@ -175,6 +179,36 @@ def test_unknown_keys_and_retired_config_fields_survive_and_missing_fields_defau
     assert written["later_block"] == {"x": 1}
     assert written["config"]["old_flag"] == 3
     assert written["history"] == [{"epoch": 1, "loss": 1.5, "new_log": 2.0}]
+
+
+def test_a_run_s_method_is_typed_and_older_records_lack_its_passes_and_cost_variant(tmp_path):
+    older = {"name": "fastbat", "eps": 0.03, "lambda_inv": 19.6, "ig_coef": 0.1}
+    method = MethodRecord.from_dict(older)
+    assert (method.name, method.title, method.passes, method.cost_variant) == (
+        "fastbat",
+        None,
+        None,
+        None,
+    )
+    assert method.config == {"eps": 0.03, "lambda_inv": 19.6, "ig_coef": 0.1}
+    assert method.to_dict() == older
+    record = RunRecord(TrainConfig(workdir="w"), method=method)
+    path = str(tmp_path / "results.json")
+    record.save(path)
+    assert json.loads(open(path).read())["method"] == older
+    assert RunRecord.load(path).method == method
+    newer = {**older, "title": "Fast-BAT", "cost_variant": "fastbat", "passes": {"forward": 3}}
+    assert list(MethodRecord.from_dict(newer).to_dict()) == [
+        "name",
+        "title",
+        "cost_variant",
+        "eps",
+        "lambda_inv",
+        "ig_coef",
+        "passes",
+    ]
+    with pytest.raises(ValueError, match="method.passes is 8, not an object"):
+        MethodRecord.from_dict({**older, "passes": 8})
 
 
 def test_a_diverged_record_round_trips_with_its_outcome(tmp_path):

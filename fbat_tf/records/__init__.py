@@ -7,6 +7,7 @@
         epoch.epoch, epoch.val_robust_accuracy, epoch.get("ig_norm_ratio")
     record.selected_epoch()                   # the Epoch whose weights best.weights.h5 holds
     record.final.robust_accuracy("pgd")       # train.py's test of that model: an EvaluationResult
+    record.method.name, record.method.passes  # a MethodRecord: what the run trained with
     record.save(path)                         # atomically; NaN and infinity as null
 
     result = EvaluationResult.load(path)      # evaluate.py's JSON (eval-*.json)
@@ -23,7 +24,7 @@ evaluation loads (tests/test_records.py).
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
-from fbat_tf.records.runs import DivergenceOutcome, Epoch, RunRecord
+from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunRecord
 
 __all__ = [
     "AttackResult",
@@ -31,6 +32,7 @@ __all__ = [
     "DivergenceOutcome",
     "Epoch",
     "EvaluationResult",
+    "MethodRecord",
     "RunRecord",
     "TrainConfig",
     "finite_or_null",

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import methods, run
-from fbat_tf.records import AttackResult, EvaluationResult, RunRecord
+from fbat_tf.records import AttackResult, EvaluationResult, MethodRecord, RunRecord
 from fbat_tf.sweeps import estimate, masking, tuning
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -156,7 +156,7 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str,
         return {**record, "code": {"revisions": [], "dirty": False}}
     record["train"] = train_record(found, cell, os.path.join(cell_dir, RESULTS))
     # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
-    record["title"] = (found.method or {}).get("title")
+    record["title"] = None if found.method is None else found.method.title
     for evaluation in definition.evaluations:
         found = _evaluation_record(cell_dir, evaluation)
         if found is not None:
@@ -192,10 +192,10 @@ def train_record(found: RunRecord, cell: Cell, source: str) -> dict[str, Any]:
         "code": found.code,
         # What prices the run's steps; for runs from before the method recorded it, derived
         # from the method config they recorded.
-        "cost_variant": _cost_variant(found.method or {}, cell.method),
+        "cost_variant": _cost_variant(found.method, cell.method),
         # Passes through the model per optimizer step: as the run recorded them, or for runs
         # from before, as its recorded method config declares.
-        "passes": _passes(found.method or {}, cell.method),
+        "passes": _passes(found.method, cell.method),
         # Fingerprints of the initial weights and the first training batch (runs since they
         # were recorded): runs paired by seed share them.
         "pairing": found.pairing,
@@ -338,9 +338,13 @@ def load_paper(path: str) -> dict[str, Any]:
     return paper
 
 
-def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
-    return method.get("passes") or methods.passes(method.get("name", name), method)
+def _passes(method: MethodRecord | None, name: str) -> dict[str, int]:
+    """The passes per step the run recorded, or for runs from before, as its recorded method
+    config declares."""
+    method = method or MethodRecord()
+    return method.passes or methods.passes(method.name or name, method.to_dict())
 
 
-def _cost_variant(method: dict[str, Any], name: str) -> str:
-    return method.get("cost_variant") or methods.cost_variant(method.get("name", name), method)
+def _cost_variant(method: MethodRecord | None, name: str) -> str:
+    method = method or MethodRecord()
+    return method.cost_variant or methods.cost_variant(method.name or name, method.to_dict())
