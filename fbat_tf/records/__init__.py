@@ -14,6 +14,7 @@
     result.clean_accuracy, result.robust_accuracy("autoattack", 8)   # ε in 1/255
     for attacked in result.robust:            # one AttackResult an attack and ε
         attacked.attack, attacked.eps, attacked.parts
+    CodeIdentity.of(result.code).revision     # the code a run or an evaluation ran
 
 Keys a record does not know (written by a later version, or by an earlier one since retired)
 are kept in `extra` and written back as they were; fields a record lacks (written before they
@@ -21,6 +22,7 @@ existed) take the defaults they had before they existed. Every committed results
 evaluation loads (tests/test_records.py).
 """
 
+from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
@@ -29,6 +31,7 @@ from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunReco
 __all__ = [
     "AttackResult",
     "BatchResult",
+    "CodeIdentity",
     "DivergenceOutcome",
     "Epoch",
     "EvaluationResult",
