@@ -16,12 +16,15 @@
         attacked.attack, attacked.eps, attacked.parts
     CodeIdentity.of(result.code).revision     # the code a run or an evaluation ran
 
+    card = ModelCard.load(path)               # what fbat-tf reads of an export's model card
+
 Keys a record does not know (written by a later version, or by an earlier one since retired)
 are kept in `extra` and written back as they were; fields a record lacks (written before they
 existed) take the defaults they had before they existed. Every committed results.json and
 evaluation loads (tests/test_records.py).
 """
 
+from fbat_tf.records.cards import CardBudget, CardModel, ModelCard
 from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
@@ -31,11 +34,14 @@ from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunReco
 __all__ = [
     "AttackResult",
     "BatchResult",
+    "CardBudget",
+    "CardModel",
     "CodeIdentity",
     "DivergenceOutcome",
     "Epoch",
     "EvaluationResult",
     "MethodRecord",
+    "ModelCard",
     "RunRecord",
     "TrainConfig",
     "finite_or_null",
