@@ -16,6 +16,8 @@
         attacked.attack, attacked.eps, attacked.parts
     CodeIdentity.of(result.code).revision     # the code a run or an evaluation ran
 
+    cell = CellResult.from_dict(saved)        # a sweep's cell, as sweep.json holds it
+    cell.train.selected_epoch, cell.evaluation("pgd").robust(8)
     card = ModelCard.load(path)               # what fbat-tf reads of an export's model card
 
 Keys a record does not know (written by a later version, or by an earlier one since retired)
@@ -25,6 +27,17 @@ evaluation loads (tests/test_records.py).
 """
 
 from fbat_tf.records.cards import CardBudget, CardModel, ModelCard
+from fbat_tf.records.cells import (
+    METHOD_LOGS,
+    CellCode,
+    CellResult,
+    CellTuning,
+    EvaluationSummary,
+    MaskingEntry,
+    Outcomes,
+    TrainSummary,
+    eps_key,
+)
 from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
@@ -32,18 +45,27 @@ from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
 from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunRecord
 
 __all__ = [
+    "METHOD_LOGS",
     "AttackResult",
     "BatchResult",
     "CardBudget",
     "CardModel",
+    "CellCode",
+    "CellResult",
+    "CellTuning",
     "CodeIdentity",
     "DivergenceOutcome",
     "Epoch",
     "EvaluationResult",
+    "EvaluationSummary",
+    "MaskingEntry",
     "MethodRecord",
     "ModelCard",
+    "Outcomes",
     "RunRecord",
     "TrainConfig",
+    "TrainSummary",
+    "eps_key",
     "finite_or_null",
     "read_json",
     "write_json_atomic",
