@@ -240,10 +240,8 @@ def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -
         if states[cell.name] != "done":
             continue
         record = sweeps.cell_record(definition, cell, sweep_dir)
-        seconds = record["train"]["train_seconds"]
-        seconds += sum(
-            sum(record.get(e.name, {}).get("time_s", {}).values()) for e in definition.evaluations
-        )
+        seconds = record.train.train_seconds
+        seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
         spent.append(seconds)
     waiting = len(cells) - counts.get("done", 0) - counts.get("diverged", 0)
     if spent and waiting:
@@ -380,9 +378,9 @@ def pending_check(definition, cell_dir: str) -> str:
     check = definition.masking_check
     found = masking.cell_checks(check, cell_dir)
     due = ", ".join(
-        f"ε = {eps}: Square removed {entry['gap']:.1f} points after the white-box parts"
+        f"ε = {eps:g}: Square removed {entry.gap:.1f} points after the white-box parts"
         for eps, entry in found.items()
-        if entry["state"] == "pending"
+        if entry.state == "pending"
     )
     return f"masking check pending ({due}; more than {check.threshold:g})"
 

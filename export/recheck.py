@@ -91,9 +91,9 @@ def recheck(
     row = {
         "source": source_path,
         "examples": result.examples,
-        "split": result.extra.get("split"),
-        "first_point": result.extra.get("first_point"),
-        "seed": result.extra.get("seed"),
+        "split": result.split,
+        "first_point": result.first_point,
+        "seed": result.seed,
         "accuracy": rows,
         "flagged": flagged,
     }
@@ -101,7 +101,7 @@ def recheck(
     result.extra["replayed"] = [key for key, r in rows.items() if r.get("replayed")]
     for line in flagged:
         print(
-            f"warning: {result.extra['model_path']}: more than a point lost: {line}",
+            f"warning: {result.model_path}: more than a point lost: {line}",
             file=sys.stderr,
         )
     return row

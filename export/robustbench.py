@@ -55,13 +55,13 @@ def entry(
     """The entry for an EvaluationResult, or None where it holds no AutoAttack (standard) at
     `eps` (pixel units, the training ε) under `norm`."""
     from fbat_tf import attacks
-    from fbat_tf.records import units
+    from fbat_tf.records import CodeIdentity, units
 
     found = result.get("autoattack", units.in_flag_units(eps, norm), norm)
     leaderboard = attacks.entry("autoattack").defaults()["version"]  # the standard version
-    if found is None or result.extra.get("aa_version", leaderboard) != leaderboard:
+    if found is None or (result.aa_version or leaderboard) != leaderboard:
         return None
-    revision = (result.code or {}).get("revision")
+    revision = CodeIdentity.of(result.code).revision
     budget = units.shown(eps, norm).removesuffix(" (L2)")
     threat = units.REFERENCE_NAMES[norm]
     return {
@@ -79,7 +79,7 @@ def entry(
         "autoattack_acc": _percent(found.robust_accuracy),
         "footnote": (
             f"Evaluated by fbat-tf on the first {result.examples} points of the "
-            f"{result.extra.get('split', 'test')} split with its TensorFlow AutoAttack "
+            f"{result.split or 'test'} split with its TensorFlow AutoAttack "
             f"(standard: APGD-CE, APGD-T, FAB-T, Square) at {threat} {budget}"
             + (f", revision {revision[:7]}" if revision else "")
             + "."

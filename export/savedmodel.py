@@ -53,7 +53,7 @@ import tensorflow as tf
 
 from export import artifacts, modelcard, versions
 from fbat_tf import data, provenance
-from fbat_tf.records import finite_or_null
+from fbat_tf.records import MethodRecord, ModelCard, finite_or_null
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
 
 INPUT_KEY = "images"
@@ -237,7 +237,8 @@ def export_run(
     artifacts.check_formats(formats)
     card = model_card(workdir)
     if name is None:
-        name = versions.run_name(card["dataset"], card["model"]["name"], card["method"]["name"])
+        known = ModelCard.from_dict(card)
+        name = versions.run_name(known.dataset, known.model.name, known.method.name)
     export_dir = export_dir if export_dir is not None else Run(workdir).export_dir
     versions.free_version_dir(export_dir, name, version)
     previous_policy = keras.mixed_precision.global_policy()
@@ -331,7 +332,9 @@ def model_card(workdir: str) -> dict[str, Any]:
             "width": config.width,
             "activation": config.activation,
         },
-        "method": record.method or {"name": config.method, **config.method_options},
+        "method": (
+            record.method or MethodRecord(config.method, config=config.method_options)
+        ).to_dict(),
         "eps": modelcard.epsilon(config),
         "training": modelcard.training(record),
         "selection": modelcard.selection(record),
@@ -348,9 +351,10 @@ def serving_contract(named: bool) -> dict[str, Any]:
 
 
 def _class_names(card: Mapping[str, Any] | None, num_classes: int) -> tuple[str, ...]:
-    names = (card or {}).get("class_names") or ()
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"model card class_names must be a list of strings, got {names!r}")
+    try:
+        names = ModelCard.from_dict(card or {}).class_names or ()
+    except ValueError as error:
+        raise ValueError(f"model card {error}") from None
     if names and len(names) != num_classes:
         raise ValueError(
             f"model card class_names has {len(names)} names for a classifier of "

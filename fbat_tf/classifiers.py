@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import catalog, run, trust
-from fbat_tf.records import TrainConfig, read_json, units
+from fbat_tf.records import ModelCard, TrainConfig
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
 
 
@@ -166,29 +166,16 @@ def card_facts(version_dir: str) -> dict[str, Any]:
     card_path = os.path.join(version_dir, MODEL_CARD)
     if not os.path.exists(card_path):
         return {}
-    card = read_json(card_path, "a model card as fbat-tf exports it", "model")
+    card = ModelCard.load(card_path)
     known: dict[str, Any] = {}
-    for name in ("dataset", "validation_from"):
-        value = card.get(name)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{card_path}: {name} is {value!r}, not a name")
-        if value:
-            known[name] = value
-    eps = card.get("eps")
-    pixels = eps.get("pixels") if isinstance(eps, dict) else None
-    if pixels is not None:
-        if isinstance(pixels, bool) or not isinstance(pixels, int | float):
-            raise ValueError(f"{card_path}: eps.pixels is {pixels!r}, not a number")
-        known["eps"] = pixels
-        # Cards name the norm as RobustBench does ("Linf", "L2").
-        named = {name: norm for norm, name in units.REFERENCE_NAMES.items()}
-        norm = named.get(eps.get("norm", "Linf"))
-        if norm is None:
-            raise ValueError(f"{card_path}: eps.norm is {eps.get('norm')!r}, not Linf or L2")
-        known["norm"] = norm
-    model = card["model"]
-    if model.get("name"):
-        known["architecture"] = architecture_name(model["name"], model.get("width"))
+    if card.dataset:
+        known["dataset"] = card.dataset
+    if card.validation_from:
+        known["validation_from"] = card.validation_from
+    if card.eps is not None:
+        known["eps"], known["norm"] = card.eps.pixels, card.eps.norm
+    if card.model.name:
+        known["architecture"] = architecture_name(card.model.name, card.model.width)
     return known
 
 

@@ -55,7 +55,7 @@ from fbat_tf.callbacks import (
     TensorBoard,
 )
 from fbat_tf.methods.base import Method
-from fbat_tf.records import EvaluationResult, RunRecord, TrainConfig
+from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig
 from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
 
@@ -289,7 +289,7 @@ def _describe(
 ) -> None:
     """What the record says of the code, the method, the machine and the run's length."""
     record.code = provenance.code()
-    record.method = {**built.method.config(), "passes": built.method.passes}
+    record.method = MethodRecord.from_dict({**built.method.config(), "passes": built.method.passes})
     record.pairing = built.pairing
     record.dataset, record.model = config.dataset, config.model
     # The seed that halved the test split, where validation comes from it.

@@ -18,7 +18,14 @@ import pytest
 
 from fbat_tf import catalog, sweeps
 from fbat_tf.attacks.masking import combined_outcomes, exceeds, gap_points, masking_gap
-from fbat_tf.records import AttackResult, Epoch, EvaluationResult, RunRecord, TrainConfig
+from fbat_tf.records import (
+    AttackResult,
+    Epoch,
+    EvaluationResult,
+    MethodRecord,
+    RunRecord,
+    TrainConfig,
+)
 from fbat_tf.sweeps import costs, masking, revision, scheduler
 from fbat_tf.sweeps.errors import DefinitionError
 
@@ -179,7 +186,7 @@ def write_cell(sweep_dir: str, name: str, eps: float = 16.0) -> str:
         history=[Epoch(i + 1, logs) for i, logs in enumerate(history)],
         epochs=2,
         optimizer_steps=100,
-        method={"passes": catalog.counts(2, 2)},
+        method=MethodRecord(passes=catalog.counts(2, 2)),
         code=CODE,
     ).save(os.path.join(cell, sweeps.RESULTS))
     with open(os.path.join(cell, sweeps.FLAGS_FILE), "w") as f:
@@ -245,8 +252,8 @@ def test_the_check_is_required_only_where_the_finished_autoattack_triggers_it(tm
         f"--results={os.path.join(cell_dir, 'eval-masking.json')}",
     ):
         assert word in words, word
-    checks = sweeps.cell_record(definition, cell, out)["masking_check"]
-    assert checks["16"]["state"] == "pending" and checks["16"]["gap"] == 5.0
+    checks = sweeps.cell_record(definition, cell, out).masking_check
+    assert checks[16.0].state == "pending" and checks[16.0].gap == 5.0
 
     write_evaluation(cell_dir, "eval-masking.json", "square", 16, 0.40)
     assert sweeps.cell_state(cell_dir, definition) == "done"
@@ -257,7 +264,7 @@ def test_the_check_is_required_only_where_the_finished_autoattack_triggers_it(tm
     os.remove(os.path.join(cell_dir, "eval-autoattack.json"))
     write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.45, parts=parts(0.25))
     assert sweeps.cell_state(cell_dir, definition) == "done"
-    assert sweeps.cell_record(definition, cell, out)["masking_check"]["16"] == {
+    assert sweeps.cell_record(definition, cell, out).to_dict()["masking_check"]["16"] == {
         "triggered": False,
         "gap": 0.0,
         "threshold": 1.0,
@@ -296,8 +303,8 @@ def test_a_cell_runs_its_check_after_the_autoattack_that_triggers_it(tmp_path, m
     assert sweeps.cell_state(cell_dir, definition) == "done"
     record = sweeps.cell_record(definition, cell, out)
     # Without outcomes in these files: the lower accuracy, said so.
-    assert record["autoattack"]["robust_accuracy"] == {"16": 0.35}
-    assert "holds no per-point outcomes" in record["masking_check"]["16"]["combined_by"]
+    assert record.evaluation("autoattack").robust_accuracy == {16.0: 0.35}
+    assert "holds no per-point outcomes" in record.masking_check[16.0].combined_by
 
 
 def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
@@ -439,7 +446,7 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     definition, out = checked_sweep(tmp_path)
     report = sweeps.collect(definition, out)
     paths = sweeps.write_report(report, out)
-    cells = {c["name"]: c for c in report["cells"]}
+    cells = {c.name: c for c in report["cells"]}
 
     # sweep.json: each cell's trigger, gap, the stronger attack's and the combined accuracy.
     saved = {c["name"]: c for c in json.load(open(paths["json"]))["cells"]}
@@ -492,7 +499,7 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     assert len(priced) == 3 and all("masking check ‡" in line for line in priced), priced
     assert "most robust (masking check ‡)" in table
     assert "most robust fastbat ‡ (40.0%" in table
-    assert cells["fastat-eps16-seed0"].get("autoattack", {}).get("checked") is None
+    assert cells["fastat-eps16-seed0"].evaluation("autoattack").checked == ()
 
 
 def test_a_report_says_where_no_cell_triggered_the_check(tmp_path):

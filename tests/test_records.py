@@ -1,6 +1,7 @@
 """Records as types: every committed results.json and evaluation loads and is written back as
 it was (a run's final evaluation in the one evaluation schema), the selected epoch is worked out
-one way, and keys a version does not know survive it."""
+one way, and keys a version does not know survive it. A run's method and what is read of a
+model card are types too."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import os
 import pytest
 
 from fbat_tf.records import (
+    CardModel,
     DivergenceOutcome,
     Epoch,
     EvaluationResult,
+    MethodRecord,
+    ModelCard,
     RunRecord,
     TrainConfig,
 )
@@ -60,6 +64,9 @@ def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_pa
         saved = json.load(f)
     record = RunRecord.load(path)
     assert record.config.dataset == saved["config"]["dataset"]
+    if saved.get("method") is not None:  # as a type, written back in its order
+        assert record.method.name == saved["method"]["name"]
+        assert list(record.method.to_dict().items()) == list(saved["method"].items())
     assert [e.epoch for e in record.history] == [h["epoch"] for h in saved["history"]]
     copy = tmp_path / "results.json"
     record.save(str(copy))
@@ -177,6 +184,36 @@ def test_unknown_keys_and_retired_config_fields_survive_and_missing_fields_defau
     assert written["history"] == [{"epoch": 1, "loss": 1.5, "new_log": 2.0}]
 
 
+def test_a_run_s_method_is_typed_and_older_records_lack_its_passes_and_cost_variant(tmp_path):
+    older = {"name": "fastbat", "eps": 0.03, "lambda_inv": 19.6, "ig_coef": 0.1}
+    method = MethodRecord.from_dict(older)
+    assert (method.name, method.title, method.passes, method.cost_variant) == (
+        "fastbat",
+        None,
+        None,
+        None,
+    )
+    assert method.config == {"eps": 0.03, "lambda_inv": 19.6, "ig_coef": 0.1}
+    assert method.to_dict() == older
+    record = RunRecord(TrainConfig(workdir="w"), method=method)
+    path = str(tmp_path / "results.json")
+    record.save(path)
+    assert json.loads(open(path).read())["method"] == older
+    assert RunRecord.load(path).method == method
+    newer = {**older, "title": "Fast-BAT", "cost_variant": "fastbat", "passes": {"forward": 3}}
+    assert list(MethodRecord.from_dict(newer).to_dict()) == [
+        "name",
+        "title",
+        "cost_variant",
+        "eps",
+        "lambda_inv",
+        "ig_coef",
+        "passes",
+    ]
+    with pytest.raises(ValueError, match="method.passes is 8, not an object"):
+        MethodRecord.from_dict({**older, "passes": 8})
+
+
 def test_a_diverged_record_round_trips_with_its_outcome(tmp_path):
     outcome = DivergenceOutcome(3, "skipped_batches", 40, 100, 0.25, 0, None)
     record = RunRecord(TrainConfig(workdir="w"), status="diverged", divergence=outcome)
@@ -230,3 +267,35 @@ def test_a_record_of_another_shape_is_refused_naming_the_file_and_what_to_do(tmp
     assert message.startswith(str(path)) and says in message, message
     assert message.endswith("restore the file train.py wrote, or train again in a new --workdir")
     assert RunRecord.read(str(path)) is None
+
+
+def test_a_model_card_reads_as_a_type_and_a_part_of_another_type_is_named(tmp_path):
+    card = {
+        "dataset": "fashion_mnist",
+        "validation_from": "train",
+        "model": {"name": "small_cnn", "width": 16, "activation": "relu"},
+        "method": {"name": "fastbat", "title": "Fast-BAT", "eps": 0.03, "passes": {"forward": 3}},
+        "eps": {"pixels": 1.5, "per_255": None, "norm": "L2", "units": "pixels"},
+        "class_names": ["a", "b"],
+        "robustness": {"clean_accuracy": 0.8},
+    }
+    path = tmp_path / "model_card.json"
+    path.write_text(json.dumps(card))
+    read = ModelCard.load(str(path))
+    assert (read.dataset, read.validation_from) == ("fashion_mnist", "train")
+    assert (read.model.name, read.model.width) == ("small_cnn", 16)
+    assert (read.eps.pixels, read.eps.norm) == (1.5, "l2")
+    assert read.method.name == "fastbat" and read.method.passes == {"forward": 3}
+    assert read.class_names == ("a", "b")
+    keras_file = {"model": {"name": "net"}, "dataset": None, "method": None, "eps": None}
+    assert ModelCard.from_dict(keras_file) == ModelCard(model=CardModel("net"))
+    for part, says in (
+        ({"dataset": 5}, "dataset is 5, not a name"),
+        ({"eps": {"pixels": "8"}}, "eps.pixels is '8', not a number"),
+        ({"eps": {"pixels": 8, "norm": "L1"}}, "eps.norm is 'L1', not Linf or L2"),
+        ({"class_names": "ab"}, "class_names is 'ab', not a list of names"),
+    ):
+        path.write_text(json.dumps({**card, **part}))
+        with pytest.raises(ValueError) as refused:
+            ModelCard.load(str(path))
+        assert str(refused.value) == f"{path}: {says}"

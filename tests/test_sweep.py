@@ -4,6 +4,7 @@ and plots) it builds from the cells' files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from fbat_tf import sweeps
+from fbat_tf.records import CellCode, CellResult, EvaluationSummary, TrainSummary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -374,13 +376,13 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     report = sweeps.collect(definition, out)
     paths = sweeps.write_report(report, out)
 
-    cells = {c["name"]: c for c in report["cells"]}
-    assert cells["fastat-eps8-seed1"]["state"] == "new" and "pgd" not in cells["fastat-eps8-seed1"]
-    assert cells["fastat-eps16-seed0"]["train"]["overfitting_epochs"] == [2]
-    assert cells["fastat-eps16-seed0"]["train"]["val_fgsm_accuracy"] == [0.4, 0.5]
-    assert cells["fastbat-eps16-seed0"]["train"]["val_fgsm_accuracy"] == [None, None]
-    assert cells["fastbat-eps8-seed1"]["train"]["selected_epoch"] == 1
-    source = cells["fastbat-eps16-seed1"]["pgd"]["source"]
+    cells = {c.name: c for c in report["cells"]}
+    assert cells["fastat-eps8-seed1"].state == "new" and cells["fastat-eps8-seed1"].train is None
+    assert cells["fastat-eps16-seed0"].train.overfitting_epochs == [2]
+    assert cells["fastat-eps16-seed0"].train.val_fgsm_accuracy == [0.4, 0.5]
+    assert cells["fastbat-eps16-seed0"].train.val_fgsm_accuracy == [None, None]
+    assert cells["fastbat-eps8-seed1"].train.selected_epoch == 1
+    source = cells["fastbat-eps16-seed1"].evaluation("pgd").source
     assert source == os.path.join(out, "fastbat-eps16-seed1", "eval-pgd.json")
 
     table = open(paths["markdown"]).read()
@@ -538,10 +540,57 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
     with open(extra, "w") as f:
         json.dump({"examples": 100, "clean_accuracy": 0.8, "robust_accuracy": {"pgd@24": 0.05}}, f)
     assert sweeps.cell_state(first, grown) == "done"
-    record = sweeps.cell_record(grown, cell, out)
-    assert record["pgd"]["robust_accuracy"] == {"8": 0.5, "16": 0.2, "24": 0.05}
-    assert record["pgd"]["sources"]["24"] == extra
-    assert record["pgd"]["sources"]["8"] == os.path.join(first, sweeps.EVAL_PGD)
+    pgd = sweeps.cell_record(grown, cell, out).evaluation("pgd")
+    assert pgd.robust_accuracy == {8.0: 0.5, 16.0: 0.2, 24.0: 0.05}
+    assert pgd.sources[24.0] == extra
+    assert pgd.sources[8.0] == os.path.join(first, sweeps.EVAL_PGD)
+
+
+NO_TRAINING = TrainSummary(
+    source="",
+    status="complete",
+    epochs=None,
+    epochs_run=0,
+    selected_epoch=None,
+    val_clean_accuracy=[],
+    val_robust_accuracy=[],
+    val_fgsm_accuracy=[],
+    overfitting_epochs=[],
+    seconds_per_epoch=None,
+    train_seconds=0.0,
+    optimizer_steps=None,
+    code=None,
+    cost_variant="",
+    passes={},
+    pairing=None,
+)
+
+
+def made_cell(method, seed, eps=8.0, train=None, flags=None, **robust) -> CellResult:
+    """A cell as the report holds it, of the parts a test gives: its training summary's fields
+    (`train`), and each evaluation's robust accuracy by ε (under the evaluation's name); from
+    committed revision r1, the rest empty."""
+    evaluations = {
+        name: EvaluationSummary("", name, 0, 0.0, dict(values), {}, {}, {}, {}, None)
+        for name, values in robust.items()
+    }
+    name = f"{method}-eps{eps:g}-seed{seed}"
+    return CellResult(
+        name=name,
+        run_dir=f"out/{name}",
+        method=method,
+        variant=method,
+        options={},
+        flags=flags or {},
+        eps=eps,
+        seed=seed,
+        state="done",
+        tuning=None,
+        commands={},
+        code=CellCode(("r1",), False),
+        train=None if train is None else dataclasses.replace(NO_TRAINING, **train),
+        evaluations=evaluations,
+    )
 
 
 def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equivalent(tmp_path):
@@ -554,20 +603,13 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
         return {"forward": forward, "backward": backward, "second_order": second, "tangent": 0}
 
     def cell(variant, per_step, robust, seed):
-        return {
-            "variant": variant,
-            "method": variant,
-            "eps": 8.0,
-            "seed": seed,
-            "code": {"revisions": ["r1"], "dirty": False},
-            "train": {
-                "cost_variant": variant,
-                "optimizer_steps": 100,
-                "passes": per_step,
-                "pairing": {"initial_weights": f"w{seed}"},
-            },
-            "autoattack": {"robust_accuracy": {"8": robust}},
-        }
+        train = dict(
+            cost_variant=variant,
+            optimizer_steps=100,
+            passes=per_step,
+            pairing={"initial_weights": f"w{seed}"},
+        )
+        return made_cell(variant, seed, train=train, autoattack={8.0: robust})
 
     seeds = range(5)
     base = [0.50, 0.47, 0.55, 0.49, 0.52]  # seed effects shared by every variant
@@ -634,8 +676,10 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert "m = 1" in listed  # one comparison: Holm's correction changes nothing
 
     # Comparisons across revisions, uncommitted code or unpaired runs are marked.
-    report["cells"][5]["code"] = {"revisions": ["r2"], "dirty": True}
-    report["cells"][10]["train"]["pairing"] = {"initial_weights": "other"}
+    cells = report["cells"]
+    cells[5] = dataclasses.replace(cells[5], code=CellCode(("r2",), True))
+    train = dataclasses.replace(cells[10].train, pairing={"initial_weights": "other"})
+    cells[10] = dataclasses.replace(cells[10], train=train)
     marks = comparisons.comparison(report, 8.0, "fastbat", "pgd")["marks"]
     assert marks == [
         "different revisions",
@@ -689,8 +733,8 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
         comparisons=[["fastbat", "fastat"]],
     )
     report = sweeps.collect(sweeps.load_definition(path), out)
-    cell = next(c for c in report["cells"] if c["name"] == "fastat-eps8-seed0")
-    assert cell["autoattack"]["outcomes"] == {
+    cell = next(c for c in report["cells"] if c.name == "fastat-eps8-seed0")
+    assert cell.to_dict()["autoattack"]["outcomes"] == {
         "8": {"points": strings["fastat", 0], "split": "test"}
     }
 
@@ -722,8 +766,8 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
     )
 
     # Outcomes that do not give the recorded accuracy are not used.
-    cell = next(c for c in report["cells"] if c["name"] == "fastbat-eps8-seed1")
-    cell["autoattack"]["robust_accuracy"]["8"] += 0.1
+    cell = next(c for c in report["cells"] if c.name == "fastbat-eps8-seed1")
+    cell.evaluation("autoattack").robust_accuracy[8.0] += 0.1
     found = comparisons.comparison(report, 8.0, "fastbat", "fastat")
     assert found["model"] == "seeds only"
     assert "seeds only (outcomes disagree with the accuracy)" in found["marks"]
@@ -813,15 +857,15 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     report = sweeps.collect(definition, sweep_dir)
     legacy = 0
     for cell in report["cells"]:
-        with open(cell["train"]["source"]) as f:
+        with open(cell.train.source) as f:
             legacy += "cost_variant" not in json.load(f)["method"]
-        if cell["options"].get("ig") == "hessian_aware":
+        if cell.options.get("ig") == "hessian_aware":
             expected = "fastbat ig=hessian_aware"
-        elif cell["options"].get("ig_coef") == 0:
+        elif cell.options.get("ig_coef") == 0:
             expected = "fastbat ig=none"
         else:
             expected = "fastbat"
-        assert cell["train"]["cost_variant"] == expected, cell["name"]
+        assert cell.train.cost_variant == expected, cell.name
     assert legacy >= 20  # the committed sweep holds such runs
 
     # The user's view: the cost table of sweep.md, rewritten from a copy of the sweep: each
@@ -889,7 +933,7 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
         for line in dry.stdout.splitlines()
         if line.startswith("  ") and ": python " in line
     }
-    for shown in (record["commands"], listed):
+    for shown in (record.commands, listed):
         for part, command in shown.items():
             # The shell's reading of the line, with the program replaced by one that prints it.
             echoed = subprocess.run(
@@ -950,16 +994,9 @@ def test_paper_rows_count_only_the_seeds_that_ran():
     from fbat_tf.sweeps import paper
 
     def cell(seed, robust=None):
-        found = {
-            "method": "fastbat",
-            "eps": 8.0,
-            "seed": seed,
-            "flags": {"dataset": "cifar10", "model": "preact_resnet18", "seed": seed},
-            "run_dir": f"out/fastbat-eps8-seed{seed}",
-        }
-        if robust is not None:
-            found["autoattack"] = {"robust_accuracy": {"8": robust}}
-        return found
+        flags = {"dataset": "cifar10", "model": "preact_resnet18", "seed": seed}
+        evaluated = {} if robust is None else {"autoattack": {8.0: robust}}
+        return made_cell("fastbat", seed, flags=flags, **evaluated)
 
     report = {
         "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
@@ -1003,7 +1040,7 @@ def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(
         )
     )
     record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
-    assert record["code"] == {"revisions": ["a" * 40], "dirty": False}
+    assert record.code == CellCode(("a" * 40,), False)
 
 
 def test_a_number_that_is_no_accuracy_is_left_out_with_its_seed_naming_the_file(tmp_path):

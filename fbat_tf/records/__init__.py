@@ -7,12 +7,18 @@
         epoch.epoch, epoch.val_robust_accuracy, epoch.get("ig_norm_ratio")
     record.selected_epoch()                   # the Epoch whose weights best.weights.h5 holds
     record.final.robust_accuracy("pgd")       # train.py's test of that model: an EvaluationResult
+    record.method.name, record.method.passes  # a MethodRecord: what the run trained with
     record.save(path)                         # atomically; NaN and infinity as null
 
     result = EvaluationResult.load(path)      # evaluate.py's JSON (eval-*.json)
     result.clean_accuracy, result.robust_accuracy("autoattack", 8)   # ε in 1/255
     for attacked in result.robust:            # one AttackResult an attack and ε
         attacked.attack, attacked.eps, attacked.parts
+    CodeIdentity.of(result.code).revision     # the code a run or an evaluation ran
+
+    cell = CellResult.from_dict(saved)        # a sweep's cell, as sweep.json holds it
+    cell.train.selected_epoch, cell.evaluation("pgd").robust(8)
+    card = ModelCard.load(path)               # what fbat-tf reads of an export's model card
 
 Keys a record does not know (written by a later version, or by an earlier one since retired)
 are kept in `extra` and written back as they were; fields a record lacks (written before they
@@ -20,19 +26,46 @@ existed) take the defaults they had before they existed. Every committed results
 evaluation loads (tests/test_records.py).
 """
 
+from fbat_tf.records.cards import CardBudget, CardModel, ModelCard
+from fbat_tf.records.cells import (
+    METHOD_LOGS,
+    CellCode,
+    CellResult,
+    CellTuning,
+    EvaluationSummary,
+    MaskingEntry,
+    Outcomes,
+    TrainSummary,
+    eps_key,
+)
+from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
-from fbat_tf.records.runs import DivergenceOutcome, Epoch, RunRecord
+from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunRecord
 
 __all__ = [
+    "METHOD_LOGS",
     "AttackResult",
     "BatchResult",
+    "CardBudget",
+    "CardModel",
+    "CellCode",
+    "CellResult",
+    "CellTuning",
+    "CodeIdentity",
     "DivergenceOutcome",
     "Epoch",
     "EvaluationResult",
+    "EvaluationSummary",
+    "MaskingEntry",
+    "MethodRecord",
+    "ModelCard",
+    "Outcomes",
     "RunRecord",
     "TrainConfig",
+    "TrainSummary",
+    "eps_key",
     "finite_or_null",
     "read_json",
     "write_json_atomic",

@@ -111,6 +111,36 @@ class EvaluationResult(_Attacked):
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    # How it was made, as the writers recorded it in `extra` (`describe`); None where not.
+    @property
+    def split(self) -> str | None:
+        """The split it evaluated: "test", "validation" or "train"."""
+        return self.extra.get("split")
+
+    @property
+    def first_point(self) -> int | None:
+        """The index in the split of its first evaluated point."""
+        return self.extra.get("first_point")
+
+    @property
+    def seed(self) -> int | None:
+        return self.extra.get("seed")
+
+    @property
+    def model_path(self) -> str | None:
+        """The model evaluate.py attacked."""
+        return self.extra.get("model_path")
+
+    @property
+    def aa_version(self) -> str | None:
+        """AutoAttack's version ("standard"), where it ran."""
+        return self.extra.get("aa_version")
+
+    @property
+    def clean_outcomes(self) -> str | None:
+        """The clean pass's outcomes (one "1" or "0" a point), where kept."""
+        return self.outcomes.get("clean")
+
     def outcome(self, key: str) -> np.ndarray:
         """Whether each evaluated point was classified correctly under `key` ("clean",
         "pgd@8", "autoattack@8/apgd-ce"), as bool [examples]; KeyError naming the keys held."""

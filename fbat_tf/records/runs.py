@@ -1,10 +1,12 @@
-"""A training run's record: results.json as RunRecord, its Epochs and how it ended."""
+"""A training run's record: results.json as RunRecord, its Epochs, its method and how it
+ended."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from fbat_tf.records.config import TrainConfig, config_from_dict
@@ -78,6 +80,46 @@ def _epoch(entry: Any) -> Epoch:
     return Epoch(entry["epoch"], {k: v for k, v in entry.items() if k != "epoch"})
 
 
+@dataclasses.dataclass(frozen=True)
+class MethodRecord:
+    """The method a run trained with, as it recorded it (results.json's "method"): its name,
+    title, the variant its steps are priced by (bench/step_time.py's names) and its passes
+    through the model per optimizer step, and the rest of its config as written (ε in pixel
+    units, the norm, its options). Runs from before a part was recorded lack it (None): the
+    sweep report then derives it from the config (sweeps/results.py)."""
+
+    name: str | None = None
+    title: str | None = None
+    cost_variant: str | None = None
+    passes: dict[str, int] | None = None
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> MethodRecord:
+        """The method of a record's "method" object; ValueError naming the part of another
+        type."""
+        for name in ("name", "title", "cost_variant"):
+            if not isinstance(payload.get(name), str | None):
+                raise ValueError(f"method.{name} is {payload[name]!r}, not a name")
+        if not isinstance(payload.get("passes"), dict | None):
+            raise ValueError(f"method.passes is {payload['passes']!r}, not an object")
+        typed = {f.name for f in dataclasses.fields(cls)} - {"config"}
+        return cls(
+            **{name: payload.get(name) for name in typed},
+            config={k: v for k, v in payload.items() if k not in typed},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """As runs write it: name, title and cost variant, the config, the passes last (a part
+        not recorded is left out)."""
+        head = {"name": self.name, "title": self.title, "cost_variant": self.cost_variant}
+        payload = {key: value for key, value in head.items() if value is not None}
+        payload.update(self.config)
+        if self.passes is not None:
+            payload["passes"] = self.passes
+        return payload
+
+
 @dataclasses.dataclass
 class DivergenceOutcome:
     """Why a run stopped as diverged (callbacks.Divergence)."""
@@ -100,8 +142,8 @@ class RunRecord:
     history: list[Epoch] = dataclasses.field(default_factory=list)
     # train.py's test of the selected model (training.evaluate_test); None before it ran.
     final: EvaluationResult | None = None
-    # The method's own config (its options, title, cost variant) and passes per step.
-    method: dict[str, Any] | None = None
+    # The method's name, title, cost variant, passes per step and the rest of its config.
+    method: MethodRecord | None = None
     code: dict[str, Any] | None = None  # provenance.code(): revision, dirty
     # Fingerprints of the initial weights and the first training batch: runs of one seed
     # share them whatever the method.
@@ -135,6 +177,8 @@ class RunRecord:
                 raise ValueError(f"{name} is {values[name]!r}, not an object")
         if values.get("status", "running") not in _STATUSES:
             raise ValueError(f"status is {values['status']!r}, not one of {', '.join(_STATUSES)}")
+        if values.get("method") is not None:
+            values["method"] = MethodRecord.from_dict(values["method"])
         if payload.get("divergence") is not None:
             values["divergence"] = DivergenceOutcome(**payload["divergence"])
         elif values.get("status") == "diverged":
@@ -193,7 +237,7 @@ class RunRecord:
                 value = [epoch.to_dict() for epoch in value]
             elif field.name == "divergence":
                 value = None if value is None else dataclasses.asdict(value)
-            elif field.name == "final":
+            elif field.name in ("final", "method"):
                 value = None if value is None else value.to_dict()
             if value is None and field.name not in ("status", "config", "history"):
                 continue  # a part the run has not reached, or did not record

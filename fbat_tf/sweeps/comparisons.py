@@ -9,35 +9,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf.records import CellResult, Outcomes
 from fbat_tf.sweeps import paired, readings
 
 
-def _by_seed(cells: Sequence[dict[str, Any]], name: str) -> dict[int, float]:
+def _by_seed(cells: Sequence[CellResult], name: str) -> dict[int, float]:
     """Robust accuracy of evaluation `name` at each cell's own ε, by seed."""
     values = {}
     for cell in cells:
-        value = cell.get(name, {}).get("robust_accuracy", {}).get(f"{cell['eps']:g}")
+        evaluation = cell.evaluation(name)
+        value = None if evaluation is None else evaluation.robust(cell.eps)
         if value is not None:
-            values[cell["seed"]] = value
+            values[cell.seed] = value
     return values
 
 
 def _outcomes_by_seed(
-    cells: Sequence[dict[str, Any]], name: str, seeds: Sequence[int]
-) -> dict[int, dict[str, Any]] | None:
+    cells: Sequence[CellResult], name: str, seeds: Sequence[int]
+) -> dict[int, Outcomes] | None:
     """Each seed's recorded outcomes of evaluation `name` at the cell's own ε, or None where a
     cell has none."""
     found = {}
     for cell in cells:
-        record = cell.get(name, {}).get("outcomes", {}).get(f"{cell['eps']:g}")
+        evaluation = cell.evaluation(name)
+        record = None if evaluation is None else evaluation.outcome(cell.eps)
         if record is not None:
-            found[cell["seed"]] = record
+            found[cell.seed] = record
     return found if all(s in found for s in seeds) else None
 
 
 def per_point_outcomes(
-    cells_a: Sequence[dict[str, Any]],
-    cells_b: Sequence[dict[str, Any]],
+    cells_a: Sequence[CellResult],
+    cells_b: Sequence[CellResult],
     name: str,
     accuracies: tuple[dict[int, float], dict[int, float]],
     seeds: Sequence[int],
@@ -49,38 +52,40 @@ def per_point_outcomes(
     if not seeds or found[0] is None or found[1] is None:
         return None, None
     records = [by_seed[s] for by_seed in found for s in seeds]
-    if len({len(r["points"]) for r in records}) > 1 or len({r.get("split") for r in records}) > 1:
+    if len({len(r.points) for r in records}) > 1 or len({r.split for r in records}) > 1:
         return None, "outcomes on different points"
     for by_seed, accuracy in zip(found, accuracies, strict=True):
         for seed in seeds:
-            points = by_seed[seed]["points"]
+            points = by_seed[seed].points
             if not set(points) <= {"0", "1"} or (
                 abs(points.count("1") / len(points) - accuracy[seed]) > 0.5 / len(points)
             ):
                 return None, "outcomes disagree with the accuracy"
     return (
-        {s: found[0][s]["points"] for s in seeds},
-        {s: found[1][s]["points"] for s in seeds},
+        {s: found[0][s].points for s in seeds},
+        {s: found[1][s].points for s in seeds},
     ), None
 
 
+def _pairing(cell: CellResult) -> dict[str, str] | None:
+    return None if cell.train is None else cell.train.pairing
+
+
 def _pair_marks(
-    a: Sequence[dict], b: Sequence[dict], seeds: Sequence[int], report: dict, name: str
+    a: Sequence[CellResult], b: Sequence[CellResult], seeds: Sequence[int], report: dict, name: str
 ) -> list[str]:
     """What weakens or qualifies a paired comparison: its cells ran different revisions or
     uncommitted code, or two runs of one seed started from different weights or data (their
     fingerprints); and a cell's number that is the masking check's (sweeps/masking.py)."""
-    cells_a, cells_b = ({c["seed"]: c for c in cells} for cells in (a, b))
+    cells_a, cells_b = ({c.seed: c for c in cells} for cells in (a, b))
     by_seed = [(cells_a[s], cells_b[s]) for s in seeds]
     cells = [cell for pair in by_seed for cell in pair]
     marks = []
-    if len({r for c in cells for r in c.get("code", {}).get("revisions", [])}) > 1:
+    if len({r for c in cells for r in c.code.revisions}) > 1:
         marks.append("different revisions")
-    if any(c.get("code", {}).get("dirty") for c in cells):
+    if any(c.code.dirty for c in cells):
         marks.append("uncommitted or unrecorded code †")
-    prints = [
-        (x.get("train", {}).get("pairing"), y.get("train", {}).get("pairing")) for x, y in by_seed
-    ]
+    prints = [(_pairing(x), _pairing(y)) for x, y in by_seed]
     if any(x and y and x != y for x, y in prints):
         marks.append("not paired")
     if readings.checked(cells, report, name):

@@ -8,6 +8,7 @@ import statistics
 from typing import Any
 
 from fbat_tf import catalog
+from fbat_tf.records import CellResult
 from fbat_tf.sweeps import masking, readings
 from fbat_tf.sweeps.comparisons import comparison, interval_words, margin_words
 
@@ -17,10 +18,11 @@ def kilo(passes: float) -> str:
     return f"{passes / 1000:.3g}"
 
 
-def cell_passes(cell: dict[str, Any]) -> float | None:
+def cell_passes(cell: CellResult) -> float | None:
     """Passes through the model of the run's optimizer steps (DESIGN.md §3.6)."""
-    train = cell.get("train", {})
-    steps, per_step = train.get("optimizer_steps"), train.get("passes")
+    if cell.train is None:
+        return None
+    steps, per_step = cell.train.optimizer_steps, cell.train.passes
     return None if not steps or not per_step else steps * catalog.total_passes(per_step)
 
 
@@ -59,16 +61,16 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "variant": readings.label(variant, cells),
             "key": variant,
             "passes": statistics.fmean(passes),
-            "passes_per_step": catalog.total_passes(cells[0]["train"]["passes"]),
+            "passes_per_step": catalog.total_passes(cells[0].train.passes),
             "robust": statistics.fmean(robust),
             "seeds": len(robust),
             # Its robustness holds masking-checked numbers (sweeps/masking.py).
             "marks": [readings.CHECKED] if readings.checked(cells, report, name) else [],
         }
         if timing:
-            step = timing["step_seconds"].get(cells[0]["train"].get("cost_variant"))
-            steps = [c["train"]["optimizer_steps"] for c in cells if "train" in c]
-            rounds = timing["round_step_seconds"].get(cells[0]["train"].get("cost_variant"))
+            step = timing["step_seconds"].get(cells[0].train.cost_variant)
+            steps = [c.train.optimizer_steps for c in cells if c.train is not None]
+            rounds = timing["round_step_seconds"].get(cells[0].train.cost_variant)
             if step is not None:
                 row["seconds"] = step * statistics.fmean(steps)
                 row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]

@@ -20,7 +20,7 @@ where either file lacks them, the lower of the two accuracies, said so.
 
     check = definition.masking_check
     lacking(check, cell_dir)                  # [16.0]: triggered budgets the check still lacks
-    checks = cell_checks(check, cell_dir)     # {"16": {"triggered", "gap", "strong", ...}}
+    checks = cell_checks(check, cell_dir)     # {16.0: MaskingEntry(triggered, gap, ...)}
 """
 
 from __future__ import annotations
@@ -37,7 +37,14 @@ from fbat_tf.attacks.masking import (
     exceeds,
     gap_points,
 )
-from fbat_tf.records import EvaluationResult
+from fbat_tf.records import (
+    CellResult,
+    EvaluationResult,
+    EvaluationSummary,
+    MaskingEntry,
+    eps_key,
+)
+from fbat_tf.records.cells import CHECKED, NOT_TRIGGERED, PENDING
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import Evaluation, parse_evaluation
 
@@ -127,25 +134,23 @@ class _Found:
     code: dict[str, Any] | None
 
 
-def _found(cell_dir: str, evaluation: Evaluation) -> dict[str, _Found]:
-    """By ε ("16"), the evaluation's attack over its files (eval-<name>.json first)."""
-    found: dict[str, _Found] = {}
+def _found(cell_dir: str, evaluation: Evaluation) -> dict[float, _Found]:
+    """By ε (16.0), the evaluation's attack over its files (eval-<name>.json first)."""
+    found: dict[float, _Found] = {}
     for name in evaluation.files(cell_dir):
         path = os.path.join(cell_dir, name)
         result = EvaluationResult.load(path)
-        outcomes = result.outcomes or result.extra.get("outcomes")
-        outcomes = outcomes if isinstance(outcomes, dict) else {}
         for attacked in result.robust:
             if attacked.attack != evaluation.attack:
                 continue
             found.setdefault(
-                f"{attacked.eps:g}",
+                eps_key(attacked.eps),
                 _Found(
                     attacked.robust_accuracy,
                     path,
                     result.examples,
-                    outcomes.get(attacked.key),
-                    outcomes.get("clean"),
+                    result.outcomes.get(attacked.key),
+                    result.clean_outcomes,
                     dict(attacked.parts),
                     result.code,
                 ),
@@ -160,7 +165,7 @@ def decide(parts: Mapping[str, float], examples: int, threshold: float) -> dict[
     return {"gap": gap, "triggered": exceeds(gap, threshold)}
 
 
-def _triggered(check: MaskingCheck, cell_dir: str) -> dict[str, _Found]:
+def _triggered(check: MaskingCheck, cell_dir: str) -> dict[float, _Found]:
     return {
         eps: found
         for eps, found in _found(cell_dir, check.of).items()
@@ -172,7 +177,7 @@ def lacking(check: MaskingCheck, cell_dir: str) -> list[float]:
     """The budgets (1/255) at which the cell's finished AutoAttack triggers the check and no
     file of the check holds its result; [] before the AutoAttack evaluation has run."""
     done = _found(cell_dir, check.evaluation)
-    return sorted(float(eps) for eps in _triggered(check, cell_dir) if eps not in done)
+    return sorted(eps for eps in _triggered(check, cell_dir) if eps not in done)
 
 
 def combine(first: _Found, second: _Found) -> tuple[float, str]:
@@ -197,7 +202,7 @@ def combine(first: _Found, second: _Found) -> tuple[float, str]:
     return both.count("1") / len(both) if both else 0.0, PER_POINT
 
 
-def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[str, dict[str, Any]]:
+def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[float, MaskingEntry]:
     """What the check says of a cell at each ε its AutoAttack ran: the gap (points) and
     whether it triggered; where it did, the stronger attack's accuracy and the combined one
     once it has run ("checked"), else "pending"."""
@@ -205,71 +210,75 @@ def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[str, dict[str, Any]]
     checks = {}
     for eps, found in _found(cell_dir, check.of).items():
         decided = decide(found.parts, found.examples, check.threshold)
-        entry: dict[str, Any] = {
-            "triggered": decided["triggered"],
-            "gap": None if decided["gap"] is None else float(decided["gap"]),
-            "threshold": check.threshold,
-            "autoattack": found.accuracy,
-            "source": found.source,
-        }
+        entry = MaskingEntry(
+            triggered=decided["triggered"],
+            gap=None if decided["gap"] is None else float(decided["gap"]),
+            threshold=check.threshold,
+            autoattack=found.accuracy,
+            source=found.source,
+            state=NOT_TRIGGERED,
+        )
         if decided["triggered"]:
-            entry["label"] = check.evaluation.label
+            entry = dataclasses.replace(entry, label=check.evaluation.label, state=PENDING)
             if eps in strong:
                 accuracy, how = combine(found, strong[eps])
-                if how == PER_POINT:  # the points each survived both, for paired comparisons
-                    entry["combined_outcomes"] = combined_outcomes(
-                        found.outcomes, strong[eps].outcomes
-                    )
-                entry.update(
-                    state="checked",
+                entry = dataclasses.replace(
+                    entry,
+                    state=CHECKED,
                     strong=strong[eps].accuracy,
                     strong_source=strong[eps].source,
                     combined=accuracy,
                     combined_by=how,
                     code=strong[eps].code,
+                    # The points each survived both, for paired comparisons.
+                    combined_outcomes=(
+                        combined_outcomes(found.outcomes, strong[eps].outcomes)
+                        if how == PER_POINT
+                        else None
+                    ),
                 )
-            else:
-                entry.update(state="pending", strong=None, combined=None)
-        else:
-            entry["state"] = "not triggered"
         checks[eps] = entry
     return checks
 
 
-def apply(evaluation_record: dict[str, Any], checks: Mapping[str, Mapping[str, Any]]) -> None:
-    """Put the checked accuracies into the `of` evaluation's record, where every table reads
-    them, the AutoAttack ones kept under "unchecked_robust_accuracy"."""
-    checked = {eps: c["combined"] for eps, c in checks.items() if c["state"] == "checked"}
+def apply(evaluation: EvaluationSummary, checks: Mapping[float, MaskingEntry]) -> EvaluationSummary:
+    """The `of` evaluation's summary with the checked accuracies, where every table reads
+    them, the AutoAttack ones kept as `unchecked_robust_accuracy`."""
+    checked = {eps: c.combined for eps, c in checks.items() if c.state == CHECKED}
     if not checked:
-        return
-    evaluation_record["unchecked_robust_accuracy"] = dict(evaluation_record["robust_accuracy"])
-    evaluation_record["robust_accuracy"].update(checked)
-    evaluation_record["checked"] = sorted(checked, key=float)
+        return evaluation
     # The per-point outcomes paired comparisons read are the checked ones too: a point counts
     # where it survived both attacks; where the check could only take the lower accuracy, the
     # outcomes no longer give the accuracy, and comparisons fall back to the seeds.
-    outcomes = evaluation_record.get("outcomes", {})
+    outcomes = dict(evaluation.outcomes)
     for eps in checked:
-        combined = checks[eps].get("combined_outcomes")
+        combined = checks[eps].combined_outcomes
         if eps in outcomes and combined is not None:
-            outcomes[eps] = {**outcomes[eps], "points": combined}
+            outcomes[eps] = dataclasses.replace(outcomes[eps], points=combined)
+    return dataclasses.replace(
+        evaluation,
+        robust_accuracy={**evaluation.robust_accuracy, **checked},
+        outcomes=outcomes,
+        unchecked_robust_accuracy=dict(evaluation.robust_accuracy),
+        checked=tuple(sorted(checked)),
+    )
 
 
-def is_checked(cell: Mapping[str, Any], name: str, eps: float | None = None) -> bool:
+def is_checked(cell: CellResult, name: str, eps: float | None = None) -> bool:
     """Whether the cell's number of evaluation `name` at ε (default: the cell's own) is a
     checked one."""
-    key = f"{cell['eps'] if eps is None else eps:g}"
-    return key in (cell.get(name) or {}).get("checked", [])
+    evaluation = cell.evaluation(name)
+    return evaluation is not None and evaluation.is_checked(cell.eps if eps is None else eps)
 
 
-def footnote(cell: Mapping[str, Any], eps: str, entry: Mapping[str, Any]) -> str:
+def footnote(cell: CellResult, eps: float, entry: MaskingEntry) -> str:
     """ "fastbat-eps16-seed0 at ε = 16: AutoAttack 21.4 → 18.0 (Square-10000×5 alone 18.3;
     Square removed 3.4 points after the white-box parts)"."""
-    how = "" if entry["combined_by"] == PER_POINT else f"; {entry['combined_by']}"
+    how = "" if entry.combined_by == PER_POINT else f"; {entry.combined_by}"
     return (
-        f"{cell['name']} at ε = {eps}: AutoAttack {100 * entry['autoattack']:.1f} → "
-        f"{100 * entry['combined']:.1f} ({entry['label']} alone {100 * entry['strong']:.1f}; "
-        f"Square removed {entry['gap']:.1f} points after the white-box parts{how})"
+        f"{cell.name} at ε = {eps:g}: AutoAttack {100 * entry.autoattack:.1f} → "
+        f"{100 * entry.combined:.1f} ({entry.label} alone {100 * entry.strong:.1f}; "
+        f"Square removed {entry.gap:.1f} points after the white-box parts{how})"
     )
 
 

@@ -7,13 +7,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fbat_tf.records import CellResult
 from fbat_tf.sweeps import masking, readings
 
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 
 
 def measured_metric(
-    cells: Sequence[dict[str, Any]],
+    cells: Sequence[CellResult],
     metric: str,
     report: dict[str, Any],
     attacked_eps: float | None = None,
@@ -23,7 +24,7 @@ def measured_metric(
     if metric == "clean":
         return [100 * v for v in readings.clean(cells, report)]
     if metric == "seconds_per_epoch":
-        return readings.values(cells, "train", "seconds_per_epoch")
+        return readings.trained(cells, lambda train: train.seconds_per_epoch)
     if any(e["name"] == metric for e in readings.evaluations(report)):
         return [100 * v for v in readings.attacked(cells, metric, attacked_eps)]
     return []
@@ -47,18 +48,18 @@ def _defaults(paper: dict[str, Any], eps: float) -> dict[str, Any]:
     return found
 
 
-def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[dict[str, Any]]:
+def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[CellResult]:
     """The cells a published row speaks of: its method and training ε, and the row's setting
     (its flags over the paper's defaults) equal to the cell's (its flags over the same
     defaults, which are train.py's): Fast-BAT cells at 1/λ = 2000 are not the paper's 2500."""
     paper = report["paper"]
     matched = []
     for cell in report["cells"]:
-        if cell["method"] != entry["method"] or not _same(cell["eps"], float(entry["eps"])):
+        if cell.method != entry["method"] or not _same(cell.eps, float(entry["eps"])):
             continue
-        defaults = _defaults(paper, cell["eps"])
+        defaults = _defaults(paper, cell.eps)
         setting = {**defaults, **entry.get("flags", {})}
-        flags = {**defaults, **cell.get("flags", {})}
+        flags = {**defaults, **cell.flags}
         if all(key in flags and _same(flags[key], value) for key, value in setting.items()):
             matched.append(cell)
     return matched
@@ -71,7 +72,7 @@ def _of_setting(report: dict[str, Any], entry: dict[str, Any]) -> bool:
     cells = report["cells"]
     # A null flag is a setting the paper leaves unknown (Table 8's c): no cell can be it.
     return all(
-        value is not None and any(_same(cell.get("flags", {}).get(key), value) for cell in cells)
+        value is not None and any(_same(cell.flags.get(key), value) for cell in cells)
         for key, value in entry.get("flags", {}).items()
     )
 
@@ -110,14 +111,14 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "measured_std": spread,
                     # The runs that gave a number, of the cells of the setting.
                     "measured_runs": [
-                        c["run_dir"]
+                        c.run_dir
                         for c in cells
                         if measured_metric([c], metric, report, entry.get("attacked_eps"))
                     ],
                     "setting_runs": len(cells),
                     # Runs whose number is the masking check's (sweeps/masking.py).
                     "checked_runs": [
-                        c["run_dir"]
+                        c.run_dir
                         for c in readings.checked(cells, report, metric, entry.get("attacked_eps"))
                     ],
                     "difference": difference,

@@ -9,6 +9,7 @@ import statistics
 import textwrap
 from typing import Any
 
+from fbat_tf.records import CellResult
 from fbat_tf.sweeps import readings
 from fbat_tf.sweeps.costs import cost_rows
 from fbat_tf.sweeps.paper import measured_metric
@@ -97,7 +98,7 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     colours = _colours(report)
-    by_variant: dict[str, dict[float, list[dict]]] = {}
+    by_variant: dict[str, dict[float, list[CellResult]]] = {}
     for (variant, eps), cells in readings.groups(report["cells"]).items():
         by_variant.setdefault(variant, {})[eps] = cells
     evaluations = readings.evaluations(report)
@@ -152,11 +153,11 @@ def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
         if not robust or not clean:
             continue
         x, y = 100 * robust[0], 100 * clean[0]
-        label = None if cell["variant"] in labelled else cell["variant"]
-        labelled.add(cell["variant"])
-        axes.scatter(x, y, color=colours[cell["variant"]], label=label, s=18)
+        label = None if cell.variant in labelled else cell.variant
+        labelled.add(cell.variant)
+        axes.scatter(x, y, color=colours[cell.variant], label=label, s=18)
         axes.annotate(
-            f"{cell['eps']:g}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points"
+            f"{cell.eps:g}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points"
         )
     axes.set_xlabel(f"{last['label']} accuracy (%) at the training ε")
     axes.set_ylabel("clean accuracy (%)")
@@ -172,7 +173,7 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
     catastrophic-overfitting guard fired; dotted in the same colour, the FGSM accuracy where
     the run logged it (far above the PGD line: the gradient-masking signature)."""
     plt = _pyplot()
-    eps_values = sorted({c["eps"] for c in report["cells"] if "train" in c})
+    eps_values = sorted({c.eps for c in report["cells"] if c.train is not None})
     if not eps_values:
         eps_values = [0.0]
     figure, grid = _panels(plt, len(eps_values), sharey=True)
@@ -180,21 +181,20 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
     for axes, eps in zip(grid.flat, eps_values, strict=False):
         labelled = set()
         for cell in report["cells"]:
-            if cell["eps"] != eps or "train" not in cell:
+            train = cell.train
+            if cell.eps != eps or train is None:
                 continue
-            robust = [
-                math.nan if v is None else 100 * v for v in cell["train"]["val_robust_accuracy"]
-            ]
+            robust = [math.nan if v is None else 100 * v for v in train.val_robust_accuracy]
             epochs = list(range(1, len(robust) + 1))
-            label = None if cell["variant"] in labelled else cell["variant"]
-            labelled.add(cell["variant"])
-            colour = colours[cell["variant"]]
+            label = None if cell.variant in labelled else cell.variant
+            labelled.add(cell.variant)
+            colour = colours[cell.variant]
             axes.plot(epochs, robust, marker=".", color=colour, label=label, linewidth=1)
-            fgsm = cell["train"].get("val_fgsm_accuracy", [])
+            fgsm = train.val_fgsm_accuracy
             if any(v is not None for v in fgsm):
                 fgsm = [math.nan if v is None else 100 * v for v in fgsm]
                 axes.plot(epochs, fgsm, linestyle=":", color=colour, linewidth=1)
-            for epoch in cell["train"]["overfitting_epochs"]:
+            for epoch in train.overfitting_epochs:
                 axes.scatter(epoch, robust[epoch - 1], marker="x", color=colour, s=60, zorder=3)
         axes.set_title(f"ε = {readings.eps_text(report, eps)}", fontsize=9)
         axes.set_xlabel("epoch")
@@ -220,8 +220,8 @@ def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
     variants = list(colours)
     means = []
     for variant in variants:
-        cells = [c for c in report["cells"] if c["variant"] == variant]
-        values = readings.values(cells, "train", "seconds_per_epoch")
+        cells = [c for c in report["cells"] if c.variant == variant]
+        values = readings.trained(cells, lambda train: train.seconds_per_epoch)
         means.append(statistics.fmean(values) if values else 0.0)
     axes.bar(range(len(variants)), means, color=[colours[v] for v in variants])
     axes.set_xticks(range(len(variants)), variants, rotation=20, ha="right", fontsize=7)
@@ -250,7 +250,7 @@ def _finish(figure, grid, used: int, title: str, path: str) -> None:
 
 def _colours(report: dict[str, Any]) -> dict[str, Any]:
     plt = _pyplot()
-    variants = list(dict.fromkeys(c["variant"] for c in report["cells"]))
+    variants = list(dict.fromkeys(c.variant for c in report["cells"]))
     cycle = plt.get_cmap("tab10")
     return {variant: cycle(i % 10) for i, variant in enumerate(variants)}
 

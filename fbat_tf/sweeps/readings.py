@@ -4,10 +4,10 @@ them (robust and clean accuracy per evaluation, training figures), shared by its
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from fbat_tf.records import units
+from fbat_tf.records import CellResult, TrainSummary, units
 from fbat_tf.sweeps import masking
 
 
@@ -25,33 +25,33 @@ def eps_text(report: dict[str, Any], eps: float) -> str:
 
 
 def _norms(report: dict[str, Any]) -> set[str]:
-    return {cell.get("flags", {}).get("norm", "linf") for cell in report.get("cells", [])}
+    return {cell.norm for cell in report.get("cells", [])}
 
 
-def groups(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float], list[dict[str, Any]]]:
+def groups(cells: Sequence[CellResult]) -> dict[tuple[str, float], list[CellResult]]:
     """Cells by (variant, ε), seeds together: the variants in grid order, each one's ε rising
     (a later grid entry may add budgets to a variant listed earlier)."""
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, float], list[CellResult]] = {}
     for cell in cells:
-        groups.setdefault((cell["variant"], cell["eps"]), []).append(cell)
+        groups.setdefault((cell.variant, cell.eps), []).append(cell)
     order = list(dict.fromkeys(variant for variant, _ in groups))
     return dict(sorted(groups.items(), key=lambda item: (order.index(item[0][0]), item[0][1])))
 
 
-def values(cells: Sequence[dict[str, Any]], *path: str) -> list[float]:
-    values = []
-    for cell in cells:
-        value: Any = cell
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)):
-            values.append(float(value))
-    return values
+def numbers(found: Iterable[Any]) -> list[float]:
+    """The values that are numbers, as floats (None and the like left out)."""
+    return [float(value) for value in found if isinstance(value, (int, float))]
 
 
-def label(variant: str, cells: Sequence[dict[str, Any]]) -> str:
+def trained(cells: Sequence[CellResult], read: Callable[[TrainSummary], Any]) -> list[float]:
+    """What `read` gives of each trained cell's training summary, where it is a number:
+    trained(cells, lambda train: train.seconds_per_epoch)."""
+    return numbers(read(cell.train) for cell in cells if cell.train is not None)
+
+
+def label(variant: str, cells: Sequence[CellResult]) -> str:
     """The variant with the method's title, where its runs recorded one."""
-    titles = list(dict.fromkeys(c["title"] for c in cells if c.get("title")))
+    titles = list(dict.fromkeys(c.title for c in cells if c.title))
     return f"{variant} ({', '.join(titles)})" if titles else variant
 
 
@@ -71,20 +71,20 @@ def evaluations(report: dict[str, Any]) -> list[dict[str, Any]]:
     return report["evaluation"]["attacks"]
 
 
-def attacked(cells: Sequence[dict[str, Any]], name: str, eps: float | None = None) -> list[float]:
+def attacked(cells: Sequence[CellResult], name: str, eps: float | None = None) -> list[float]:
     """Robust accuracies of evaluation `name` at ε (default: each cell's own), as fractions."""
     values = []
     for cell in cells:
-        key = f"{cell['eps'] if eps is None else eps:g}"
-        value = cell.get(name, {}).get("robust_accuracy", {}).get(key)
+        evaluation = cell.evaluation(name)
+        value = None if evaluation is None else evaluation.robust(cell.eps if eps is None else eps)
         if value is not None:
             values.append(value)
     return values
 
 
 def checked(
-    cells: Sequence[dict[str, Any]], report: dict[str, Any], name: str, eps: float | None = None
-) -> list[dict[str, Any]]:
+    cells: Sequence[CellResult], report: dict[str, Any], name: str, eps: float | None = None
+) -> list[CellResult]:
     """The cells whose robust accuracy of evaluation `name` at ε (default: each cell's own) is
     the masking check's combined one (sweeps/masking.py)."""
     check = report.get("masking_check")
@@ -94,7 +94,7 @@ def checked(
 
 
 def check_mark(
-    cells: Sequence[dict[str, Any]], report: dict[str, Any], name: str, eps: float | None = None
+    cells: Sequence[CellResult], report: dict[str, Any], name: str, eps: float | None = None
 ) -> str:
     """ " ‡" where a checked number enters the cells' figure, else ""."""
     return f" {masking.MARK}" if checked(cells, report, name, eps) else ""
@@ -103,11 +103,12 @@ def check_mark(
 CHECKED = f"masking check {masking.MARK}"
 
 
-def clean(cells: Sequence[dict[str, Any]], report: dict[str, Any]) -> list[float]:
+def clean(cells: Sequence[CellResult], report: dict[str, Any]) -> list[float]:
     """Clean accuracy from the cells' first evaluation (the one with the most examples when
     the definition says so first)."""
     first = evaluations(report)[0]["name"]
-    return values(cells, first, "clean_accuracy")
+    found = (cell.evaluation(first) for cell in cells)
+    return numbers(evaluation.clean_accuracy for evaluation in found if evaluation is not None)
 
 
 def overridden(report: dict[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf import records
+from fbat_tf.records import CellResult
 from fbat_tf.sweeps import estimate, masking, readings
 from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
 from fbat_tf.sweeps.costs import cost_rows, cost_table
@@ -48,14 +49,14 @@ def code_lines(report: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _dagger(cells: Sequence[dict[str, Any]]) -> str:
-    return " †" if any(c.get("code", {}).get("dirty") for c in cells) else ""
+def _dagger(cells: Sequence[CellResult]) -> str:
+    return " †" if any(c.code.dirty for c in cells) else ""
 
 
 UNUSABLE = "§"
 
 
-def _robust_text(cells: list[dict], done: list[dict], name: str) -> str:
+def _robust_text(cells: list[CellResult], done: list[CellResult], name: str) -> str:
     """A group's robust accuracy; where a done cell's value was unusable (its file holds no
     accuracy), on how many seeds, marked."""
     values = readings.attacked(cells, name)
@@ -69,10 +70,10 @@ def unusable_lines(report: dict[str, Any]) -> list[str]:
     """Under the main table: each evaluation file whose number is no accuracy, left out of every
     table and comparison (its seed with it)."""
     found = [
-        f"- {UNUSABLE} {cell['name']}: {message}"
+        f"- {UNUSABLE} {cell.name}: {message}"
         for cell in report["cells"]
         for evaluation in readings.evaluations(report)
-        for message in cell.get(evaluation["name"], {}).get("unusable", {}).values()
+        for message in _unusable(cell, evaluation["name"])
     ]
     if not found:
         return []
@@ -85,6 +86,12 @@ def unusable_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _unusable(cell: CellResult, name: str) -> list[str]:
+    """Why numbers of the cell's evaluation `name` were left out, by ε."""
+    evaluation = cell.evaluation(name)
+    return [] if evaluation is None else list(evaluation.unusable.values())
+
+
 def masking_lines(report: dict[str, Any]) -> list[str]:
     """Under the main table, where the definition has a masking check: its rule, then each
     cell and ε where it ran (AutoAttack → the checked accuracy), where it is pending, or that
@@ -95,13 +102,13 @@ def masking_lines(report: dict[str, Any]) -> list[str]:
     lines = ["", masking.rule_words(check)]
     ran, pending, gaps = [], [], []
     for cell in report["cells"]:
-        for eps, entry in (cell.get("masking_check") or {}).items():
-            if entry["gap"] is not None:
-                gaps.append(entry["gap"])
-            if entry["state"] == "checked":
+        for eps, entry in (cell.masking_check or {}).items():
+            if entry.gap is not None:
+                gaps.append(entry.gap)
+            if entry.state == "checked":
                 ran.append(f"- {masking.footnote(cell, eps, entry)}")
-            elif entry["state"] == "pending":
-                pending.append(f"{cell['name']} at ε = {eps} (gap {entry['gap']:.1f} points)")
+            elif entry.state == "pending":
+                pending.append(f"{cell.name} at ε = {eps:g} (gap {entry.gap:.1f} points)")
     if ran:
         lines += ["", *ran]
     if pending:
@@ -148,25 +155,21 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|" + "---|" * len(evaluations) + "---|---|---|---|---|",
     ]
     for (variant, eps), cells in readings.groups(report["cells"]).items():
-        done = [c for c in cells if all(e["name"] in c for e in evaluations)]
+        done = [c for c in cells if all(e["name"] in c.evaluations for e in evaluations)]
+        trained = [c for c in cells if c.train is not None]
         selected = ", ".join(
-            "diverged" if c["state"] == "diverged" else str(c["train"]["selected_epoch"] or "–")
-            for c in cells
-            if "train" in c
+            "diverged" if c.state == "diverged" else str(c.train.selected_epoch or "–")
+            for c in trained
         )
-        overfit = "; ".join(
-            ",".join(map(str, c["train"]["overfitting_epochs"])) or "–"
-            for c in cells
-            if "train" in c
-        )
-        ratio = readings.values(cells, "train", "ig_norm_ratio")
-        inactive = readings.values(cells, "train", "inactive_fraction")
+        overfit = "; ".join(",".join(map(str, c.train.overfitting_epochs)) or "–" for c in trained)
+        ratio = readings.trained(cells, lambda train: train.ig_norm_ratio)
+        inactive = readings.trained(cells, lambda train: train.inactive_fraction)
         robust = " | ".join(_robust_text(cells, done, e["name"]) for e in evaluations)
         checked = any(readings.checked(cells, report, e["name"]) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
         clean = readings.percent(readings.clean(cells, report))
-        seconds = readings.number(readings.values(cells, "train", "seconds_per_epoch"))
+        seconds = readings.number(readings.trained(cells, lambda train: train.seconds_per_epoch))
         lines.append(
             f"| {label} | {eps:g} | {len(done)}/{len(cells)} | "
             f"{clean} | {robust} | {selected or '–'} | "
@@ -211,6 +214,7 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     os.makedirs(sweep_dir, exist_ok=True)
     paths = {"json": os.path.join(sweep_dir, "sweep.json")}
     payload = dict(report)
+    payload["cells"] = [cell.to_dict() for cell in report["cells"]]
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}

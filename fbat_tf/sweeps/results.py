@@ -11,7 +11,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from fbat_tf import methods, run
-from fbat_tf.records import AttackResult, EvaluationResult, RunRecord
+from fbat_tf.records import (
+    METHOD_LOGS,
+    AttackResult,
+    CellCode,
+    CellResult,
+    CellTuning,
+    CodeIdentity,
+    EvaluationResult,
+    EvaluationSummary,
+    MethodRecord,
+    Outcomes,
+    RunRecord,
+    TrainSummary,
+    eps_key,
+)
 from fbat_tf.sweeps import estimate, masking, tuning
 from fbat_tf.sweeps.definition import (
     RESULTS,
@@ -30,38 +44,36 @@ def _files(cell_dir: str, evaluation: Evaluation) -> list[str]:
 
 def _attacked(
     cell_dir: str, evaluation: Evaluation
-) -> dict[str, tuple[AttackResult, str, EvaluationResult]]:
-    """Each ε's result (as evaluate.py names it, "8") over every file of the evaluation, with
-    the file and the whole result it came from; where files overlap, eval-<name>.json counts."""
-    found: dict[str, tuple[AttackResult, str, EvaluationResult]] = {}
+) -> dict[float, tuple[AttackResult, str, EvaluationResult]]:
+    """Each ε's result (records.eps_key: 8.0) over every file of the evaluation, with the file
+    and the whole result it came from; where files overlap, eval-<name>.json counts."""
+    found: dict[float, tuple[AttackResult, str, EvaluationResult]] = {}
     for name in _files(cell_dir, evaluation):
         path = os.path.join(cell_dir, name)
         result = EvaluationResult.load(path)
         for attacked in result.robust:
-            found.setdefault(f"{attacked.eps:g}", (attacked, path, result))
+            found.setdefault(eps_key(attacked.eps), (attacked, path, result))
     return found
 
 
-def evaluation_results(cell_dir: str, evaluation: Evaluation) -> dict[str, tuple[float, str]]:
-    """Robust accuracy by ε (as evaluate.py names it, "8") over every file of the evaluation,
-    with the file each number came from; where files overlap, eval-<name>.json counts."""
+def evaluation_results(cell_dir: str, evaluation: Evaluation) -> dict[float, tuple[float, str]]:
+    """Robust accuracy by ε (records.eps_key: 8.0) over every file of the evaluation, with the
+    file each number came from; where files overlap, eval-<name>.json counts."""
     return {
         eps: (attacked.robust_accuracy, path)
         for eps, (attacked, path, _) in _attacked(cell_dir, evaluation).items()
     }
 
 
-def evaluation_outcomes(cell_dir: str, evaluation: Evaluation) -> dict[str, dict[str, Any]]:
-    """Per ε, which test points the attacked model got right ("points": one '0' or '1' per
-    evaluated point, in order) and on which split, from the file its robust accuracy came from,
-    where that file recorded them (evaluate.py's "outcomes", keyed as its robust accuracy)."""
+def evaluation_outcomes(cell_dir: str, evaluation: Evaluation) -> dict[float, Outcomes]:
+    """Per ε, which test points the attacked model got right (one '0' or '1' per evaluated
+    point, in order) and on which split, from the file its robust accuracy came from, where
+    that file recorded them (evaluate.py's "outcomes", keyed as its robust accuracy)."""
     found = {}
     for eps, (attacked, _, result) in _attacked(cell_dir, evaluation).items():
-        # Kept in `extra` by a reader that does not model them, or as their own field.
-        outcomes = getattr(result, "outcomes", None) or result.extra.get("outcomes") or {}
-        points = outcomes.get(attacked.key)
+        points = result.outcomes.get(attacked.key)
         if isinstance(points, str) and points:
-            found[eps] = {"points": points, "split": result.extra.get("split")}
+            found[eps] = Outcomes(points, result.split)
     return found
 
 
@@ -74,7 +86,7 @@ def missing_budgets(definition: Definition, cell: Cell, cell_dir: str) -> dict[s
         if not os.path.exists(os.path.join(cell_dir, evaluation.file())):
             continue
         have = evaluation_results(cell_dir, evaluation)
-        lacking = [eps for eps in evaluation.budgets(definition, cell) if f"{eps:g}" not in have]
+        lacking = [eps for eps in evaluation.budgets(definition, cell) if eps_key(eps) not in have]
         if lacking:
             missing[evaluation.name] = lacking
     check = definition.masking_check
@@ -130,112 +142,113 @@ def _mean(values: Iterable[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, Any]:
+def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> CellResult:
     """Everything the report says of one cell, each number with the file it came from, and
     the commands that made them."""
     cell_dir = os.path.join(sweep_dir, cell.name)
-    record: dict[str, Any] = {
-        "name": cell.name,
-        "run_dir": cell_dir,
-        "method": cell.method,
-        "variant": cell.variant(),
-        "options": cell.options,
-        "flags": cell.flags,
-        "eps": cell.eps,
-        "seed": cell.seed,
-        "state": cell_state(cell_dir, definition),
+    identity = dict(
+        name=cell.name,
+        run_dir=cell_dir,
+        method=cell.method,
+        variant=cell.variant(),
+        options=cell.options,
+        flags=cell.flags,
+        eps=cell.eps,
+        seed=cell.seed,
+        state=cell_state(cell_dir, definition),
         # The tuning unit whose pick the cell's flags carry, or None; pending: no pick yet.
-        "tuning": None if cell.unit is None else {"unit": cell.unit, "pending": cell.pending},
-        "commands": {
+        tuning=None if cell.unit is None else CellTuning(cell.unit, cell.pending),
+        commands={
             name: shlex.join(["python", *argv])
             for name, argv in commands(definition, cell, sweep_dir).items()
         },
-    }
+    )
     found = RunRecord.read(os.path.join(cell_dir, RESULTS))
     if found is None:
-        return {**record, "code": {"revisions": [], "dirty": False}}
-    record["train"] = train_record(found, cell, os.path.join(cell_dir, RESULTS))
-    # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
-    record["title"] = (found.method or {}).get("title")
+        return CellResult(**identity, code=CellCode((), False))
+    train = train_record(found, cell, os.path.join(cell_dir, RESULTS))
+    evaluations = {}
     for evaluation in definition.evaluations:
-        found = _evaluation_record(cell_dir, evaluation)
-        if found is not None:
-            record[evaluation.name] = found
+        summary = _evaluation_record(cell_dir, evaluation)
+        if summary is not None:
+            evaluations[evaluation.name] = summary
+    checks = None
     check = definition.masking_check
-    if check is not None and check.of.name in record:
+    if check is not None and check.of.name in evaluations:
         # At every ε of the AutoAttack evaluation: the gap, whether it triggered, and where it
         # ran the stronger attack's and the combined accuracy, which the tables then read.
-        record["masking_check"] = masking.cell_checks(check, cell_dir)
-        masking.apply(record[check.of.name], record["masking_check"])
-    record["code"] = cell_code(record, definition)
-    return record
+        checks = masking.cell_checks(check, cell_dir)
+        evaluations[check.of.name] = masking.apply(evaluations[check.of.name], checks)
+    checked = [e for e in (checks or {}).values() if e.state == "checked"]
+    return CellResult(
+        **identity,
+        code=cell_code([train, *evaluations.values(), *checked]),
+        train=train,
+        # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
+        title=None if found.method is None else found.method.title,
+        evaluations=evaluations,
+        masking_check=checks,
+    )
 
 
-def train_record(found: RunRecord, cell: Cell, source: str) -> dict[str, Any]:
+def train_record(found: RunRecord, cell: Cell, source: str) -> TrainSummary:
     """What the report says of a cell's training run, from its record."""
     history = found.history
     selected = found.selected_epoch()
-    train = {
-        "source": source,
-        "status": found.status,
-        "epochs": found.epochs,
-        "epochs_run": len(history),
-        "selected_epoch": None if selected is None else selected.epoch,
-        "val_clean_accuracy": [e.val_clean_accuracy for e in history],
-        "val_robust_accuracy": [e.val_robust_accuracy for e in history],
-        # FGSM accuracy, logged by runs since the guard compares it with PGD's.
-        "val_fgsm_accuracy": [e.val_fgsm_accuracy for e in history],
-        "overfitting_epochs": [e.epoch for e in history if e.overfitting],
-        "seconds_per_epoch": _mean(e.seconds for e in history),
-        "train_seconds": sum(e.seconds or 0.0 for e in history),
-        "optimizer_steps": found.optimizer_steps,
-        "code": found.code,
-        # What prices the run's steps; for runs from before the method recorded it, derived
-        # from the method config they recorded.
-        "cost_variant": _cost_variant(found.method or {}, cell.method),
-        # Passes through the model per optimizer step: as the run recorded them, or for runs
-        # from before, as its recorded method config declares.
-        "passes": _passes(found.method or {}, cell.method),
-        # Fingerprints of the initial weights and the first training batch (runs since they
-        # were recorded): runs paired by seed share them.
-        "pairing": found.pairing,
-    }
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
-    for name in ("ig_norm_ratio", "inactive_fraction"):
-        if any(name in e.logs for e in history):
-            train[name] = found.mean_log(name)
-    return train
+    logged = tuple(name for name in METHOD_LOGS if any(name in e.logs for e in history))
+    return TrainSummary(
+        source=source,
+        status=found.status,
+        epochs=found.epochs,
+        epochs_run=len(history),
+        selected_epoch=None if selected is None else selected.epoch,
+        val_clean_accuracy=[e.val_clean_accuracy for e in history],
+        val_robust_accuracy=[e.val_robust_accuracy for e in history],
+        val_fgsm_accuracy=[e.val_fgsm_accuracy for e in history],
+        overfitting_epochs=[e.epoch for e in history if e.overfitting],
+        seconds_per_epoch=_mean(e.seconds for e in history),
+        train_seconds=sum(e.seconds or 0.0 for e in history),
+        optimizer_steps=found.optimizer_steps,
+        code=found.code,
+        # For runs from before the method recorded them, derived from the method config they
+        # recorded.
+        cost_variant=_cost_variant(found.method, cell.method),
+        passes=_passes(found.method, cell.method),
+        pairing=found.pairing,
+        ig_norm_ratio=found.mean_log("ig_norm_ratio"),
+        inactive_fraction=found.mean_log("inactive_fraction"),
+        method_logs=logged,
+    )
 
 
-def cell_code(record: dict[str, Any], definition: Definition) -> dict[str, Any]:
-    """Which code made the cell's numbers: the revisions of its training and evaluations
-    (None: not a git checkout) and whether any of them ran from uncommitted changes."""
-    # The parts that ran: a part without a code block ran before results recorded one.
-    parts = [record["train"]] if "train" in record else []
-    parts += [record[e.name] for e in definition.evaluations if e.name in record]
-    parts += [c for c in record.get("masking_check", {}).values() if c.get("state") == "checked"]
-    ran = [part.get("code") or {} for part in parts]
-    return {
-        "revisions": list(dict.fromkeys(block.get("revision") for block in ran)),
-        "dirty": any(block.get("dirty") is not False for block in ran),
-    }
+def cell_code(parts: list[Any]) -> CellCode:
+    """Which code made the cell's numbers, from the parts that ran (its training, evaluations
+    and the masking checks that ran): their revisions (None: not a git checkout) and whether
+    any of them ran from uncommitted changes. A part without a code block ran before results
+    recorded one."""
+    ran = [CodeIdentity.of(part.code) for part in parts]
+    return CellCode(
+        tuple(dict.fromkeys(code.revision for code in ran)),
+        any(code.dirty is not False for code in ran),
+    )
 
 
-def code_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def code_summary(cells: list[CellResult]) -> dict[str, Any]:
     """The sweep's code: cells per revision, and the cells run from uncommitted (or unknown)
     code or from several revisions."""
     revisions: dict[str | None, int] = {}
     for cell in cells:
-        for found in cell["code"]["revisions"]:
+        for found in cell.code.revisions:
             revisions[found] = revisions.get(found, 0) + 1
     return {
         "revisions": revisions,
-        "dirty_cells": [c["name"] for c in cells if c["code"]["dirty"]],
-        "mixed_cells": [c["name"] for c in cells if len(c["code"]["revisions"]) > 1],
+        "dirty_cells": [c.name for c in cells if c.code.dirty],
+        "mixed_cells": [c.name for c in cells if len(c.code.revisions) > 1],
     }
 
 
-def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] | None:
+def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> EvaluationSummary | None:
     """What the evaluation's files say: robust accuracy by ε (with its file), and for an
     ensemble the accuracy after each part and the seconds each took, by ε."""
     source = os.path.join(cell_dir, evaluation.file())
@@ -243,31 +256,28 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> dict[str, Any] 
     if main is None:
         return None
     merged = evaluation_results(cell_dir, evaluation)
-    outcomes = evaluation_outcomes(cell_dir, evaluation)
     # A value that is no accuracy (NaN, a hand edit, a bug) is left out, said so, never used.
     unusable = {
         eps: f"{path}: robust accuracy {value!r} is not a number from 0 to 1, left out"
         for eps, (value, path) in merged.items()
         if not (isinstance(value, (int, float)) and 0 <= value <= 1)
     }
-    return {
-        "source": source,
-        "label": evaluation.label,
-        "examples": main.examples,
-        "clean_accuracy": main.clean_accuracy,
-        "robust_accuracy": {
-            eps: value for eps, (value, _) in merged.items() if eps not in unusable
-        },
-        **({"unusable": unusable} if unusable else {}),
-        "sources": {eps: path for eps, (_, path) in merged.items()},
-        "time_s": {f"{r.eps:g}": r.seconds for r in main.robust},
-        "per_part": {f"{r.eps:g}": r.parts for r in main.robust if r.parts},
-        "part_seconds": {f"{r.eps:g}": r.part_seconds for r in main.robust if r.part_seconds},
-        "code": main.code,
+    return EvaluationSummary(
+        source=source,
+        label=evaluation.label,
+        examples=main.examples,
+        clean_accuracy=main.clean_accuracy,
+        robust_accuracy={eps: value for eps, (value, _) in merged.items() if eps not in unusable},
+        unusable=unusable,
+        sources={eps: path for eps, (_, path) in merged.items()},
+        time_s={eps_key(r.eps): r.seconds for r in main.robust},
+        per_part={eps_key(r.eps): r.parts for r in main.robust if r.parts},
+        part_seconds={eps_key(r.eps): r.part_seconds for r in main.robust if r.part_seconds},
+        code=main.code,
         # Which points each ε's attack left right, where the files recorded them: the paired
         # comparisons then count the test images too (sweeps/paired.py).
-        **({"outcomes": outcomes} if outcomes else {}),
-    }
+        outcomes=evaluation_outcomes(cell_dir, evaluation),
+    )
 
 
 def _portable(path: str) -> str:
@@ -338,9 +348,13 @@ def load_paper(path: str) -> dict[str, Any]:
     return paper
 
 
-def _passes(method: dict[str, Any], name: str) -> dict[str, int]:
-    return method.get("passes") or methods.passes(method.get("name", name), method)
+def _passes(method: MethodRecord | None, name: str) -> dict[str, int]:
+    """The passes per step the run recorded, or for runs from before, as its recorded method
+    config declares."""
+    method = method or MethodRecord()
+    return method.passes or methods.passes(method.name or name, method.to_dict())
 
 
-def _cost_variant(method: dict[str, Any], name: str) -> str:
-    return method.get("cost_variant") or methods.cost_variant(method.get("name", name), method)
+def _cost_variant(method: MethodRecord | None, name: str) -> str:
+    method = method or MethodRecord()
+    return method.cost_variant or methods.cost_variant(method.name or name, method.to_dict())

@@ -1,0 +1,329 @@
+"""The sweep's report, sweep.py, the classifiers and the exporters hold a sweep's cells, run
+records and model cards as the types of fbat_tf/records/ (CellResult, RunRecord, ModelCard...),
+and read them by attribute: a misspelt field fails at once (AttributeError), where a misspelt
+key read with `.get` gave None and the report went on without the number.
+
+The rule, read from the source with `ast`, for every string-constant read by key in the modules
+of READERS, `x["key"]` (read, not written) or `x.get("key", ...)`:
+
+1. its receiver `x`, as written, is one that ALLOWED names for that module: a dict that is no
+   cell, record or card, each with what it holds (the report's own top-level dict, a paper-numbers
+   row, a bench timing file, a TF-Serving response...); and
+2. its key is no field of the record types (RECORD_TYPES), but for the SHARED keys, which an
+   allowed dict has too, each with the dict that has it.
+
+A record read by key through an allowed name still fails the second rule where its key is its
+own (`report["cells"][0]["train"]`, a `found["robust_accuracy"]`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+
+from fbat_tf import records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SWEEPS = "fbat_tf/sweeps"
+READERS = [
+    *(
+        f"{SWEEPS}/{name}.py"
+        for name in (
+            "readings",
+            "comparisons",
+            "costs",
+            "paper",
+            "plots",
+            "report",
+            "paired",
+            "masking",
+            "tuning",
+            "tuning_groups",
+            "claims",
+            "results",
+        )
+    ),
+    "sweep.py",
+    "fbat_tf/classifiers.py",
+    *sorted(
+        f"export/{name}"
+        for name in os.listdir(os.path.join(ROOT, "export"))
+        if name.endswith(".py")
+    ),
+]
+
+# What the report's own top-level dict (sweeps/results.collect) holds: the definition's parts
+# and the sections built beside the cells, which stay a dict; its cells are CellResult.
+REPORT = "the report's top-level dict (results.collect), not its cells"
+# The definition's evaluations as the report records them (definition.evaluation_record).
+EVALUATIONS = "an evaluation of the definition as the report records it (name, label, ε...)"
+COST_ROW = "a row of the robustness-against-cost table, built by costs.cost_rows"
+PAIRED = "a paired comparison, built by paired.compare and comparisons.comparison"
+
+# Per module, each receiver a string key may be read from, and what it holds.
+ALLOWED: dict[str, dict[str, str]] = {
+    f"{SWEEPS}/readings.py": {
+        "report": REPORT,
+        "report['evaluation']": "the definition's evaluations as the report records them",
+        "evaluations(report)[0]": EVALUATIONS,
+        "check": "the definition's masking check as the report records it (MaskingCheck.record)",
+    },
+    f"{SWEEPS}/comparisons.py": {
+        "report": REPORT,
+        "evaluation": EVALUATIONS,
+        "readings.evaluations(report)[-1]": EVALUATIONS,
+        "found": PAIRED,
+        "pair": PAIRED,
+    },
+    f"{SWEEPS}/costs.py": {
+        "report": REPORT,
+        "evaluation": EVALUATIONS,
+        "readings.evaluations(report)[-1]": EVALUATIONS,
+        "cost": "the cost bench's step times as the report holds them (results.load_cost)",
+        "timing": "the same, with the load it was measured under (costs.measured_time)",
+        "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
+        "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
+        "row": COST_ROW,
+        "r": COST_ROW,
+        "best": COST_ROW,
+        "cheap": COST_ROW,
+        "other": COST_ROW,
+        "versus": PAIRED,
+        "r['versus_best']": PAIRED,
+    },
+    f"{SWEEPS}/paper.py": {
+        "report": REPORT,
+        "report['paper']": "the paper-numbers file (configs/papers/*.json)",
+        "paper": "the paper-numbers file",
+        "entry": "a row of the paper-numbers file",
+        "e": EVALUATIONS,
+        "row": "a row of the paper-against-measured table, built by paper.paper_rows",
+    },
+    f"{SWEEPS}/plots.py": {
+        "report": REPORT,
+        "e": EVALUATIONS,
+        "evaluation": EVALUATIONS,
+        "last": EVALUATIONS,
+        "readings.evaluations(report)[-1]": EVALUATIONS,
+        "row": COST_ROW,
+        "r": COST_ROW,
+        "row['versus_best']": PAIRED,
+    },
+    f"{SWEEPS}/report.py": {
+        "report": REPORT,
+        "code": "the report's code summary (results.code_summary)",
+        "e": EVALUATIONS,
+        "evaluation": EVALUATIONS,
+        "evaluations[0]": EVALUATIONS,
+        "pair": PAIRED,
+        "payload": "sweep.json as write_report assembles it",
+        "paths": "the paths write_report wrote, by kind",
+    },
+    f"{SWEEPS}/paired.py": {
+        "found": "a comparison this module builds (compare)",
+        "model": "the crossed model this module computes (crossed)",
+    },
+    f"{SWEEPS}/masking.py": {
+        "given": "the definition's masking_check block, as written in its JSON",
+        "spec": "the masking check's attack, as written in the definition's JSON",
+        "check": "the definition's masking check as the report records it (MaskingCheck.record)",
+        "decided": "the rule's gap and trigger (masking.decide)",
+        "decide(found.parts, found.examples, check.threshold)": "the same",
+    },
+    f"{SWEEPS}/tuning.py": {
+        "report": REPORT,
+        "report.get('tuning') or {}": "the report's tuning section (tuning.report_section)",
+        "section": "the report's tuning section",
+        "unit": "a unit of the tuning section",
+        "candidate": "a candidate of a tuning unit (tuning.candidates)",
+        "c": "a candidate of a tuning unit (tuning.candidates, or tuning.json's)",
+        "found[best]": "a candidate of a tuning unit",
+        "found[i]": "a candidate of a tuning unit",
+        "found[tied[0]]": "a candidate of a tuning unit",
+        "chosen": "a candidate of a tuning unit",
+        "run": "what a tuning run says for the pick (tuning._run), not its RunRecord",
+        "r": "what a tuning run says for the pick (tuning._run)",
+        "by_seed[s]": "what a tuning run says for the pick (tuning._run)",
+        "_run(run, sweep_dir)": "what a tuning run says for the pick (tuning._run)",
+        "entry": "a unit's pick in tuning.json",
+        "found": "tuning.json, as read",
+        "kept": "tuning.json, as read",
+        "_read(sweep_dir)": "tuning.json, as read",
+    },
+    f"{SWEEPS}/tuning_groups.py": {"spec": "the definition's tuning block, as written"},
+    f"{SWEEPS}/claims.py": {"found": "a claim file"},
+    f"{SWEEPS}/results.py": {
+        "bench": "a bench/step_time.py result (the definition's cost)",
+        "m": "a method's entry of a bench/step_time.py result",
+    },
+    "sweep.py": {
+        "absl_flags.FLAGS": "absl's flags, by name",
+        "c.flags": "a definition cell's train.py flags (sweeps.Cell), by flag name",
+        "counts": "cells counted by state",
+        "kept": "the sweep's revision.json (revision.recorded)",
+        "paths": "the paths write_report wrote, by kind",
+    },
+    "fbat_tf/classifiers.py": {
+        "self.signature(images=tf.cast(x, tf.float32))": "a SavedModel signature's outputs",
+    },
+    "export/artifacts.py": {"ARTIFACTS": "the artifact files' names, by format"},
+    "export/cli.py": {
+        "flags.FLAGS": "absl's flags, by name",
+        "values": "the command line's flag values",
+    },
+    "export/client.py": {
+        "payload": "a TF-Serving REST response",
+        "json.loads(text)": "a TF-Serving REST error response",
+        "outputs": "a TF-Serving response's outputs",
+    },
+    "export/recheck.py": {
+        "row": "a row of the re-check this module builds",
+        "r": "a row of the re-check this module builds",
+    },
+    "export/robustbench.py": {
+        "attacks.entry('autoattack').defaults()": "an attack's declared defaults",
+        "result": "EvaluationResult.get(attack, eps, norm): a result by its attack's name",
+    },
+    "export/savedmodel.py": {
+        "SERVING_CONTRACT": "the serving contract this module declares",
+        "card": "the card export_model assembles and writes (the caller's model object, "
+        "extended): a writer's merge, not a read of a card's figures",
+    },
+    "export/modelcard.py": {
+        "final": "EvaluationResult.get(attack): the final test's result by its attack's name",
+    },
+}
+
+# The types whose fields are read by attribute, never by key.
+RECORD_TYPES = (
+    records.CellResult,
+    records.TrainSummary,
+    records.EvaluationSummary,
+    records.MaskingEntry,
+    records.Outcomes,
+    records.CellCode,
+    records.CellTuning,
+    records.RunRecord,
+    records.MethodRecord,
+    records.ModelCard,
+    records.CardModel,
+    records.CardBudget,
+    records.CodeIdentity,
+)
+
+# Field names of RECORD_TYPES that an allowed dict has too, and which one.
+SHARED = {
+    "autoattack": "EvaluationResult.get's attack name (robustbench, modelcard)",
+    "class_names": "a TF-Serving response's outputs (client)",
+    "code": "the report's code summary (report)",
+    "dataset": "a definition cell's flags (sweep.py)",
+    "device": "the cost bench's setting (costs)",
+    "eps": "the definition's evaluations, paper rows, tuning units and blocks",
+    "examples": "the definition's evaluations and its masking check's attack",
+    "flags": "paper rows and tuning candidates",
+    "gap": "the masking rule's result (masking.decide)",
+    "label": "the definition's evaluations, tuning candidates and the masking check",
+    "machine": "the cost bench's setting (costs)",
+    "masking_check": "the report's top-level dict",
+    "method": "paper rows and tuning groups",
+    "model": "the cost bench's setting, paired comparisons, the card export_model writes",
+    "name": "the definition's evaluations",
+    "passes": "cost rows",
+    "revision": "the sweep's revision.json (sweep.py)",
+    "revisions": "the report's code summary (report)",
+    "seed": "what a tuning run says for the pick (tuning)",
+    "source": "the cost bench, paper numbers and tuning units",
+    "threshold": "the masking check as the definition and report record it",
+    "triggered": "the masking rule's result (masking.decide)",
+    "tuning": "the report's top-level dict",
+    "unit": "a unit's pick in tuning.json",
+    "val_robust_accuracy": "what a tuning run says for the pick (tuning)",
+    "variant": "cost rows and tuning units",
+    "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
+    "width": "the cost bench's setting (costs)",
+}
+
+
+def record_keys() -> set[str]:
+    return {field.name for kind in RECORD_TYPES for field in dataclasses.fields(kind)}
+
+
+def string_reads(source: str) -> list[tuple[int, str, str, str]]:
+    """(line, receiver as written, key, the read) of each string-constant read by key in
+    `source`: `x["key"]` (not assigned to) and `x.get("key", ...)`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
+            receiver, key = ast.unparse(node.value), node.slice.value
+            found.append((node.lineno, receiver, key, f"{receiver}[{key!r}]"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            receiver, key = ast.unparse(node.func.value), node.args[0].value
+            found.append((node.lineno, receiver, key, f"{receiver}.get({key!r})"))
+    return found
+
+
+def broken_rules(path: str, source: str) -> list[str]:
+    """Each read of `source` (the module at `path`) that breaks a rule, saying which."""
+    allowed = ALLOWED.get(path, {})
+    forbidden = record_keys() - set(SHARED)
+    broken = []
+    for line, receiver, key, read in string_reads(source):
+        if receiver not in allowed:
+            broken.append(f"{path}:{line}: {read}: {receiver} is not allowed here")
+        if key in forbidden:
+            broken.append(f"{path}:{line}: {read}: {key!r} is a field of a record's type")
+    return broken
+
+
+def _source(path: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def test_cells_records_and_cards_are_read_by_attribute_never_by_a_string_key():
+    broken = [line for path in READERS for line in broken_rules(path, _source(path))]
+    assert not broken, "\n".join(broken)
+
+
+def test_each_allowance_is_used_and_each_shared_key_is_a_record_s():
+    """An allowance no read needs any more, or a shared key no record has, is dropped."""
+    reads = {path: string_reads(_source(path)) for path in READERS}
+    used = {(path, receiver) for path, found in reads.items() for _, receiver, _, _ in found}
+    unused = [(p, r) for p, receivers in ALLOWED.items() for r in receivers if (p, r) not in used]
+    assert not unused, unused
+    assert set(SHARED) <= record_keys(), set(SHARED) - record_keys()
+    keys = {key for found in reads.values() for _, _, key, _ in found}
+    assert set(SHARED) <= keys, set(SHARED) - keys
+    assert set(ALLOWED) <= set(READERS)
+
+
+def test_the_rule_catches_a_cell_read_by_key_again():
+    """readings.groups reading its cells' variant by key, as it did before cells were typed:
+    each way of writing it breaks a rule, and both where the key is a record's own."""
+    path = f"{SWEEPS}/readings.py"
+    source = _source(path)
+    typed = "        groups.setdefault((cell.variant, cell.eps), []).append(cell)\n"
+    assert typed in source and not broken_rules(path, source)
+    for read, rules in (
+        ('cell["train"]', 2),
+        ('cell.get("train", {}).get("selected_epoch")', 4),
+        ('report["cells"][0]["train"]', 2),
+        ('cell["variant"]', 1),
+    ):
+        again = source.replace(typed, f"{typed}        {read}\n")
+        found = broken_rules(path, again)
+        assert len(found) == rules, (read, found)
