@@ -30,6 +30,7 @@ from fbat_tf.catalog import (
     LINEARIZATIONS,
     counts,
 )
+from fbat_tf.records import units
 
 
 def _resolve_implicit_autodiff(value: str) -> str:
@@ -119,7 +120,7 @@ _FASTBAT = (
         "Fast-BAT lower-level step 1/λ in 1/255 units (default 5000 for eps <= 8, 2500 above).",
         "lambda_inv",
         lower_bound=0.0,
-        from_flag=lambda value: None if value is None else value / 255,
+        from_flag=lambda value: None if value is None else units.from_per_255(value),
     ),
     Option(
         "ig_coef",

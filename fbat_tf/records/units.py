@@ -31,9 +31,14 @@ def _check(norm: str) -> str:
     return norm
 
 
+def from_per_255(value: float) -> float:
+    """A value the command line gives in 1/255 units (an L∞ ε, Fast-BAT's 1/λ) in pixel units."""
+    return value / 255  # divided, not times 1/255: the same float as a flag has always given
+
+
 def to_pixels(value: float, norm: str = "linf") -> float:
     """ε as the command line gives it (1/255 units for L∞, pixel units for L2), in pixel units."""
-    return value / 255 if _check(norm) == "linf" else float(value)
+    return from_per_255(value) if _check(norm) == "linf" else float(value)
 
 
 def in_flag_units(eps: float, norm: str = "linf") -> float:
