@@ -13,8 +13,9 @@ directory, or an exported .onnx or .tflite file. Such a file is run by its own r
 beside, or --source_model_path): clean accuracy and agreement, the source's PGD and AutoAttack
 examples replayed on it, Square run on it (DESIGN.md §5.4); its row goes into the model card.
 Where AutoAttack (standard) ran at the model's training ε, a RobustBench-format entry,
-robustbench.json, is written beside the model. Prints a Markdown table, writes JSON (never
-over an existing file) and, with several ε, a robustness-vs-ε plot next to it. Every
+robustbench.json, is written beside the model (one already there is kept, and said so).
+Prints a Markdown table, writes JSON (never over an existing file) and, with several ε, a
+robustness-vs-ε plot next to it. Every
 adversarial batch is checked to lie in C. A model that gives NaN or infinite logits, on clean
 inputs (told before any attack, with how many examples) or on adversarial ones, is refused
 with a message and nothing is written.
@@ -415,6 +416,9 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
         path = robustbench.write(
             home, result, known["dataset"], known["eps"], known.get("architecture"), norm
         )
+    except FileExistsError as error:
+        print(f"RobustBench entry: {error.filename}: {robustbench.KEPT}")
+        return
     except OSError as error:
         print(
             f"warning: {home}: RobustBench entry not written: {errors.describe(error)}",

@@ -23,6 +23,8 @@ leaderboard's number is AutoAttack's at the threat model's ε.
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 UNKNOWN = ""
@@ -33,7 +35,8 @@ def write(
 ) -> str | None:
     """Write the entry for `result` (see `entry`) as `home`'s robustbench.json, atomically;
     its path, or None where the result holds no AutoAttack (standard) at `eps` under `norm`.
-    OSError where it cannot be written."""
+    An entry already there is never replaced: FileExistsError naming it (`KEPT` says what to
+    do). OSError where it cannot be written."""
     from fbat_tf.records import write_json_atomic
     from fbat_tf.run import Run
 
@@ -41,8 +44,14 @@ def write(
     if found is None:
         return None
     path = Run(home).robustbench_path
+    if os.path.lexists(path):
+        raise FileExistsError(errno.EEXIST, KEPT, path)
     write_json_atomic(path, found)
     return path
+
+
+# What a caller says of an entry `write` kept.
+KEPT = "a RobustBench entry is there already, kept (delete it to write this evaluation's)"
 
 
 def _percent(value: float) -> str:

@@ -177,3 +177,21 @@ def test_an_l2_robustbench_entry_gives_the_budget_as_robustbench_s_l2_entries_do
     linf = robustbench.entry(result, "fashion_mnist", 1.5 / 255, "small_cnn")
     assert linf["eps"] == "1.5/255" and linf["autoattack_acc"] == "10.00"
     assert robustbench.entry(result, "fashion_mnist", 0.5, "small_cnn", norm="l2") is None
+
+
+def test_a_robustbench_entry_already_there_is_kept_and_named(tmp_path):
+    """A second evaluation (say on 16 points after one on 10,000) never replaces the entry
+    silently: the file stays as it was, and the error names it and says what to do."""
+    from export import robustbench
+    from fbat_tf.records import AttackResult, EvaluationResult
+
+    def result(robust: float) -> EvaluationResult:
+        return EvaluationResult(16, 0.8, robust=[AttackResult("autoattack", 8.0, robust)])
+
+    path = robustbench.write(str(tmp_path), result(0.5), "fashion_mnist", 8 / 255, "small_cnn")
+    before = open(path, "rb").read()
+    assert json.loads(before)["autoattack_acc"] == "50.00"
+    with pytest.raises(FileExistsError) as raised:
+        robustbench.write(str(tmp_path), result(0.25), "fashion_mnist", 8 / 255, "small_cnn")
+    assert raised.value.filename == path and "delete it" in robustbench.KEPT
+    assert open(path, "rb").read() == before
