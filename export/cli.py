@@ -59,7 +59,7 @@ _FORMATS = flags.DEFINE_list(
 )
 _INT8_EXAMPLES = flags.DEFINE_integer(
     "int8_examples",
-    500,
+    catalog.INT8_EXAMPLES,
     "Training images the int8 LiteRT file is calibrated on (post-training quantization); 0 "
     "writes no int8 file.",
     lower_bound=0,

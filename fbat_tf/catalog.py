@@ -48,6 +48,9 @@ PGD_STEP_SIZE = 1 / 4
 # serves its folder, and the other formats are checked against it), ONNX and LiteRT beside it on
 # request; "litert" writes a float32 file and, calibrated on training images, an int8 one.
 EXPORT_FORMATS = ("saved_model", "onnx", "litert")
+# Training images the int8 LiteRT file is calibrated on unless told otherwise: the default of
+# train.py's and `python -m export`'s --int8_examples.
+INT8_EXAMPLES = 500
 # The Python packages each extra format needs, to write it and to run it; `pip install -e
 # ".[export]"` installs them all.
 EXPORT_WRITERS = {"onnx": ("tf2onnx", "onnx"), "litert": ()}

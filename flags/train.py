@@ -182,7 +182,7 @@ EXPORT_FORMATS = flags.DEFINE_list(
 )
 INT8_EXAMPLES = flags.DEFINE_integer(
     "int8_examples",
-    500,
+    catalog.INT8_EXAMPLES,
     "Training images the int8 LiteRT file is calibrated on (post-training quantization); 0 "
     "writes no int8 file.",
     lower_bound=0,

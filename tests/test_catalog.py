@@ -194,3 +194,23 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
         methods.REGISTRY, "fastbat", dataclasses.replace(fastbat, options=tuple(zero))
     )
     assert methods.recorded_config("fastbat", {})["ig"] == "none"
+
+
+def test_both_programs_calibrate_int8_on_the_catalog_s_number_of_images():
+    """train.py's and `python -m export`'s --int8_examples (two programs, one flag name: read in
+    a process each) default to the catalog's number."""
+    for module in ("flags.train", "export.cli"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import {module}; from absl import flags; "
+                "print(flags.FLAGS['int8_examples'].default)",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert int(done.stdout.strip().splitlines()[-1]) == catalog.INT8_EXAMPLES == 500, module
