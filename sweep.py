@@ -121,10 +121,9 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
         startup.load_tensorflow()
     from fbat_tf import data
 
-    for cell, cell_dir, values in to_train:
-        config = flag_words.config_from_flags(cell_dir, values)
+    for cell, _, _ in to_train:
         try:
-            flag_words.check_method(config)
+            flag_words.check_method(cell.config)
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
     for dataset, data_dir, download in {

@@ -7,13 +7,17 @@ mode = resolve_implicit_autodiff("auto")   # "forward_over_backward" on GPU/TPU
 
 from __future__ import annotations
 
-import tensorflow as tf
-
 from fbat_tf import catalog
+
+# A resolver's `capability` that asks TensorFlow for this machine's GPU (loading TensorFlow);
+# None settles a value as on a machine without one, with no TensorFlow loaded.
+ASK = "ask"
 
 
 def gpu_compute_capability() -> tuple[int, int] | None:
     """The first visible GPU's compute capability, or None without a GPU."""
+    import tensorflow as tf
+
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return None
@@ -25,25 +29,28 @@ def tf32_in_use() -> bool:
     """Whether float32 convolutions and matrix products run in TF32 (a 10-bit mantissa) here:
     TensorFlow's setting (on by default) on a GPU that has TF32 (compute capability 8.0, Ampere,
     and newer). On a CPU or an older GPU float32 is float32 whatever the setting."""
+    import tensorflow as tf
+
     capability = gpu_compute_capability()
     enabled = tf.config.experimental.tensor_float_32_execution_enabled()
     return bool(enabled and capability is not None and capability >= (8, 0))
 
 
-def resolve_precision(name: str) -> str:
+def resolve_precision(name: str, capability: tuple[int, int] | str | None = ASK) -> str:
     if name != "auto":
         return name
-    capability = gpu_compute_capability()
+    if capability == ASK:
+        capability = gpu_compute_capability()
     if capability is None:
         return "float32"
     return "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16"
 
 
-def resolve_jit_compile(value: str | bool) -> bool:
+def resolve_jit_compile(value: str | bool, capability: tuple[int, int] | str | None = ASK) -> bool:
     if isinstance(value, bool):
         return value
     if value == "auto":
-        return gpu_compute_capability() is not None
+        return (gpu_compute_capability() if capability == ASK else capability) is not None
     return {"true": True, "false": False}[value]
 
 
@@ -59,6 +66,8 @@ def resolve_implicit_autodiff(value: str, device_types: list[str] | None = None)
     if value != "auto":
         return value
     if device_types is None:
+        import tensorflow as tf
+
         device_types = [d.device_type for d in tf.config.list_logical_devices()]
     if {"GPU", "TPU"} & set(device_types):
         return "forward_over_backward"
@@ -66,6 +75,8 @@ def resolve_implicit_autodiff(value: str, device_types: list[str] | None = None)
 
 
 def describe() -> str:
+    import tensorflow as tf
+
     capability = gpu_compute_capability()
     if capability is None:
         return "CPU"

@@ -13,7 +13,6 @@ this module defines train.py's flags and loads no TensorFlow.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 
 from absl import flags as absl_flags
@@ -134,26 +133,8 @@ def check_method(config) -> None:
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
-    """The run's TrainConfig: each field from the flag of its name, and each option the method
-    declares from its flag (through the option's `from_flag`, where its units differ)."""
-    from fbat_tf import device, methods
-    from fbat_tf.records import TrainConfig, units
+    """The run's TrainConfig (fbat_tf/methods/configs.py converts the flags' units and settles
+    their "auto" on this machine)."""
+    from fbat_tf.methods import configs
 
-    entry = methods.entry(values.method)
-    options = {
-        option.name: (option.from_flag or (lambda value: value))(
-            values[entry.flag_name(option)].value
-        )
-        for option in entry.options
-    }
-    fields = {field.name for field in dataclasses.fields(TrainConfig)}
-    given = {name: values[name].value for name in fields if name in values}
-    given.update(
-        workdir=workdir,
-        eps=units.to_pixels(values.eps, values.norm),
-        method_options=options,
-        precision=device.resolve_precision(values.precision),
-        jit_compile=device.resolve_jit_compile(values.jit_compile),
-        verbose=int(values.verbose),
-    )
-    return TrainConfig(**given)
+    return configs.train_config({name: values[name].value for name in values}, workdir, False)

@@ -129,8 +129,9 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     assert (config.eval_pgd_steps, config.eval_pgd_restarts) == pgd
     older = evaluations.EVALUATION_DEFAULTS
     assert (older["pgd_steps"], older["pgd_restarts"]) == pgd
-    defaults = estimate.TRAIN_DEFAULTS
-    assert (defaults["eval_pgd_steps"], defaults["eval_pgd_restarts"]) == pgd
+    # A sweep cell that names no final-test flag (what the estimate reads).
+    cell = Cell("c", {"method": "pgd"}, ("method",))
+    assert (cell.config.eval_pgd_steps, cell.config.eval_pgd_restarts) == pgd
     # PGD's step size: the attack's default, and the model card's account of train.py's test.
     assert catalog.PGD_STEP_SIZE == 1 / 4
     assert PGD(catalog.EPS).step_size == catalog.EPS * catalog.PGD_STEP_SIZE

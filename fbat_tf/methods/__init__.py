@@ -33,16 +33,18 @@ from fbat_tf.catalog import (
 from fbat_tf.records import units
 
 
-def _resolve_implicit_autodiff(value: str) -> str:
-    from fbat_tf import device  # loads TensorFlow: resolved once flags are parsed
+def _settle_implicit_autodiff(value: str, on_cpu: bool) -> str:
+    from fbat_tf import device  # loads TensorFlow where it asks this machine's devices
 
-    return device.resolve_implicit_autodiff(value)
+    return device.resolve_implicit_autodiff(value, ["CPU"] if on_cpu else None)
 
 
 @dataclasses.dataclass(frozen=True)
 class Option:
     """A constructor keyword a user may set, as train.py's flag `flag` (default
-    `<method>_<name>`); `from_flag` turns the flag's value into the constructor's."""
+    `<method>_<name>`); `from_flag` turns the flag's value into the constructor's units, and
+    `on_device` settles a value the device decides ("auto"; its second argument: as on a CPU)
+    (both applied by fbat_tf/methods/configs.py)."""
 
     name: str
     type: type  # float, int or str
@@ -52,6 +54,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     lower_bound: float | None = None
     from_flag: Callable[[Any], Any] | None = None
+    on_device: Callable[[Any, bool], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +162,7 @@ _FASTBAT = (
         "forward_over_backward on GPU/TPU, backward_over_backward on CPU.",
         "implicit_autodiff",
         IMPLICIT_AUTODIFF,
-        from_flag=_resolve_implicit_autodiff,
+        on_device=_settle_implicit_autodiff,
     ),
 )
 

@@ -2,14 +2,19 @@
 
 cell = Cell("fastbat-eps16-seed0", {"method": "fastbat", "eps": 16, "seed": 0}, keys)
 cell.variant()                     # "fastbat": the cells differing only by seed
+cell.config.epochs                 # its flags as the run's TrainConfig (typed, pixel units)
 cell_name({"method": "fastat", "eps": 8, "seed": 0}, keys)   # "fastat-eps8-seed0"
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from fbat_tf.methods import configs
+from fbat_tf.records import TrainConfig
 
 # Keys a cell is named by, in this order; any other grid key follows, alphabetically.
 NAME_FIRST = ("method", "eps")
@@ -30,6 +35,13 @@ class Cell:
     unit: str | None = None
     # A final cell whose unit has no pick yet: it waits for its tuning runs.
     pending: bool = False
+
+    @functools.cached_property
+    def config(self) -> TrainConfig:
+        """The cell's flags as its run's TrainConfig, read once (fbat_tf/methods/configs.py:
+        units converted, "auto" settled as on a CPU; workdir: the cell's folder in the sweep
+        directory). ValueError naming a flag whose value is not of its type."""
+        return configs.train_config(self.flags, self.name)
 
     @property
     def method(self) -> str:

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from fbat_tf import attacks
-from fbat_tf.records import TrainConfig
 from fbat_tf.sweeps.definition import Cell, Definition, expand
 from fbat_tf.sweeps.tuning import tuning_cells
 
@@ -38,7 +37,7 @@ from fbat_tf.sweeps.tuning import tuning_cells
 def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | None:
     if table is None or isinstance(table, (int, float)):
         return table
-    dataset, model = cell.flags.get("dataset"), cell.flags.get("model")
+    dataset, model = cell.config.dataset, cell.config.model
     for key in (
         f"{dataset}/{model}/{cell.method}",
         f"{dataset}/{cell.method}",
@@ -53,21 +52,6 @@ def _lookup(table: Mapping[str, float] | float | None, cell: Cell) -> float | No
     return None
 
 
-# train.py's defaults for the epoch's robust validation and its final evaluation: TrainConfig's.
-TRAIN_DEFAULTS = {
-    name: getattr(TrainConfig(workdir=""), name)
-    for name in (
-        "val_examples",
-        "val_attack_steps",
-        "val_restarts",
-        "eval_examples",
-        "eval_pgd_steps",
-        "eval_pgd_restarts",
-        "eval_autoattack",
-    )
-}
-
-
 def _examples(spec: Mapping[str, Any], cell: Cell, asked: int, key: str) -> float | None:
     """`asked` examples (0: the whole split), at most the split's size from the anchors."""
     size = _lookup(spec.get(key), cell)
@@ -79,30 +63,26 @@ def _examples(spec: Mapping[str, Any], cell: Cell, asked: int, key: str) -> floa
 def _validation_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float) -> float:
     """One epoch's validation: its examples × (PGD's steps × restarts, FGSM's pass and the
     clean one) × the seconds of a pass."""
-    flags = {**TRAIN_DEFAULTS, **cell.flags}
-    examples = _examples(spec, cell, int(flags["val_examples"]), "validation_examples")
-    passes = _pgd_passes(flags["val_attack_steps"], flags["val_restarts"]) + 2
+    config = cell.config
+    examples = _examples(spec, cell, config.val_examples, "validation_examples")
+    passes = _pgd_passes(config.val_attack_steps, config.val_restarts) + 2
     return (examples or 0) * passes * per_pass
 
 
 def _final_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float, robust: float) -> float:
     """train.py's test of the selected model: a clean pass, PGD-K-R and, where it runs,
     AutoAttack (standard) per example."""
-    flags = {**TRAIN_DEFAULTS, **cell.flags}
-    examples = _examples(spec, cell, int(flags["eval_examples"]), "test_examples")
-    passes = 1 + _pgd_passes(flags["eval_pgd_steps"], flags["eval_pgd_restarts"])
-    if _true(flags["eval_autoattack"]):
+    config = cell.config
+    examples = _examples(spec, cell, config.eval_examples, "test_examples")
+    passes = 1 + _pgd_passes(config.eval_pgd_steps, config.eval_pgd_restarts)
+    if config.eval_autoattack:
         passes += attacks.passes("autoattack", {}, robust)
     return (examples or 0) * passes * per_pass
 
 
-def _pgd_passes(steps: Any, restarts: Any) -> float:
+def _pgd_passes(steps: int, restarts: int) -> float:
     """PGD-K-R's forward-backward passes per example, as the attack registry counts them."""
-    return attacks.passes("pgd", {"steps": int(steps), "restarts": int(restarts)})
-
-
-def _true(value: Any) -> bool:
-    return value is True or str(value).lower() in ("true", "1")
+    return attacks.passes("pgd", {"steps": steps, "restarts": restarts})
 
 
 def estimate(definition: Definition) -> dict[str, Any] | None:
@@ -118,10 +98,10 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
     for cell in [*tuning_cells(definition), *cells]:
         seconds = _lookup(spec["seconds_per_epoch"], cell)
         per_pass = _lookup(spec.get("seconds_per_pass"), cell)
-        if seconds is None or per_pass is None or "epochs" not in cell.flags:
+        if seconds is None or per_pass is None:
             unanchored.append(cell.name)
             continue
-        epochs = int(cell.flags["epochs"])
+        epochs = cell.config.epochs
         if cell.stage == "tuning":  # trained and validated, never tested
             tuned += epochs * (seconds + _validation_seconds(spec, cell, per_pass))
             continue

@@ -119,11 +119,9 @@ def _by_candidate(
     ]
 
 
-def passes_per_step(method: str, flags: Mapping[str, Any]) -> int:
-    """Passes through the model of one optimizer step of a run with these flags."""
-    options = method_flags(method)
-    config = {option: flags[flag] for flag, option in options.items() if flag in flags}
-    return catalog.total_passes(methods.passes(method, config))
+def passes_per_step(cell: Cell) -> int:
+    """Passes through the model of one optimizer step of the cell's run."""
+    return catalog.total_passes(methods.passes(cell.method, cell.config.method_options))
 
 
 # ------------------------------------------------------------------------------ the pick
@@ -166,7 +164,7 @@ def candidates(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[
             {
                 "label": label(candidate),
                 "flags": dict(candidate),
-                "passes_per_step": passes_per_step(unit.group.method, mine[0].flags),
+                "passes_per_step": passes_per_step(mine[0]),
                 "runs": runs,
                 "mean": statistics.fmean(values) if finished else None,
                 "finished": finished,
