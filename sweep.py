@@ -127,8 +127,7 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
     for dataset, data_dir, download in {
-        (c.flags.get("dataset", "cifar10"), c.flags.get("data_dir"), c.flags.get("download", True))
-        for c in to_evaluate
+        (c.config.dataset, c.config.data_dir, c.config.download) for c in to_evaluate
     }:
         try:
             data.check_available(dataset, data_dir, download)

@@ -53,7 +53,7 @@ class Cell:
 
     @property
     def seed(self) -> int:
-        return int(self.flags.get("seed", 0))
+        return int(self.flags.get("seed", TrainConfig.seed))
 
     @property
     def options(self) -> dict[str, Any]:

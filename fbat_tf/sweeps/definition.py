@@ -361,7 +361,7 @@ def commands(
         }
         # An L2 cell's budgets are in its units (pixels): said, though evaluate.py would
         # take the run's norm without it.
-        norm = cell.flags.get("norm", "linf")
+        norm = cell.config.norm
         return [
             *evaluate,
             f"--attacks={evaluation.attack}",
