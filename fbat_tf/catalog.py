@@ -31,6 +31,15 @@ MODELS = (
 ACTIVATIONS = ("relu", "softplus", "swish")
 # Threat models: the norm of the perturbation ball (fbat_tf/constraints.py, records/units.py).
 NORMS = ("linf", "l2")
+
+
+def check_norm(norm: str) -> str:
+    """`norm` if it is one of NORMS, else ValueError naming them."""
+    if norm not in NORMS:
+        raise ValueError(f"unknown norm {norm!r}; one of {', '.join(NORMS)}")
+    return norm
+
+
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 # The perturbation budget ε unless told otherwise, in pixel units: 8/255 under L∞ (the command
 # line's --eps=8). TrainConfig's default, and so train.py's flag's, and `methods.create`'s.

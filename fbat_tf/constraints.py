@@ -19,17 +19,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from fbat_tf.catalog import NORMS
+from fbat_tf.catalog import check_norm
 
 # Bisection steps of the L2 projection: the scale t ∈ [0, 1] is found to within 2^-40.
 _L2_BISECTION_STEPS = 40
-
-
-def check_norm(norm: str) -> str:
-    """`norm` if it is one of NORMS, else ValueError naming them."""
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; one of {', '.join(NORMS)}")
-    return norm
 
 
 def project(

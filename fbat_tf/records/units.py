@@ -14,7 +14,7 @@ units over the whole image (0.5 is RobustBench's CIFAR-10 budget, as papers quot
 
 from __future__ import annotations
 
-from fbat_tf.catalog import NORMS
+from fbat_tf.catalog import check_norm as _check
 
 # What one unit of the command line's ε is, per norm, in pixel units.
 _UNIT = {"linf": 1.0 / 255, "l2": 1.0}
@@ -23,12 +23,6 @@ _UNIT = {"linf": 1.0 / 255, "l2": 1.0}
 REFERENCE_NAMES = {"linf": "Linf", "l2": "L2"}
 # How results and help texts name the units.
 UNIT_NAMES = {"linf": "1/255", "l2": "[0, 1] pixels, L2 norm over the image"}
-
-
-def _check(norm: str) -> str:
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; one of {', '.join(NORMS)}")
-    return norm
 
 
 def from_per_255(value: float) -> float:
