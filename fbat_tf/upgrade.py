@@ -8,10 +8,10 @@ form is. The rest of the code reads today's records only.
 
 Where it lies: above the method registry (tests/test_layers.py's layer of the trainer and the
 evaluation), because an older run's method record is completed from the registry; below the
-sweeps and export/, which read through it. The parts of an older results.json that need the
-records alone (its final test, its history) are upgraded in records/upgrade.py, which
-`RunRecord.from_dict` calls, because run.py and the classifiers read records too and lie below
-the registry; `read_run` gives a record upgraded by both.
+sweep report, which reads through it. The parts of an older results.json that need the records
+alone (its final test, its history) are upgraded in records/upgrade.py, which
+`RunRecord.from_dict` calls, because run.py, the classifiers and export/ read records too, the
+first two below the registry; `read_run` gives a record upgraded by both.
 
 Not upgraded, because no shape changed: evaluate.py's eval-*.json of every version reads as
 today's (what was added since, the outcomes, `code`, `per_batch`, the norm and the split's
