@@ -47,8 +47,9 @@ def run(record: RunRecord) -> RunRecord:
 def method(found: MethodRecord | None, name: str) -> MethodRecord:
     """A run's method record in today's form; `name` is the method its config trained
     (TrainConfig.method), for records that do not say."""
-    # Written by train.py before results.json held "method": none. Today: the method's name,
-    # its config as the run recorded it (none: its defaults), its cost variant and passes.
+    # Written by train.py before results.json held "method" (no committed record is so): no
+    # "method". Today: the method's name, its config as the run recorded it (none: its
+    # defaults), its cost variant and passes.
     found = found or MethodRecord()
     name = found.name or name
     config = _method_config(name, found.config)
@@ -68,8 +69,9 @@ def _method_config(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """A recorded method config as the method records it now."""
     declared = methods.defaults(name)
     # Written by Fast-BAT before its constructor took ig_coef 0 for ig "none": ig_coef 0 with
-    # the default ig "hessian_free" (fashion_mnist's ig_coef0 cells), although it ran first
-    # order. Today: ig "none" with ig_coef 0; a config naming no ig_coef has the declared one.
+    # the default ig "hessian_free" (fashion_mnist's ig_coef0 cells), although a zero
+    # coefficient trains first-order Fast-BAT. Today: ig "none" with ig_coef 0; a config naming
+    # no ig_coef has the declared one.
     if "ig_coef" in declared and float(config.get("ig_coef", declared["ig_coef"])) == 0:
         return {**config, "ig": catalog.IMPLICIT_GRADIENTS[2]}
     return dict(config)
