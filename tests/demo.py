@@ -46,10 +46,11 @@ def recorded_path(name: str) -> str:
 
 def final_numbers(results: dict) -> dict[str, float]:
     """The test numbers of a run's final evaluation, whichever schema its results.json has."""
-    from fbat_tf.records import EvaluationResult
+    from fbat_tf.records import EvaluationResult, TrainConfig, upgrade
 
-    eps = results.get("config", {}).get("eps", 0.0)  # names the attack's ε, compared by none
-    final = EvaluationResult.from_final(results["final"], eps)
+    eps = results.get("config", {}).get("eps", TrainConfig.eps)  # names the attack's ε only
+    config = TrainConfig(workdir="", eps=eps)
+    final = EvaluationResult.from_dict(upgrade.final_test(results["final"], config))
     return {
         "examples": final.examples,
         "clean_accuracy": final.clean_accuracy,

@@ -13,7 +13,7 @@ import sys
 import keras
 import pytest
 
-from fbat_tf import attacks, catalog, data, distribute, methods, models
+from fbat_tf import attacks, catalog, data, distribute, methods, models, upgrade
 from fbat_tf.data import registry
 from fbat_tf.methods import fast_bat
 from fbat_tf.models import layers
@@ -102,7 +102,7 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     from fbat_tf.attacks.pgd import PGD
     from fbat_tf.attacks.transfer import transfer_pgd
     from fbat_tf.evaluation import pgd_attacks
-    from fbat_tf.records import TrainConfig, units
+    from fbat_tf.records import MethodRecord, TrainConfig, units
     from fbat_tf.sweeps import definition, estimate, evaluations
     from fbat_tf.sweeps.cells import Cell
 
@@ -127,8 +127,8 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     assert tuple(attacks.entry("pgd").defaults().values()) == pgd
     config = TrainConfig(workdir="w")
     assert (config.eval_pgd_steps, config.eval_pgd_restarts) == pgd
-    older = evaluations.EVALUATION_DEFAULTS
-    assert (older["pgd_steps"], older["pgd_restarts"]) == pgd
+    older = upgrade.evaluation_block({})["attacks"][0]["options"]  # a sweep's older form
+    assert (older["steps"], older["restarts"]) == pgd
     # A sweep cell that names no final-test flag (what the estimate reads).
     cell = Cell("c", {"method": "pgd"}, ("method",))
     assert (cell.config.eval_pgd_steps, cell.config.eval_pgd_restarts) == pgd
@@ -185,8 +185,11 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     # record reads as one stating it, and as first-order Fast-BAT were the default 0.
     ig_coef = methods.defaults("fastbat")["ig_coef"]
     assert ig_coef == 0.1
-    unstated = methods.recorded_config("fastbat", {})
-    assert unstated.get("ig") == methods.recorded_config("fastbat", {"ig_coef": ig_coef}).get("ig")
+
+    def read_ig(config: dict) -> str | None:
+        return upgrade.method(MethodRecord("fastbat", config=config), "fastbat").config.get("ig")
+
+    assert read_ig({}) == read_ig({"ig_coef": ig_coef})
     fastbat = methods.entry("fastbat")
     zero = [
         dataclasses.replace(o, default=0.0) if o.name == "ig_coef" else o for o in fastbat.options
@@ -194,7 +197,7 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     monkeypatch.setitem(
         methods.REGISTRY, "fastbat", dataclasses.replace(fastbat, options=tuple(zero))
     )
-    assert methods.recorded_config("fastbat", {})["ig"] == "none"
+    assert read_ig({}) == "none"
 
 
 def test_both_programs_calibrate_int8_on_the_catalog_s_number_of_images():

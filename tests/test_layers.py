@@ -28,7 +28,8 @@ LAYERS = (
     ("fbat_tf.run", "fbat_tf.tally", "fbat_tf.artifacts"),
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
-    ("fbat_tf.trainer", "fbat_tf.evaluation"),
+    # the trainer and the evaluation; older records read as today's, by the method registry
+    ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade"),
     ("fbat_tf.callbacks",),
     ("fbat_tf.training", "fbat_tf.sweeps"),
 )

@@ -146,15 +146,18 @@ def test_the_selected_epoch_is_the_last_marked_best_else_the_most_robust():
     assert marked.selected_epoch().epoch == 2
     never = RunRecord(config, history=epochs({"val_best": 0.0, "val_robust_accuracy": None}))
     assert never.selected_epoch() is None  # diverged before validation gave a number
-    # Runs from before validation marked it: the highest finite robust accuracy, first of ties.
-    older = RunRecord(
-        config,
-        history=epochs(
-            {"val_robust_accuracy": 0.2},
-            {"val_robust_accuracy": float("nan")},
-            {"val_robust_accuracy": 0.35},
-            {"val_robust_accuracy": 0.35},
-        ),
+    # Runs from before validation marked it, as records read them (records/upgrade.py): the
+    # highest finite robust accuracy, first of ties.
+    older = RunRecord.from_dict(
+        {
+            "config": dataclasses.asdict(config),
+            "history": [
+                {"epoch": 1, "val_robust_accuracy": 0.2},
+                {"epoch": 2, "val_robust_accuracy": float("nan")},
+                {"epoch": 3, "val_robust_accuracy": 0.35},
+                {"epoch": 4, "val_robust_accuracy": 0.35},
+            ],
+        }
     )
     assert older.selected_epoch().epoch == 3
     assert RunRecord(config).selected_epoch() is None

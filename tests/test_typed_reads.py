@@ -1,7 +1,8 @@
-"""The sweep's report, sweep.py, the classifiers and the exporters hold a sweep's cells, run
-records and model cards as the types of fbat_tf/records/ (CellResult, RunRecord, ModelCard...),
-and read them by attribute: a misspelt field fails at once (AttributeError), where a misspelt
-key read with `.get` gave None and the report went on without the number.
+"""The sweep's report, sweep.py, the classifiers, the upgrade of older records and the
+exporters hold a sweep's cells, run records and model cards as the types of fbat_tf/records/
+(CellResult, RunRecord, ModelCard...), and read them by attribute: a misspelt field fails at
+once (AttributeError), where a misspelt key read with `.get` gave None and the report went on
+without the number.
 
 The rule, read from the source with `ast`, for every string-constant read by key in the modules
 of READERS, `x["key"]` (read, not written) or `x.get("key", ...)`:
@@ -47,6 +48,7 @@ READERS = [
     ),
     "sweep.py",
     "fbat_tf/classifiers.py",
+    "fbat_tf/upgrade.py",
     *sorted(
         f"export/{name}"
         for name in os.listdir(os.path.join(ROOT, "export"))
@@ -167,6 +169,11 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "fbat_tf/classifiers.py": {
         "self.signature(images=tf.cast(x, tf.float32))": "a SavedModel signature's outputs",
+    },
+    "fbat_tf/upgrade.py": {
+        "given": "a sweep definition's evaluation block, as written in its JSON",
+        "config": "a run's method config as it recorded it (MethodRecord.config)",
+        "declared": "a method's declared defaults (methods.defaults)",
     },
     "export/artifacts.py": {"ARTIFACTS": "the artifact files' names, by format"},
     "export/cli.py": {

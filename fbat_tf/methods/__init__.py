@@ -68,9 +68,6 @@ class Entry:
     options: tuple[Option, ...] = ()
     passes: Callable[[Mapping[str, Any]], dict[str, int]] = lambda config: counts(1, 1)
     cost_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # A run's recorded config in the form the method states it now (runs recorded before an
-    # option was stated so).
-    as_now: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda config: config
 
     def flag_name(self, option: Option) -> str:
         return option.flag or f"{self.name}_{option.name}"
@@ -86,7 +83,8 @@ def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
 
 def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
     config = {**defaults("fastbat"), "implicit_autodiff": IMPLICIT_AUTODIFF[1], **config}
-    ig = config["ig"]
+    # A zero coefficient is first-order Fast-BAT whatever `ig` says, as the constructor has it.
+    ig = IMPLICIT_GRADIENTS[2] if float(config["ig_coef"]) == 0 else config["ig"]
     # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
     # lower-level gradient at z and step 3's upper level at δ*.
     gradient_start = config["linearization"] in LINEARIZATIONS[:2]
@@ -101,13 +99,6 @@ def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
     if ig != IMPLICIT_GRADIENTS[2]:
         parts += [implicit, *[product] * products]
     return catalog.added(*parts)
-
-
-def _fastbat_as_now(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A recorded config with a zero implicit coefficient (the declared default where it names
-    none) as first-order Fast-BAT (ig "none"), which runs' configs said only lately."""
-    ig_coef = config.get("ig_coef", defaults("fastbat")["ig_coef"])
-    return {**config, "ig": "none"} if float(ig_coef) == 0 else config
 
 
 def _elle_passes(config: Mapping[str, Any]) -> dict[str, int]:
@@ -261,7 +252,6 @@ REGISTRY: dict[str, Entry] = {
             _FASTBAT,
             passes=_fastbat_passes,
             cost_options={"ig": "hessian_free"},
-            as_now=_fastbat_as_now,
         ),
         Entry(
             "elle",
@@ -376,23 +366,19 @@ def create(name: str, eps: float = catalog.EPS, norm: str = "linf", **options: A
     return cls(eps=eps, **given)
 
 
-def recorded_config(name: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A run's recorded method config in the form the method states it now."""
-    return entry(name).as_now(config)
-
-
 def passes(name: str, config: Mapping[str, Any]) -> dict[str, int]:
     """Passes through the model of one optimizer step of method `name` with hyper-parameters
-    `config` (a method's config, or a run's recorded one: missing options count as their
-    defaults; Fast-BAT's implicit autodiff as on a CPU, where every committed run was made)."""
-    return entry(name).passes(recorded_config(name, config))
+    `config` (a method's config, a run's recorded one as fbat_tf/upgrade.py reads it, or a
+    sweep cell's flags: missing options count as their defaults; Fast-BAT's implicit autodiff as
+    on a CPU, where every committed run was made)."""
+    return entry(name).passes(config)
 
 
 def cost_variant(name: str, config: Mapping[str, Any]) -> str:
     """The method with the options that change what a step costs, as bench/step_time.py names
     its variants ("fastbat ig=none", "pgd steps=10"): a sweep report prices a run by it.
-    `config`: a method's or a run's recorded config (options it lacks count as plain)."""
-    config = recorded_config(name, config)
+    `config`: a method's config, or a run's recorded one as fbat_tf/upgrade.py reads it (options
+    it lacks count as plain)."""
     plain = entry(name).cost_options
     differing = [f"{k}={config[k]}" for k, value in plain.items() if config.get(k, value) != value]
     return " ".join([name, *differing])
@@ -419,6 +405,5 @@ __all__ = [
     "names",
     "option_names",
     "passes",
-    "recorded_config",
     "register",
 ]

@@ -22,8 +22,11 @@
 
 Keys a record does not know (written by a later version, or by an earlier one since retired)
 are kept in `extra` and written back as they were; fields a record lacks (written before they
-existed) take the defaults they had before they existed. Every committed results.json and
-evaluation loads (tests/test_records.py).
+existed) take the defaults they had before they existed. A part older runs wrote in another
+shape is read in today's: records/upgrade.py for what needs the records alone (a run's final
+test and history, which `RunRecord.from_dict` upgrades), fbat_tf/upgrade.py for the rest (a
+run's method record). Every committed results.json and evaluation loads (tests/test_records.py,
+tests/test_upgrade.py).
 """
 
 from fbat_tf.records.cards import CardBudget, CardModel, ModelCard

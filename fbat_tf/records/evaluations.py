@@ -276,43 +276,6 @@ class EvaluationResult(_Attacked):
         return result
 
     @classmethod
-    def from_final(
-        cls, final: dict[str, Any], eps: float, dataset: str | None = None
-    ) -> EvaluationResult:
-        """A run's final evaluation (results.json's "final"), also as runs wrote it before it
-        was an evaluation's result: then with the run's ε (pixel units) and dataset."""
-        if "robust_accuracy" in final:
-            return cls.from_dict(final)
-        eps = units.in_flag_units(eps, "linf")  # runs of then were L∞ only
-        total, aa_seconds = final.get("eval_time_s"), final.get("aa_time_s")
-        robust = [
-            AttackResult(
-                "pgd",
-                eps,
-                final["test_pgd_robust_accuracy"],
-                None if total is None else total - (aa_seconds or 0.0),
-            )
-        ]
-        if final.get("test_aa_robust_accuracy") is not None:
-            robust.append(
-                AttackResult(
-                    "autoattack",
-                    eps,
-                    final["test_aa_robust_accuracy"],
-                    aa_seconds,
-                    final.get("test_aa_per_attack") or {},
-                )
-            )
-        kept = ("pgd_steps", "pgd_restarts", "aa_version")
-        return cls(
-            final["test_examples"],
-            final["test_clean_accuracy"],
-            robust=robust,
-            dataset=dataset,
-            extra={k: final[k] for k in kept if k in final},
-        )
-
-    @classmethod
     def load(cls, path: str) -> EvaluationResult:
         """evaluate.py's JSON at `path`: FileNotFoundError where there is none, ValueError
         naming the file where it is not an evaluation's or its outcomes disagree with its

@@ -9,6 +9,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+from fbat_tf.records import upgrade
 from fbat_tf.records.config import TrainConfig, config_from_dict
 from fbat_tf.records.evaluations import EvaluationResult
 from fbat_tf.records.files import read_json, write_json_atomic
@@ -48,12 +49,9 @@ class Epoch:
         return (self.logs.get("val_overfitting") or 0) > 0
 
     @property
-    def marked_best(self) -> bool | None:
-        """Whether validation saved this epoch's weights as the best so far (None: a run from
-        before validation marked it)."""
-        if "val_best" not in self.logs:
-            return None
-        return bool(self.logs["val_best"])
+    def marked_best(self) -> bool:
+        """Whether validation saved this epoch's weights as the best so far."""
+        return bool(self.logs.get("val_best"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, **self.logs}
@@ -85,8 +83,8 @@ class MethodRecord:
     """The method a run trained with, as it recorded it (results.json's "method"): its name,
     title, the variant its steps are priced by (bench/step_time.py's names) and its passes
     through the model per optimizer step, and the rest of its config as written (ε in pixel
-    units, the norm, its options). Runs from before a part was recorded lack it (None): the
-    sweep report then derives it from the config (sweeps/results.py)."""
+    units, the norm, its options). Runs from before a part was recorded lack it (None) as
+    written; fbat_tf/upgrade.py reads them with it, derived from the config."""
 
     name: str | None = None
     title: str | None = None
@@ -171,7 +169,8 @@ class RunRecord:
         saved = dict(payload.get("config") or {})
         config = config_from_dict(saved)
         values = {k: v for k, v in payload.items() if k in known and k != "config"}
-        values["history"] = [_epoch(h) for h in _listed(payload.get("history"), "history")]
+        epochs = [_epoch(h) for h in _listed(payload.get("history"), "history")]
+        values["history"] = upgrade.history(epochs)
         for name in ("method", "code", "pairing", "split", "machine"):
             if not isinstance(values.get(name), dict | None):
                 raise ValueError(f"{name} is {values[name]!r}, not an object")
@@ -186,8 +185,8 @@ class RunRecord:
                 "status is diverged, but the record says nothing of why (no divergence)"
             )
         if payload.get("final") is not None:
-            values["final"] = EvaluationResult.from_final(
-                payload["final"], config.eps, config.dataset
+            values["final"] = EvaluationResult.from_dict(
+                upgrade.final_test(payload["final"], config)
             )
         extra = {k: v for k, v in payload.items() if k not in known}
         retired = {k: v for k, v in saved.items() if k not in config_fields}
@@ -252,18 +251,10 @@ class RunRecord:
 
     def selected_epoch(self) -> Epoch | None:
         """The epoch whose weights best.weights.h5 holds: the last one validation marked best
-        (none where validation never gave a number, as in a run that diverged at once); for a
-        run from before validation marked it, the epoch of the highest validation robust
-        accuracy."""
-        if any(epoch.marked_best is not None for epoch in self.history):
-            marked = [epoch for epoch in self.history if epoch.marked_best]
-            return marked[-1] if marked else None
-        finite = [
-            epoch
-            for epoch in self.history
-            if epoch.val_robust_accuracy is not None and math.isfinite(epoch.val_robust_accuracy)
-        ]
-        return max(finite, key=lambda epoch: epoch.val_robust_accuracy) if finite else None
+        (none where validation never gave a number, as in a run that diverged at once). A run
+        from before validation marked it is read with the marks (records/upgrade.py)."""
+        marked = [epoch for epoch in self.history if epoch.marked_best]
+        return marked[-1] if marked else None
 
     def mean_log(self, name: str) -> float | None:
         """The mean over epochs of a log (None where no epoch logged it)."""

@@ -34,7 +34,7 @@ after a cell was evaluated go into `eval-<name>-eps<ε>_<ε>.json`. A "masking_c
 attack on a cell only where the cell's finished AutoAttack shows Square breaking more than
 `threshold` points after the white-box parts (fbat_tf/sweeps/masking.py). The older form,
 {"pgd_steps", "pgd_restarts", "pgd_examples", "autoattack_examples", "batch_size"}, means PGD
-at the grid's budgets and AutoAttack at the cell's own.
+at the grid's budgets and AutoAttack at the cell's own (fbat_tf/upgrade.py reads it so).
 
 With "tuning", candidate flag settings of the listed methods (and variants) are first trained on
 tuning seeds of their own under `<sweep_dir>/tuning/`, validated and never tested; the best by

@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from fbat_tf import attacks, catalog, run
+from fbat_tf import attacks, run, upgrade
 from fbat_tf.sweeps.errors import DefinitionError
 
-# The older form of "evaluation" and its defaults; the batch size is every form's default.
-EVALUATION_DEFAULTS = {
-    "pgd_steps": catalog.PGD_STEPS,
-    "pgd_restarts": catalog.PGD_RESTARTS,
-    "pgd_examples": 1000,
-    "autoattack_examples": 1000,
-    "batch_size": 500,
-}
+# What an evaluation leaves out: its examples, and the batch size of them all.
+EVALUATION_DEFAULTS = {"examples": 1000, "batch_size": 500}
 _EVALUATION_KEYS = ("attack", "name", "eps", "examples", "options")
 
 
@@ -73,29 +67,13 @@ class Evaluation:
         }
 
 
-def _older_evaluation(path: str, given: Mapping[str, Any]) -> tuple[int, list[Evaluation]]:
-    unknown = sorted(set(given) - set(EVALUATION_DEFAULTS))
-    if unknown:
-        raise DefinitionError(
-            f"{path}: unknown evaluation keys {unknown}; known: 'batch_size', 'attacks' (or "
-            f"the older {list(EVALUATION_DEFAULTS)})"
-        )
-    values = {**EVALUATION_DEFAULTS, **given}
-    for key, value in given.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise DefinitionError(f"{path}: evaluation {key!r} must be an integer >= 1")
-    options = {"steps": values["pgd_steps"], "restarts": values["pgd_restarts"]}
-    return values["batch_size"], [
-        Evaluation("pgd", "pgd", "grid", values["pgd_examples"], options),
-        Evaluation("autoattack", "autoattack", "own", values["autoattack_examples"], {}),
-    ]
-
-
 def parse_evaluations(path: str, given: Any) -> tuple[int, list[Evaluation]]:
     if not isinstance(given, dict):
         raise DefinitionError(f"{path}: 'evaluation' must be an object")
-    if "attacks" not in given:
-        return _older_evaluation(path, given)
+    try:
+        given = upgrade.evaluation_block(given)
+    except ValueError as error:
+        raise DefinitionError(f"{path}: {error}") from None
     unknown = sorted(set(given) - {"attacks", "batch_size"})
     if unknown:
         raise DefinitionError(
@@ -160,7 +138,7 @@ def parse_evaluation(
         raise DefinitionError(
             f'{where}: \'eps\' is "grid", "own" or a list of budgets, got {eps!r}'
         )
-    examples = entry.get("examples", EVALUATION_DEFAULTS["pgd_examples"])
+    examples = entry.get("examples", EVALUATION_DEFAULTS["examples"])
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise DefinitionError(f"{where}: 'examples' must be an integer >= 1")
     return Evaluation(name, attack, eps, examples, dict(options))

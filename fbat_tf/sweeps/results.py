@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from fbat_tf import methods, run
+from fbat_tf import run, upgrade
 from fbat_tf.records import (
     METHOD_LOGS,
     AttackResult,
@@ -20,7 +20,6 @@ from fbat_tf.records import (
     CodeIdentity,
     EvaluationResult,
     EvaluationSummary,
-    MethodRecord,
     Outcomes,
     RunRecord,
     TrainSummary,
@@ -163,10 +162,10 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> CellResul
             for name, argv in commands(definition, cell, sweep_dir).items()
         },
     )
-    found = RunRecord.read(os.path.join(cell_dir, RESULTS))
+    found = upgrade.read_run(os.path.join(cell_dir, RESULTS))
     if found is None:
         return CellResult(**identity, code=CellCode((), False))
-    train = train_record(found, cell, os.path.join(cell_dir, RESULTS))
+    train = train_record(found, os.path.join(cell_dir, RESULTS))
     evaluations = {}
     for evaluation in definition.evaluations:
         summary = _evaluation_record(cell_dir, evaluation)
@@ -191,8 +190,9 @@ def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> CellResul
     )
 
 
-def train_record(found: RunRecord, cell: Cell, source: str) -> TrainSummary:
-    """What the report says of a cell's training run, from its record."""
+def train_record(found: RunRecord, source: str) -> TrainSummary:
+    """What the report says of a cell's training run, from its record in today's form
+    (upgrade.read_run)."""
     history = found.history
     selected = found.selected_epoch()
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
@@ -211,10 +211,8 @@ def train_record(found: RunRecord, cell: Cell, source: str) -> TrainSummary:
         train_seconds=sum(e.seconds or 0.0 for e in history),
         optimizer_steps=found.optimizer_steps,
         code=found.code,
-        # For runs from before the method recorded them, derived from the method config they
-        # recorded.
-        cost_variant=_cost_variant(found.method, cell.method),
-        passes=_passes(found.method, cell.method),
+        cost_variant=found.method.cost_variant,
+        passes=found.method.passes,
         pairing=found.pairing,
         ig_norm_ratio=found.mean_log("ig_norm_ratio"),
         inactive_fraction=found.mean_log("inactive_fraction"),
@@ -346,15 +344,3 @@ def load_paper(path: str) -> dict[str, Any]:
     if paper is None:
         raise DefinitionError(f"the paper numbers file {path} does not exist")
     return paper
-
-
-def _passes(method: MethodRecord | None, name: str) -> dict[str, int]:
-    """The passes per step the run recorded, or for runs from before, as its recorded method
-    config declares."""
-    method = method or MethodRecord()
-    return method.passes or methods.passes(method.name or name, method.to_dict())
-
-
-def _cost_variant(method: MethodRecord | None, name: str) -> str:
-    method = method or MethodRecord()
-    return method.cost_variant or methods.cost_variant(method.name or name, method.to_dict())
