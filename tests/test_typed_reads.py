@@ -162,7 +162,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "sweep.py": {
         "absl_flags.FLAGS": "absl's flags, by name",
-        "c.flags": "a definition cell's train.py flags (sweeps.Cell), by flag name",
         "counts": "cells counted by state",
         "kept": "the sweep's revision.json (revision.recorded)",
         "paths": "the paths write_report wrote, by kind",
@@ -225,7 +224,6 @@ SHARED = {
     "autoattack": "EvaluationResult.get's attack name (robustbench, modelcard)",
     "class_names": "a TF-Serving response's outputs (client)",
     "code": "the report's code summary (report)",
-    "dataset": "a definition cell's flags (sweep.py)",
     "device": "the cost bench's setting (costs)",
     "eps": "the definition's evaluations, paper rows, tuning units and blocks",
     "examples": "the definition's evaluations and its masking check's attack",

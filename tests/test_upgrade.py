@@ -29,8 +29,17 @@ from fbat_tf.sweeps.errors import DefinitionError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
-RECORDS = sorted(glob.glob(os.path.join(RESULTS, "**", "results.json"), recursive=True))
-EVALUATIONS = sorted(glob.glob(os.path.join(RESULTS, "**", "eval-*.json"), recursive=True))
+
+
+def _results_files(pattern: str) -> list[str]:
+    """The results' files of this name, not those of a checkout a sweep pinned (under its
+    code/ folder, a copy of the tree at its revision, never committed)."""
+    found = glob.glob(os.path.join(RESULTS, "**", pattern), recursive=True)
+    return sorted(p for p in found if "code" not in os.path.relpath(p, RESULTS).split(os.sep))
+
+
+RECORDS = _results_files("results.json")
+EVALUATIONS = _results_files("eval-*.json")
 SWEEPS = sorted(glob.glob(os.path.join(RESULTS, "*", "sweep.json")))
 DEFINITIONS = sorted(glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.json")))
 
