@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fbat_tf import catalog
+from fbat_tf import catalog, startup
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -142,6 +143,10 @@ class OnnxClassifier(ArtifactClassifier):
         return self.session.run(None, {self.input_name: x})[0]
 
 
+# What the LiteRT interpreter prints on standard error each time it prepares its tensors.
+_LITERT_NOISE = re.compile(r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$")
+
+
 class LiteRTClassifier(ArtifactClassifier):
     format = "LiteRT"
 
@@ -167,7 +172,8 @@ class LiteRTClassifier(ArtifactClassifier):
     def predict(self, x: np.ndarray) -> np.ndarray:
         if self.batch != x.shape[0]:
             self.interpreter.resize_tensor_input(self.input_index, list(x.shape))
-            self.interpreter.allocate_tensors()
+            with startup.held_back(_LITERT_NOISE):
+                self.interpreter.allocate_tensors()
             self.batch = x.shape[0]
         self.interpreter.set_tensor(self.input_index, x)
         self.interpreter.invoke()

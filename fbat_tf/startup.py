@@ -11,10 +11,14 @@ and finds its devices, the process's standard error goes to a file; afterwards e
 but those is written out again, so a real warning or error still shows; TensorFlow's later
 INFO lines are left out by TF_CPP_MIN_LOG_LEVEL=1 (unless the environment sets it). absl's
 --verbosity asks for them all (the entry points then do not call this).
+
+    with startup.held_back(pattern):  # other native lines (LiteRT's), held back the same way
+        ...
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -36,17 +40,25 @@ def load_tensorflow() -> None:
     # Its later INFO lines (a graph optimizer's "Starting new session", the GPUs it counted) are
     # hidden by the C++ log's level once it is initialized; warnings and errors still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    with held_back(NOISE):
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+
+
+@contextlib.contextmanager
+def held_back(noise: re.Pattern):
+    """Inside the block, what the process writes to its standard error goes to a file; afterwards
+    every line of it that `noise` does not match is written out again. Native code's log writes
+    to file descriptor 2, whatever sys.stderr is (pytest, for one, gives sys.stderr a file of its
+    own)."""
     sys.stderr.flush()
-    # TensorFlow's C++ log writes to file descriptor 2, whatever sys.stderr is (pytest, for one,
-    # gives sys.stderr a file of its own).
     fd = 2
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), fd)
         try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, fd)
@@ -55,7 +67,7 @@ def load_tensorflow() -> None:
             kept = [
                 line
                 for line in captured.read().decode(errors="replace").splitlines()
-                if line.strip() and not NOISE.match(line)
+                if line.strip() and not noise.match(line)
             ]
             if kept:
                 sys.stderr.write("\n".join(kept) + "\n")

@@ -217,6 +217,9 @@ def test_evaluate_checks_each_file_against_its_source(trained, test_points, kera
     assert row["accuracy"]["square@8"]["replayed"] is False
     assert result["robust_accuracy"]["square@8"] <= result["clean_accuracy"]
     assert "(the source's, replayed)" in done.stdout
+    # The runtimes' own notices (LiteRT's "INFO: Created ... XNNPACK delegate", once per batch
+    # shape) are not the user's to read.
+    assert "INFO:" not in done.stderr, done.stderr[-2000:]
     # The row in the card of the export.
     with open(os.path.join(trained["version"], "assets.extra", "model_card.json")) as f:
         card = json.load(f)
@@ -253,6 +256,16 @@ def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path
     for unknown in ("link", "name", "authors", "venue", "reported", "unreliable"):
         assert entry[unknown] == ""
     assert "first 16 points" in entry["footnote"]
+    # A later evaluation keeps the entry there and says so, naming it.
+    with open(os.path.join(version, "robustbench.json"), "rb") as f:
+        written = f.read()
+    fewer = ("--n_examples=4", "--batch_size=4", "--attacks=autoattack")
+    done = _run("evaluate.py", f"--model_path={version}", *fewer, f"--results={tmp_path / 'b'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    kept = os.path.join(version, "robustbench.json")
+    assert f"RobustBench entry: {kept}: a RobustBench entry is there already, kept" in done.stdout
+    with open(kept, "rb") as f:
+        assert f.read() == written
 
 
 def _foreign_files(folder) -> dict[str, str]:
