@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from fbat_tf import sweeps
-from fbat_tf.records import CellCode, CellResult, EvaluationSummary, TrainSummary
+from fbat_tf.records import CellCode, CellResult, EvaluationSummary, TrainSummary, units
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -250,8 +250,10 @@ def _fake_cell(
     val_fgsm=None,
     title=None,
     aa_outcomes=None,
+    norm="linf",
 ):
-    """A cell directory as train.py and evaluate.py leave it, with chosen numbers (val_fgsm:
+    """A cell directory as train.py and evaluate.py leave it, with chosen numbers (norm: the
+    threat model its evaluations name their budgets by; val_fgsm:
     FGSM accuracies per epoch, which runs before the FGSM guard did not log; title: the
     method's title, which runs before titles did not record; aa_outcomes: AutoAttack's
     per-point outcomes, which evaluations before them did not record); its PGD evaluation keeps
@@ -301,15 +303,15 @@ def _fake_cell(
                 "clean_accuracy": clean,
                 "pgd_steps": 50,
                 "pgd_restarts": 10,
-                "robust_accuracy": {f"pgd@{e}": v for e, v in pgd.items()},
+                "robust_accuracy": {units.key("pgd", e, norm): v for e, v in pgd.items()},
                 "outcomes": {
                     "clean": outcomes(clean),
-                    **{f"pgd@{e}": outcomes(v) for e, v in pgd.items()},
+                    **{units.key("pgd", e, norm): outcomes(v) for e, v in pgd.items()},
                 },
             },
             f,
         )
-    key = f"autoattack@{eps}"
+    key = units.key("autoattack", float(eps), norm)
     if aa_outcomes:  # a whole record of them: clean, the ensemble's part and its final
         n = len(aa_outcomes)
         right = round(clean * n)
@@ -419,6 +421,29 @@ def test_report_names_each_variant_by_the_title_its_runs_recorded(tmp_path):
     table = sweeps.markdown(sweeps.collect(sweeps.load_definition(path), out))
     assert "| fastbat ig_coef=0 (first-order Fast-BAT) | 8 |" in table
     assert "| fastbat ig_coef=0.1 | 8 |" in table
+
+
+def test_an_l2_sweep_s_report_gives_its_budgets_in_pixels(tmp_path):
+    """A sweep of --norm=l2 cells: its tables head the ε column in pixels, read each cell's
+    evaluations at its L2 budgets ("pgd@l2:1.5"), and say the unit of the bare budgets."""
+    grid = [{"method": ["fastat", "pgd"], "eps": [1, 1.5], "seed": [0, 1]}]
+    path = write_definition(tmp_path, grid, flags={**TINY_FLAGS, "norm": "l2"})
+    out = str(tmp_path / "out")
+    for method, robust in (("fastat", 0.5), ("pgd", 0.6)):
+        for eps in ("1", "1.5"):
+            for seed in (0, 1):
+                pgd = {1.0: robust, 1.5: robust - 0.1}
+                numbers = dict(clean=0.8, pgd=pgd, aa=robust - 0.05, val_robust=[0.4, 0.5])
+                _fake_cell(out, f"{method}-eps{eps}-seed{seed}", norm="l2", **numbers)
+    report = sweeps.collect(sweeps.load_definition(path), out)
+    assert {cell.norm for cell in report["cells"]} == {"l2"}
+    table = sweeps.markdown(report)
+    assert "| method | ε (L2, pixels) | seeds | clean |" in table
+    # PGD at the cell's own budget and AutoAttack, read at the L2 keys; a cell's ε as given.
+    assert "| pgd | 1.5 | 2/2 | 80.0 ± 0.0 | 50.0 ± 0.0 | 55.0 ± 0.0 |" in table
+    assert "| fastat | 1 | 50.0 ± 0.0 | 40.0 ± 0.0 |" in table  # across budgets
+    assert "Every ε in [0, 1] pixels, L2 norm over the image." in table
+    assert "/255" not in table
 
 
 # The paper kit --------------------------------------------------------------------------------

@@ -24,6 +24,14 @@ def eps_text(report: dict[str, Any], eps: float) -> str:
     return units.shown(units.to_pixels(eps, norm), norm)
 
 
+def l2_units(report: dict[str, Any]) -> str:
+    """For a sweep whose cells train under L2, a sentence saying the unit its bare budgets are
+    in (an L∞ sweep's are in 1/255, as the paper gives them, and say nothing)."""
+    if _norms(report) != {"l2"}:
+        return ""
+    return f" Every ε in {units.UNIT_NAMES['l2']}."
+
+
 def _norms(report: dict[str, Any]) -> set[str]:
     return {cell.norm for cell in report.get("cells", [])}
 

@@ -188,7 +188,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"## {evaluation['label']} accuracy (%) across budgets",
             "",
             "Rows: the trained models (ε they were trained at); columns: the ε they are "
-            "attacked at.",
+            "attacked at." + readings.l2_units(report),
             "",
             "| method | trained at | " + " | ".join(f"ε={e:g}" for e in attacked_at) + " |",
             "|---|---|" + "---|" * len(attacked_at),
