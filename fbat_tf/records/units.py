@@ -48,6 +48,11 @@ def shown(eps: float, norm: str = "linf") -> str:
     return f"{in_flag_units(eps, norm):g}/255"
 
 
+def unit_name(norm: str) -> str:
+    """How results and help texts name a norm's units ("1/255")."""
+    return UNIT_NAMES[_check(norm)]
+
+
 def heading(norms: set[str] | frozenset[str]) -> str:
     """A table's ε column heading for budgets of these norms: "ε (/255)" (L∞ only, or none),
     "ε (L2, pixels)" (L2 only), else "ε"."""

@@ -29,7 +29,7 @@ def l2_units(report: dict[str, Any]) -> str:
     in (an L∞ sweep's are in 1/255, as the paper gives them, and say nothing)."""
     if _norms(report) != {"l2"}:
         return ""
-    return f" Every ε in {units.UNIT_NAMES['l2']}."
+    return f" Every ε in {units.unit_name('l2')}."
 
 
 def _norms(report: dict[str, Any]) -> set[str]:
