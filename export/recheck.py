@@ -56,7 +56,7 @@ def recheck(
     per-point agreement strings; prints a warning line for each flagged drop."""
     from fbat_tf.attacks.transfer import ReplayedAttack
 
-    agree, source_right = compare(source, artifact, split)
+    agree, source_right, _ = compare(source, artifact, split)
     rows = {
         "clean": {
             "accuracy": result.clean_accuracy,

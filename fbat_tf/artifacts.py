@@ -3,7 +3,7 @@
     classifier = load_artifact("export/fmnist/1/model.onnx")       # onnxruntime
     classifier = load_artifact("export/fmnist/1/model_int8.tflite")  # ai-edge-litert
     logits = classifier(x)              # a float32 tensor [N, classes], also inside tf.function
-    agree, source_right = compare(source, classifier, dataset)   # bool [examples] each
+    agree, source_right, right = compare(source, classifier, dataset)   # bool [examples] each
 
 The file runs as it will be deployed: through onnxruntime's CPU provider, or the LiteRT
 interpreter of the `ai-edge-litert` package, never through TensorFlow. The classifier reads only
@@ -225,10 +225,12 @@ def predictions(classifier: Callable, x) -> np.ndarray:
 
 def compare(source: Callable, target: Callable, dataset: tf.data.Dataset):
     """Per example of `dataset`, in its order: whether `target` gives it the class `source`
-    gives it, and whether `source` classifies it correctly (two bool arrays)."""
-    agree, right = [np.zeros([0], bool)], [np.zeros([0], bool)]
+    gives it, whether `source` classifies it correctly, and whether `target` does (three bool
+    arrays)."""
+    agree, right, target_right = [np.zeros([0], bool)], [np.zeros([0], bool)], [np.zeros([0], bool)]
     for x, y in dataset:
-        given = predictions(source, x)
-        agree.append(given == predictions(target, x))
+        given, answered = predictions(source, x), predictions(target, x)
+        agree.append(given == answered)
         right.append(given == np.asarray(y))
-    return np.concatenate(agree), np.concatenate(right)
+        target_right.append(answered == np.asarray(y))
+    return np.concatenate(agree), np.concatenate(right), np.concatenate(target_right)

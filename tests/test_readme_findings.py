@@ -256,3 +256,35 @@ def test_bench_readme_s_max_pooling_tables_are_the_committed_bench_run():
                     else f" {1000 * seconds:.0f} ({seconds / keras_s:.2f}×) |"
                 )
             assert row in text, row
+
+
+def test_readme_s_deployment_figures_are_the_committed_bench_run():
+    """README's "Deploying" quotes bench/results/deploy_demo.json, made from the committed run in
+    results/deploy/ (its selected weights are there to export and attack again): each file's
+    size, its classes over the whole test split beside the SavedModel's, and the re-check table
+    row by row as the bench printed it, each row's evaluation JSON committed."""
+    with open(os.path.join(ROOT, "bench", "results", "deploy_demo.json")) as f:
+        found = json.load(f)
+    with open(os.path.join(ROOT, "bench", "results", "deploy_demo.md")) as f:
+        rows = [line for line in f.read().splitlines() if line.startswith("| ")]
+    assert found["workdir"] == os.path.join("results", "deploy", "fmnist-fastbat")
+    weights = os.path.join(ROOT, found["workdir"], "checkpoints", "best.weights.h5")
+    assert os.path.getsize(weights) < 1_000_000
+    text = sections()["Deploying"]
+    for size in found["bytes"].values():
+        assert f"{size / 1000:.0f} KB" in text, size
+    split = found["whole_split"]
+    assert f"clean accuracy is {100 * found['source_clean_accuracy']:.2f}%" in text
+    for name in ("model.onnx", "model.tflite", "model_int8.tflite"):
+        assert split[name]["examples"] == 10_000
+        said = f"{100 * split[name]['agreement']:.2f}% agreement" in text
+        assert said or split[name]["disagreeing"] == 0, name
+        assert f"{100 * split[name]['clean_accuracy']:.2f}%" in text, name
+    int8 = split["model_int8.tflite"]
+    assert f"gives {int8['disagreeing']} images another class" in text
+    assert len(rows) == 1 + 4  # the header, the SavedModel and three files
+    for row in rows:
+        assert " ".join(row.split()) in text, row
+    for checked in found["recheck"].values():
+        assert checked["examples"] == 256
+        assert os.path.isfile(os.path.join(ROOT, checked["results"]))

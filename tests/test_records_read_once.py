@@ -30,6 +30,7 @@ OTHER_JSON = {
     "export/client.py": "TF-Serving's HTTP responses",
     "sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",
+    "bench/records/deploy_demo.py": "its own deploy_demo.json, to rewrite its table",
 }
 
 
