@@ -22,6 +22,7 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
+from tests.test_upgrade import OLDER_FINAL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "results.json")))
@@ -102,18 +103,7 @@ def test_every_committed_evaluation_loads_and_is_written_back_as_it_was(path, tm
 
 def test_a_final_evaluation_in_the_evaluation_schema_round_trips(tmp_path):
     config = TrainConfig(workdir="w", eps=16 / 255, dataset="fashion_mnist")
-    legacy = {
-        "test_examples": 500,
-        "test_clean_accuracy": 0.836,
-        "test_pgd_robust_accuracy": 0.738,
-        "pgd_steps": 10,
-        "pgd_restarts": 1,
-        "eval_time_s": 5.0,
-        "test_aa_robust_accuracy": 0.714,
-        "aa_version": "standard",
-        "aa_time_s": 3.5,
-        "test_aa_per_attack": {"clean": 0.836, "apgd-ce": 0.72, "square": 0.714},
-    }
+    legacy = OLDER_FINAL
     record = RunRecord.from_dict({"config": dataclasses.asdict(config), "final": legacy})
     final = record.final
     assert (final.examples, final.clean_accuracy) == (500, 0.836)

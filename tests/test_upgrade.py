@@ -149,20 +149,24 @@ def test_every_committed_definition_s_evaluation_reads_as_today_s(path):
 # ------------------------------------------------------------------ each older schema
 
 
+# A run's final test as train.py wrote it before it was an evaluation's result (ε 16/255).
+OLDER_FINAL = {
+    "test_examples": 500,
+    "test_clean_accuracy": 0.836,
+    "test_pgd_robust_accuracy": 0.738,
+    "pgd_steps": 10,
+    "pgd_restarts": 1,
+    "eval_time_s": 5.0,
+    "test_aa_robust_accuracy": 0.714,
+    "aa_version": "standard",
+    "aa_time_s": 3.5,
+    "test_aa_per_attack": {"clean": 0.836, "apgd-ce": 0.72, "square": 0.714},
+}
+
+
 def test_a_final_test_from_before_the_evaluation_schema():
     config = TrainConfig(workdir="w", eps=16 / 255, dataset="fashion_mnist")
-    older = {
-        "test_examples": 500,
-        "test_clean_accuracy": 0.836,
-        "test_pgd_robust_accuracy": 0.738,
-        "pgd_steps": 10,
-        "pgd_restarts": 1,
-        "eval_time_s": 5.0,
-        "test_aa_robust_accuracy": 0.714,
-        "aa_version": "standard",
-        "aa_time_s": 3.5,
-        "test_aa_per_attack": {"clean": 0.836, "apgd-ce": 0.72, "square": 0.714},
-    }
+    older = OLDER_FINAL
     today = records_upgrade.final_test(older, config)
     assert today == {
         "examples": 500,
