@@ -24,7 +24,6 @@ leaderboard's number is AutoAttack's at the threat model's ε.
 from __future__ import annotations
 
 import errno
-import os
 from typing import Any
 
 UNKNOWN = ""
@@ -44,9 +43,10 @@ def write(
     if found is None:
         return None
     path = Run(home).robustbench_path
-    if os.path.lexists(path):
-        raise FileExistsError(errno.EEXIST, KEPT, path)
-    write_json_atomic(path, found)
+    try:
+        write_json_atomic(path, found, replace=False)
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, KEPT, path) from None
     return path
 
 

@@ -292,3 +292,19 @@ def test_a_model_card_reads_as_a_type_and_a_part_of_another_type_is_named(tmp_pa
         with pytest.raises(ValueError) as refused:
             ModelCard.load(str(path))
         assert str(refused.value) == f"{path}: {says}"
+
+
+def test_a_file_written_without_replace_is_never_replaced(tmp_path):
+    """write_json_atomic(replace=False) links the finished file into place: one already there
+    (by whichever process) stays as it was, and no temporary file is left beside it."""
+    from fbat_tf.records import write_json_atomic
+
+    path = str(tmp_path / "entry.json")
+    write_json_atomic(path, {"first": 1}, replace=False)
+    with pytest.raises(FileExistsError):
+        write_json_atomic(path, {"second": 2}, replace=False)
+    assert json.loads((tmp_path / "entry.json").read_text()) == {"first": 1}
+    assert os.listdir(tmp_path) == ["entry.json"]
+    write_json_atomic(path, {"third": 3})  # the default replaces
+    assert json.loads((tmp_path / "entry.json").read_text()) == {"third": 3}
+    assert os.listdir(tmp_path) == ["entry.json"]

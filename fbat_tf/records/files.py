@@ -24,18 +24,22 @@ def read_json(path: str, what: str, key: str) -> dict[str, Any]:
     return payload
 
 
-def write_json_atomic(path: str, payload: Any) -> None:
+def write_json_atomic(path: str, payload: Any, replace: bool = True) -> None:
     """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
-    or infinite number is written as null (JSON has no such numbers)."""
-    tmp = f"{path}.tmp"
+    or infinite number is written as null (JSON has no such numbers). With `replace=False` a
+    file already at `path` is never replaced, whoever wrote it and when: FileExistsError (the
+    file is linked into place, which fails where one exists)."""
+    tmp = f"{path}.{os.getpid()}.tmp"  # several processes may write the same file at once
     try:
         with open(tmp, "w") as f:
             json.dump(finite_or_null(payload), f, indent=2, default=_json_default, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):  # a full disk: no half-written file is left behind
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # a full disk, or the file kept: no temporary file is left
             os.remove(tmp)
-        raise
 
 
 def _json_default(value: Any) -> Any:
