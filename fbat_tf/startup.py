@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 # What TensorFlow prints on every start: INFO lines (I…), absl's pre-initialization notice, the
 # CPU instruction notice, and the CUDA probe's failure where there is no GPU.
@@ -46,16 +47,21 @@ def load_tensorflow() -> None:
         tf.config.list_physical_devices()
 
 
+# File descriptor 2 is the process's: one block at a time redirects it (two threads each
+# saving and restoring it could leave it pointing at the other's closed file).
+_HOLDING = threading.Lock()
+
+
 @contextlib.contextmanager
 def held_back(noise: re.Pattern):
     """Inside the block, what the process writes to its standard error goes to a file; afterwards
     every line of it that `noise` does not match is written out again. Native code's log writes
     to file descriptor 2, whatever sys.stderr is (pytest, for one, gives sys.stderr a file of its
     own)."""
-    sys.stderr.flush()
     fd = 2
-    saved = os.dup(fd)
-    with tempfile.TemporaryFile() as captured:
+    with _HOLDING, tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        saved = os.dup(fd)
         os.dup2(captured.fileno(), fd)
         try:
             yield
