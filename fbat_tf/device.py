@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from fbat_tf import catalog
 
-# A resolver's `capability` that asks TensorFlow for this machine's GPU (loading TensorFlow);
-# None settles a value as on a machine without one, with no TensorFlow loaded.
-ASK = "ask"
-
 
 def gpu_compute_capability() -> tuple[int, int] | None:
     """The first visible GPU's compute capability, or None without a GPU."""
@@ -36,21 +32,24 @@ def tf32_in_use() -> bool:
     return bool(enabled and capability is not None and capability >= (8, 0))
 
 
-def resolve_precision(name: str, capability: tuple[int, int] | str | None = ASK) -> str:
+# Each resolver settles "auto" on this machine (asking TensorFlow, which it loads), or with
+# `on_cpu` as on a machine without GPU or TPU (no TensorFlow loaded).
+
+
+def resolve_precision(name: str, on_cpu: bool = False) -> str:
     if name != "auto":
         return name
-    if capability == ASK:
-        capability = gpu_compute_capability()
+    capability = None if on_cpu else gpu_compute_capability()
     if capability is None:
         return "float32"
     return "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16"
 
 
-def resolve_jit_compile(value: str | bool, capability: tuple[int, int] | str | None = ASK) -> bool:
+def resolve_jit_compile(value: str | bool, on_cpu: bool = False) -> bool:
     if isinstance(value, bool):
         return value
     if value == "auto":
-        return (gpu_compute_capability() if capability == ASK else capability) is not None
+        return not on_cpu and gpu_compute_capability() is not None
     return {"true": True, "false": False}[value]
 
 

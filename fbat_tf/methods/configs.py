@@ -66,8 +66,7 @@ def _settled(values: Mapping[str, Any], on_cpu: bool) -> dict[str, Any]:
     """precision and jit_compile as the device settles "auto" (their flags' default)."""
     from fbat_tf import device
 
-    capability = None if on_cpu else device.ASK
     return {
-        "precision": device.resolve_precision(values.get("precision", "auto"), capability),
-        "jit_compile": device.resolve_jit_compile(values.get("jit_compile", "auto"), capability),
+        "precision": device.resolve_precision(values.get("precision", "auto"), on_cpu),
+        "jit_compile": device.resolve_jit_compile(values.get("jit_compile", "auto"), on_cpu),
     }
