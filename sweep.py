@@ -73,8 +73,8 @@ def definition_path(name: str) -> str:
 
 def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str):
     """Raise DefinitionError naming the cell and what is wrong with its flags or its run
-    directory, before TensorFlow loads. Returns the cells still to train (with their cell
-    directory and flag values) and the cells still to evaluate."""
+    directory, before TensorFlow loads. Returns the cells still to train and the cells still
+    to evaluate."""
     to_train, to_evaluate = [], []
     for cell in cells:
         reserved = sorted(set(cell.flags) & set(RESERVED))
@@ -93,6 +93,7 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
         try:
             flag_words.check_final_test(values)
             flag_words.check_norm(values)
+            _ = cell.config  # its TrainConfig: a value of the wrong type names its flag
             state = flag_words.check_workdir(cell_dir, flag_words.run_flags(values))
         except ValueError as error:
             raise sweeps.DefinitionError(f"cell {cell.name}: {error}") from None
@@ -103,7 +104,7 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
                 "the cell's run to train it after tuning again"
             )
         if state != "complete":  # a finished run has shown that its options are valid
-            to_train.append((cell, cell_dir, values))
+            to_train.append(cell)
         if sweeps.cell_state(cell_dir, definition) != "done":
             to_evaluate.append(cell)
     return to_train, to_evaluate
@@ -121,7 +122,7 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
         startup.load_tensorflow()
     from fbat_tf import data
 
-    for cell, _, _ in to_train:
+    for cell in to_train:
         try:
             flag_words.check_method(cell.config)
         except ValueError as error:

@@ -564,6 +564,20 @@ def test_a_candidate_s_bad_value_is_refused_before_any_run_naming_its_tuning_cel
     assert not (tmp_path / "out").exists()
 
 
+def test_a_value_of_the_wrong_type_is_refused_before_any_run_naming_its_cell_and_flag(tmp_path):
+    """A definition's "epochs": "2" (a string where train.py's TrainConfig holds an int) passes
+    absl's parse of the cell's words, and is refused by sweep.py before anything runs, naming
+    the cell and the flag, not read again as a number later."""
+    spec = {"seeds": [100], "groups": [_group(candidates=[{"lr_max": 0.1}])]}
+    grid = [{"method": ["fastat"], "eps": [8], "seed": [0], "epochs": ["2"]}]
+    path = tuning_definition(tmp_path, spec, grid)
+    done = run_sweep(f"--sweep={path}", f"--sweep_dir={tmp_path / 'out'}", "--dry_run")
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: cell ") and "--epochs is '2', not an int" in line, line
+    assert not (tmp_path / "out").exists()
+
+
 @needs_data
 def test_a_tiny_tuned_sweep_end_to_end(tmp_path, committed_tree):
     """Fashion-MNIST, small_cnn at width 4, one epoch on 256 images: Fast-AT's two learning
