@@ -51,14 +51,17 @@ def export(workdir: str, directory: str) -> str:
 
 def whole_split(version: str) -> dict[str, dict]:
     """Per file: its agreement with the SavedModel over the test split and both accuracies."""
+    from fbat_tf import startup
+
+    startup.load_tensorflow()
     from fbat_tf import artifacts, data
     from fbat_tf.classifiers import SavedModelClassifier
 
     source = SavedModelClassifier(version)
+    test = data.load("fashion_mnist", "test", batch_size=1000)
     found = {}
     for name in FILES:
         target = artifacts.load_artifact(os.path.join(version, name))
-        test = data.load("fashion_mnist", "test", batch_size=1000)
         agree, source_right, target_right = artifacts.compare(source, target, test)
         found[name] = {
             "examples": int(agree.size),
