@@ -412,21 +412,9 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
     from export import robustbench
 
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
-    try:
-        path = robustbench.write(
-            home, result, known["dataset"], known["eps"], known.get("architecture"), norm
-        )
-    except FileExistsError as error:
-        print(f"RobustBench entry: {error.filename}: {robustbench.KEPT}")
-        return
-    except OSError as error:
-        print(
-            f"warning: {home}: RobustBench entry not written: {errors.describe(error)}",
-            file=sys.stderr,
-        )
-        return
-    if path:
-        print(f"RobustBench entry: {path}")
+    robustbench.write_and_say(
+        home, result, known["dataset"], known["eps"], known.get("architecture"), norm
+    )
 
 
 def say_estimate(classifier, split, names: list[str], budgets: int, examples: int) -> None:

@@ -174,13 +174,7 @@ def robustbench_entry(config, final) -> None:
     from fbat_tf.classifiers import architecture_name
 
     name = architecture_name(config.model, config.width)
-    try:
-        path = robustbench.write(config.workdir, final, config.dataset, config.eps, name)
-    except FileExistsError as error:
-        print(f"RobustBench entry: {error.filename}: {robustbench.KEPT}")
-        return
-    if path:
-        print(f"RobustBench entry: {path}")
+    robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name)
 
 
 def summary(workdir: str, record) -> str:

@@ -54,6 +54,31 @@ def write(
 KEPT = "a RobustBench entry is there already, kept (delete it to write this evaluation's)"
 
 
+def write_and_say(
+    home: str, result, dataset: str, eps: float, name: str | None, norm: str = "linf"
+) -> None:
+    """`write`, saying on standard output where the entry is or that one there was kept, and
+    on standard error, as a warning, why it could not be written: the evaluation it comes from
+    is saved already and stands without it."""
+    import sys
+
+    from flags import errors
+
+    try:
+        path = write(home, result, dataset, eps, name, norm)
+    except FileExistsError as error:
+        print(f"RobustBench entry: {error.filename}: {KEPT}")
+        return
+    except OSError as error:
+        print(
+            f"warning: {home}: RobustBench entry not written: {errors.describe(error)}",
+            file=sys.stderr,
+        )
+        return
+    if path:
+        print(f"RobustBench entry: {path}")
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.2f}"
 

@@ -80,6 +80,13 @@ LINEARIZATIONS = ("pgd_nosign", "pgd_sign", "uniform", "corner")
 # How Fast-BAT differentiates its implicit term; "auto" is resolved by device.py.
 IMPLICIT_AUTODIFF = ("auto", "backward_over_backward", "forward_over_backward")
 
+
+def implicit_gradient(ig: str, ig_coef: float) -> str:
+    """The implicit gradient Fast-BAT computes given its `ig` and `ig_coef`: none with a zero
+    coefficient (first-order Fast-BAT), whatever `ig` says."""
+    return IMPLICIT_GRADIENTS[2] if float(ig_coef) == 0 else ig
+
+
 # ELLE's λ (adaptive: ELLE-A) and its training point's attack (DESIGN.md §3.2).
 ELLE_SCHEDULES = ("adaptive", "constant")
 ELLE_ATTACKS = ("fgsm", "nfgsm", "none")

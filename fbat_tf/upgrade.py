@@ -72,8 +72,13 @@ def _method_config(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
     # the default ig "hessian_free" (fashion_mnist's ig_coef0 cells), although a zero
     # coefficient trains first-order Fast-BAT. Today: ig "none" with ig_coef 0; a config naming
     # no ig_coef has the declared one.
-    if "ig_coef" in declared and float(config.get("ig_coef", declared["ig_coef"])) == 0:
-        return {**config, "ig": catalog.IMPLICIT_GRADIENTS[2]}
+    if "ig_coef" not in declared:
+        return dict(config)
+    ig = catalog.implicit_gradient(
+        config.get("ig", declared["ig"]), config.get("ig_coef", declared["ig_coef"])
+    )
+    if ig == catalog.IMPLICIT_GRADIENTS[2]:
+        return {**config, "ig": ig}
     return dict(config)
 
 

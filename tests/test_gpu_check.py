@@ -57,3 +57,8 @@ def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
     # XLA in float32 agrees with eager execution far inside what the mixed policies allow.
     assert checks["float32", "xla", "forward_over_backward"]["relative_error"] < 1e-4
     assert set(results["step_ms"]) >= {"fastat", "fastbat forward_over_backward"}
+    # Fast-BAT's steps are timed as the float32 XLA checks compiled them, not compiled again.
+    assert results["steps_timed_as_checked"] == [
+        "fastbat backward_over_backward",
+        "fastbat forward_over_backward",
+    ]

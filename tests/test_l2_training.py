@@ -195,3 +195,31 @@ def test_a_robustbench_entry_already_there_is_kept_and_named(tmp_path):
         robustbench.write(str(tmp_path), result(0.25), "fashion_mnist", 8 / 255, "small_cnn")
     assert raised.value.filename == path and "delete it" in robustbench.KEPT
     assert open(path, "rb").read() == before
+
+
+def test_train_py_and_evaluate_py_say_where_the_entry_is_or_why_it_is_not(tmp_path, capsys):
+    """What both programs print of the entry (export/robustbench.write_and_say): its path, the
+    kept one named, and a folder it cannot be written into as a warning that stops nothing."""
+    from export import robustbench
+    from fbat_tf.records import AttackResult, EvaluationResult
+
+    result = EvaluationResult(16, 0.8, robust=[AttackResult("autoattack", 8.0, 0.5)])
+    home = tmp_path / "run"
+    home.mkdir()
+    for _ in range(2):
+        robustbench.write_and_say(str(home), result, "fashion_mnist", 8 / 255, "small_cnn")
+    said = capsys.readouterr()
+    path = home / "robustbench.json"
+    assert said.out.splitlines() == [
+        f"RobustBench entry: {path}",
+        f"RobustBench entry: {path}: {robustbench.KEPT}",
+    ]
+    assert not said.err
+    # A file in the folder's place: nothing can be written under it.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    robustbench.write_and_say(str(blocked), result, "fashion_mnist", 8 / 255, "small_cnn")
+    said = capsys.readouterr()
+    assert not said.out
+    assert said.err.startswith(f"warning: {blocked}: RobustBench entry not written: ")
+    assert "Not a directory" in said.err and said.err.count("\n") == 1

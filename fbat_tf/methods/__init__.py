@@ -83,8 +83,7 @@ def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
 
 def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
     config = {**defaults("fastbat"), "implicit_autodiff": IMPLICIT_AUTODIFF[1], **config}
-    # A zero coefficient is first-order Fast-BAT whatever `ig` says, as the constructor has it.
-    ig = IMPLICIT_GRADIENTS[2] if float(config["ig_coef"]) == 0 else config["ig"]
+    ig = catalog.implicit_gradient(config["ig"], config["ig_coef"])
     # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
     # lower-level gradient at z and step 3's upper level at δ*.
     gradient_start = config["linearization"] in LINEARIZATIONS[:2]

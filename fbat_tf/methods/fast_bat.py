@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints, device, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS
+from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS, implicit_gradient
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
 
 
@@ -82,8 +82,9 @@ class FastBAT(Method):
             raise ValueError(f"ig_coef must be >= 0, got {ig_coef!r}")
         if cg_steps < 1:
             raise ValueError(f"cg_steps must be >= 1, got {cg_steps!r}")
-        if ig_coef == 0 or ig == "none":
-            ig, ig_coef = "none", 0.0
+        ig = implicit_gradient(ig, ig_coef)
+        if ig == IMPLICIT_GRADIENTS[2]:
+            ig_coef = 0.0
         self.ig_coef = float(ig_coef)
         self.ig = ig
         # Only the implicit term differentiates an input gradient again.
