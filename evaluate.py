@@ -106,7 +106,8 @@ def named_dataset() -> str | None:
 
 def checked_model_path(model_path: str) -> str:
     """`model_path` where it is a model; else exit, before TensorFlow loads, naming the path
-    that would work where there is one."""
+    that would work where there is one, or saying why an exported file's runtime cannot run
+    it."""
     is_model = (
         Run(model_path).is_run()
         or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
@@ -126,7 +127,10 @@ def checked_model_path(model_path: str) -> str:
         runtime = catalog.EXPORT_RUNTIMES[catalog.artifact_format(model_path)]
         try:
             artifacts.require(runtime, f"evaluating {os.path.basename(model_path)}")
-        except ImportError as error:
+            # Opened by its runtime, which needs no TensorFlow: a file it cannot read is
+            # refused before TensorFlow loads.
+            artifacts.load_artifact(model_path)
+        except (ImportError, ValueError) as error:
             sys.exit(f"error: {error}")
     return model_path
 

@@ -56,6 +56,10 @@ def _run(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
     )
 
 
+# A prelude of _run that makes a package unimportable.
+BLOCK = "sys.modules[{!r}] = None"
+
+
 def _one_line_error(done: subprocess.CompletedProcess, *said: str) -> str:
     """The command failed with one line on stderr saying all of `said`, and no traceback."""
     assert done.returncode == 1, (done.returncode, done.stderr[-3000:])
@@ -292,6 +296,8 @@ def _foreign_files(folder) -> dict[str, str]:
 
 
 def test_a_corrupted_or_foreign_file_is_a_one_line_error(trained, tmp_path):
+    """A file its runtime cannot read is refused before TensorFlow loads (here it cannot load);
+    a model of other images, once the dataset is known."""
     for label, path in _foreign_files(tmp_path).items():
         done = _run(
             "evaluate.py",
@@ -299,6 +305,7 @@ def test_a_corrupted_or_foreign_file_is_a_one_line_error(trained, tmp_path):
             f"--source_model_path={trained['version']}",
             "--n_examples=8",
             "--attacks=square",
+            prelude="" if label.startswith("foreign") else BLOCK.format("tensorflow"),
         )
         last = _one_line_error(done, os.path.basename(path))
         if label.startswith("foreign"):
@@ -314,9 +321,6 @@ def test_a_file_without_its_source_is_refused_at_once(trained, tmp_path):
     alone.write_bytes(open(os.path.join(trained["version"], "model.onnx"), "rb").read())
     done = _run("evaluate.py", f"--model_path={alone}", "--n_examples=8")
     _one_line_error(done, "--source_model_path")
-
-
-BLOCK = "sys.modules[{!r}] = None"
 
 
 def test_a_missing_extra_is_a_one_line_error(trained, tmp_path):
