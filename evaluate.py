@@ -42,7 +42,7 @@ from absl import flags as absl_flags
 
 from fbat_tf import attacks, catalog, onednn, startup, trust
 from fbat_tf import run as run_files
-from fbat_tf.records import units
+from fbat_tf.records import ModelCard, units
 from fbat_tf.run import Run
 from flags import common, errors, usage
 from flags import evaluate as eval_flags
@@ -132,7 +132,22 @@ def checked_model_path(model_path: str) -> str:
             artifacts.load_artifact(model_path)
         except (ImportError, ValueError) as error:
             sys.exit(f"error: {error}")
+    checked_card(model_path)
     return model_path
+
+
+def checked_card(model_path: str) -> None:
+    """The model card of a SavedModel, or of the export an exported file sits in, read before
+    TensorFlow loads: exit naming it where it is damaged."""
+    if not (is_artifact(model_path) or os.path.isfile(os.path.join(model_path, "saved_model.pb"))):
+        return
+    home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path)
+    path = os.path.join(home, run_files.MODEL_CARD)
+    if os.path.isfile(path):
+        try:
+            ModelCard.load(path)
+        except ValueError as error:
+            sys.exit(f"error: {error}")
 
 
 def checked_source_path(model_path: str) -> str | None:

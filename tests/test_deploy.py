@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.commands import BLOCK, NO_TENSORFLOW, python_command
 from tests.test_train_cli import TINY_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,26 +39,14 @@ def _env() -> dict[str, str]:
 def _run(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
     """A command as a user types it; `prelude` (Python) runs first in the same process, e.g.
     to make a package unimportable."""
-    program, *rest = args
-    if prelude:
-        runner = "runpy.run_module" if program == "-m" else "runpy.run_path"
-        target = rest[0] if program == "-m" else program
-        argv = [target, *(rest[1:] if program == "-m" else rest)]
-        code = (
-            f"import runpy, sys\n{prelude}\nsys.argv = {argv!r}\n"
-            f"{runner}({target!r}, run_name='__main__'"
-            + (", alter_sys=True)" if program == "-m" else ")")
-        )
-        command = [sys.executable, "-c", code]
-    else:
-        command = [sys.executable, *args]
     return subprocess.run(
-        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900
+        python_command(*args, prelude=prelude),
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-
-
-# A prelude of _run that makes a package unimportable.
-BLOCK = "sys.modules[{!r}] = None"
 
 
 def _one_line_error(done: subprocess.CompletedProcess, *said: str) -> str:
@@ -305,7 +294,7 @@ def test_a_corrupted_or_foreign_file_is_a_one_line_error(trained, tmp_path):
             f"--source_model_path={trained['version']}",
             "--n_examples=8",
             "--attacks=square",
-            prelude="" if label.startswith("foreign") else BLOCK.format("tensorflow"),
+            prelude="" if label.startswith("foreign") else NO_TENSORFLOW,
         )
         last = _one_line_error(done, os.path.basename(path))
         if label.startswith("foreign"):

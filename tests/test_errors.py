@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tests.commands import NO_TENSORFLOW, python_command
 from tests.test_train_cli import TINY_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,9 +20,9 @@ FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 TINY = [*TINY_RUN, "--method=standard", "--width=2", "--epochs=1", "--noexport"]
 
 
-def run(program: str, *args: str) -> subprocess.CompletedProcess:
+def run(program: str, *args: str, prelude: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, os.path.join(ROOT, program), *args]
+    command = python_command(os.path.join(ROOT, program), *args, prelude=prelude)
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
@@ -286,7 +287,9 @@ def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
         ('{"dataset": "fashion_mnist", "model": {}, "eps": {"pixels": "8"}}', "eps.pixels is '8'"),
     ):
         card.write_text(text)
-        line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
+        # Read before TensorFlow loads: here it cannot.
+        words = (f"--model_path={export}", "--attacks=pgd")
+        line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
         assert line.startswith(f"error: {card}") and says in line, line
     # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass.
     card.write_text('{"dataset": "fashion_mnist", "model": {}}')
