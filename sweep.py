@@ -310,6 +310,8 @@ def prepare():
             allow_dirty=sweep_flags.ALLOW_DIRTY.value,
             repin=sweep_flags.REPIN.value,
         )
+    elif sweep_flags.DRY_RUN.value:
+        revision.recorded(sweep_dir)  # a damaged record, named before TensorFlow loads
     data_problem = check_runs(to_train, to_evaluate, data_ok=not sweep_flags.DRY_RUN.value)
     return definition, sweep_dir, cells, data_problem
 

@@ -14,6 +14,7 @@ from conftest import commit_copy
 from test_sweep import PGD_OWN, TINY_FLAGS, write_definition
 
 from fbat_tf.sweeps import revision
+from tests.commands import NO_TENSORFLOW, python_command
 
 IDENTITY = ("-c", "user.name=t", "-c", "user.email=t@t.invalid")
 
@@ -114,8 +115,8 @@ def test_outside_a_git_checkout_only_allow_dirty_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _sweep(tree, *args, wait=True):
-    command = [sys.executable, os.path.join(tree, "sweep.py"), *args]
+def _sweep(tree, *args, wait=True, prelude=""):
+    command = python_command(os.path.join(tree, "sweep.py"), *args, prelude=prelude)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     if not wait:
         return subprocess.Popen(
@@ -313,7 +314,9 @@ def test_sweep_py_names_a_malformed_revision_json_in_one_line(tmp_path):
     out.mkdir()
     (out / revision.FILE).write_text('{"revision": 5}')
     for extra in ((), ("--dry_run",)):
-        done = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}", *extra)
+        # Before TensorFlow loads: here it cannot.
+        words = (f"--sweep={definition}", f"--sweep_dir={out}", *extra)
+        done = _sweep(tree, *words, prelude=NO_TENSORFLOW)
         lines = done.stderr.strip().splitlines()
         assert done.returncode != 0 and len(lines) == 1, done.stderr
         assert str(out / revision.FILE) in lines[0] and "40 hexadecimal digits" in lines[0]
