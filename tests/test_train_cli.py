@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from fbat_tf.records import RunRecord
 from fbat_tf.training import TrainConfig, train
+from tests.commands import python_command
 from tests.mock_tfds.mocked_tfds import mock_tfds
 from tests.tiny import fashion_mnist_config
 
@@ -44,10 +45,10 @@ TINY_RUN = [
 ]
 
 
-def start_train(*args: str, program: str = "train.py") -> subprocess.Popen:
+def start_train(*args: str, program: str = "train.py", prelude: str = "") -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, program), *args],
+        python_command(os.path.join(ROOT, program), *args, prelude=prelude),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -558,12 +559,17 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
     assert points["train"] == [0, None, None]
 
 
+TERMINAL_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)"
+
+
 def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
     """Ctrl-C printed Python's traceback (43 lines from sweep.py); every entry point now says
     in one line that the same command resumes. The run, stopped after its first epoch, does."""
     workdir = tmp_path / "run"
     command = ["--method=standard", *TINY_RUN, "--noexport", f"--workdir={workdir}"]
-    first = start_train(*command)
+    # Ctrl-C as a terminal sends it, however the suite was started: a background job of a
+    # non-interactive shell, and every program it starts, inherits SIGINT ignored.
+    first = start_train(*command, prelude=TERMINAL_SIGINT)
     deadline = time.time() + 300
     while not (workdir / "results.json").exists():
         assert first.poll() is None and time.time() < deadline, first.communicate()
