@@ -116,6 +116,29 @@ def test_launcher_ray_without_ray_says_so_in_one_line_and_writes_nothing(tmp_pat
     assert not sweep_dir.exists()
 
 
+def _kill_session(session: int) -> None:
+    """SIGKILL every process of `session` (Linux's /proc), until none is left."""
+    while True:
+        found = []
+        for name in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    # pid (comm) state ppid pgrp session ...: comm may hold spaces.
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                found.append(int(name))
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+
+
 @needs_data
 def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(tmp_path, ray_env):
     definition = {
@@ -137,6 +160,9 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
     per_cell = f"--cpus_per_cell={max(1, (os.cpu_count() or 2) // 2)}"
     command = [sys.executable, "sweep.py", "--allow_dirty", "--sweep=two", "--launcher=ray"]
     command += ["--sweep_dir=results/ray", per_cell]
+    # In a session of its own, killed whole as a scheduler kills a job: the driver, the Ray
+    # instance it started and the workers' programs (each worker has a process group of its
+    # own, and may otherwise finish its cell before Ray stops it).
     driver = subprocess.Popen(
         command,
         cwd=tree,
@@ -144,6 +170,7 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     ray_dir = os.path.join(tree, "results", "ray")
     deadline = time.time() + 600
@@ -152,7 +179,7 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
             break
         time.sleep(0.5)
     assert driver.poll() is None, driver.stdout.read()[-3000:]  # killed midway, not after
-    driver.send_signal(signal.SIGKILL)
+    _kill_session(driver.pid)
     driver.wait()
     first = driver.stdout.read()
     assert "Ray: 2 cells at a time" in first and "dashboard at" in first, first[-2000:]
