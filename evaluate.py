@@ -104,10 +104,10 @@ def named_dataset() -> str | None:
     return common.DATASET.value
 
 
-def checked_model_path(model_path: str) -> str:
-    """`model_path` where it is a model; else exit, before TensorFlow loads, naming the path
-    that would work where there is one, or saying why an exported file's runtime cannot run
-    it."""
+def checked_model_path(model_path: str) -> tuple[str, object | None]:
+    """`model_path` where it is a model, and an exported file as its runtime opened it (else
+    None); else exit, before TensorFlow loads, naming the path that would work where there is
+    one, or saying why an exported file's runtime cannot run it."""
     is_model = (
         Run(model_path).is_run()
         or os.path.isfile(os.path.join(model_path, "saved_model.pb"))
@@ -121,6 +121,7 @@ def checked_model_path(model_path: str) -> str:
             "a SavedModel directory (saved_model.pb), an .onnx or .tflite file nor a .keras file"
             + (f"; did you mean {hint}?" if hint else "")
         )
+    opened = None
     if is_artifact(model_path):
         from fbat_tf import artifacts
 
@@ -129,11 +130,11 @@ def checked_model_path(model_path: str) -> str:
             artifacts.require(runtime, f"evaluating {os.path.basename(model_path)}")
             # Opened by its runtime, which needs no TensorFlow: a file it cannot read is
             # refused before TensorFlow loads.
-            artifacts.load_artifact(model_path)
+            opened = artifacts.load_artifact(model_path)
         except (ImportError, ValueError) as error:
             sys.exit(f"error: {error}")
     checked_card(model_path)
-    return model_path
+    return model_path, opened
 
 
 def checked_card(model_path: str) -> None:
@@ -189,15 +190,15 @@ def checked_results_path(model_path: str) -> str:
     return results_path
 
 
-def load_models(model_path: str, strategy, source_path: str | None):
+def load_models(model_path: str, strategy, source_path: str | None, opened=None):
     """The model attacked, what is known of it, and the source model (the transfer attacks',
     an exported file's), each replica with its own copy of the weights (folded into constants
-    with --fold_weights)."""
+    with --fold_weights). `opened`: the exported file as checked_model_path opened it."""
     from fbat_tf import classifiers
 
     with strategy.scope():
         trusted = eval_flags.TRUST_MODEL_CODE.value
-        classifier, known = classifiers.load_model(model_path, trusted)
+        classifier, known = classifiers.load_model(model_path, trusted, opened)
         source = None
         if source_path:
             source, source_known = classifiers.load_model(source_path, trusted)
@@ -352,7 +353,7 @@ def write_outputs(result, results_path: str, budgets: int) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    model_path = checked_model_path(eval_flags.MODEL_PATH.value.rstrip("/"))
+    model_path, opened = checked_model_path(eval_flags.MODEL_PATH.value.rstrip("/"))
     results_path = checked_results_path(model_path)
     source_path = checked_source_path(model_path)
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
@@ -383,7 +384,7 @@ def main(argv: list[str]) -> None:
     elif common.STRATEGY.value == "multi_worker" and os.path.exists(results_path):
         sys.exit(f"error: {results_path} exists; pass another --results")  # now that it is known
     try:
-        classifier, known, source = load_models(model_path, strategy, source_path)
+        classifier, known, source = load_models(model_path, strategy, source_path, opened)
         dataset, eps_values, validation_from = setting(model_path, named, known)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")

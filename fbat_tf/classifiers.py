@@ -117,12 +117,15 @@ def load_keras_file(path: str, trust_code: bool = False, compile: bool = True) -
         ) from None
 
 
-def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str, Any]]:
+def load_model(
+    path: str, trust_code: bool = False, opened: Callable | None = None
+) -> tuple[Callable, dict[str, Any]]:
     """A classifier from a training run directory, a .keras file, a SavedModel directory or an
     exported .onnx or .tflite file (artifacts.load_artifact), with what is known of it
     ({"dataset", "eps", "norm", "validation_from", "architecture"} from the run or the model
     card of the export the file sits in, else {}).
 
+    `opened`: the exported file `path` as its caller opened it already, not opened again.
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
     """
@@ -142,7 +145,7 @@ def load_model(path: str, trust_code: bool = False) -> tuple[Callable, dict[str,
         from fbat_tf import artifacts
 
         known = card_facts(os.path.dirname(path))
-        return artifacts.load_artifact(path), known
+        return opened or artifacts.load_artifact(path), known
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
     hint = run.model_path_suggestion(path)
