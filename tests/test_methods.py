@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.catalog import LINEARIZATIONS
 from fbat_tf.methods.base import Method
 from fbat_tf.methods.fast_at_ga import default_ga_coef
-from fbat_tf.methods.fast_bat import LINEARIZATIONS
 
 EPS = 8.0 / 255
 SHAPE = (8, 8, 3)

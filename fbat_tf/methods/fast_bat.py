@@ -28,9 +28,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints, device, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
-
-# LINEARIZATIONS: the points `linearization_point` makes, which rules.py checks.
-from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS, implicit_gradient  # noqa: F401
+from fbat_tf.catalog import IMPLICIT_GRADIENTS, implicit_gradient
 from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
 
