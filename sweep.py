@@ -112,17 +112,19 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
 
 def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
     """Raise DefinitionError for the method options of the cells still to train or the data of
-    the cells still to evaluate (this loads TensorFlow; a sweep whose cells are all done never
-    does). With `data_ok=False` (a dry run, perhaps on a machine without the data) missing data
-    is returned as a message instead of raised."""
+    the cells still to evaluate (a sweep whose cells are all done checks neither). TensorFlow
+    loads only for a check that needs it: a method registered without its rules, data looked
+    for in TFDS; the built-in methods and local files need none. With `data_ok=False` (a dry
+    run, perhaps on a machine without the data) missing data is returned as a message instead
+    of raised."""
     if not to_evaluate:
         return None
 
-    if not absl_flags.FLAGS["verbosity"].present:
-        startup.load_tensorflow()
-    from fbat_tf import data
+    from fbat_tf import data, methods
 
     for cell in to_train:
+        if methods.needs_tensorflow(cell.config.method):
+            load_tensorflow()
         try:
             flag_words.check_method(cell.config)
         except ValueError as error:
@@ -131,12 +133,21 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
         (c.config.dataset, c.config.data_dir, c.config.download) for c in to_evaluate
     }:
         try:
+            if data.needs_tensorflow(dataset, data_dir):
+                load_tensorflow()
             data.check_available(dataset, data_dir, download)
         except (ValueError, FileNotFoundError) as error:
             if data_ok:
                 raise sweeps.DefinitionError(str(error)) from None
             return str(error)
     return None
+
+
+def load_tensorflow() -> None:
+    """TensorFlow without its start-up lines (unless --verbosity asks for them), before a check
+    that needs it imports it."""
+    if not absl_flags.FLAGS["verbosity"].present:
+        startup.load_tensorflow()
 
 
 OVERRIDES_FILE = "overrides.json"

@@ -56,13 +56,18 @@ def resolve_jit_compile(value: str | bool, on_cpu: bool = False) -> bool:
 IMPLICIT_AUTODIFF = catalog.IMPLICIT_AUTODIFF
 
 
+def check_implicit_autodiff(value: str) -> str:
+    """`value` if it names a mode of Fast-BAT's implicit autodiff (or "auto"), else ValueError."""
+    if value not in IMPLICIT_AUTODIFF:
+        raise ValueError(f"implicit_autodiff must be one of {IMPLICIT_AUTODIFF}, got {value!r}")
+    return value
+
+
 def resolve_implicit_autodiff(value: str, device_types: list[str] | None = None) -> str:
     """`auto`: forward-over-backward where a GPU or TPU is visible (1.5–1.7× faster Fast-BAT
     steps on an H100), backward-over-backward on CPUs (the cheaper one there).
     `device_types`: the logical devices' types (default: TensorFlow's list)."""
-    if value not in IMPLICIT_AUTODIFF:
-        raise ValueError(f"implicit_autodiff must be one of {IMPLICIT_AUTODIFF}, got {value!r}")
-    if value != "auto":
+    if check_implicit_autodiff(value) != "auto":
         return value
     if device_types is None:
         import tensorflow as tf

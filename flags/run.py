@@ -122,14 +122,17 @@ def check_norm(values: absl_flags.FlagValues = FLAGS) -> None:
 
 def check_method(config) -> None:
     """ValueError for the method's options, for a threat model it has no form for, or for a
-    strategy the method cannot run under, before anything is created (the method says which:
-    `norms`, `single_device`)."""
+    strategy the method cannot run under, before anything is created (the method's rules say
+    which: fbat_tf/methods/rules.py); no TensorFlow, but for a method registered without rules."""
     from fbat_tf import methods
 
-    method = methods.create(
-        config.method, eps=config.eps, norm=config.norm, **config.method_options
+    methods.check(
+        config.method,
+        config.method_options,
+        eps=config.eps,
+        norm=config.norm,
+        strategy=config.strategy,
     )
-    methods.check_strategy(method, config.strategy)
 
 
 def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):

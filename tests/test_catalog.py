@@ -29,7 +29,6 @@ def test_each_registry_builds_exactly_the_catalogued_names():
     assert distribute.STRATEGIES == catalog.STRATEGIES
     assert layers.ACTIVATIONS == catalog.ACTIVATIONS
     assert fast_bat.IMPLICIT_GRADIENTS == catalog.IMPLICIT_GRADIENTS
-    assert fast_bat.LINEARIZATIONS == catalog.LINEARIZATIONS
 
 
 def test_every_registered_attack_is_created_by_name():

@@ -47,6 +47,7 @@ import tensorflow_datasets as tfds
 
 from fbat_tf import data
 from fbat_tf.data import augment, local, tfds_source
+from tests.commands import NO_TENSORFLOW
 from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
@@ -150,6 +151,41 @@ def test_fashion_mnist_source_is_the_debian_files(fashion):
     assert data.check_available("fashion_mnist", download=False) == (
         f"local IDX files in {FASHION_DIR}"
     )
+
+
+def test_local_files_are_found_without_tensorflow(fashion, tmp_path):
+    """The package, its facts and `check_available` on local files load no TensorFlow (sweep.py
+    checks a definition's data so); with no local files of a dataset that has a TFDS version,
+    `needs_tensorflow` says that TFDS, and so TensorFlow, would be asked."""
+    code = (
+        f"import sys\n{NO_TENSORFLOW}\n"
+        "from fbat_tf import data\n"
+        f"print(data.check_available('fashion_mnist', {FASHION_DIR!r}, download=False))\n"
+        f"print(data.needs_tensorflow('fashion_mnist', {FASHION_DIR!r}))\n"
+        f"print(data.needs_tensorflow('cifar10', {str(tmp_path)!r}))\n"
+        f"print(data.needs_tensorflow('tiny_imagenet', {str(tmp_path)!r}))\n"
+        "print(data.info('cifar10').num_classes, len(data.names()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        f"local IDX files in {FASHION_DIR}",
+        "False",
+        "True",
+        "False",  # local only: not found without asking TFDS
+        "10 7",
+    ]
+
+
+def test_each_augmentation_the_registry_names_is_a_function_of_augment():
+    from fbat_tf.data import registry
+
+    named = {name: registry.lookup(name).augmentation for name in data.names()}
+    assert named["cifar10"] == "pad_crop_flip" and named["cifar100"] == "pad_crop_flip_rotate"
+    for augmentation in filter(None, named.values()):
+        assert callable(getattr(augment, augmentation)), augmentation
 
 
 def test_fashion_mnist_splits_match_independent_decoding(fashion):

@@ -7,15 +7,17 @@ test_fastbat_reference.py and test_gradalign_reference.py.
 
 from __future__ import annotations
 
+import importlib
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.catalog import LINEARIZATIONS
 from fbat_tf.methods.base import Method
 from fbat_tf.methods.fast_at_ga import default_ga_coef
-from fbat_tf.methods.fast_bat import LINEARIZATIONS
 
 EPS = 8.0 / 255
 SHAPE = (8, 8, 3)
@@ -449,3 +451,95 @@ def test_a_method_that_carries_delta_across_batches_is_refused_off_a_single_devi
     methods.check_strategy(methods.create("free"), "default")
     for name in ("standard", "fastat", "fastbat"):
         methods.check_strategy(methods.create(name), "mirrored")
+
+
+# What the registry checks without TensorFlow and what creating the method refuses: the norm, ε,
+# each option value the constructors refuse, and the strategy.
+REFUSALS = [
+    ("fastbat", {"lambda_inv": 0.0}, {}),
+    ("fastbat", {"lambda_inv": -1.0}, {}),
+    ("fastbat", {"ig_coef": -0.1}, {}),
+    ("fastbat", {"ig": "exact"}, {}),
+    ("fastbat", {"linearization": "newton"}, {}),
+    ("fastbat", {"cg_steps": 0}, {}),
+    ("fastbat", {"implicit_autodiff": "backwards"}, {}),
+    ("fastbat", {"ig": "exact", "lambda_inv": -1.0}, {}),  # the first refusal is told
+    ("fastbat", {"bogus": 1}, {}),
+    ("fastbat", {}, {"norm": "l2", "eps": 0.5}),
+    ("fastbat", {}, {"eps": 1.5}),
+    ("fastat", {"step": 0.0}, {}),
+    ("fastat", {}, {"norm": "l3"}),
+    ("fastat", {}, {"eps": -0.1, "norm": "l2"}),
+    ("fastat_ga", {"ga_coef": -1.0}, {}),
+    ("fastat_ga", {}, {"norm": "l2", "eps": 1.5}),
+    ("nfgsm", {"noise": -1.0}, {}),
+    ("nfgsm", {"clip": 0.0}, {}),
+    ("nfgsm", {"step": 0.0}, {}),
+    ("pgd", {"steps": 0}, {}),
+    ("pgd", {"step": 0.0}, {"norm": "l2", "eps": 0.5}),
+    ("free", {"replays": 0}, {}),
+    ("free", {}, {"strategy": "mirrored"}),
+    ("elle", {"schedule": "ramp"}, {}),
+    ("elle", {"attack": "pgd"}, {}),
+    ("elle", {"weight": -1.0}, {}),
+    ("elle", {"decay": 1.5}, {}),
+    ("elle", {"decay": 0.0}, {}),
+    ("elle", {"sensitivity": -1.0}, {}),
+    ("elle", {"step": -1.0}, {}),
+    ("elle", {"step": 0.0}, {}),  # its N-FGSM point's step
+    ("standard", {}, {"norm": "l3"}),
+    ("standard", {}, {"eps": 2.0}),
+]
+
+
+def _refusal(ask) -> str:
+    with pytest.raises(ValueError) as raised:
+        ask()
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(("name", "options", "where"), REFUSALS)
+def test_the_registry_refuses_what_the_constructor_refuses_with_its_message(name, options, where):
+    eps, norm = where.get("eps", EPS), where.get("norm", "linf")
+    strategy = where.get("strategy", "default")
+
+    def create():
+        methods.check_strategy(methods.create(name, eps, norm, **options), strategy)
+
+    said = _refusal(create)
+    assert _refusal(lambda: methods.check(name, options, eps, norm, strategy)) == said
+
+
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
+def test_the_registry_passes_what_the_constructor_makes(name, options):
+    methods.create(name, EPS, **options)
+    methods.check(name, options, EPS)
+    # An option given as None is at its default, as for `create`.
+    methods.check(name, {**dict.fromkeys(methods.option_names(name)), **options}, EPS)
+
+
+def test_each_built_in_method_inherits_the_rules_its_entry_declares():
+    for name in methods.names():
+        found = methods.entry(name)
+        assert found.rules is not None and found.rules.name == name
+        assert not methods.needs_tensorflow(name)
+        module, attribute = found.target.split(":")
+        cls = getattr(importlib.import_module(module), attribute)
+        assert issubclass(cls, found.rules) and cls.name == name
+        for key in ("norms", "single_device", "linf_only_because"):
+            assert getattr(cls, key) == getattr(found.rules, key), (name, key)
+
+
+def test_a_method_registered_without_rules_is_checked_by_creating_it(monkeypatch):
+    """A user's method whose entry declares no rules: `check` falls back to creating it (which
+    loads TensorFlow), so its constructor's refusals still stop a run before it starts."""
+    entry = methods.Entry(
+        "fastat_copy",
+        "fbat_tf.methods.fast_at:FastAT",
+        (methods.Option("step", float, 1.25, "A step.", "fastat_copy_step"),),
+    )
+    monkeypatch.setitem(methods.REGISTRY, entry.name, entry)
+    assert methods.needs_tensorflow("fastat_copy")
+    with pytest.raises(ValueError, match=r"fastat step \(a multiple of eps\) must be > 0"):
+        methods.check("fastat_copy", {"step": -1.0})
+    methods.check("fastat_copy", {"step": None}, 0.5, "l2", "mirrored")

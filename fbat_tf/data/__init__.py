@@ -6,6 +6,7 @@
     data.info("cifar10").mean                 # (0.4914, 0.4822, 0.4465), for the model's
                                               # normalization layer
     data.check_available("cifar10", "/data")  # 'local CIFAR python tarball /data/...' or raises
+    data.needs_tensorflow("cifar10", "/data") # False: local files found, TFDS not asked
     train = data.load("cifar10", "train", data_dir="/data", batch_size=128, seed=0)
     val = data.load("cifar10", "validation", data_dir="/data", batch_size=256)
     test = data.load("cifar10", "test", data_dir="/data", max_examples=1000)
@@ -34,24 +35,45 @@ prepared).
 
 Everything but ImageNet is decoded once per process into memory (uint8) and batched from there.
 
+Importing the package loads no TensorFlow, and neither do `names`, `info` and `check_available`
+where local files are found: `load` and the splits' names come from `loader` on first use, and
+TFDS is imported when it is asked.
+
 Modules: `registry` (the datasets and their static facts; adding a dataset is one entry there,
 and a reader in `local` for a new local file format), `sources` (where the data comes from,
 downloads, not-found messages), `loader` (`load` and the splits), `local` and `tfds_source`
 (the readers), `pipeline` (tf.data batching) and `augment`.
 """
 
-from fbat_tf.data.loader import (
-    HELD_OUT_SEED,
-    SPLITS,
-    VALIDATION_SOURCES,
-    check_local_files,
-    held_out,
-    load,
-    points,
-    split_range,
-)
 from fbat_tf.data.registry import DatasetInfo, info, names
-from fbat_tf.data.sources import DatasetNotFoundError, check_available, use_tfds_source
+from fbat_tf.data.sources import (
+    DatasetNotFoundError,
+    check_available,
+    needs_tensorflow,
+    use_tfds_source,
+)
+
+# The loader's names, imported from it on first use: it reads the data with TensorFlow, which
+# the static facts and `check_available` on local files need not load.
+_LOADER = (
+    "HELD_OUT_SEED",
+    "SPLITS",
+    "VALIDATION_SOURCES",
+    "check_local_files",
+    "held_out",
+    "load",
+    "points",
+    "split_range",
+)
+
+
+def __getattr__(name: str):
+    if name in _LOADER:
+        from fbat_tf.data import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "HELD_OUT_SEED",
@@ -65,6 +87,7 @@ __all__ = [
     "info",
     "load",
     "names",
+    "needs_tensorflow",
     "points",
     "split_range",
     "use_tfds_source",

@@ -108,9 +108,10 @@ def load(
             f"but {entry.info.name} images are {entry.info.image_shape}"
         )
     _check_batchable(entry.info.name, split, stop - start, options)
-    return pipeline.from_arrays(
-        images, labels, augment_fn=entry.augment_fn if augment else None, **options
-    )
+    augment_fn = None
+    if augment and entry.augmentation is not None:
+        augment_fn = getattr(augment_lib, entry.augmentation)
+    return pipeline.from_arrays(images, labels, augment_fn=augment_fn, **options)
 
 
 def split_range(count: int, split: str, max_examples: int | None = None) -> tuple[int, int]:

@@ -38,7 +38,6 @@ import zlib
 from typing import IO
 
 import numpy as np
-import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,6 +410,10 @@ def _natural_key(name: str) -> tuple:
 
 
 def _read_tiny_imagenet(folder: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    # Loaded here alone: finding local files (`find`, as `check_available` does) and reading
+    # the other formats need no TensorFlow.
+    import tensorflow as tf
+
     paths, labels = tiny_imagenet_files(folder, part)
 
     def decode(path: tf.Tensor) -> tf.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from fbat_tf.data import augment, class_names
+from fbat_tf.data import class_names
 
 _KERAS_CACHE = os.path.join("~", ".keras", "datasets")
 _FASHION_MNIST_DEBIAN = "/usr/share/datasets/fashion-mnist"
@@ -42,7 +42,9 @@ class Entry:
     local_format: str | None = None  # a format of local.find
     local_subdirs: tuple[str, ...] = ()  # subfolders of a data dir that may hold the files
     default_dirs: tuple[str, ...] = (_KERAS_CACHE,)  # searched when no data_dir is given
-    augment_fn: augment.AugmentFn | None = None
+    # its training augmentation: the name of a function of augment.py, which the loader imports
+    # (TensorFlow) when it reads the data, so that looking a dataset up loads no TensorFlow
+    augmentation: str | None = None
     in_memory: bool = True  # False: streamed and decoded per example (ImageNet)
 
 
@@ -60,7 +62,7 @@ _REGISTRY: dict[str, Entry] = {
             ),
             tfds_name="cifar10",
             local_format="cifar10",
-            augment_fn=augment.pad_crop_flip,
+            augmentation="pad_crop_flip",
         ),
         Entry(
             DatasetInfo(
@@ -68,7 +70,7 @@ _REGISTRY: dict[str, Entry] = {
             ),
             tfds_name="cifar100",
             local_format="cifar100",
-            augment_fn=augment.pad_crop_flip_rotate,
+            augmentation="pad_crop_flip_rotate",
         ),
         Entry(
             DatasetInfo("svhn", 10, (32, 32, 3), *_SVHN_STATS, 73_257, 26_032, class_names.DIGITS),
@@ -78,7 +80,7 @@ _REGISTRY: dict[str, Entry] = {
             DatasetInfo("tiny_imagenet", 200, (64, 64, 3), *_IMAGENET_STATS, 100_000, 10_000),
             tfds_name=None,
             local_format="tiny_imagenet",
-            augment_fn=augment.pad_crop_flip,
+            augmentation="pad_crop_flip",
         ),
         Entry(
             DatasetInfo("imagenet", 1000, (224, 224, 3), *_IMAGENET_STATS, 1_281_167, 50_000),

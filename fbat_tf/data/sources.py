@@ -84,13 +84,27 @@ def check_available(name: str, data_dir: str | None = None, download: bool = Tru
     return resolve(registry.lookup(name), data_dir, download).description
 
 
-def resolve(entry: registry.Entry, data_dir: str | None, download: bool) -> Source:
-    """The first source of `entry` in the order of this module's docstring."""
-    searched = _local_dirs(entry, data_dir)
-    for directory in searched:
+def needs_tensorflow(name: str, data_dir: str | None = None) -> bool:
+    """Whether `check_available(name, data_dir)` asks TFDS, which loads TensorFlow: no local
+    files found, and a TFDS version to look for. Finding local files loads none."""
+    entry = registry.lookup(name)
+    return _find_local(entry, data_dir) is None and entry.tfds_name is not None
+
+
+def _find_local(entry: registry.Entry, data_dir: str | None) -> local.LocalFiles | None:
+    for directory in _local_dirs(entry, data_dir):
         found = local.find(entry.local_format, directory)
         if found is not None:
-            return Source(found.description, local_files=found)
+            return found
+    return None
+
+
+def resolve(entry: registry.Entry, data_dir: str | None, download: bool) -> Source:
+    """The first source of `entry` in the order of this module's docstring."""
+    found = _find_local(entry, data_dir)
+    if found is not None:
+        return Source(found.description, local_files=found)
+    searched = _local_dirs(entry, data_dir)
     tfds_name = entry.tfds_name
     if tfds_name is None:
         raise _not_found(entry, searched, f"{entry.info.name} has no TFDS version.")

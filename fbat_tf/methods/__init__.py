@@ -6,12 +6,15 @@ TensorFlow (each method's module loads on first use).
     grads, logs = method.gradients(model, x, y, seed)
     methods.entry("nfgsm").options       # what train.py makes flags of: name, type, default, ...
     methods.passes("pgd", {"steps": 10}) # passes through the model of one optimizer step
+    methods.check("fastbat", {"lambda_inv": -1.0})  # ValueError, as create() says, no TensorFlow
 
 A method declares here the options a user sets (train.py's flags, TrainConfig's
 `method_options`, a sweep definition's flags all follow from them), what one of its steps costs
-in passes through the model (DESIGN.md §3.6), and the options that change that cost. Its
-constructor takes the declared defaults (`defaults(name)`). Library APIs take ε and λ⁻¹ in
-pixel units; the command line's 1/255 units are converted by the options' `from_flag`.
+in passes through the model (DESIGN.md §3.6), the options that change that cost, and its rules
+(rules.py: the option values, threat models and strategies it refuses, which `check` asks
+without importing its module). Its constructor takes the declared defaults (`defaults(name)`).
+Library APIs take ε and λ⁻¹ in pixel units; the command line's 1/255 units are converted by the
+options' `from_flag`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from fbat_tf.catalog import (
     LINEARIZATIONS,
     counts,
 )
+from fbat_tf.methods import rules
+from fbat_tf.methods.rules import check_strategy
 from fbat_tf.records import units
 
 
@@ -61,13 +66,15 @@ class Option:
 class Entry:
     """One method: its name, the class that implements it ("module:Class"), its options, the
     passes through the model of one optimizer step given its config (options it lacks at their
-    defaults), and the options that change that cost with the value its plain name means."""
+    defaults), the options that change that cost with the value its plain name means, and its
+    rules (a `rules.Rules`, which its class inherits; None: `check` creates the method)."""
 
     name: str
     target: str
     options: tuple[Option, ...] = ()
     passes: Callable[[Mapping[str, Any]], dict[str, int]] = lambda config: counts(1, 1)
     cost_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rules: type[rules.Rules] | None = None
 
     def flag_name(self, option: Option) -> str:
         return option.flag or f"{self.name}_{option.name}"
@@ -160,7 +167,7 @@ _FASTBAT = (
 REGISTRY: dict[str, Entry] = {
     entry.name: entry
     for entry in (
-        Entry("standard", "fbat_tf.methods.standard:Standard"),
+        Entry("standard", "fbat_tf.methods.standard:Standard", rules=rules.Standard),
         Entry(
             "fastat",
             "fbat_tf.methods.fast_at:FastAT",
@@ -174,6 +181,7 @@ REGISTRY: dict[str, Entry] = {
                 ),
             ),
             passes=lambda c: counts(2, 2),
+            rules=rules.FastAT,
         ),
         Entry(
             "fastat_ga",
@@ -191,6 +199,7 @@ REGISTRY: dict[str, Entry] = {
             # FGSM's, the clean and the noisy (recorded over θ) input gradients and the weight
             # pass, which also runs back through the noisy gradient and its forward.
             passes=lambda c: counts(4, 5, 1),
+            rules=rules.FastATGradAlign,
         ),
         Entry(
             "nfgsm",
@@ -220,6 +229,7 @@ REGISTRY: dict[str, Entry] = {
                 ),
             ),
             passes=lambda c: counts(2, 2),
+            rules=rules.NFGSM,
         ),
         Entry(
             "pgd",
@@ -237,6 +247,7 @@ REGISTRY: dict[str, Entry] = {
             ),
             passes=_pgd_passes,
             cost_options={"steps": 2},
+            rules=rules.PGDAT,
         ),
         Entry(
             "free",
@@ -244,6 +255,7 @@ REGISTRY: dict[str, Entry] = {
             (Option("replays", int, 8, "Free-AT replays m.", "free_replays", lower_bound=1),),
             # One backward pass gives the weight and the δ gradient.
             passes=lambda c: counts(1, 1),
+            rules=rules.FreeAT,
         ),
         Entry(
             "fastbat",
@@ -251,6 +263,7 @@ REGISTRY: dict[str, Entry] = {
             _FASTBAT,
             passes=_fastbat_passes,
             cost_options={"ig": "hessian_free"},
+            rules=rules.FastBAT,
         ),
         Entry(
             "elle",
@@ -308,6 +321,7 @@ REGISTRY: dict[str, Entry] = {
             # the training point's batch and the triplets' batch of 3B examples (3 passes).
             passes=_elle_passes,
             cost_options={"attack": "fgsm"},
+            rules=rules.ELLE,
         ),
     )
 }
@@ -349,20 +363,50 @@ def create(name: str, eps: float = catalog.EPS, norm: str = "linf", **options: A
     for the methods with an L2 form: ValueError saying why for the others) and its options
     (None = default)."""
     found = entry(name)
-    unknown = sorted(set(options) - set(option_names(name)))
-    if unknown:
-        raise ValueError(
-            f"method {name!r} takes no option(s) {unknown}; it takes {option_names(name)}"
-        )
+    given = _given(name, options)
     module, attribute = found.target.split(":")
     cls = getattr(importlib.import_module(module), attribute)
-    given = {k: v for k, v in options.items() if v is not None}
     # A method with one norm has no `norm` keyword; it is told in one line before it is made.
     if len(cls.norms) > 1:
         given["norm"] = norm
     else:
         cls.check_norm(norm)
     return cls(eps=eps, **given)
+
+
+def _given(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options set (not None); ValueError naming those the method does not take."""
+    unknown = sorted(set(options) - set(option_names(name)))
+    if unknown:
+        raise ValueError(
+            f"method {name!r} takes no option(s) {unknown}; it takes {option_names(name)}"
+        )
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def check(
+    name: str,
+    options: Mapping[str, Any],
+    eps: float = catalog.EPS,
+    norm: str = "linf",
+    strategy: str = "default",
+) -> None:
+    """ValueError, with its message, for what `create(name, eps, norm, **options)` refuses (an
+    option's value, a norm the method has no form for, ε), or for a distribution strategy the
+    method cannot run under: asked of the method's rules, without TensorFlow, unless the method
+    was registered without them (`needs_tensorflow`), when it is created for it."""
+    found = entry(name)
+    given = _given(name, options)
+    if found.rules is None:
+        check_strategy(create(name, eps, norm, **options), strategy)
+        return
+    found.rules.check(eps, norm, {**found.defaults(), **given})
+    check_strategy(found.rules, strategy)
+
+
+def needs_tensorflow(name: str) -> bool:
+    """Whether `check` creates method `name` (loading TensorFlow): it has no rules."""
+    return entry(name).rules is None
 
 
 def passes(name: str, config: Mapping[str, Any]) -> dict[str, int]:
@@ -383,25 +427,17 @@ def cost_variant(name: str, config: Mapping[str, Any]) -> str:
     return " ".join([name, *differing])
 
 
-def check_strategy(method: Any, strategy: str) -> None:
-    """ValueError where `method` cannot run under the distribution strategy named `strategy`:
-    a method that carries δ from batch to batch (`single_device`, Free-AT) runs on one device."""
-    if method.single_device and strategy != "default":
-        raise ValueError(
-            f"--method={method.name} carries δ across batches on one device: use "
-            f"--strategy=default, not --strategy={strategy}"
-        )
-
-
 __all__ = [
     "Entry",
     "Option",
+    "check",
     "check_strategy",
     "cost_variant",
     "create",
     "defaults",
     "entry",
     "names",
+    "needs_tensorflow",
     "option_names",
     "passes",
     "register",

@@ -23,6 +23,7 @@ import tensorflow as tf
 from fbat_tf import constraints, methods
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.methods import rules
 
 Gradients = list[tf.Tensor]
 Logs = dict[str, tf.Tensor]
@@ -78,10 +79,11 @@ def train_on(
     return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(correct(logits, y))}
 
 
-class Method:
-    """Base class: a method with a perturbation budget ε (pixel units)."""
+class Method(rules.Rules):
+    """Base class: a method with a perturbation budget ε (pixel units). Its name, the threat
+    models it has a form for and whether it runs on one device only are its rules' (rules.py),
+    which also say what its constructor refuses."""
 
-    name: str = ""
     #: optimizer steps the trainer takes per batch (Free-AT replays a batch m times).
     replays: int = 1
     #: whether the gradient differentiates an input gradient again (Fast-BAT, GradAlign).
@@ -90,27 +92,10 @@ class Method:
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
     #: how reports and model cards name the method ("Fast-AT", "first-order Fast-BAT").
     title: str = ""
-    #: whether it carries state from batch to batch on one device (Free-AT's δ): it then runs
-    #: without a distribution strategy.
-    single_device: bool = False
-    #: the threat models it has a form for (catalog.NORMS), and why not the others.
-    norms: tuple[str, ...] = ("linf",)
-    linf_only_because: str = "its released form and settings are for the L∞ ball only"
-
-    @classmethod
-    def check_norm(cls, norm: str) -> str:
-        """`norm` if the method has a form for it, else ValueError in one line saying why."""
-        if constraints.check_norm(norm) not in cls.norms:
-            raise ValueError(
-                f"--method={cls.name} has no {norm.upper()} form: {cls.linf_only_because}; "
-                f"train it with --norm={cls.norms[0]}"
-            )
-        return norm
 
     def __init__(self, eps: float, norm: str = "linf"):
         self.norm = self.check_norm(norm)
-        if not eps >= 0.0 or (norm == "linf" and eps > 1.0):
-            raise ValueError(f"eps must be in [0, 1] (pixel units), got {eps!r}")
+        self.check_eps(eps, norm)
         self.eps = float(eps)
 
     def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:

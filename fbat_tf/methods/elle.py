@@ -60,16 +60,14 @@ import tensorflow as tf
 
 from fbat_tf import constraints, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.catalog import ELLE_ATTACKS as ATTACKS
-from fbat_tf.catalog import ELLE_SCHEDULES as SCHEDULES
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, fgsm_step, scaled
 from fbat_tf.methods.n_fgsm import NFGSM
+from fbat_tf.methods.rules import NFGSM_NOISE
 
 _DEFAULT = methods.defaults("elle")  # the registry declares the options
 #: λ_max of ELLE-A at every ε (scripts/run_elle-a_cifar10.sh).
 ADAPTIVE_LAMBDA_MAX = 4000.0
-#: N-FGSM's noise as the base attack, a multiple of ε (scripts/run_N-FGSM+elle-a_cifar10.sh).
-NFGSM_NOISE = 2.0
 
 
 def default_weight(eps: float, schedule: str) -> float:
@@ -126,8 +124,7 @@ def linearity_error(
     return tf.reduce_mean(tf.square(ce_c - ((1.0 - t) * ce_a + t * ce_b)))
 
 
-class ELLE(Method):
-    name = "elle"
+class ELLE(rules.ELLE, Method):
     log_names = ("loss", "adv_accuracy", "elle_error", "elle_lambda")
 
     def __init__(
@@ -141,23 +138,19 @@ class ELLE(Method):
         step: float = _DEFAULT["step"],
     ):
         super().__init__(eps)
-        if schedule not in SCHEDULES:
-            raise ValueError(f"elle schedule must be one of {SCHEDULES}, got {schedule!r}")
-        if attack not in ATTACKS:
-            raise ValueError(f"elle attack must be one of {ATTACKS}, got {attack!r}")
+        self.check_options(
+            weight=weight,
+            schedule=schedule,
+            decay=decay,
+            sensitivity=sensitivity,
+            attack=attack,
+            step=step,
+        )
         self.schedule = schedule
         self.attack = attack
         self.weight = default_weight(self.eps, schedule) if weight is None else float(weight)
-        if not self.weight >= 0:
-            raise ValueError(f"elle weight (λ) must be >= 0, got {weight!r}")
-        if not 0 < decay <= 1:
-            raise ValueError(f"elle decay (γ) must be in (0, 1], got {decay!r}")
-        if not sensitivity >= 0:
-            raise ValueError(f"elle sensitivity (s) must be >= 0, got {sensitivity!r}")
         self.decay = float(decay)
         self.sensitivity = float(sensitivity)
-        if not step >= 0:
-            raise ValueError(f"elle step (a multiple of eps) must be >= 0, got {step!r}")
         self.step = float(step)
         self.alpha = self.step * self.eps
         self.title = ("ELLE-A" if self.adaptive else "ELLE") + {

@@ -16,20 +16,18 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, fgsm_step
 
 
-class FastAT(Method):
-    name = "fastat"
+class FastAT(rules.FastAT, Method):
     title = "Fast-AT"
-    norms = ("linf", "l2")
 
     def __init__(
         self, eps: float, step: float = methods.defaults("fastat")["step"], norm: str = "linf"
     ):
         super().__init__(eps, norm)
-        if not step > 0:
-            raise ValueError(f"fastat step (a multiple of eps) must be > 0, got {step!r}")
+        self.check_options(step=step)
         self.step = float(step)
         self.alpha = self.step * self.eps
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import constraints, methods
 from fbat_tf.attacks.losses import correct, cosine_per_example, cross_entropy
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, fgsm_step, input_gradient, per_example_scale, scaled
 
 
@@ -30,8 +31,7 @@ def default_ga_coef(eps: float) -> float:
     return 0.2 * math.pow(10.0, (eps - low) / (high - low))
 
 
-class FastATGradAlign(Method):
-    name = "fastat_ga"
+class FastATGradAlign(rules.FastATGradAlign, Method):
     title = "Fast-AT with GradAlign"
     second_order = True
     log_names = ("loss", "adv_accuracy", "ga_cosine", "ga_coef")
@@ -43,9 +43,8 @@ class FastATGradAlign(Method):
         alpha: float | None = None,
     ):
         super().__init__(eps)
+        self.check_options(ga_coef=ga_coef)
         self.ga_coef = default_ga_coef(self.eps) if ga_coef is None else float(ga_coef)
-        if self.ga_coef < 0:
-            raise ValueError(f"ga_coef must be >= 0, got {ga_coef!r}")
         self.alpha = 1.25 * self.eps if alpha is None else float(alpha)
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:

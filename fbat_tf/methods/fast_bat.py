@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from fbat_tf import constraints, device, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.catalog import IMPLICIT_GRADIENTS, LINEARIZATIONS, implicit_gradient
+from fbat_tf.catalog import IMPLICIT_GRADIENTS, implicit_gradient
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
 
 
@@ -49,12 +50,8 @@ def _broadcast_per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 _DEFAULT = methods.defaults("fastbat")  # the registry declares the options
 
 
-class FastBAT(Method):
-    name = "fastbat"
-    linf_only_because = (
-        "its lower-level solution and implicit term are derived for the L∞ ball ∩ box (the "
-        "inactive-constraint mask of its linearized box-constrained problem)"
-    )
+class FastBAT(rules.FastBAT, Method):
+    # Its name, why it has no L2 form and the option values it refuses: rules.FastBAT.
 
     def __init__(
         self,
@@ -68,20 +65,17 @@ class FastBAT(Method):
         implicit_autodiff: str = _DEFAULT["implicit_autodiff"],
     ):
         super().__init__(eps)
+        self.check_options(
+            lambda_inv=lambda_inv,
+            ig_coef=ig_coef,
+            ig=ig,
+            linearization=linearization,
+            cg_steps=cg_steps,
+            tau=tau,
+            implicit_autodiff=implicit_autodiff,
+        )
         self.implicit_autodiff = device.resolve_implicit_autodiff(implicit_autodiff)
-        if ig not in IMPLICIT_GRADIENTS:
-            raise ValueError(f"ig must be one of {IMPLICIT_GRADIENTS}, got {ig!r}")
-        if linearization not in LINEARIZATIONS:
-            raise ValueError(
-                f"linearization must be one of {LINEARIZATIONS}, got {linearization!r}"
-            )
         self.lambda_inv = default_lambda_inv(self.eps) if lambda_inv is None else float(lambda_inv)
-        if not self.lambda_inv > 0:
-            raise ValueError(f"lambda_inv must be > 0, got {lambda_inv!r}")
-        if ig_coef < 0:
-            raise ValueError(f"ig_coef must be >= 0, got {ig_coef!r}")
-        if cg_steps < 1:
-            raise ValueError(f"cg_steps must be >= 1, got {cg_steps!r}")
         ig = implicit_gradient(ig, ig_coef)
         if ig == IMPLICIT_GRADIENTS[2]:
             ig_coef = 0.0

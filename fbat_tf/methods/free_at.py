@@ -18,13 +18,12 @@ import tensorflow as tf
 
 from fbat_tf import constraints, methods
 from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, scaled, unscaled
 
 
-class FreeAT(Method):
-    name = "free"
+class FreeAT(rules.FreeAT, Method):
     title = "Free-AT"
-    single_device = True
 
     def __init__(
         self,
@@ -33,8 +32,7 @@ class FreeAT(Method):
         alpha: float | None = None,
     ):
         super().__init__(eps)
-        if replays < 1:
-            raise ValueError(f"free needs replays >= 1, got {replays!r}")
+        self.check_options(replays=replays)
         self.replays = int(replays)
         # The reference steps δ by ε with the sign of its gradient.
         self.alpha = self.eps if alpha is None else float(alpha)

@@ -19,13 +19,13 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, input_gradient
 
 _DEFAULT = methods.defaults("nfgsm")  # the registry declares the options
 
 
-class NFGSM(Method):
-    name = "nfgsm"
+class NFGSM(rules.NFGSM, Method):
     title = "N-FGSM"
 
     def __init__(
@@ -36,13 +36,8 @@ class NFGSM(Method):
         clip: float | None = _DEFAULT["clip"],
     ):
         super().__init__(eps)
-        if not noise >= 0:
-            raise ValueError(f"nfgsm noise (a multiple of eps) must be >= 0, got {noise!r}")
-        if clip is not None and not clip > 0:
-            raise ValueError(f"nfgsm clip (a multiple of eps) must be > 0, got {clip!r}")
+        self.check_options(noise=noise, step=step, clip=clip)
         self.noise = float(noise)
-        if not step > 0:
-            raise ValueError(f"nfgsm step (a multiple of eps) must be > 0, got {step!r}")
         self.step = float(step)
         self.alpha = self.step * self.eps
         self.clip = None if clip is None else float(clip)

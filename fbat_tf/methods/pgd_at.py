@@ -16,14 +16,11 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method, fgsm_step
 
 
-class PGDAT(Method):
-    name = "pgd"
-
-    norms = ("linf", "l2")
-
+class PGDAT(rules.PGDAT, Method):
     def __init__(
         self,
         eps: float,
@@ -32,12 +29,9 @@ class PGDAT(Method):
         norm: str = "linf",
     ):
         super().__init__(eps, norm)
-        if steps < 1:
-            raise ValueError(f"pgd needs steps >= 1, got {steps!r}")
+        self.check_options(steps=steps, step=step)
         self.steps = int(steps)
         self.title = f"PGD-{self.steps}-AT"
-        if step is not None and not step > 0:
-            raise ValueError(f"pgd step (a multiple of eps) must be > 0, got {step!r}")
         if step is None and self.steps <= 2:
             self.alpha = self.eps / 2
         elif step is None:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method
 
 
-class Standard(Method):
-    name = "standard"
+class Standard(rules.Standard, Method):
     title = "standard training"
-    # No perturbation to train on: the norm is that of its validation and test.
-    norms = ("linf", "l2")
 
     def __init__(self, eps: float = 0.0, norm: str = "linf"):
         super().__init__(eps, norm)
