@@ -151,6 +151,34 @@ def checked_card(model_path: str) -> None:
             sys.exit(f"error: {error}")
 
 
+def dataset_of(path: str | None) -> str | None:
+    """The dataset a training run, or a SavedModel's (or an exported file's) model card, names;
+    None where neither says, read without TensorFlow."""
+    if not path:
+        return None
+    if Run(path).is_run():
+        return Run(path).config().dataset
+    home = path if os.path.isdir(path) else os.path.dirname(path)
+    card = os.path.join(home, run_files.MODEL_CARD)
+    return ModelCard.load(card).dataset if os.path.isfile(card) else None
+
+
+def checked_images(model_path: str, opened, named: str | None, source_path: str | None) -> None:
+    """Exit, before TensorFlow loads, where an exported file (`opened`) declares images of
+    another shape than its dataset's: the one the command line names, else its export's card's,
+    else its source's (a dataset the registry does not know is told of later)."""
+    from fbat_tf.data import registry
+
+    if opened is None:
+        return
+    try:
+        dataset = named or dataset_of(model_path) or dataset_of(source_path)
+        if dataset in registry.names():
+            opened.check_images(registry.lookup(dataset).info.image_shape, dataset)
+    except ValueError as error:
+        sys.exit(f"error: {model_path}: {error}")
+
+
 def checked_source_path(model_path: str) -> str | None:
     """The model transfer attacks craft on, and an exported file's source: --source_model_path,
     else for a file the SavedModel it sits beside; exit where a file has neither."""
@@ -369,6 +397,7 @@ def main(argv: list[str]) -> None:
         named = named_dataset()
     except ValueError as error:
         sys.exit(f"error: {error}")
+    checked_images(model_path, opened, named, source_path)
     onednn.choose(named or (run.config().dataset if run.is_run() else None))
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()

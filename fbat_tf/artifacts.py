@@ -80,14 +80,18 @@ class ArtifactClassifier:
 
     image_shape: tuple = ()  # [H, W, C] as the file declares them (None where not fixed)
 
-    def _checked(self, x: np.ndarray) -> np.ndarray:
+    def check_images(self, shape: tuple, dataset: str = "this dataset") -> None:
+        """ValueError where the file declares images of another [H, W, C] than `shape`."""
         wanted = self.image_shape
-        if any(w is not None and w != got for w, got in zip(wanted, x.shape[1:], strict=False)):
+        if any(w is not None and w != got for w, got in zip(wanted, shape, strict=False)):
             shown = "x".join("?" if w is None else str(w) for w in wanted)
             raise ValueError(
-                f"the file takes {shown} images, not the {'x'.join(map(str, x.shape[1:]))} "
-                "images of this dataset"
+                f"the file takes {shown} images, not the {'x'.join(map(str, shape))} images of "
+                f"{dataset}"
             )
+
+    def _checked(self, x: np.ndarray) -> np.ndarray:
+        self.check_images(x.shape[1:])
         with self.lock:
             try:
                 logits = self.predict(np.ascontiguousarray(x, np.float32))
