@@ -486,7 +486,7 @@ REFUSALS = [
     ("elle", {"decay": 0.0}, {}),
     ("elle", {"sensitivity": -1.0}, {}),
     ("elle", {"step": -1.0}, {}),
-    ("elle", {"step": 0.0}, {}),  # its N-FGSM point's step
+    ("elle", {"step": 0.0, "attack": "nfgsm"}, {}),  # its N-FGSM point's step
     ("standard", {}, {"norm": "l3"}),
     ("standard", {}, {"eps": 2.0}),
 ]
@@ -516,6 +516,16 @@ def test_the_registry_passes_what_the_constructor_makes(name, options):
     methods.check(name, options, EPS)
     # An option given as None is at its default, as for `create`.
     methods.check(name, {**dict.fromkeys(methods.option_names(name)), **options}, EPS)
+
+
+def test_elle_s_fgsm_step_may_be_zero_where_n_fgsm_s_may_not():
+    """ELLE's FGSM point at step 0 is x itself, which its rule allows; only its N-FGSM point
+    takes N-FGSM's rule (a positive step)."""
+    for attack in ("fgsm", "none"):
+        assert methods.create("elle", EPS, step=0.0, attack=attack).alpha == 0.0
+        methods.check("elle", {"step": 0.0, "attack": attack}, EPS)
+    with pytest.raises(ValueError, match=r"nfgsm step \(a multiple of eps\) must be > 0"):
+        methods.check("elle", {"step": 0.0, "attack": "nfgsm"}, EPS)
 
 
 def test_each_built_in_method_inherits_the_rules_its_entry_declares():

@@ -158,7 +158,10 @@ class ELLE(rules.ELLE, Method):
             "nfgsm": " on N-FGSM",
             "none": " on clean inputs",
         }[attack]
-        self._nfgsm = NFGSM(self.eps, noise=NFGSM_NOISE, step=self.step)
+        # N-FGSM's training point, made only where it is ELLE's attack.
+        self._nfgsm = (
+            NFGSM(self.eps, noise=NFGSM_NOISE, step=self.step) if attack == "nfgsm" else None
+        )
         self.state: dict[str, tf.Variable] = {}
 
     @property

@@ -194,5 +194,5 @@ class ELLE(Rules):
             raise ValueError(f"elle sensitivity (s) must be >= 0, got {sensitivity!r}")
         if not step >= 0:
             raise ValueError(f"elle step (a multiple of eps) must be >= 0, got {step!r}")
-        # ELLE makes its N-FGSM training point with this step whatever its attack is.
-        NFGSM.check_options(noise=NFGSM_NOISE, step=float(step), clip=None)
+        if attack == "nfgsm":  # its training point is N-FGSM's, with this step
+            NFGSM.check_options(noise=NFGSM_NOISE, step=float(step), clip=None)
