@@ -74,6 +74,7 @@ def main(argv: list[str]) -> None:
         message = Run(workdir).divergence_message()
         sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
+    checked_early(workdir)
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
     config, source = checked_config(workdir)
@@ -113,6 +114,22 @@ def checked_state(workdir: str, current: dict[str, str]) -> str:
         check_export()
         return check_workdir(workdir, current)
     except (ValueError, ImportError) as error:  # ImportError: an export format's missing extra
+        sys.exit(f"error: {error}")
+
+
+def checked_early(workdir: str) -> None:
+    """What checked_config checks that needs no TensorFlow, before it loads: the flags' types,
+    a built-in method's options, threat model and strategy (its rules), and data in local
+    files; a bad one exits with its message. What the device settles ("auto") is not read."""
+    from fbat_tf import data, methods
+
+    try:
+        config = config_from_flags(workdir, here=False)
+        if not methods.needs_tensorflow(config.method):
+            check_method(config)
+        if not data.needs_tensorflow(config.dataset, config.data_dir):
+            data.check_available(config.dataset, config.data_dir, config.download)
+    except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 
 

@@ -135,9 +135,9 @@ def check_method(config) -> None:
     )
 
 
-def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS):
+def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS, here: bool = True):
     """The run's TrainConfig (fbat_tf/methods/configs.py converts the flags' units and settles
-    their "auto" on this machine)."""
+    their "auto" on this machine, which loads TensorFlow; `here=False`: as on a CPU, without)."""
     from fbat_tf.methods import configs
 
-    return configs.train_config({name: values[name].value for name in values}, workdir, False)
+    return configs.train_config({name: values[name].value for name in values}, workdir, not here)

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from fbat_tf.records import RunRecord
 from fbat_tf.training import TrainConfig, train
-from tests.commands import python_command
+from tests.commands import NO_TENSORFLOW, python_command
 from tests.mock_tfds.mocked_tfds import mock_tfds
 from tests.tiny import fashion_mnist_config
 
@@ -67,7 +67,8 @@ def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProc
 
 
 def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
-    """Each bad command (run side by side) fails, names what is wrong, and writes nothing."""
+    """Each bad command (run side by side) fails, names what is wrong, and writes nothing;
+    each but the one that looks for data in TFDS before TensorFlow loads (here it cannot)."""
     newline = tmp_path / "data\n--momentum_at_peak=0.5"
     newline.mkdir()
     cases = {
@@ -79,6 +80,15 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
         "free_mirrored": (
             ["--method=free", "--strategy=mirrored", "--dataset=fashion_mnist"],
             ["--method=free", "--strategy=default", "--strategy=mirrored"],
+        ),
+        # A method's own rules: an option's value, a threat model it has no form for.
+        "lambda_inv0": (
+            ["--method=fastbat", "--lambda_inv=0", "--allow_small_units"],
+            ["error: lambda_inv must be > 0, got 0.0"],
+        ),
+        "ga_l2": (
+            ["--method=fastat_ga", "--norm=l2", "--eps=1.5", "--dataset=fashion_mnist"],
+            ["error: --method=fastat_ga has no L2 form"],
         ),
         "missing": (
             ["--dataset=cifar10", f"--data_dir={tmp_path}", "--nodownload"],
@@ -98,7 +108,12 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     runs = {
         name: subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "train.py"), *args, f"--workdir={tmp_path / name}"],
+            python_command(
+                os.path.join(ROOT, "train.py"),
+                *args,
+                f"--workdir={tmp_path / name}",
+                prelude="" if name == "missing" else NO_TENSORFLOW,
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
