@@ -163,20 +163,29 @@ def dataset_of(path: str | None) -> str | None:
     return ModelCard.load(card).dataset if os.path.isfile(card) else None
 
 
-def checked_images(model_path: str, opened, named: str | None, source_path: str | None) -> None:
-    """Exit, before TensorFlow loads, where an exported file (`opened`) declares images of
-    another shape than its dataset's: the one the command line names, else its export's card's,
-    else its source's (a dataset the registry does not know is told of later)."""
-    from fbat_tf.data import registry
+def checked_data(model_path: str, opened, named: str | None, source_path: str | None) -> None:
+    """Exit, before TensorFlow loads, where the dataset's local files are missing or an exported
+    file (`opened`) declares images of another shape than the dataset's. The dataset: the one
+    the command line names, else the model's (its run, its export's card), else its source's;
+    one the registry does not know, or data to be fetched through TFDS, are told of later."""
+    from fbat_tf import data
 
-    if opened is None:
-        return
-    try:
+    try:  # a damaged record or card names its file
         dataset = named or dataset_of(model_path) or dataset_of(source_path)
-        if dataset in registry.names():
-            opened.check_images(registry.lookup(dataset).info.image_shape, dataset)
     except ValueError as error:
-        sys.exit(f"error: {model_path}: {error}")
+        sys.exit(f"error: {error}")
+    if dataset not in data.names():
+        return
+    if opened is not None:
+        try:
+            opened.check_images(data.info(dataset).image_shape, dataset)
+        except ValueError as error:
+            sys.exit(f"error: {model_path}: {error}")
+    if not data.needs_tensorflow(dataset, common.DATA_DIR.value):
+        try:
+            data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
+        except (ValueError, FileNotFoundError) as error:
+            sys.exit(f"error: {error}")
 
 
 def checked_source_path(model_path: str) -> str | None:
@@ -397,7 +406,7 @@ def main(argv: list[str]) -> None:
         named = named_dataset()
     except ValueError as error:
         sys.exit(f"error: {error}")
-    checked_images(model_path, opened, named, source_path)
+    checked_data(model_path, opened, named, source_path)
     onednn.choose(named or (run.config().dataset if run.is_run() else None))
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
