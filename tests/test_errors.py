@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
 
 import pytest
 
@@ -255,7 +254,8 @@ def _committed_run_copy(run_dir) -> None:
 
 def test_a_mistyped_record_is_one_line_naming_it_in_evaluate_and_export(tmp_path):
     """ε written as text in results.json: evaluate.py said `TypeError: '>=' not supported`,
-    naming nothing, and `python -m export` exported the model with ε = 8 pixels."""
+    naming nothing, and `python -m export` exported the model with ε = 8 pixels. Both now say
+    so before TensorFlow loads (here it cannot)."""
     run_dir = tmp_path / "run"
     _committed_run_copy(run_dir)
     results = run_dir / "results.json"
@@ -263,10 +263,11 @@ def test_a_mistyped_record_is_one_line_naming_it_in_evaluate_and_export(tmp_path
     record["config"]["eps"] = "76"
     results.write_text(json.dumps(record))
     said = f"error: {results}: config.eps is '76', not a float; restore the file train.py wrote"
-    line = one_line(run("evaluate.py", f"--model_path={run_dir}", "--attacks=pgd"))
+    words = (f"--model_path={run_dir}", "--attacks=pgd")
+    line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
     assert line.startswith(said), line
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, "-m", "export", f"--workdir={run_dir}"]
+    command = python_command("-m", "export", f"--workdir={run_dir}", prelude=NO_TENSORFLOW)
     exported = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     assert one_line(exported).startswith(said), exported.stderr[-2000:]
     assert not (run_dir / "export").exists()
