@@ -6,6 +6,7 @@ model card are types too."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -307,4 +308,25 @@ def test_a_file_written_without_replace_is_never_replaced(tmp_path):
     assert os.listdir(tmp_path) == ["entry.json"]
     write_json_atomic(path, {"third": 3})  # the default replaces
     assert json.loads((tmp_path / "entry.json").read_text()) == {"third": 3}
+    assert os.listdir(tmp_path) == ["entry.json"]
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EOPNOTSUPP])
+def test_without_hard_links_a_file_is_still_written_once_and_never_replaced(
+    tmp_path, monkeypatch, code
+):
+    """On a filesystem that refuses hard links (link() fails with EPERM on FAT, EOPNOTSUPP on
+    some network mounts) the file is created where none is, whole, and never replaced."""
+    from fbat_tf.records import write_json_atomic
+
+    def refused(source, target):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "link", refused)
+    path = str(tmp_path / "entry.json")
+    write_json_atomic(path, {"first": 1}, replace=False)
+    assert json.loads((tmp_path / "entry.json").read_text()) == {"first": 1}
+    with pytest.raises(FileExistsError):
+        write_json_atomic(path, {"second": 2}, replace=False)
+    assert json.loads((tmp_path / "entry.json").read_text()) == {"first": 1}
     assert os.listdir(tmp_path) == ["entry.json"]

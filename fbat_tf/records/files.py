@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import numbers
 import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,8 @@ def write_json_atomic(path: str, payload: Any, replace: bool = True) -> None:
     """Write JSON to a temporary file and rename it, so readers never see half a file. A NaN
     or infinite number is written as null (JSON has no such numbers). With `replace=False` a
     file already at `path` is never replaced, whoever wrote it and when: FileExistsError (the
-    file is linked into place, which fails where one exists)."""
+    file is linked into place, which fails where one exists; on a filesystem without hard
+    links it is created where none exists and written from the finished temporary file)."""
     tmp = f"{path}.{os.getpid()}.tmp"  # several processes may write the same file at once
     try:
         with open(tmp, "w") as f:
@@ -36,10 +39,33 @@ def write_json_atomic(path: str, payload: Any, replace: bool = True) -> None:
         if replace:
             os.replace(tmp, path)
         else:
-            os.link(tmp, path)
+            _link_or_create(tmp, path)
     finally:
         if os.path.exists(tmp):  # a full disk, or the file kept: no temporary file is left
             os.remove(tmp)
+
+
+# What link() raises on a filesystem that has no hard links (FAT, exFAT, some network mounts).
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS)
+
+
+def _link_or_create(tmp: str, path: str) -> None:
+    """`tmp` at `path` where no file is: FileExistsError otherwise."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise
+    except OSError as error:
+        if error.errno not in _NO_LINKS:
+            raise
+    with open(tmp, "rb") as source, open(path, "xb") as target:  # "x": FileExistsError
+        try:
+            shutil.copyfileobj(source, target)
+        except BaseException:  # a full disk: no half file is left at `path`
+            target.close()
+            os.remove(path)
+            raise
 
 
 def _json_default(value: Any) -> Any:
