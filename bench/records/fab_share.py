@@ -1,5 +1,7 @@
 """How many examples AutoAttack's FAB-T breaks that APGD-CE and APGD-T left robust, over every
 committed AutoAttack evaluation: what choosing one FAB flavour over another can move at most.
+A sweep still running (not every cell done, `sweeps.finished`) is left out until it finishes,
+so that its cells can be committed as they land; rerun this then.
 
     python bench/records/fab_share.py        # writes bench/results/fab_share.json and .md
 
@@ -23,9 +25,24 @@ from harness import publish  # noqa: E402
 from fbat_tf.records import EvaluationResult  # noqa: E402
 
 
+def counted() -> list[str]:
+    """The AutoAttack evaluations counted: every one under results/, but those of a sweep (a
+    folder with the sweep.json of configs/sweeps/<its name>.json) that has not finished."""
+    from fbat_tf import sweeps
+
+    running = set()
+    for sweep_dir in sorted(glob.glob(os.path.join(ROOT, "results", "*"))):
+        definition = os.path.join(ROOT, "configs", "sweeps", f"{os.path.basename(sweep_dir)}.json")
+        if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
+            if not sweeps.finished(sweeps.load_definition(definition), sweep_dir):
+                running.add(sweep_dir)
+    found = glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))
+    return sorted(p for p in found if os.path.dirname(os.path.dirname(p)) not in running)
+
+
 def shares() -> list[dict]:
     found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))):
+    for path in counted():
         result = EvaluationResult.load(path)
         for attacked in result.robust:
             parts = attacked.parts

@@ -37,6 +37,7 @@ from fbat_tf.sweeps.results import (
     cell_state,
     collect,
     evaluation_results,
+    finished,
     load_paper,
     missing_budgets,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "tuning",
     "commands",
     "expand",
+    "finished",
     "flag_words",
     "load_definition",
     "load_paper",

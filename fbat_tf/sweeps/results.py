@@ -136,6 +136,15 @@ def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     return "check pending" if pending else "done"
 
 
+def finished(definition: Definition, sweep_dir: str) -> bool:
+    """Whether every final cell of the sweep in `sweep_dir` is done (trained and evaluated) or
+    diverged: a sweep still running, or cut short, is not."""
+    return all(
+        cell_state(os.path.join(sweep_dir, cell.name), definition) in ("done", "diverged")
+        for cell in expand(definition)
+    )
+
+
 def _mean(values: Iterable[float]) -> float | None:
     values = [v for v in values if v is not None and not math.isnan(v)]
     return statistics.fmean(values) if values else None
