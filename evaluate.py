@@ -6,12 +6,15 @@ AutoAttack (and its parts) and transfer attacks, at one or several ε.
     python evaluate.py --model_path=runs/a --attacks=transfer --source_model_path=runs/b
     python evaluate.py --model_path=runs/fmnist-fastbat --strategy=mirrored --batch_size=1024
     python evaluate.py --model_path=runs/fmnist-fastbat/export/<name>/1/model.onnx
+    python evaluate.py --model_path=$VERSION/model.onnx,$VERSION/model_int8.tflite
 
 `--model_path` is a training run directory, a .keras file, an exported SavedModel version
 directory, or an exported .onnx or .tflite file. Such a file is run by its own runtime
 (onnxruntime, ai-edge-litert) and checked against its source model (the SavedModel it sits
 beside, or --source_model_path): clean accuracy and agreement, the source's PGD and AutoAttack
 examples replayed on it, Square run on it (DESIGN.md §5.4); its row goes into the model card.
+Several files of one source, comma-separated, are checked in one command that crafts the
+source's examples once and replays them on each file; each writes its own results.
 Where AutoAttack (standard) ran at the model's training ε, a RobustBench-format entry,
 robustbench.json, is written beside the model (one already there is kept, and said so).
 Prints a Markdown table, writes JSON (never over an existing file) and, with several ε, a
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NamedTuple
 
 from absl import app, logging
 from absl import flags as absl_flags
@@ -50,11 +54,13 @@ from flags import evaluate as eval_flags
 FLAGS = absl_flags.FLAGS
 
 
-def build_attacks(names, eps_values, jit_compile, source=None, artifact=False, norm="linf"):
+def build_attacks(
+    names, eps_values, jit_compile, source=None, artifact=False, norm="linf", kept=None
+):
     """{(attack, ε): attack} in the order asked, each with its flags' options, in the ball of
-    `norm`. For an exported
-    file (`artifact`), the attacks that need its gradients are crafted on `source` and
-    replayed, and the others run without XLA (the file runs outside TensorFlow's graph)."""
+    `norm`. For an exported file (`artifact`), the attacks that need its gradients are crafted
+    on `source` and replayed (their points kept in `kept` where given, for the next file), and
+    the others run without XLA (the file runs outside TensorFlow's graph)."""
     from fbat_tf import evaluation
 
     options = {name: eval_flags.attack_options(name) for name in names}
@@ -67,7 +73,7 @@ def build_attacks(names, eps_values, jit_compile, source=None, artifact=False, n
         return made(jit_compile)
     from export import recheck
 
-    return recheck.replayed(made(jit_compile), made(False), source)
+    return recheck.replayed(made(jit_compile), made(False), source, kept)
 
 
 def is_artifact(model_path: str) -> bool:
@@ -214,37 +220,50 @@ def checked_results_path(model_path: str) -> str:
         name += "-" + os.path.basename(model_path).replace(".", "_")
     results_path = eval_flags.RESULTS.value or Run(home).eval_path(name)
     if os.path.exists(results_path) and common.STRATEGY.value != "multi_worker":
-        sys.exit(f"error: {results_path} exists; pass another --results")
+        several = len(eval_flags.MODEL_PATH.value) > 1
+        sys.exit(
+            f"error: {results_path} exists; "
+            + (
+                "move it away, or evaluate the file alone with --results"
+                if several
+                else "pass another --results"
+            )
+        )
     problem = run_files.unwritable(results_path)
     if problem:  # before any attack: a finished evaluation must have somewhere to go
         sys.exit(f"error: --results={results_path}: {problem}")
-    for flag in (eval_flags.MODEL_PATH, eval_flags.SOURCE_MODEL_PATH):
-        if flag.value and flag.value.endswith(".keras") and os.path.isfile(flag.value):
+    given_source = eval_flags.SOURCE_MODEL_PATH.value
+    for flag, path in (("model_path", model_path), ("source_model_path", given_source)):
+        if path and path.endswith(".keras") and os.path.isfile(path):
             try:
-                trust.check_keras_file(flag.value, eval_flags.TRUST_MODEL_CODE.value)
+                trust.check_keras_file(path, eval_flags.TRUST_MODEL_CODE.value)
             except ValueError as error:
-                sys.exit(f"error: --{flag.name}: {error}")
+                sys.exit(f"error: --{flag}: {error}")
     return results_path
 
 
-def load_models(model_path: str, strategy, source_path: str | None, opened=None):
-    """The model attacked, what is known of it, and the source model (the transfer attacks',
-    an exported file's), each replica with its own copy of the weights (folded into constants
-    with --fold_weights). `opened`: the exported file as checked_model_path opened it."""
+def load_model(model_path: str, strategy, opened=None):
+    """The model attacked and what is known of it, each replica with its own copy of the
+    weights (folded into constants with --fold_weights). `opened`: the exported file as
+    checked_model_path opened it."""
     from fbat_tf import classifiers
 
     with strategy.scope():
-        trusted = eval_flags.TRUST_MODEL_CODE.value
-        classifier, known = classifiers.load_model(model_path, trusted, opened)
-        source = None
-        if source_path:
-            source, source_known = classifiers.load_model(source_path, trusted)
-            known = {**source_known, **known}
+        classifier, known = classifiers.load_model(
+            model_path, eval_flags.TRUST_MODEL_CODE.value, opened
+        )
     if eval_flags.FOLD_WEIGHTS.value:
         # Folded weights are constants without a device: each replica runs the graph on its own.
         classifier = classifiers.fold_weights(classifier)
-        source = None if source is None else classifiers.fold_weights(source)
-    return classifier, known, source
+    return classifier, known
+
+
+def load_source(source_path: str | None, strategy):
+    """The source model (the transfer attacks', an exported file's) loaded as `load_model`
+    loads the model attacked, and what is known of it; None and {} without one."""
+    if not source_path:
+        return None, {}
+    return load_model(source_path, strategy)
 
 
 def setting(model_path: str, named: str | None, known: dict) -> tuple[str, list[float], str]:
@@ -390,15 +409,16 @@ def write_outputs(result, results_path: str, budgets: int) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    model_path, opened = checked_model_path(eval_flags.MODEL_PATH.value.rstrip("/"))
-    results_path = checked_results_path(model_path)
-    source_path = checked_source_path(model_path)
+    paths = checked_several([path.rstrip("/") for path in eval_flags.MODEL_PATH.value])
+    models = [checked_model_path(path) for path in paths]
+    results_paths = [checked_results_path(path) for path in paths]
+    source_path = checked_source_path(paths[0])
     # The data the model is attacked on decides the oneDNN kernels (fbat_tf/onednn.py).
-    run = Run(model_path)
-    holder = run.in_use() if os.path.isdir(model_path) else None
+    run = Run(paths[0])
+    holder = run.in_use() if os.path.isdir(paths[0]) else None
     if holder:
         print(
-            f"warning: {model_path} is in use: {holder} trains in it; this evaluates its best "
+            f"warning: {paths[0]} is in use: {holder} trains in it; this evaluates its best "
             "model so far, which a later epoch may replace",
             file=sys.stderr,
         )
@@ -406,33 +426,96 @@ def main(argv: list[str]) -> None:
         named = named_dataset()
     except ValueError as error:
         sys.exit(f"error: {error}")
-    checked_data(model_path, opened, named, source_path)
+    for model_path, opened in models:
+        checked_data(model_path, opened, named, source_path)
     onednn.choose(named or (run.config().dataset if run.is_run() else None))
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
     import tempfile
 
-    from fbat_tf import distribute, evaluation
+    from fbat_tf import distribute
 
     # Created first: a multi-worker strategy must exist before other TensorFlow work.
     strategy = distribute.create_strategy(common.STRATEGY.value)
     if not distribute.is_chief(strategy):
         # Every worker computes the same results; only the chief writes them where asked.
-        results_path = os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json")
-    elif common.STRATEGY.value == "multi_worker" and os.path.exists(results_path):
-        sys.exit(f"error: {results_path} exists; pass another --results")  # now that it is known
+        results_paths = [
+            os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json") for _ in paths
+        ]
+    elif common.STRATEGY.value == "multi_worker":
+        for results_path in results_paths:  # now that it is known
+            if os.path.exists(results_path):
+                sys.exit(f"error: {results_path} exists; pass another --results")
     try:
-        classifier, known, source = load_models(model_path, strategy, source_path, opened)
+        source = Source(*load_source(source_path, strategy), source_path)
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+    kept = {} if len(paths) > 1 else None  # the source's points, crafted once for every file
+    for (model_path, opened), results_path in zip(models, results_paths, strict=True):
+        if kept is not None:
+            print(f"\n{model_path}", flush=True)
+        evaluated(model_path, opened, results_path, strategy, named, source, kept)
+
+
+def checked_several(paths: list[str]) -> list[str]:
+    """`paths` where one model is named, or several exported files of one source, each once;
+    else exit, before TensorFlow loads, naming the path that cannot be among them."""
+    if len(paths) == 1:
+        return paths
+    for path in paths:
+        if not is_artifact(path):
+            sys.exit(
+                f"error: --model_path={path}: several paths are exported .onnx or .tflite files "
+                "re-checked against one source; evaluate any other model on its own"
+            )
+        if paths.count(path) > 1:
+            sys.exit(f"error: --model_path names {path} twice")
+    sources = {path: checked_source_path(path) for path in paths}
+    if len(set(sources.values())) > 1:
+        first, *_ = paths
+        other = next(path for path in paths if sources[path] != sources[first])
+        sys.exit(
+            f"error: --model_path: {other} is checked against {sources[other]}, {first} against "
+            f"{sources[first]}: several files are re-checked together only against one source"
+        )
+    if eval_flags.RESULTS.value:
+        sys.exit(
+            "error: --results names one file, and several exported files are re-checked: each "
+            "writes its own results beside it (eval-<split>-<file>.json)"
+        )
+    return paths
+
+
+class Source(NamedTuple):
+    """The source model (the transfer attacks', an exported file's) as loaded, what is known of
+    it, and its path; None, {} and None without one."""
+
+    model: object | None
+    known: dict
+    path: str | None
+
+
+def evaluated(model_path, opened, results_path, strategy, named, source: Source, kept) -> None:
+    """Evaluate one model and write its results; `kept`: the source's crafted points, shared by
+    several exported files (None for one)."""
+    from fbat_tf import evaluation
+
+    try:
+        classifier, known = load_model(model_path, strategy, opened)
+        known = {**source.known, **known}
         dataset, eps_values, validation_from = setting(model_path, named, known)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
     split, examples = checked_split(model_path, classifier, dataset, validation_from)
     artifact, names = is_artifact(model_path), attack_names(model_path)
-    say_estimate(source if artifact else classifier, split, names, len(eps_values), examples)
+    if not kept:  # before the first file of several: later ones replay its crafted points
+        say_estimate(
+            source.model if artifact else classifier, split, names, len(eps_values), examples
+        )
     # auto: each attack's own choice (XLA on a GPU; FAB-T and Square also on a CPU for a model
     # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
-    built = build_attacks(names, eps_values, jit, source, artifact, threat_model(known))
+    built = build_attacks(names, eps_values, jit, source.model, artifact, threat_model(known), kept)
     try:
         result = evaluation.evaluate(
             classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
@@ -440,7 +523,7 @@ def main(argv: list[str]) -> None:
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
     result = described(result, model_path, dataset, validation_from, threat_model(known))
-    row = recheck(result, classifier, source, split, built, source_path) if artifact else None
+    row = recheck(result, classifier, source.model, split, built, source.path) if artifact else None
     write_outputs(result, results_path, len(eps_values))
     write_records(result, model_path, known, row)
 

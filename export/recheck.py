@@ -32,15 +32,23 @@ from fbat_tf.records import units
 DROP_FLAGGED = 0.01
 
 
-def replayed(crafted: Mapping[tuple[str, float], Any], direct: Mapping, source: Callable) -> dict:
+def replayed(
+    crafted: Mapping[tuple[str, float], Any],
+    direct: Mapping,
+    source: Callable,
+    kept: dict | None = None,
+) -> dict:
     """The attacks of an exported file, by (name, ε) in order: each that needs the attacked
     model's gradients as `crafted` builds it, run on `source` and replayed
     (attacks.transfer.ReplayedAttack); each black-box one as `direct` builds it (without XLA,
-    which cannot compile a call into the file's runtime)."""
+    which cannot compile a call into the file's runtime). `kept`, shared by the files one
+    source's points are replayed on, keeps each attack's points once crafted, by (name, ε)."""
     from fbat_tf.attacks.transfer import ReplayedAttack
 
     return {
-        key: direct[key] if attacks.entry(key[0]).black_box else ReplayedAttack(source, attack)
+        key: direct[key]
+        if attacks.entry(key[0]).black_box
+        else ReplayedAttack(source, attack, None if kept is None else kept.setdefault(key, {}))
         for key, attack in crafted.items()
     }
 

@@ -11,11 +11,12 @@ from absl import flags
 from fbat_tf import attacks
 from flags import common
 
-MODEL_PATH = flags.DEFINE_string(
+MODEL_PATH = flags.DEFINE_list(
     "model_path",
     None,
-    "A training run directory (its best checkpoint), a .keras file, or an exported SavedModel "
-    "version directory.",
+    "A training run directory (its best checkpoint), a .keras file, an exported SavedModel "
+    "version directory, or an exported .onnx or .tflite file; several exported files of one "
+    "source, comma-separated, are re-checked with the source's attacks crafted once.",
     required=True,
 )
 SOURCE_MODEL_PATH = flags.DEFINE_string(
@@ -99,10 +100,23 @@ flags.register_validator(
     lambda names: bool(names) and set(names) <= set(attacks.names()),
     message=f"--attacks takes names from {', '.join(attacks.names())}",
 )
-for _name in ("model_path", "source_model_path"):
-    flags.register_validator(
-        _name, lambda value: value is None or os.path.exists(value), message=f"--{_name} must exist"
-    )
+
+
+def _all_exist(paths: list[str] | None) -> bool:
+    if not paths:
+        raise flags.ValidationError("--model_path names no model")
+    for path in paths:
+        if not os.path.exists(path):
+            raise flags.ValidationError(f"--model_path={path} does not exist")
+    return True
+
+
+flags.register_validator("model_path", _all_exist)
+flags.register_validator(
+    "source_model_path",
+    lambda value: value is None or os.path.exists(value),
+    message="--source_model_path must exist",
+)
 flags.register_validator(
     "strategy",
     lambda name: name != "tpu",

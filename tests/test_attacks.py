@@ -342,3 +342,41 @@ def test_fab_and_square_compile_on_a_cpu_only_for_a_model_without_convolutions()
             for attack in (FAB(0.1, n_target_classes=1, steps=2), Square(0.1, n_queries=2)):
                 attack(form, x, y, seed=0)
                 assert attack._run.jit_compile == (not convolutional), (attack, convolutional)
+
+
+def test_replays_sharing_kept_points_craft_each_batch_once():
+    """Two replays of one source's attack (two exported files) share `kept`: the second takes
+    the first's points for the same examples, labels and seed, and crafts for any other."""
+    from fbat_tf.attacks.transfer import ReplayedAttack
+
+    d, n = 20, 8
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.uniform(0, 1, (n, d)).astype(np.float32))
+    y = tf.constant(rng.integers(0, 2, n).astype(np.int32))
+    source, target = linear_model(d), linear_model(d)
+    crafted = []
+
+    class Counted(PGD):
+        def __call__(self, model, x, y, seed):
+            crafted.append(np.asarray(seed).tolist())
+            return super().__call__(model, x, y, seed)
+
+    kept: dict = {}
+    first = ReplayedAttack(source, Counted(EPS, steps=3, restarts=1), kept)
+    second = ReplayedAttack(source, Counted(EPS, steps=3, restarts=1), kept)
+    seed = tf.constant([0, 0], tf.int32)
+    x_first, _ = first(target, x, y, seed)
+    x_second, _ = second(target, x, y, seed)
+    assert crafted == [[0, 0]]
+    np.testing.assert_array_equal(np.asarray(x_first), np.asarray(x_second))
+    # Each replay keeps its own per-point records.
+    assert len(first.agreement) == len(second.agreement) == 1
+    # Another seed, other examples, other labels: crafted anew.
+    second(target, x, y, tf.constant([0, 1], tf.int32))
+    second(target, x[::-1], y, seed)
+    second(target, x, 1 - y, seed)
+    assert len(crafted) == 4 and len(kept) == 4
+    # Without `kept`, every call crafts.
+    alone = ReplayedAttack(source, Counted(EPS, steps=3, restarts=1))
+    alone(target, x, y, seed)
+    assert len(crafted) == 5

@@ -165,12 +165,41 @@ def test_the_model_card_lists_each_file_with_its_converter(trained):
     assert listed["model.tflite"]["runtime"].startswith("ai-edge-litert ")
 
 
-def _evaluate(path: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    done = _run("evaluate.py", f"--model_path={path}", f"--n_examples={EXAMPLES}", *args)
+# Counts the examples PGD crafts on in the program it runs before (its prelude).
+COUNT_CRAFTING = """
+import atexit
+from fbat_tf.attacks import pgd
+crafted = []
+original = pgd.PGD.__call__
+def counted(self, model, x, *args, **kwargs):
+    crafted.append(int(x.shape[0]))
+    return original(self, model, x, *args, **kwargs)
+pgd.PGD.__call__ = counted
+atexit.register(lambda: print(f"PGD crafted {len(crafted)} batches, {sum(crafted)} examples"))
+"""
+
+
+@pytest.fixture(scope="module")
+def rechecked(trained) -> tuple[subprocess.CompletedProcess, dict]:
+    """One evaluate.py command over the three files, and each file's results."""
+    paths = [os.path.join(trained["version"], name) for name in FILES]
+    done = _run(
+        "evaluate.py",
+        "--model_path=" + ",".join(paths),
+        f"--n_examples={EXAMPLES}",
+        "--attacks=pgd,square",
+        "--pgd_steps=3",
+        "--pgd_restarts=1",
+        "--square_n_queries=20",
+        prelude=COUNT_CRAFTING,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    stem = os.path.basename(path).replace(".", "_")
-    with open(os.path.join(os.path.dirname(path), f"eval-test-{stem}.json")) as f:
-        return done, json.load(f)
+    results = {}
+    for path in paths:
+        stem = os.path.basename(path).replace(".", "_")
+        with open(os.path.join(os.path.dirname(path), f"eval-test-{stem}.json")) as f:
+            results[os.path.basename(path)] = json.load(f)
+    return done, results
 
 
 def _runtime_logits(path: str, x: np.ndarray) -> np.ndarray:
@@ -179,16 +208,31 @@ def _runtime_logits(path: str, x: np.ndarray) -> np.ndarray:
     return load_artifact(path).predict(x)
 
 
+def test_several_files_are_checked_with_the_sources_points_crafted_once(rechecked):
+    """The three files in one command: PGD crafts on the source's one batch once, not once a
+    file, and each file's table is printed under its path."""
+    done, results = rechecked
+    assert f"PGD crafted 1 batches, {EXAMPLES} examples" in done.stdout
+    assert set(results) == set(FILES)
+    for name in FILES:
+        assert results[name]["model_path"].endswith(name)
+    at = [done.stdout.index(os.sep + name + "\n") for name in FILES]
+    assert at == sorted(at)
+    assert done.stdout.count("(the source's, replayed)") == len(FILES)
+
+
 @pytest.mark.parametrize("name", FILES)
-def test_evaluate_checks_each_file_against_its_source(trained, test_points, keras_logits, name):
+def test_evaluate_checks_each_file_against_its_source(
+    trained, rechecked, test_points, keras_logits, name
+):
     """Clean accuracy and agreement as computed here through the runtime and the Keras model;
-    the source's PGD points replayed; Square run on the file; the row in the model card."""
+    the source's PGD points replayed (crafted for the first file, kept for the others); Square
+    run on the file; the row in the model card."""
     from fbat_tf.attacks.pgd import PGD
 
     path = os.path.join(trained["version"], name)
-    done, result = _evaluate(
-        path, "--attacks=pgd,square", "--pgd_steps=3", "--pgd_restarts=1", "--square_n_queries=20"
-    )
+    done, results = rechecked
+    result = results[name]
     x, y = test_points
     here = _runtime_logits(path, x).argmax(1)
     source = keras_logits.argmax(1)
@@ -209,7 +253,6 @@ def test_evaluate_checks_each_file_against_its_source(trained, test_points, kera
     assert result["robust_accuracy"]["pgd@8"] == pgd["accuracy"]
     assert row["accuracy"]["square@8"]["replayed"] is False
     assert result["robust_accuracy"]["square@8"] <= result["clean_accuracy"]
-    assert "(the source's, replayed)" in done.stdout
     # The runtimes' own notices (LiteRT's "INFO: Created ... XNNPACK delegate", once per batch
     # shape) are not the user's to read.
     assert "INFO:" not in done.stderr, done.stderr[-2000:]
@@ -218,6 +261,37 @@ def test_evaluate_checks_each_file_against_its_source(trained, test_points, kera
         card = json.load(f)
     assert card["deployment"][name]["accuracy"] == row["accuracy"]
     assert card["deployment"][name]["source"] == trained["version"]
+
+
+def test_several_paths_are_refused_unless_exported_files_of_one_source(trained, tmp_path):
+    """Before TensorFlow loads (here it cannot), naming the path at fault; nothing is written."""
+    import shutil
+
+    version = trained["version"]
+    onnx, tflite = (os.path.join(version, name) for name in FILES[:2])
+    copy = str(tmp_path / "copy")
+    shutil.copytree(version, copy, ignore=shutil.ignore_patterns("eval-*"))
+    elsewhere = os.path.join(copy, "model.tflite")
+    taken = tmp_path / "taken.json"
+    taken.write_text("{}")
+    cases = [
+        ([version, onnx], [], f"--model_path={version}: several paths are exported"),
+        ([onnx, tflite, onnx], [], f"--model_path names {onnx} twice"),
+        ([onnx, elsewhere], [], f"{elsewhere} is checked against {copy}, {onnx} against"),
+        ([onnx, tflite], [f"--results={taken}"], "--results names one file"),
+    ]
+    for paths, more, said in cases:
+        args = ("--model_path=" + ",".join(paths), "--n_examples=8", *more)
+        _one_line_error(_run("evaluate.py", *args, prelude=NO_TENSORFLOW), said)
+    # One file's results there already: refused before any work, the other files' not written.
+    written = os.path.join(copy, "eval-test-model_tflite.json")
+    with open(written, "w") as f:
+        f.write("{}")
+    args = ("--model_path=" + ",".join(os.path.join(copy, n) for n in FILES), "--n_examples=8")
+    _one_line_error(_run("evaluate.py", *args, prelude=NO_TENSORFLOW), f"{written} exists")
+    assert sorted(n for n in os.listdir(copy) if n.startswith("eval-")) == [
+        "eval-test-model_tflite.json"
+    ]
 
 
 def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path):

@@ -9,6 +9,7 @@ evaluation (a black-box check of gradient masking).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -37,20 +38,40 @@ class ReplayedAttack(TransferAttack):
     same function (an exported ONNX or LiteRT file of it). Each call also records, per example,
     whether the two models give the adversarial point the same class (`agreement`, one bool
     array a call, in call order) and whether the source classifies it correctly (`source_right`).
-    An ensemble's breakdown is the source's and is not passed on."""
+    An ensemble's breakdown is the source's and is not passed on.
 
-    def __init__(self, source: Callable, attack: Attack):
+    `kept`, a dict shared by the replays of one source's attack on several files, holds the
+    points crafted on each batch, by the batch's examples, labels and seed: a replay given the
+    same ones takes its points from there instead of crafting them again."""
+
+    def __init__(self, source: Callable, attack: Attack, kept: dict | None = None):
         super().__init__(source, attack)
         self.agreement: list[np.ndarray] = []
         self.source_right: list[np.ndarray] = []
+        self.kept = kept
+
+    def crafted(self, x: tf.Tensor, y: tf.Tensor, seed) -> tf.Tensor:
+        """The source's points for this batch: crafted, or taken from `kept`."""
+        if self.kept is None:
+            return self.attack(self.source, x, y, seed)[0]
+        asked = (_digest(x), _digest(y), _digest(seed))
+        if asked not in self.kept:
+            self.kept[asked] = self.attack(self.source, x, y, seed)[0]
+        return self.kept[asked]
 
     def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
-        x_adv, _ = self.attack(self.source, x, y, seed)
+        x_adv = self.crafted(x, y, seed)
         source = np.argmax(np.asarray(self.source(x_adv, training=False)), -1)
         target = np.argmax(np.asarray(model(x_adv, training=False)), -1)
         self.agreement.append(source == target)
         self.source_right.append(source == np.asarray(y))
         return x_adv, {}
+
+
+def _digest(value) -> str:
+    """A batch's (or seed's) identity: its dtype, shape and bytes, hashed."""
+    array = np.ascontiguousarray(np.asarray(value))
+    return hashlib.sha256(str((array.dtype, array.shape)).encode() + array.tobytes()).hexdigest()
 
 
 def transfer_pgd(
