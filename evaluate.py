@@ -157,18 +157,6 @@ def checked_card(model_path: str) -> None:
             sys.exit(f"error: {error}")
 
 
-def dataset_of(path: str | None) -> str | None:
-    """The dataset a training run, or a SavedModel's (or an exported file's) model card, names;
-    None where neither says, read without TensorFlow."""
-    if not path:
-        return None
-    if Run(path).is_run():
-        return Run(path).config().dataset
-    home = path if os.path.isdir(path) else os.path.dirname(path)
-    card = os.path.join(home, run_files.MODEL_CARD)
-    return ModelCard.load(card).dataset if os.path.isfile(card) else None
-
-
 def checked_data(model_path: str, opened, named: str | None, source_path: str | None) -> None:
     """Exit, before TensorFlow loads, where the dataset's local files are missing or an exported
     file (`opened`) declares images of another shape than the dataset's. The dataset: the one
@@ -177,7 +165,11 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
     from fbat_tf import data
 
     try:  # a damaged record or card names its file
-        dataset = named or dataset_of(model_path) or dataset_of(source_path)
+        dataset = (
+            named
+            or run_files.model_facts(model_path).get("dataset")
+            or (source_path and run_files.model_facts(source_path).get("dataset"))
+        )
     except ValueError as error:
         sys.exit(f"error: {error}")
     if dataset not in data.names():

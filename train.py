@@ -188,7 +188,7 @@ def robustbench_entry(config, final) -> None:
     """Where the final test ran AutoAttack (standard) at the run's ε, the run's
     RobustBench-format entry, as evaluate.py writes one (export/robustbench.py)."""
     from export import robustbench
-    from fbat_tf.classifiers import architecture_name
+    from fbat_tf.run import architecture_name
 
     name = architecture_name(config.model, config.width)
     robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name)

@@ -26,8 +26,8 @@ import keras
 import tensorflow as tf
 
 from fbat_tf import catalog, run, trust
-from fbat_tf.records import ModelCard, TrainConfig
-from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, Run
+from fbat_tf.records import TrainConfig
+from fbat_tf.run import FLOAT_SIGNATURE, Run
 
 
 def load_classifier(workdir: str, weights: str = "best") -> tuple[keras.Model, TrainConfig]:
@@ -129,22 +129,14 @@ def load_model(
     A .keras file that holds code is refused unless `trust_code` (load_keras_file). A SavedModel
     is loaded as the program it is: pass only SavedModels from sources you trust.
     """
+    known = run.model_facts(path)  # a damaged record or card is named before the model loads
     if Run(path).is_run():
-        classifier, config = load_classifier(path)
-        return classifier, {
-            "dataset": config.dataset,
-            "eps": config.eps,
-            "norm": config.norm,
-            "validation_from": config.validation_from,
-            "architecture": architecture_name(config.model, config.width),
-        }
+        return load_classifier(path)[0], known
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        known = card_facts(path)  # a damaged card is named before the model loads
         return SavedModelClassifier(path), known
     if catalog.artifact_format(path) is not None:
         from fbat_tf import artifacts
 
-        known = card_facts(os.path.dirname(path))
         return opened or artifacts.load_artifact(path), known
     if path.endswith(".keras") and os.path.isfile(path):
         return load_keras_file(path, trust_code), {}
@@ -154,32 +146,6 @@ def load_model(
         "(saved_model.pb), an .onnx or .tflite file nor a .keras file"
         + (f"; did you mean {hint}?" if hint else "")
     )
-
-
-def architecture_name(model: str, width: int | None) -> str:
-    """How a RobustBench entry names a model: "small_cnn width 16", "preact_resnet18"."""
-    return f"{model} width {width}" if width else model
-
-
-def card_facts(version_dir: str) -> dict[str, Any]:
-    """What the model card of an export's version directory says of the model it holds: its
-    dataset, training ε, where its validation came from and its architecture (those it names;
-    {} without a card). ValueError naming the card where it is not one fbat-tf writes (cut
-    short, a field of another type)."""
-    card_path = os.path.join(version_dir, MODEL_CARD)
-    if not os.path.exists(card_path):
-        return {}
-    card = ModelCard.load(card_path)
-    known: dict[str, Any] = {}
-    if card.dataset:
-        known["dataset"] = card.dataset
-    if card.validation_from:
-        known["validation_from"] = card.validation_from
-    if card.eps is not None:
-        known["eps"], known["norm"] = card.eps.pixels, card.eps.norm
-    if card.model.name:
-        known["architecture"] = architecture_name(card.model.name, card.model.width)
-    return known
 
 
 def check_logits(classifier: Callable, x: tf.Tensor) -> None:

@@ -32,7 +32,8 @@ import dataclasses
 import os
 from typing import Any
 
-from fbat_tf.records import RunRecord, TrainConfig
+from fbat_tf import catalog
+from fbat_tf.records import ModelCard, RunRecord, TrainConfig
 
 RESULTS = "results.json"
 # An exported SavedModel version directory (export/ writes it): its model card and signatures.
@@ -307,6 +308,47 @@ def build_architecture(model: str, dataset: str, activation: str, width: int | N
         activation=activation,
         width=width,
     )
+
+
+def architecture_name(model: str, width: int | None) -> str:
+    """How a RobustBench entry names a model: "small_cnn width 16", "preact_resnet18"."""
+    return f"{model} width {width}" if width else model
+
+
+def model_facts(path: str) -> dict[str, Any]:
+    """What a model's own files say of it, read without TensorFlow: a training run's config,
+    else the model card of a SavedModel version directory or of the export an .onnx or .tflite
+    file sits in, gives its dataset, training ε and norm, where its validation came from and
+    its architecture (those it names); {} for a .keras file or a model without a card.
+    ValueError naming a record or card that is not one fbat-tf writes."""
+    if Run(path).is_run():
+        config = Run(path).config()
+        return {
+            "dataset": config.dataset,
+            "eps": config.eps,
+            "norm": config.norm,
+            "validation_from": config.validation_from,
+            "architecture": architecture_name(config.model, config.width),
+        }
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        home = path
+    elif catalog.artifact_format(path) is not None:
+        home = os.path.dirname(path)
+    else:
+        return {}
+    if not os.path.exists(os.path.join(home, MODEL_CARD)):
+        return {}
+    card = ModelCard.load(os.path.join(home, MODEL_CARD))
+    known: dict[str, Any] = {}
+    if card.dataset:
+        known["dataset"] = card.dataset
+    if card.validation_from:
+        known["validation_from"] = card.validation_from
+    if card.eps is not None:
+        known["eps"], known["norm"] = card.eps.pixels, card.eps.norm
+    if card.model.name:
+        known["architecture"] = architecture_name(card.model.name, card.model.width)
+    return known
 
 
 def model_path_suggestion(path: str) -> str | None:
