@@ -144,11 +144,20 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
     definition = {
         "description": "two tiny cells",
         "flags": {**TINY_FLAGS, "max_train_examples": 128, "jit_compile": "false"},
-        # Both at once: killed once the first (standard training for 2 epochs) has finished,
-        # the other (Fast-AT for 4) is cut short.
+        # Both at once: killed once the first (standard training for 2 epochs on 128 images)
+        # has finished, the other (Fast-AT for 12 on 1,024) is cut short. Each program's
+        # start-up outweighs a tiny epoch: the second cell's training must outlast the first
+        # cell's evaluation by far (with 4 epochs on 128, a fast machine finished both cells
+        # before the kill).
         "grid": [
             {"method": ["standard"], "eps": [8], "seed": [0]},
-            {"method": ["fastat"], "eps": [8], "seed": [0], "epochs": [4]},
+            {
+                "method": ["fastat"],
+                "eps": [8],
+                "seed": [0],
+                "epochs": [12],
+                "max_train_examples": [1024],
+            },
         ],
         "evaluation": PGD_OWN,
     }
