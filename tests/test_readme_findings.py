@@ -299,3 +299,19 @@ def test_readme_s_deployment_figures_are_the_committed_bench_run():
     for checked in found["recheck"].values():
         assert checked["examples"] == 256
         assert os.path.isfile(os.path.join(ROOT, checked["results"]))
+
+
+def test_the_recheck_times_quoted_are_the_committed_bench_run():
+    """README's "Deploying" and bench/README.md quote bench/results/recheck_once.json: the three
+    commands' and the one command's wall times, measured with each file's results identical."""
+    with open(os.path.join(ROOT, "bench", "results", "recheck_once.json")) as f:
+        found = json.load(f)
+    assert found["command"] == "python bench/records/recheck_once.py"
+    assert found["n_examples"] == 256 and found["identical_results"] is True
+    apart, together = (found["ways"][way] for way in ("one command a file", "one command"))
+    assert (apart["commands"], together["commands"]) == (3, 1)
+    seconds = f"{apart['seconds']:.0f} s", f"{together['seconds']:.0f} s"
+    assert f"{seconds[0]} in three commands, {seconds[1]} in one" in sections()["Deploying"]
+    with open(os.path.join(ROOT, "bench", "README.md")) as f:
+        bench = " ".join(f.read().split())
+    assert f"{seconds[0]} against {seconds[1]} at rest" in bench
