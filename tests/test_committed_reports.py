@@ -20,19 +20,7 @@ import pytest
 from fbat_tf import sweeps
 from tests.conftest import ROOT
 
-
-def _finished() -> list[str]:
-    names = []
-    for name in sorted(os.listdir(os.path.join(ROOT, "results"))):
-        definition = os.path.join(ROOT, "configs", "sweeps", f"{name}.json")
-        sweep_dir = os.path.join(ROOT, "results", name)
-        if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
-            if sweeps.finished(sweeps.load_definition(definition), sweep_dir):
-                names.append(name)
-    return names
-
-
-FINISHED = _finished()
+FINISHED = [os.path.basename(path) for path, done in sweeps.study_sweeps(ROOT).items() if done]
 
 
 def test_the_finished_sweeps_are_the_committed_studies():

@@ -30,12 +30,7 @@ def counted() -> list[str]:
     folder with the sweep.json of configs/sweeps/<its name>.json) that has not finished."""
     from fbat_tf import sweeps
 
-    running = set()
-    for sweep_dir in sorted(glob.glob(os.path.join(ROOT, "results", "*"))):
-        definition = os.path.join(ROOT, "configs", "sweeps", f"{os.path.basename(sweep_dir)}.json")
-        if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
-            if not sweeps.finished(sweeps.load_definition(definition), sweep_dir):
-                running.add(sweep_dir)
+    running = {path for path, done in sweeps.study_sweeps(ROOT).items() if not done}
     found = glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))
     return sorted(p for p in found if os.path.dirname(os.path.dirname(p)) not in running)
 

@@ -40,6 +40,7 @@ from fbat_tf.sweeps.results import (
     finished,
     load_paper,
     missing_budgets,
+    study_sweeps,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "commands",
     "expand",
     "finished",
+    "study_sweeps",
     "flag_words",
     "load_definition",
     "load_paper",

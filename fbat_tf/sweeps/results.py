@@ -34,6 +34,7 @@ from fbat_tf.sweeps.definition import (
     Evaluation,
     commands,
     expand,
+    load_definition,
 )
 
 
@@ -143,6 +144,18 @@ def finished(definition: Definition, sweep_dir: str) -> bool:
         cell_state(os.path.join(sweep_dir, cell.name), definition) in ("done", "diverged")
         for cell in expand(definition)
     )
+
+
+def study_sweeps(root: str) -> dict[str, bool]:
+    """The sweeps whose results a project at `root` holds: each folder results/<name> with a
+    sweep.json whose definition is configs/sweeps/<name>.json, and whether it has finished."""
+    found = {}
+    for name in sorted(os.listdir(os.path.join(root, "results"))):
+        sweep_dir = os.path.join(root, "results", name)
+        definition = os.path.join(root, "configs", "sweeps", f"{name}.json")
+        if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
+            found[sweep_dir] = finished(load_definition(definition), sweep_dir)
+    return found
 
 
 def _mean(values: Iterable[float]) -> float | None:
