@@ -722,6 +722,50 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 10_000
 
 
+def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_path):
+    """Another sweep.py process writes the report when its cell finishes, while a run of the
+    same row is still training (its record holds no optimizer steps yet): the report is
+    written, and the row is priced by the finished run alone (100 steps × 4 passes, × 0.1 s)."""
+    from fbat_tf.sweeps import costs
+
+    per_step = {"forward": 2, "backward": 2, "second_order": 0, "tangent": 0}
+    finished = made_cell(
+        "fastat",
+        0,
+        train=dict(cost_variant="fastat", optimizer_steps=100, passes=per_step),
+        autoattack={8.0: 0.4},
+    )
+    training = dataclasses.replace(
+        made_cell(
+            "fastat", 1, train=dict(cost_variant="fastat", optimizer_steps=None, passes=per_step)
+        ),
+        state="started",
+    )
+    report = {
+        "sweep": "made up",
+        "description": "",
+        "evaluation": {
+            "attacks": [{"name": "autoattack", "label": "AutoAttack", "examples": 10, "eps": "own"}]
+        },
+        "margin": 1.0,
+        "eps_values": [8.0],
+        "comparisons": [],
+        "cost": {
+            "source": "bench/results/x.json",
+            "setting": {"device": "CPU", "machine": {"cpu_count": 2}},
+            "step_seconds": {"fastat": 0.1},
+            "round_step_seconds": {"fastat": [0.1, 0.2]},
+        },
+        "cells": [finished, training],
+    }
+    (row,) = costs.cost_rows(report)[8.0]
+    assert (row["passes"], row["seeds"]) == (400, 1)
+    assert row["seconds"] == pytest.approx(10.0)
+    assert row["seconds_rounds"] == pytest.approx([10.0, 20.0])
+    paths = sweeps.write_report(report, str(tmp_path))
+    assert "| 8 | fastat | 4 | 0.4 | 40.0 | 1 |" in open(paths["markdown"]).read()
+
+
 def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them(tmp_path):
     """Where every cell's AutoAttack file records its per-point outcomes, the comparison is the
     seeds × images model on them (the se of paired.crossed on the outcome matrix); where a cell

@@ -53,7 +53,9 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
     timing = measured_time(report)
     per_eps: dict[float, list[dict[str, Any]]] = {}
     for (variant, eps), cells in readings.groups(report["cells"]).items():
-        passes = [p for p in (cell_passes(cell) for cell in cells) if p is not None]
+        # Runs still training (no optimizer steps recorded yet) are priced once they finish.
+        priced = [cell for cell in cells if cell_passes(cell) is not None]
+        passes = [cell_passes(cell) for cell in priced]
         robust = readings.attacked(cells, name)
         if not passes or not robust:
             continue
@@ -69,7 +71,7 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
         }
         if timing:
             step = timing["step_seconds"].get(cells[0].train.cost_variant)
-            steps = [c.train.optimizer_steps for c in cells if c.train is not None]
+            steps = [c.train.optimizer_steps for c in priced]
             rounds = timing["round_step_seconds"].get(cells[0].train.cost_variant)
             if step is not None:
                 row["seconds"] = step * statistics.fmean(steps)
