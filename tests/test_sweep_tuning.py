@@ -4,6 +4,7 @@ launcher, and the report's Tuning section."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,8 +22,8 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
-from fbat_tf.sweeps import tuning
-from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, run_sweep, write_definition
+from fbat_tf.sweeps import tuning, tuning_report
+from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, made_cell, run_sweep, write_definition
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
 
 needs_data = pytest.mark.skipif(
@@ -339,8 +340,59 @@ def test_a_diverged_run_counts_zero_and_no_pick_before_every_run_finished(tmp_pa
     assert diverged["recorded_val_robust_accuracy"] == 0.9
     assert entry["candidates"][0]["mean"] == pytest.approx(0.45)
     assert entry["pick"] == "lr_max0.2"
-    table = "\n".join(tuning.tuning_table({"tuning": tuning.report_section(definition, out)}))
+    table = "\n".join(
+        tuning_report.tuning_table({"tuning": tuning.report_section(definition, out)})
+    )
     assert "| 90.0 | 0.0 (diverged) | 45.0 |" in table
+
+
+def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand():
+    """Per tuned row: the pick's mean over the tuning seeds (as tuning.json holds it), the final
+    cells' validation robust accuracy at their selected epoch (not the last, not the best of
+    another epoch), their test accuracies by evaluation, and validation minus the lowest test
+    mean; a cell still training is left out, and a sweep without picks has no table."""
+
+    def cell(seed, val, selected, pgd, aa, state="done"):
+        train = dict(val_robust_accuracy=val, selected_epoch=selected, epochs_run=len(val))
+        found = made_cell("fastat", seed, train=train, pgd={8.0: pgd}, autoattack={8.0: aa})
+        return dataclasses.replace(found, state=state)
+
+    unit = {
+        "variant": "fastat",
+        "eps": 8.0,
+        "pick": "lr_max0.2",
+        "flags": {"lr_max": 0.2},
+        "candidates": [
+            {"label": "lr_max0.05", "mean": 0.9},
+            {"label": "lr_max0.2", "mean": 0.55},
+        ],
+    }
+    report = {
+        "evaluation": {
+            "attacks": [
+                {"name": "pgd", "label": "PGD-50-10", "eps": "own"},
+                {"name": "autoattack", "label": "AutoAttack", "eps": "own"},
+            ]
+        },
+        "tuning": {"units": [unit]},
+        "cells": [
+            cell(0, [0.5, 0.6, 0.4], 2, 0.45, 0.30),
+            cell(1, [0.7, 0.5], 1, 0.55, 0.40),
+            cell(2, [0.9], 1, 0.9, 0.9, state="started"),
+        ],
+    }
+    table = "\n".join(tuning_report.criterion_table(report))
+    # Validation 60 and 70 (mean 65.0 ± 7.1); PGD 45, 55 (50.0); AutoAttack 30, 40 (35.0);
+    # 65.0 − 35.0 = +30.0.
+    row = (
+        "| fastat | 8 | lr_max=0.2 | 55.0 | 65.0 ± 7.1 (2 cells) | 50.0 ± 7.1 | 35.0 ± 7.1 "
+        "| +30.0 |"
+    )
+    assert row in table, table
+    assert "PGD-10 on 1000 validation images" in table  # train.py's defaults: no flags set
+    unit["pick"] = None
+    assert tuning_report.criterion_table(report) == []
+    assert tuning_report.criterion_table({"cells": []}) == []
 
 
 def test_a_written_pick_stands_and_changed_candidates_are_refused_naming_the_file(tmp_path):
@@ -641,6 +693,21 @@ def test_a_tiny_tuned_sweep_end_to_end(tmp_path, committed_tree):
     table = (out / "sweep.md").read_text()
     assert "## Tuning" in table and "Wong et al. 2020, Sec. 5.1" in table
     assert "**picked**" in table and f"[tuned: lr_max={entry['flags']['lr_max']:g}]" in table
+
+    # The pick's validation number beside its final cell's test number, from the runs' files.
+    def at_selected(run_dir):
+        history = json.loads((run_dir / "results.json").read_text())["history"]
+        best = [epoch for epoch in history if epoch["val_best"] == 1.0][-1]
+        return 100 * best["val_robust_accuracy"]
+
+    tuned = at_selected(out / "tuning" / f"fastat-eps8-{entry['pick']}-seed100")
+    validation = at_selected(final)
+    test = 100 * json.loads((final / "eval-pgd.json").read_text())["robust_accuracy"]["pgd@8"]
+    row = (
+        f"| fastat | 8 | lr_max={entry['flags']['lr_max']:g} | {tuned:.1f} | {validation:.1f} "
+        f"(1 cell) | {test:.1f} | {validation - test:+.1f} |"
+    )
+    assert "## The tuning criterion against the test" in table and row in table, table
     # Started again: nothing runs, the pick stands.
     again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", data, tree=committed_tree)
     assert again.returncode == 0 and "3 cells (2 of them tuning runs), 3 done" in again.stdout

@@ -1,7 +1,7 @@
 """A sweep's report: sweep.json, the Markdown tables (sweep.md) and the PNG plots, put together
-from its sections: `cells` (the numbers), `tuning` (the candidates tried and picked by
-validation), `costs` (robustness against cost), `comparisons` (paired verdicts), `paper`
-(published numbers beside measured ones) and `plots`."""
+from its sections: `cells` (the numbers), `tuning_report` (the candidates tried and picked by
+validation, and the picks beside the test), `costs` (robustness against cost), `comparisons`
+(paired verdicts), `paper` (published numbers beside measured ones) and `plots`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
 from fbat_tf.sweeps.costs import cost_rows, cost_table
 from fbat_tf.sweeps.paper import paper_rows, paper_table
 from fbat_tf.sweeps.plots import PLOTS, PLOTTERS
-from fbat_tf.sweeps.tuning import tuned_note, tuning_table
+from fbat_tf.sweeps.tuning_report import criterion_table, tuned_note, tuning_table
 
 
 def _short(found: str | None) -> str:
@@ -200,7 +200,8 @@ def markdown(report: dict[str, Any]) -> str:
                 for at in attacked_at
             ]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
-    for section in (tuning_table(report), cost_table(report), comparison_table(report)):
+    tables = (tuning_table(report), criterion_table(report), cost_table(report))
+    for section in (*tables, comparison_table(report)):
         if section:
             lines += ["", *section]
     if "paper" in report:

@@ -48,8 +48,8 @@ from fbat_tf import catalog, methods
 from fbat_tf.records import RunRecord, write_json_atomic
 from fbat_tf.records.config import FINAL_TEST_FIELDS
 from fbat_tf.run import Run
-from fbat_tf.sweeps import claims, readings
-from fbat_tf.sweeps.cells import Cell, word
+from fbat_tf.sweeps import claims
+from fbat_tf.sweeps.cells import Cell
 from fbat_tf.sweeps.definition import Definition, grid_cells
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.tuning_groups import (  # noqa: F401 (the stage's names, in one place)
@@ -357,63 +357,3 @@ def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | N
             }
         )
     return {"rule": RULE, "seeds": list(tuning.seeds), "file": FILE, "units": units}
-
-
-def _percent(value: float | None, run: Mapping[str, Any] | None = None) -> str:
-    if value is None:
-        return "–"
-    text = f"{100 * value:.1f}"
-    return f"{text} (diverged)" if run is not None and run.get("diverged") else text
-
-
-def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
-    """For the report's main table: the flags a variant's cells at ε ran with by their tuning
-    pick (" [tuned: lr_max=0.1]"), or that the pick is pending; "" where none was tuned."""
-    for unit in (report.get("tuning") or {}).get("units", []):
-        if (unit["variant"], unit["eps"]) == (variant, eps):
-            if unit["pick"] is None:
-                return " [tuning pending]"
-            return f" [tuned: {', '.join(f'{k}={word(v)}' for k, v in unit['flags'].items())}]"
-    return ""
-
-
-def tuning_table(report: Mapping[str, Any]) -> list[str]:
-    """The Tuning section of sweep.md, or nothing."""
-    section = report.get("tuning")
-    if not section:
-        return []
-    seeds = section["seeds"]
-    lines = [
-        "## Tuning",
-        "",
-        f"Candidates trained on tuning seeds {', '.join(map(str, seeds))} (none of them a final "
-        "cell's seed) and compared by validation robust accuracy (%) at each run's selected "
-        f"epoch, never by the test split; picked by this rule: {section['rule']} The final "
-        f"cells of each row ran with the pick's flags ({section['file']}).",
-        "",
-        f"| method | {readings.eps_heading(report)} | candidate | "
-        + " | ".join(f"seed {s}" for s in seeds)
-        + " | mean | passes/step | pick | source |",
-        "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
-    ]
-    for unit in section["units"]:
-        for i, candidate in enumerate(unit["candidates"]):
-            by_seed = {run["seed"]: run for run in candidate["runs"]}
-            values = [
-                _percent(by_seed[s]["val_robust_accuracy"], by_seed[s]) if s in by_seed else "–"
-                for s in seeds
-            ]
-            flags = ", ".join(f"{k}={word(v)}" for k, v in candidate["flags"].items())
-            chosen = unit["pick"] == candidate["label"]
-            mark = f"**picked** ({unit['decided_by']})" if chosen else ""
-            if unit["pick"] is None and i == 0:
-                mark = "pending"
-            lines.append(
-                f"| {unit['variant'] if i == 0 else ''} | {unit['eps']:g} | "
-                + (f"**{flags}**" if chosen else flags)
-                + " | "
-                + " | ".join(values)
-                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {mark} | "
-                + f"{unit['source'] if i == 0 else ''} |"
-            )
-    return lines

@@ -1,0 +1,151 @@
+"""The tuning stage in a sweep's report: the flags each tuned row ran with (`tuned_note`), every
+candidate's validation numbers and the pick (`tuning_table`), and the pick's validation number
+beside its final cells' test numbers (`criterion_table`), which shows where the criterion
+scored robustness the test's attacks removed."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fbat_tf.records import CellResult
+from fbat_tf.records.config import TrainConfig
+from fbat_tf.sweeps import readings
+from fbat_tf.sweeps.cells import word
+
+
+def _percent(value: float | None, run: Mapping[str, Any] | None = None) -> str:
+    if value is None:
+        return "–"
+    text = f"{100 * value:.1f}"
+    return f"{text} (diverged)" if run is not None and run.get("diverged") else text
+
+
+def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
+    """For the report's main table: the flags a variant's cells at ε ran with by their tuning
+    pick (" [tuned: lr_max=0.1]"), or that the pick is pending; "" where none was tuned."""
+    for unit in (report.get("tuning") or {}).get("units", []):
+        if (unit["variant"], unit["eps"]) == (variant, eps):
+            if unit["pick"] is None:
+                return " [tuning pending]"
+            return f" [tuned: {', '.join(f'{k}={word(v)}' for k, v in unit['flags'].items())}]"
+    return ""
+
+
+def tuning_table(report: Mapping[str, Any]) -> list[str]:
+    """The Tuning section of sweep.md, or nothing."""
+    section = report.get("tuning")
+    if not section:
+        return []
+    seeds = section["seeds"]
+    lines = [
+        "## Tuning",
+        "",
+        f"Candidates trained on tuning seeds {', '.join(map(str, seeds))} (none of them a final "
+        "cell's seed) and compared by validation robust accuracy (%) at each run's selected "
+        f"epoch, never by the test split; picked by this rule: {section['rule']} The final "
+        f"cells of each row ran with the pick's flags ({section['file']}).",
+        "",
+        f"| method | {readings.eps_heading(report)} | candidate | "
+        + " | ".join(f"seed {s}" for s in seeds)
+        + " | mean | passes/step | pick | source |",
+        "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
+    ]
+    for unit in section["units"]:
+        for i, candidate in enumerate(unit["candidates"]):
+            by_seed = {run["seed"]: run for run in candidate["runs"]}
+            values = [
+                _percent(by_seed[s]["val_robust_accuracy"], by_seed[s]) if s in by_seed else "–"
+                for s in seeds
+            ]
+            flags = ", ".join(f"{k}={word(v)}" for k, v in candidate["flags"].items())
+            chosen = unit["pick"] == candidate["label"]
+            mark = f"**picked** ({unit['decided_by']})" if chosen else ""
+            if unit["pick"] is None and i == 0:
+                mark = "pending"
+            lines.append(
+                f"| {unit['variant'] if i == 0 else ''} | {unit['eps']:g} | "
+                + (f"**{flags}**" if chosen else flags)
+                + " | "
+                + " | ".join(values)
+                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {mark} | "
+                + f"{unit['source'] if i == 0 else ''} |"
+            )
+    return lines
+
+
+def selected_validation(cell: CellResult) -> float | None:
+    """A trained cell's validation robust accuracy at its selected epoch (the number the tuning
+    stage ranks candidates by), or None."""
+    train = cell.train
+    if train is None or train.selected_epoch is None:
+        return None
+    return train.val_robust_accuracy[train.selected_epoch - 1]
+
+
+def _validation_words(cells: Sequence[CellResult]) -> str:
+    """The validation attack, as the final cells' flags set it (train.py's defaults else)."""
+    flags = cells[0].flags if cells else {}
+    steps = flags.get("val_attack_steps", TrainConfig.val_attack_steps)
+    restarts = flags.get("val_restarts", TrainConfig.val_restarts)
+    examples = flags.get("val_examples", TrainConfig.val_examples)
+    again = f", {restarts} restarts" if restarts > 1 else ""
+    return f"PGD-{steps}{again} on {examples} validation images"
+
+
+def criterion_table(report: Mapping[str, Any]) -> list[str]:
+    """Per tuned row: the pick's mean validation robust accuracy over the tuning seeds, the same
+    number on the final cells, their test robust accuracy by each evaluation, and validation
+    minus the lowest test figure (both on the final cells); nothing for a sweep without tuning
+    or before any pick."""
+    section = report.get("tuning")
+    units = [unit for unit in (section or {}).get("units", []) if unit["pick"] is not None]
+    if not units:
+        return []
+    evaluations = readings.evaluations(report)
+    by_row = readings.groups(report["cells"])
+    finals = [c for unit in units for c in by_row.get((unit["variant"], unit["eps"]), [])]
+    lines = [
+        "## The tuning criterion against the test",
+        "",
+        f"Validation robust accuracy (%) at the selected epoch ({_validation_words(finals)}), "
+        "the number the picks were made by: the pick's mean over the tuning seeds, and the mean "
+        "over the final cells done; beside it their test accuracies and how far validation "
+        "stands above the lowest of them, on the same cells. A wide gap shows the criterion "
+        "scored robustness that the test's attacks removed (as gradient masking does), so that "
+        "it may have favoured the setting that masks most; the picks stand as the rule made "
+        "them. ‡: a masking-checked number (above).",
+        "",
+        f"| method | {readings.eps_heading(report)} | pick | validation (tuning seeds) | "
+        "validation (final cells) | "
+        + " | ".join(f"test {e['label']}" for e in evaluations)
+        + " | validation − lowest test (points) |",
+        "|---|---|---|---|---|" + "---|" * len(evaluations) + "---|",
+    ]
+    for unit in units:
+        cells = [
+            cell
+            for cell in by_row.get((unit["variant"], unit["eps"]), [])
+            if cell.state == "done" and selected_validation(cell) is not None
+        ]
+        picked = next(c for c in unit["candidates"] if c["label"] == unit["pick"])
+        validation = [selected_validation(cell) for cell in cells]
+        tests = [readings.attacked(cells, e["name"]) for e in evaluations]
+        complete = [values for values in tests if len(values) == len(cells) and values]
+        gap = (
+            f"{100 * (statistics.fmean(validation) - min(map(statistics.fmean, complete))):+.1f}"
+            if complete
+            else "–"
+        )
+        flags = ", ".join(f"{k}={word(v)}" for k, v in unit["flags"].items())
+        lines.append(
+            f"| {unit['variant']} | {unit['eps']:g} | {flags} | {_percent(picked['mean'])} | "
+            f"{readings.percent(validation)} ({len(cells)} cell{'s' * (len(cells) != 1)}) | "
+            + " | ".join(
+                readings.percent(values) + readings.check_mark(cells, report, e["name"])
+                for e, values in zip(evaluations, tests, strict=True)
+            )
+            + f" | {gap} |"
+        )
+    return lines
