@@ -103,30 +103,64 @@ def test_the_implicit_term_comparisons_are_as_the_readme_counts_them():
     ) in text
 
 
-def test_the_paired_study_table_is_the_reports_means_over_seeds():
-    """README's table of the paired study: clean / PGD-50-10 / AutoAttack accuracy (%), the mean
-    over the seeds of each cell's files as the report gathered them, and AutoAttack's sample
-    standard deviation, for every method and ε."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+DIVERGED = re.compile(r"diverged in (\d+) of (\d+)")
+
+
+def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: int) -> int:
+    """A README table of a study: rows by ε, a column a variant, each cell "clean / PGD-50-10 /
+    AutoAttack ± std" (%), the means over the seeds of each cell's files as the report gathered
+    them and AutoAttack's sample standard deviation; "‡" after it where a seed's AutoAttack
+    number is the masking check's, and "diverged in k of n" where runs diverged (counted from the
+    cells; the others' means follow). Returns the number of table cells checked."""
+    with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
         cells = json.load(f)["cells"]
-    text = sections()["Which fast method at which ε (Fashion-MNIST, paired seeds)"]
+    text = sections()[heading]
     header = re.search(r"\| ε \(/255\) \| (.+?) \| \|---", text).group(1)
     variants = [name.strip("` ") for name in header.split(" | ")]
-    rows = re.findall(r"\| (\d+) \| ((?:[\d.]+ / [\d.]+ / [\d.]+ ± [\d.]+ \| ?)+)", text)
-    assert [int(eps) for eps, _ in rows] == [16, 48, 76]
+    rows = re.findall(rf"\| (\d+) \| ((?:[^|]+ \| ?){{{len(variants)}}})", text)
+    assert [int(eps) for eps, _ in rows] == eps_values, rows
+    checked = 0
     for eps, row in rows:
         shown = [cell.strip() for cell in row.strip(" |").split(" | ")]
-        assert len(shown) == len(variants) == 6
+        assert len(shown) == len(variants)
         for variant, cell in zip(variants, shown, strict=True):
-            done = [c for c in cells if c["variant"] == variant and c["eps"] == float(eps)]
-            assert len(done) == 5 and all(c["state"] == "done" for c in done), (variant, eps)
+            found = [c for c in cells if c["variant"] == variant and c["eps"] == float(eps)]
+            assert len(found) == seeds, (variant, eps)
+            diverged = [c for c in found if c["state"] == "diverged"]
+            done = [c for c in found if c["state"] == "done"]
+            assert len(diverged) + len(done) == seeds, (variant, eps)
+            words = DIVERGED.search(cell)
+            assert (words is not None) == bool(diverged), (variant, eps, cell)
+            if words:
+                assert (int(words.group(1)), int(words.group(2))) == (len(diverged), seeds)
+            if not done:
+                assert cell == words.group(0), (variant, eps, cell)
+                checked += 1
+                continue
             clean = [c["pgd"]["clean_accuracy"] for c in done]
             pgd = [c["pgd"]["robust_accuracy"][eps] for c in done]
             aa = [c["autoattack"]["robust_accuracy"][eps] for c in done]
-            mean = sum(aa) / 5
-            std = (sum((a - mean) ** 2 for a in aa) / 4) ** 0.5
-            expected = f"{100 * sum(clean) / 5:.1f} / {100 * sum(pgd) / 5:.1f} / "
-            assert cell == expected + f"{100 * mean:.1f} ± {100 * std:.1f}", (variant, eps)
+            mean = sum(aa) / len(aa)
+            expected = (
+                f"{100 * sum(clean) / len(clean):.1f} / {100 * sum(pgd) / len(pgd):.1f} / "
+                f"{100 * mean:.1f}"
+            )
+            if len(aa) > 1:
+                std = (sum((a - mean) ** 2 for a in aa) / (len(aa) - 1)) ** 0.5
+                expected += f" ± {100 * std:.1f}"
+            if any(eps in c["autoattack"].get("checked", []) for c in done):
+                expected += " ‡"
+            if words:
+                expected += f" ({words.group(0)})"
+            assert cell == expected, (variant, eps)
+            checked += 1
+    return checked
+
+
+def test_the_paired_study_table_is_the_reports_means_over_seeds():
+    """README's table of the paired study, every method and ε over its five seeds."""
+    heading = "Which fast method at which ε (Fashion-MNIST, paired seeds)"
+    assert check_study_table("fashion_mnist_fast", heading, [16, 48, 76], 5) == 18
 
 
 def test_the_paired_study_chooses_pgd_2_at_at_every_eps_as_the_readme_says():
