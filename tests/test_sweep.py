@@ -696,14 +696,21 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
         "| 8 | fastat | 4 | 0.4 | 45.6 | 5 | -5.0 [-5.2, -4.9] | fastbat ahead (seeds only) | yes |"
         in table
     )
-    assert "vs the most robust (uncorrected) | verdict (uncorrected) |" in table
+    assert "vs the most robust | verdict (Holm) |" in table
     assert "equivalent within ±1 point" in table
+    # One family, Holm-corrected: pgd − fastbat (listed, and against the most robust: one
+    # hypothesis) and fastat − fastbat, m = 2. Equivalence: pgd's p is the smaller, times 2.
+    assert versus["family"] == rows["fastat"]["versus_best"]["family"] == 2
+    assert versus["p_equivalence_holm"] == pytest.approx(2 * versus["p_equivalence"])
+    (listed_pair,) = comparisons.listed_comparisons(report)
+    assert (listed_pair["a"], listed_pair["b"]) == ("fastbat", "pgd")
+    assert listed_pair["p_holm"] == versus["p_holm"] and listed_pair["family"] == 2
     assert "10 (10–20) |" in table  # fastat: 100 steps × 0.1 s, rounds 0.1–0.2 s
     assert "Measured under a load above the cores: indicative only." in table
     assert "- ε = 8: pgd (50.6%, 0.6k passes); most robust fastbat (50.6%, 0.8k passes)" in table
     listed = "\n".join(comparisons.comparison_table(report))
     assert "| 8 | fastbat | pgd | 5 | +0.0 [" in listed and "| seeds only |" in listed
-    assert "m = 1" in listed  # one comparison: Holm's correction changes nothing
+    assert "m = 2" in listed
 
     # Comparisons across revisions, uncommitted code or unpaired runs are marked.
     cells = report["cells"]

@@ -1,11 +1,12 @@
 """Paired comparisons of a sweep's variants over seeds, and over test images where the cells'
 evaluations recorded which points they got right (sweeps/paired.py), with what weakens each one
 (other revisions, uncommitted code, runs of one seed that did not start alike, the images left
-out). The definition's comparisons, at every ε, are one family: Holm's correction applies to
-them together."""
+out). The definition's comparisons, at every ε, and each variant's comparison with the most
+robust one at its ε are one family: Holm's correction applies to them together (`family`)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,19 +127,70 @@ def _describe(found: dict[str, Any]) -> None:
     found["raw_says"] = paired.describe(found, found["a"], found["b"], found["raw_verdict"])
 
 
-def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The definition's comparisons, at every ε where both variants ran: one family, their
-    verdicts corrected by Holm's method over it (paired.correct; the uncorrected ones kept)."""
-    found = []
+def contenders(report: dict[str, Any]) -> dict[float, list[tuple[str, float]]]:
+    """Per ε, each variant whose runs are priced (readings.priced) and attacked by the last
+    evaluation, with its mean robust accuracy, in the report's group order: the rows of the
+    robustness-against-cost table."""
+    name = readings.evaluations(report)[-1]["name"]
+    found: dict[float, list[tuple[str, float]]] = {}
+    for (variant, eps), cells in readings.groups(report["cells"]).items():
+        robust = readings.attacked(cells, name)
+        if readings.priced(cells) and robust:
+            found.setdefault(eps, []).append((variant, statistics.fmean(robust)))
+    return found
+
+
+def most_robust(report: dict[str, Any]) -> dict[float, str]:
+    """Per ε, the variant with the highest mean robust accuracy among the contenders (the first
+    listed where two tie)."""
+    return {eps: max(rows, key=lambda row: row[1])[0] for eps, rows in contenders(report).items()}
+
+
+def family(
+    report: dict[str, Any],
+) -> tuple[list[dict[str, Any]], dict[tuple[float, str], dict[str, Any]]]:
+    """The report's comparisons, corrected together by Holm's method (paired.correct): the
+    definition's, at every ε where both variants ran, and each contender against the most
+    robust at its ε (keyed by ε and the contender). A pair in both, either way round, is one
+    hypothesis of the family (its p-values do not depend on the order) and gets one adjusted
+    p-value; the uncorrected verdicts are kept."""
+    listed = []
     for a, b in report.get("comparisons", []):
         for eps in report["eps_values"]:
             pair = comparison(report, eps, a, b)
             if pair is not None:
-                found.append(pair)
-    paired.correct(found)
-    for pair in found:
+                listed.append(pair)
+    best = most_robust(report)
+    versus = {
+        (eps, variant): comparison(report, eps, variant, best[eps])
+        for eps, rows in contenders(report).items()
+        for variant, _ in rows
+        if variant != best[eps]
+    }
+    hypotheses: dict[tuple[float, frozenset[str]], list[dict[str, Any]]] = {}
+    for pair in [*listed, *versus.values()]:
+        hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)
+    one_each = [same[0] for same in hypotheses.values()]
+    paired.correct(one_each)
+    for first, *again in hypotheses.values():
+        for pair in again:
+            pair.update({key: first[key] for key in ADJUSTED})
+            pair["verdict"] = paired.decide(
+                pair["mean"], pair["margin"], pair["p_holm"], pair["p_equivalence_holm"]
+            )
+    for pair in [*listed, *versus.values()]:
         _describe(pair)
-    return found
+    return listed, versus
+
+
+# What Holm's correction sets on a comparison (paired.correct), shared by a pair listed twice.
+ADJUSTED = ("p_holm", "p_equivalence_holm", "correction", "family")
+
+
+def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The definition's comparisons at every ε where both variants ran, Holm-corrected in the
+    report's family (`family`)."""
+    return family(report)[0]
 
 
 def interval_words(found: dict[str, Any] | None) -> str:
@@ -156,16 +208,19 @@ def margin_words(report: dict[str, Any]) -> str:
 
 def family_words(found: Sequence[dict[str, Any]]) -> str:
     """What the family corrected together is, and its size."""
-    size = sum(pair["p"] is not None for pair in found)
-    words = f"The family: this table's comparisons, at every ε; m = {size}"
-    if size < len(found):
+    size = next((pair["family"] for pair in found if pair.get("family") is not None), 0)
+    words = (
+        "The family: this table's comparisons at every ε and those with the most robust "
+        "variant in the robustness-against-cost table, a pair in both counted once; "
+        f"m = {size}"
+    )
+    if any(pair["p"] is None for pair in found):
         words += " (those of two seeds or more: one seed gives no p-value)"
     return (
         f"{words}. Holm's step-down correction adjusts the p-values of A ≠ B and, apart, those "
         "of equivalence within the family; the verdict (Holm) is taken from the adjusted ones, "
         "the raw verdict from the p-values as computed. The interval is the uncorrected 95 % "
-        "one. The comparisons with the most robust variant in the robustness-against-cost "
-        "table are not in the family and stay uncorrected."
+        "one."
     )
 
 

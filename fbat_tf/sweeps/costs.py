@@ -8,22 +8,13 @@ import statistics
 from typing import Any
 
 from fbat_tf import catalog
-from fbat_tf.records import CellResult
-from fbat_tf.sweeps import masking, readings
-from fbat_tf.sweeps.comparisons import comparison, interval_words, margin_words
+from fbat_tf.sweeps import comparisons, masking, readings
+from fbat_tf.sweeps.comparisons import interval_words, margin_words
 
 
 def kilo(passes: float) -> str:
     """Passes in thousands, to three significant digits: never 0.0 for a short run."""
     return f"{passes / 1000:.3g}"
-
-
-def cell_passes(cell: CellResult) -> float | None:
-    """Passes through the model of the run's optimizer steps (DESIGN.md §3.6)."""
-    if cell.train is None:
-        return None
-    steps, per_step = cell.train.optimizer_steps, cell.train.passes
-    return None if not steps or not per_step else steps * catalog.total_passes(per_step)
 
 
 def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
@@ -47,27 +38,31 @@ def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
 def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
     """Per ε, each variant: its runs' mean cost in passes, its passes per step, its
     robustness (the last evaluation, mean over seeds), whether it is on the Pareto front (no
-    other is as cheap and as robust), its paired comparison with the most robust variant, and
-    the measured time of its steps where a cost bench gives one."""
+    other is as cheap and as robust), its paired comparison with the most robust variant
+    (Holm-corrected in the report's family, comparisons.family), and the measured time of its
+    steps where a cost bench gives one."""
     name = readings.evaluations(report)[-1]["name"]
     timing = measured_time(report)
+    best = comparisons.most_robust(report)
+    versus = comparisons.family(report)[1]
     per_eps: dict[float, list[dict[str, Any]]] = {}
     for (variant, eps), cells in readings.groups(report["cells"]).items():
         # Runs still training (no optimizer steps recorded yet) are priced once they finish.
-        priced = [cell for cell in cells if cell_passes(cell) is not None]
-        passes = [cell_passes(cell) for cell in priced]
+        priced = readings.priced(cells)
         robust = readings.attacked(cells, name)
-        if not passes or not robust:
+        if not priced or not robust:
             continue
         row = {
             "variant": readings.label(variant, cells),
             "key": variant,
-            "passes": statistics.fmean(passes),
+            "passes": statistics.fmean(readings.cell_passes(cell) for cell in priced),
             "passes_per_step": catalog.total_passes(cells[0].train.passes),
             "robust": statistics.fmean(robust),
             "seeds": len(robust),
             # Its robustness holds masking-checked numbers (sweeps/masking.py).
             "marks": [readings.CHECKED] if readings.checked(cells, report, name) else [],
+            "most_robust": variant == best[eps],
+            "versus_best": versus.get((eps, variant)),
         }
         if timing:
             step = timing["step_seconds"].get(cells[0].train.cost_variant)
@@ -77,18 +72,13 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
                 row["seconds"] = step * statistics.fmean(steps)
                 row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]
         per_eps.setdefault(eps, []).append(row)
-    for eps, rows in per_eps.items():
-        best = max(rows, key=lambda row: row["robust"])
+    for rows in per_eps.values():
         for row in rows:
             row["pareto"] = not any(
                 other["passes"] <= row["passes"]
                 and other["robust"] >= row["robust"]
                 and (other["passes"], other["robust"]) != (row["passes"], row["robust"])
                 for other in rows
-            )
-            row["most_robust"] = row is best
-            row["versus_best"] = (
-                None if row is best else comparison(report, eps, row["key"], best["key"])
             )
         rows.sort(key=lambda row: row["passes"])
     return dict(sorted(per_eps.items()))
@@ -100,7 +90,7 @@ def _mark(row: dict[str, Any]) -> str:
 
 def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The cheapest variant (in passes) that is the most robust or shown equivalent to it, by
-    the uncorrected verdicts of the comparisons with the most robust."""
+    the Holm-corrected verdicts of the comparisons with the most robust."""
     return min(
         (r for r in rows if r["most_robust"] or r["versus_best"]["verdict"] == "equivalent"),
         key=lambda r: r["passes"],
@@ -123,14 +113,14 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "accuracy over seeds, and images where the evaluations recorded them (points, 95 % "
         "interval; as in the paired comparisons, sweeps/paired.py), and its verdict "
         f"(equivalent: within {margin_words(report)} by two one-sided tests; one seed decides "
-        "nothing), uncorrected: these comparisons are chosen by the data (the most robust "
-        "variant is the one with the highest mean) and are not in the family Holm's correction "
-        "covers, so their verdicts are those of each comparison alone. Pareto: no other "
-        "variant is both as cheap and as robust.",
+        "nothing), Holm-corrected in one family with the paired comparisons (below); the "
+        "interval is the uncorrected 95 % one. Which variant is the most robust is chosen by "
+        "the data (the highest mean), so its lead over the others is not tested in advance. "
+        "Pareto: no other variant is both as cheap and as robust.",
     ]
     columns = f"| {readings.eps_heading(report)} | method | passes/step | run (k passes) | "
     columns += "robust (%) | seeds | "
-    columns += "vs the most robust (uncorrected) | verdict (uncorrected) | Pareto |"
+    columns += "vs the most robust | verdict (Holm) | Pareto |"
     rule = "|---|---|---|---|---|---|---|---|---|"
     if timing:
         setting = timing.get("setting", {})
@@ -171,7 +161,7 @@ def cost_table(report: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "The cheapest method (in passes) that is the most robust or shown equivalent to it, at "
-        "each ε, by the uncorrected verdicts above; cheaper methods the seeds cannot tell from "
+        "each ε, by the corrected verdicts above; cheaper methods the seeds cannot tell from "
         "it are named as undecided:",
         "",
     ]

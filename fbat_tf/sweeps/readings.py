@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from fbat_tf import catalog
 from fbat_tf.records import CellResult, TrainSummary, units
 from fbat_tf.sweeps import masking
 
@@ -55,6 +56,20 @@ def trained(cells: Sequence[CellResult], read: Callable[[TrainSummary], Any]) ->
     """What `read` gives of each trained cell's training summary, where it is a number:
     trained(cells, lambda train: train.seconds_per_epoch)."""
     return numbers(read(cell.train) for cell in cells if cell.train is not None)
+
+
+def cell_passes(cell: CellResult) -> float | None:
+    """Passes through the model of the run's optimizer steps (DESIGN.md §3.6); None for a run
+    that recorded none (one still training)."""
+    if cell.train is None:
+        return None
+    steps, per_step = cell.train.optimizer_steps, cell.train.passes
+    return None if not steps or not per_step else steps * catalog.total_passes(per_step)
+
+
+def priced(cells: Sequence[CellResult]) -> list[CellResult]:
+    """The cells whose runs' passes are known (cell_passes)."""
+    return [cell for cell in cells if cell_passes(cell) is not None]
 
 
 def label(variant: str, cells: Sequence[CellResult]) -> str:

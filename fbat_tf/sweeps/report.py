@@ -220,13 +220,15 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
     payload["paired_comparisons"] = listed_comparisons(report)
-    # The family Holm's correction covers: every row of paired_comparisons with a p-value; the
-    # comparisons with the most robust in robust_vs_cost stay uncorrected.
+    # The family Holm's correction covers (comparisons.family): the rows of paired_comparisons
+    # and the comparisons with the most robust in robust_vs_cost, a pair in both once, those
+    # with a p-value.
+    versus = [row["versus_best"] for rows in payload["robust_vs_cost"].values() for row in rows]
+    sizes = {pair["family"] for pair in [*payload["paired_comparisons"], *versus] if pair}
     payload["paired_family"] = {
-        "rows": "paired_comparisons",
-        "size": sum(pair["p"] is not None for pair in payload["paired_comparisons"]),
+        "rows": ["paired_comparisons", "robust_vs_cost"],
+        "size": sizes.pop() if sizes else 0,
         "correction": "holm",
-        "uncorrected": "robust_vs_cost",
     }
     text = json.dumps(records.finite_or_null(payload), indent=2, allow_nan=False)
     _write_text(paths["json"], text + "\n")
