@@ -404,6 +404,26 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "P5",
+        "the comparisons with the most robust variant left out of Holm's family",
+        "fbat_tf/sweeps/comparisons.py",
+        "one_each = [same[0] for same in hypotheses.values()]",
+        "one_each = [same[0] for same in hypotheses.values() if same[0] in listed]",
+        (
+            "tests/test_sweep.py::test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equivalent",
+        ),
+    ),
+    Mutation(
+        "P6",
+        "a pair both listed and against the most robust, the other way round, counted twice",
+        "fbat_tf/sweeps/comparisons.py",
+        'hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)',
+        'hypotheses.setdefault((pair["eps"], pair["a"], pair["b"]), []).append(pair)',
+        (
+            "tests/test_sweep.py::test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equivalent",
+        ),
+    ),
+    Mutation(
         "K1",
         "the masking check triggers at a gap equal to its threshold",
         "fbat_tf/attacks/masking.py",
