@@ -441,10 +441,10 @@ def _finish(cell_dir: str, method: str, seed: int, flags: dict) -> None:
 
 @pytest.fixture
 def quiet_report(monkeypatch):
-    from fbat_tf.sweeps import cluster, scheduler
+    from fbat_tf.sweeps import scheduler
 
-    for module in (scheduler, cluster):
-        monkeypatch.setattr(module, "write_report", lambda *args: None)
+    # Both launchers rewrite the report through scheduler.rewrite_report.
+    monkeypatch.setattr(scheduler, "write_report", lambda *args: None)
 
 
 def _small(tmp_path):
@@ -519,6 +519,47 @@ def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(
     assert outcome.failed == [runs[0].name, "fastat-eps8-seed0"]
     assert not os.path.exists(os.path.join(out, "fastat-eps8-seed0"))
     assert os.path.exists(os.path.join(out, "standard-eps8-seed0", "eval-pgd.json"))
+
+
+def test_a_report_that_fails_after_a_cell_is_a_warning_and_the_cells_go_on(
+    tmp_path, monkeypatch, capsys
+):
+    """A report another process's half-written run trips up (or any report failure) stops no
+    cell: each one runs, stderr says why the report was not rewritten, and the next cell's
+    rewrite goes through."""
+    from fbat_tf.sweeps import scheduler
+
+    definition = _small(tmp_path)
+    out = str(tmp_path / "out")
+    runs = tuning.tuning_cells(definition)
+    written = []
+
+    def write_report(report, sweep_dir):
+        written.append(len(written))
+        if len(written) == 1:
+            raise TypeError("must be real number, not NoneType")
+
+    def run_cell(definition, cell, sweep_dir, code):
+        _finish(os.path.join(sweep_dir, cell.name), cell.method, cell.seed, cell.flags)
+        return {"train": 1.0, "evaluate": 0.0 if cell.stage == "tuning" else 1.0}
+
+    monkeypatch.setattr(scheduler, "write_report", write_report)
+    monkeypatch.setattr(scheduler, "run_cell", run_cell)
+    to_run = [*runs, *sweeps.expand(definition)]
+    outcome = scheduler.run_cells(definition, to_run, out, None, wait_seconds=0, say=print)
+    assert outcome.failed == [] and outcome.diverged == []
+    assert len(written) == len(to_run)  # tried after every cell, the first attempt failing
+    for cell in to_run:
+        assert finished(out, cell), cell.name
+    err = capsys.readouterr().err
+    assert err.count("the report was not rewritten after this cell") == 1
+    assert "(TypeError: must be real number, not NoneType)" in err
+
+
+def finished(out: str, cell) -> bool:
+    """Whether the cell's run finished (its results.json complete)."""
+    with open(os.path.join(out, cell.name, "results.json")) as f:
+        return json.load(f)["status"] == "complete"
 
 
 class _FakeRay(types.ModuleType):

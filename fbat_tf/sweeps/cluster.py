@@ -33,9 +33,15 @@ from typing import Any
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, steps, tuning
 from fbat_tf.sweeps.definition import Cell, Definition
-from fbat_tf.sweeps.report import write_report
-from fbat_tf.sweeps.results import cell_state, collect
-from fbat_tf.sweeps.scheduler import Outcome, duration, needs_check, plan, ready
+from fbat_tf.sweeps.results import cell_state
+from fbat_tf.sweeps.scheduler import (
+    Outcome,
+    duration,
+    needs_check,
+    plan,
+    ready,
+    rewrite_report,
+)
 
 INSTALL = 'pip install -e ".[cluster]"'
 
@@ -313,4 +319,4 @@ class _Driver:
             f"sweep {duration(time.perf_counter() - self.begin)} spent, about "
             f"{duration(left)} left"
         )
-        write_report(collect(self.definition, self.sweep_dir), self.sweep_dir)
+        rewrite_report(self.definition, self.sweep_dir)

@@ -157,6 +157,22 @@ def _unblocked(
     return kept
 
 
+def rewrite_report(definition: Definition, sweep_dir: str) -> None:
+    """The report, rewritten after a cell. Where that fails, a warning on standard error says
+    why and the cells go on: they are what the sweep is for, and the report is rewritten after
+    the next one (`sweep.py --report_only` rewrites it from the files at any time)."""
+    try:
+        write_report(collect(definition, sweep_dir), sweep_dir)
+    except Exception as error:  # noqa: BLE001 (whatever the report trips on, the cells go on)
+        print(
+            f"warning: {sweep_dir}: the report was not rewritten after this cell "
+            f"({type(error).__name__}: {error}); the cells go on, and `sweep.py --report_only` "
+            "rewrites it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def run_cells(
     definition: Definition,
     to_run: list[Cell],
@@ -219,7 +235,7 @@ def run_cells(
                 f"{counter}: trained in {duration(spent['train'])}, {done}; sweep "
                 f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left"
             )
-            write_report(collect(definition, sweep_dir), sweep_dir)
+            rewrite_report(definition, sweep_dir)
         on_tuning = _unblocked(definition, on_tuning, sweep_dir, outcome, waiting)
         if waiting:
             names = ", ".join(c.name for c in waiting[:3]) + (", ..." if len(waiting) > 3 else "")
