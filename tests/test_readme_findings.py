@@ -160,6 +160,24 @@ def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: in
     return checked
 
 
+def test_the_family_sizes_quoted_are_the_reports():
+    """How many comparisons README says Holm's correction covered in each report."""
+    words = {8: "8", 24: "24", 30: "thirty"}
+
+    def size(sweep: str) -> int:
+        with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
+            return json.load(f)["paired_family"]["size"]
+
+    text = " ".join(sections().values())
+    for sweep, phrase in (
+        ("fashion_mnist", "once Holm's correction covers the report's {} comparisons"),
+        ("fashion_mnist_fast", "the verdict after Holm's correction over the report's {} "),
+        ("fashion_mnist_fast", "before the correction for the report's {} comparisons"),
+        ("fashion_mnist_ig", "before Holm's correction over the report's {} (these fourteen"),
+    ):
+        assert phrase.format(words[size(sweep)]) in text, sweep
+
+
 def test_the_paired_study_table_is_the_reports_means_over_seeds():
     """README's table of the paired study, every method and ε over its five seeds."""
     heading = "Which fast method at which ε (Fashion-MNIST, paired seeds)"
