@@ -521,6 +521,33 @@ def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(
     assert os.path.exists(os.path.join(out, "standard-eps8-seed0", "eval-pgd.json"))
 
 
+def test_the_time_left_counts_the_cells_any_process_finished_and_shares_the_rest(tmp_path):
+    """Cells finished by any process are not left; the rest, at the mean of this process's
+    cells, are shared with each other live process holding a claim on one of them."""
+    from fbat_tf.sweeps import scheduler
+
+    definition = _small(tmp_path)
+    out = str(tmp_path / "out")
+    to_run = [*tuning.tuning_cells(definition), *sweeps.expand(definition)]
+    assert len(to_run) == 6  # 2 candidates × 2 tuning seeds, and 2 final cells
+    for cell in to_run[:2]:  # finished, whichever process ran them
+        _finish(os.path.join(out, cell.name), cell.method, cell.seed, cell.flags)
+    spent = [10.0, 20.0]  # this process's cells: 15 s each
+    assert scheduler.time_left(definition, to_run, out, spent) == pytest.approx(4 * 15.0)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        os.makedirs(os.path.join(out, "claims", "tuning"), exist_ok=True)
+        for cell in to_run[2:4]:  # two cells, one other process
+            with open(os.path.join(out, "claims", f"{cell.name}.json"), "w") as f:
+                json.dump({"host": __import__("socket").gethostname(), "pid": holder.pid}, f)
+        assert scheduler.time_left(definition, to_run, out, spent) == pytest.approx(4 * 15.0 / 2)
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its process gone, the claims are stale: this process alone again.
+    assert scheduler.time_left(definition, to_run, out, spent) == pytest.approx(4 * 15.0)
+
+
 def test_a_report_that_fails_after_a_cell_is_a_warning_and_the_cells_go_on(
     tmp_path, monkeypatch, capsys
 ):

@@ -157,6 +157,26 @@ def _unblocked(
     return kept
 
 
+def time_left(
+    definition: Definition, to_run: list[Cell], sweep_dir: str, spent_cells: list[float]
+) -> float:
+    """Seconds until the sweep's cells are done, at the mean of the cells this process ran: the
+    cells of `to_run` not finished yet (by any process), shared among this process and the
+    other live ones holding claims on them."""
+    unfinished = [
+        cell
+        for cell in to_run
+        if cell_state(os.path.join(sweep_dir, cell.name), definition) not in ("done", "diverged")
+    ]
+    others = {
+        (found.get("host"), found.get("pid"))
+        for found in (claims.owner(sweep_dir, cell.name) for cell in unfinished)
+        if found is not None
+    }
+    per_cell = sum(spent_cells) / len(spent_cells)
+    return len(unfinished) * per_cell / (1 + len(others))
+
+
 def rewrite_report(definition: Definition, sweep_dir: str) -> None:
     """The report, rewritten after a cell. Where that fails, a warning on standard error says
     why and the cells go on: they are what the sweep is for, and the report is rewritten after
@@ -182,7 +202,7 @@ def run_cells(
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Outcome:
     """Run the cells in order (tuning runs first), each claimed while it runs; one line per
-    cell (its time, the sweep's, and the time left at the mean of the cells run so far), the
+    cell (its time, the sweep's, and the time left, `time_left`), the
     report rewritten after each. Cells another live process holds are waited for, and so are
     final cells whose tuning pick is not written yet."""
     outcome = Outcome()
@@ -225,7 +245,7 @@ def run_cells(
             finally:
                 claim.release()
             spent_cells.append(sum(spent.values()))
-            left = (len(to_run) - ran) * sum(spent_cells) / len(spent_cells)
+            left = time_left(definition, to_run, sweep_dir, spent_cells)
             done = (
                 "validated (a tuning run: not evaluated)"
                 if cell.stage == "tuning"
