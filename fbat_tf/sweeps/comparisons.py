@@ -146,6 +146,10 @@ def most_robust(report: dict[str, Any]) -> dict[float, str]:
     return {eps: max(rows, key=lambda row: row[1])[0] for eps, rows in contenders(report).items()}
 
 
+# What Holm's correction sets on a comparison (paired.correct), shared by a pair listed twice.
+ADJUSTED = ("p_holm", "p_equivalence_holm", "correction", "family")
+
+
 def family(
     report: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], dict[tuple[float, str], dict[str, Any]]]:
@@ -181,10 +185,6 @@ def family(
     for pair in [*listed, *versus.values()]:
         _describe(pair)
     return listed, versus
-
-
-# What Holm's correction sets on a comparison (paired.correct), shared by a pair listed twice.
-ADJUSTED = ("p_holm", "p_equivalence_holm", "correction", "family")
 
 
 def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
