@@ -773,6 +773,37 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
     assert "| 8 | fastat | 4 | 0.4 | 40.0 | 1 |" in open(paths["markdown"]).read()
 
 
+def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
+    """Seeds whose run diverged have no number, so a comparison speaks of the other seeds (or
+    of none): its marks say how many runs diverged, in the table as in sweep.json."""
+    from fbat_tf.sweeps import comparisons
+
+    def cell(method, seed, eps, robust=None):
+        made = made_cell(method, seed, eps=eps, autoattack={} if robust is None else {eps: robust})
+        return made if robust is not None else dataclasses.replace(made, state="diverged")
+
+    report = {
+        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack", "eps": "own"}]},
+        "margin": 1.0,
+        "eps_values": [48.0, 76.0],
+        "comparisons": [["elle", "nfgsm"]],
+        "cells": [
+            cell("elle", 0, 48.0, 0.30),
+            cell("elle", 1, 48.0, 0.32),
+            cell("elle", 2, 48.0),
+            *[cell("nfgsm", s, 48.0, 0.40 + 0.01 * s) for s in range(3)],
+            *[cell("elle", s, 76.0) for s in range(3)],
+            *[cell("nfgsm", s, 76.0, 0.10) for s in range(3)],
+        ],
+    }
+    at48, at76 = comparisons.listed_comparisons(report)
+    assert at48["seeds"] == [0, 1] and "elle diverged in 1 of 3 runs" in at48["marks"]
+    assert at76["seeds"] == [] and at76["marks"] == ["elle diverged in 3 of 3 runs"]
+    table = "\n".join(comparisons.comparison_table(report))
+    assert "| 76 | elle | nfgsm | 0 | – |" in table
+    assert table.count("elle diverged in") == 2
+
+
 def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them(tmp_path):
     """Where every cell's AutoAttack file records its per-point outcomes, the comparison is the
     seeds × images model on them (the se of paired.crossed on the outcome matrix); where a cell

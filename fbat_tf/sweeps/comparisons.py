@@ -77,7 +77,9 @@ def _pair_marks(
 ) -> list[str]:
     """What weakens or qualifies a paired comparison: its cells ran different revisions or
     uncommitted code, or two runs of one seed started from different weights or data (their
-    fingerprints); and a cell's number that is the masking check's (sweeps/masking.py)."""
+    fingerprints); a cell's number that is the masking check's (sweeps/masking.py); and runs
+    of either side that diverged, whose seeds the comparison leaves out (it speaks only of the
+    runs that trained, or of none)."""
     cells_a, cells_b = ({c.seed: c for c in cells} for cells in (a, b))
     by_seed = [(cells_a[s], cells_b[s]) for s in seeds]
     cells = [cell for pair in by_seed for cell in pair]
@@ -91,6 +93,10 @@ def _pair_marks(
         marks.append("not paired")
     if readings.checked(cells, report, name):
         marks.append(readings.CHECKED)
+    for side in (a, b):
+        diverged = [cell for cell in side if cell.state == "diverged"]
+        if diverged:
+            marks.append(f"{side[0].variant} diverged in {len(diverged)} of {len(side)} runs")
     return marks
 
 
