@@ -203,6 +203,21 @@ OUTCOMES_A = outcome_strings([[0, 1, 0, 1], [0, 0, 1, 1], [1, 1, 1, 1]])
 OUTCOMES_B = outcome_strings([[1, 1, 0, 0], [1, 0, 0, 1], [0, 0, 0, 0]])
 
 
+def test_two_seeds_are_compared_over_seeds_only_even_with_their_outcomes():
+    """The first two seeds of the 3×4 example: with two seeds the seeds × images interval
+    undercovers (bench/records/interval_coverage.py), so the outcomes are left aside. Seed
+    differences 0 and 0 points: mean 0, and the step floor 25/√2 stands as the se (df 1)."""
+    a, b = {0: 0.5, 1: 0.5}, {0: 0.5, 1: 0.5}
+    two = ({s: OUTCOMES_A[s] for s in (0, 1)}, {s: OUTCOMES_B[s] for s in (0, 1)})
+    found = paired.compare(a, b, resolution=25.0, outcomes=two)
+    assert found["model"] == "seeds only" and found["images"] is None
+    assert found["mean"] == 0.0 and found["se"] == pytest.approx(25.0 / math.sqrt(2))
+    assert found["df"] == 1.0
+    # Asked for from two seeds on, the model is the crossed one on the 2×4 matrix.
+    crossed = paired.compare(a, b, resolution=25.0, outcomes=two, min_crossed_seeds=2)
+    assert crossed["model"] == "seeds × images" and crossed["images"] == 4
+
+
 def test_the_seeds_by_images_model_by_hand_on_a_3_by_4_matrix():
     a, b = {0: 0.5, 1: 0.5, 2: 1.0}, {0: 0.5, 1: 0.5, 2: 0.0}
     found = paired.compare(a, b, resolution=25.0, outcomes=(OUTCOMES_A, OUTCOMES_B))

@@ -323,6 +323,35 @@ def test_bench_readme_s_max_pooling_tables_are_the_committed_bench_run():
             assert row in text, row
 
 
+def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
+    """bench/README.md's coverage table and the ranges it states are bench/results/
+    interval_coverage.json's, the run of the command it names."""
+    with open(os.path.join(ROOT, "bench", "results", "interval_coverage.json")) as f:
+        found = json.load(f)
+    with open(os.path.join(ROOT, "bench", "README.md")) as f:
+        text = f.read().split("### The seeds × images interval with few seeds", 1)[1]
+    assert found["command"] == "python bench/records/interval_coverage.py --draws=2000"
+    assert f"`{found['command']}` wrote" in " ".join(text.split())
+    for row in found["rows"]:
+        crossed, seeds_only = row["crossed"], row["seeds_only"]
+        line = (
+            f"| {row['seeds']} | {row['tau']:g} | {crossed['coverage']:.3f} | "
+            f"{crossed['mean_width']:.1f} | {seeds_only['coverage']:.3f} | "
+            f"{seeds_only['mean_width']:.1f} |"
+        )
+        assert line in text, line
+
+    def percent_range(rows, key):
+        values = [100 * row[key]["coverage"] for row in rows]
+        return f"{min(values):.0f}-{max(values):.0f} %"
+
+    two = [row for row in found["rows"] if row["seeds"] == 2 and row["tau"] > 0]
+    more = [row for row in found["rows"] if row["seeds"] >= 3]
+    words = " ".join(text.split())
+    assert f"held the true difference in {percent_range(two, 'crossed')} of draws" in words
+    assert f"both models hold it in {percent_range(more, 'crossed')} of draws" in words
+
+
 def test_readme_s_deployment_figures_are_the_committed_bench_run():
     """README's "Deploying" quotes bench/results/deploy_demo.json, made from the committed run in
     results/deploy/ (its selected weights are there to export and attack again): each file's

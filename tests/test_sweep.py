@@ -775,12 +775,17 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
 
 def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
     """Seeds whose run diverged have no number, so a comparison speaks of the other seeds (or
-    of none): its marks say how many runs diverged, in the table as in sweep.json."""
+    of none): its marks say how many of the runs trained so far diverged, in the table as in
+    sweep.json."""
     from fbat_tf.sweeps import comparisons
 
     def cell(method, seed, eps, robust=None):
-        made = made_cell(method, seed, eps=eps, autoattack={} if robust is None else {eps: robust})
+        found = {} if robust is None else {eps: robust}
+        made = made_cell(method, seed, eps=eps, train={}, autoattack=found)
         return made if robust is not None else dataclasses.replace(made, state="diverged")
+
+    # A cell not run yet (no training record) counts among no side's runs.
+    waiting = dataclasses.replace(made_cell("elle", 3, eps=76.0), state="new")
 
     report = {
         "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack", "eps": "own"}]},
@@ -793,6 +798,7 @@ def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
             cell("elle", 2, 48.0),
             *[cell("nfgsm", s, 48.0, 0.40 + 0.01 * s) for s in range(3)],
             *[cell("elle", s, 76.0) for s in range(3)],
+            waiting,
             *[cell("nfgsm", s, 76.0, 0.10) for s in range(3)],
         ],
     }

@@ -94,9 +94,10 @@ def _pair_marks(
     if readings.checked(cells, report, name):
         marks.append(readings.CHECKED)
     for side in (a, b):
-        diverged = [cell for cell in side if cell.state == "diverged"]
+        trained = [cell for cell in side if cell.train is not None]
+        diverged = [cell for cell in trained if cell.state == "diverged"]
         if diverged:
-            marks.append(f"{side[0].variant} diverged in {len(diverged)} of {len(side)} runs")
+            marks.append(f"{side[0].variant} diverged in {len(diverged)} of {len(trained)} runs")
     return marks
 
 
@@ -113,6 +114,8 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
     accuracies = _by_seed(cells_a, name), _by_seed(cells_b, name)
     seeds = sorted(set(accuracies[0]) & set(accuracies[1]))
     outcomes, unusable = per_point_outcomes(cells_a, cells_b, name, accuracies, seeds)
+    if outcomes is not None and len(seeds) < paired.CROSSED_MIN_SEEDS:
+        unusable = f"{len(seeds)} seeds; the seeds × images model needs {paired.CROSSED_MIN_SEEDS}"
     points = len(next(iter(outcomes[0].values()))) if outcomes else evaluation.get("examples")
     found = paired.compare(
         *accuracies,
