@@ -120,8 +120,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "e": EVALUATIONS,
         "evaluation": EVALUATIONS,
         "evaluations[0]": EVALUATIONS,
-        "pair": PAIRED,
-        "row": COST_ROW,
         "payload": "sweep.json as write_report assembles it",
         "paths": "the paths write_report wrote, by kind",
     },

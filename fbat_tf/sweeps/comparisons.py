@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from fbat_tf.records import CellResult, Outcomes
 from fbat_tf.sweeps import paired, readings
@@ -149,22 +149,23 @@ def contenders(report: dict[str, Any]) -> dict[float, list[tuple[str, float]]]:
     return found
 
 
-def most_robust(report: dict[str, Any]) -> dict[float, str]:
-    """Per ε, the variant with the highest mean robust accuracy among the contenders (the first
-    listed where two tie)."""
-    return {eps: max(rows, key=lambda row: row[1])[0] for eps, rows in contenders(report).items()}
-
-
 # What Holm's correction sets on a comparison (paired.correct), shared by a pair listed twice.
 ADJUSTED = ("p_holm", "p_equivalence_holm", "correction", "family")
 
 
-def family(
-    report: dict[str, Any],
-) -> tuple[list[dict[str, Any]], dict[tuple[float, str], dict[str, Any]]]:
+class Family(NamedTuple):
+    """A report's comparisons, Holm-corrected together (`family`)."""
+
+    listed: list[dict[str, Any]]  # the definition's, at every ε where both variants ran
+    versus: dict[tuple[float, str], dict[str, Any]]  # (ε, contender) against the most robust
+    best: dict[float, str]  # per ε, the most robust contender (the first listed on a tie)
+    size: int  # m: the family's hypotheses with a p-value
+
+
+def family(report: dict[str, Any]) -> Family:
     """The report's comparisons, corrected together by Holm's method (paired.correct): the
-    definition's, at every ε where both variants ran, and each contender against the most
-    robust at its ε (keyed by ε and the contender). A pair in both, either way round, is one
+    definition's, at every ε where both variants ran, and each contender against the one with
+    the highest mean robust accuracy at its ε. A pair in both, either way round, is one
     hypothesis of the family (its p-values do not depend on the order) and gets one adjusted
     p-value; the uncorrected verdicts are kept."""
     listed = []
@@ -173,10 +174,11 @@ def family(
             pair = comparison(report, eps, a, b)
             if pair is not None:
                 listed.append(pair)
-    best = most_robust(report)
+    rows_by_eps = contenders(report)
+    best = {eps: max(rows, key=lambda row: row[1])[0] for eps, rows in rows_by_eps.items()}
     versus = {
         (eps, variant): comparison(report, eps, variant, best[eps])
-        for eps, rows in contenders(report).items()
+        for eps, rows in rows_by_eps.items()
         for variant, _ in rows
         if variant != best[eps]
     }
@@ -184,7 +186,7 @@ def family(
     for pair in [*listed, *versus.values()]:
         hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)
     one_each = [same[0] for same in hypotheses.values()]
-    paired.correct(one_each)
+    size = paired.correct(one_each)
     for first, *again in hypotheses.values():
         for pair in again:
             pair.update({key: first[key] for key in ADJUSTED})
@@ -193,13 +195,13 @@ def family(
             )
     for pair in [*listed, *versus.values()]:
         _describe(pair)
-    return listed, versus
+    return Family(listed, versus, best, size)
 
 
 def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The definition's comparisons at every ε where both variants ran, Holm-corrected in the
     report's family (`family`)."""
-    return family(report)[0]
+    return family(report).listed
 
 
 def interval_words(found: dict[str, Any] | None) -> str:

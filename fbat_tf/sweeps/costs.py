@@ -43,8 +43,7 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
     steps where a cost bench gives one."""
     name = readings.evaluations(report)[-1]["name"]
     timing = measured_time(report)
-    best = comparisons.most_robust(report)
-    versus = comparisons.family(report)[1]
+    compared = comparisons.family(report)
     per_eps: dict[float, list[dict[str, Any]]] = {}
     for (variant, eps), cells in readings.groups(report["cells"]).items():
         # Runs still training (no optimizer steps recorded yet) are priced once they finish.
@@ -61,8 +60,8 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "seeds": len(robust),
             # Its robustness holds masking-checked numbers (sweeps/masking.py).
             "marks": [readings.CHECKED] if readings.checked(cells, report, name) else [],
-            "most_robust": variant == best[eps],
-            "versus_best": versus.get((eps, variant)),
+            "most_robust": variant == compared.best[eps],
+            "versus_best": compared.versus.get((eps, variant)),
         }
         if timing:
             step = timing["step_seconds"].get(cells[0].train.cost_variant)

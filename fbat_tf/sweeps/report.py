@@ -14,7 +14,7 @@ from typing import Any
 from fbat_tf import records
 from fbat_tf.records import CellResult
 from fbat_tf.sweeps import estimate, masking, readings
-from fbat_tf.sweeps.comparisons import comparison_table, listed_comparisons
+from fbat_tf.sweeps.comparisons import comparison_table, family
 from fbat_tf.sweeps.costs import cost_rows, cost_table
 from fbat_tf.sweeps.paper import paper_rows, paper_table
 from fbat_tf.sweeps.plots import PLOTS, PLOTTERS
@@ -219,15 +219,13 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
-    payload["paired_comparisons"] = listed_comparisons(report)
-    # The family Holm's correction covers (comparisons.family): the rows of paired_comparisons
-    # and the comparisons with the most robust in robust_vs_cost, a pair in both once, those
-    # with a p-value.
-    versus = [row["versus_best"] for rows in payload["robust_vs_cost"].values() for row in rows]
-    sizes = {pair["family"] for pair in [*payload["paired_comparisons"], *versus] if pair}
+    compared = family(report)
+    payload["paired_comparisons"] = compared.listed
+    # The family Holm's correction covers: the rows of paired_comparisons and the comparisons
+    # with the most robust in robust_vs_cost, a pair in both once, those with a p-value.
     payload["paired_family"] = {
         "rows": ["paired_comparisons", "robust_vs_cost"],
-        "size": sizes.pop() if sizes else 0,
+        "size": compared.size,
         "correction": "holm",
     }
     text = json.dumps(records.finite_or_null(payload), indent=2, allow_nan=False)
