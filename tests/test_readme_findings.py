@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = r"([+-]\d+\.\d)"
@@ -249,6 +250,86 @@ def test_the_fab_t_share_quoted_is_the_benchs_over_every_committed_evaluation():
     ) in build
     with open(os.path.join(ROOT, "bench", "README.md")) as f:
         assert f"{broke} of {examples} examples." in f.read()
+
+
+def test_the_paired_study_s_comparisons_of_means_are_its_cells():
+    """What the paired-study section says of means the report does not pair: GradAlign's spread
+    at ε = 48 the widest, its mean below PGD-2-AT's and both Fast-BATs' at 48 and 76, and how
+    far first-order Fast-BAT's mean lies above Fast-AT's at each ε."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+        cells = json.load(f)["cells"]
+    text = sections()["Which fast method at which ε (Fashion-MNIST, paired seeds)"]
+
+    def autoattack(variant: str, eps: int) -> list[float]:
+        return [
+            100 * c["autoattack"]["robust_accuracy"][str(eps)]
+            for c in cells
+            if c["variant"] == variant and c["eps"] == float(eps)
+        ]
+
+    variants = sorted({c["variant"] for c in cells})
+    spread = {v: statistics.stdev(autoattack(v, 48)) for v in variants}
+    assert max(spread, key=spread.get) == "fastat_ga"
+    assert "GradAlign's spread over seeds is the widest" in text
+    for eps in (48, 76):
+        below = statistics.fmean(autoattack("fastat_ga", eps))
+        for other in ("pgd", "fastbat ig=none", "fastbat ig=hessian_free"):
+            assert below < statistics.fmean(autoattack(other, eps)), (other, eps)
+    assert "and below PGD-2-AT and both Fast-BATs in mean at 48 and 76" in text
+    above = [
+        statistics.fmean(autoattack("fastbat ig=none", eps))
+        - statistics.fmean(autoattack("fastat", eps))
+        for eps in (16, 48, 76)
+    ]
+    assert (
+        f"its means lie {above[0]:.1f} points above Fast-AT's at 16, {above[1]:.1f} at 48 and "
+        f"{above[2]:.1f} at 76"
+    ) in text
+
+
+def test_the_implicit_term_s_weight_and_the_tuned_lambda_are_as_readme_says():
+    """'at that weight its norm is 0.2–0.3 % of the first-order term's' (the paired study's IG
+    ratio at every ε), and 'each doubling of 1/λ beyond it, to 10,000/255, raised the mean
+    validation robust accuracy at ε = 48 and 76' (the tuned study's tuning.json, every Fast-BAT
+    unit, at each implicit weight tried at every 1/λ)."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+        cells = json.load(f)["cells"]
+    ratios = [
+        c["train"]["ig_norm_ratio"] for c in cells if c["variant"] == "fastbat ig=hessian_free"
+    ]
+    means = {
+        eps: statistics.fmean(
+            c["train"]["ig_norm_ratio"]
+            for c in cells
+            if c["variant"] == "fastbat ig=hessian_free" and c["eps"] == eps
+        )
+        for eps in (16.0, 48.0, 76.0)
+    }
+    low, high = min(means.values()), max(means.values())
+    assert len(ratios) == 15
+    text = sections()["Where Fast-BAT's implicit term pays (Fashion-MNIST)"]
+    assert f"its norm is {100 * low:.1f}–{100 * high:.1f} % of the first-order term's" in text
+
+    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
+        picks = json.load(f)["picks"]
+    checked = 0
+    for unit, entry in picks.items():
+        if not unit.startswith("fastbat-"):
+            continue
+        by_weight: dict = {}
+        for candidate in entry["candidates"]:
+            flags = candidate["flags"]
+            by_weight.setdefault(flags.get("ig_coef"), {})[flags["lambda_inv"]] = candidate["mean"]
+        for weight, by_lambda in by_weight.items():
+            if sorted(by_lambda) != [2500, 5000, 10000]:
+                continue  # c = the exact 1/λ: one 1/λ each
+            assert by_lambda[2500] < by_lambda[5000] < by_lambda[10000], (unit, weight)
+            checked += 1
+    assert checked == 6  # first-order at 48 and 76; c = 0.1 and 1 at each
+    assert (
+        "each doubling of 1/λ beyond it, to 10,000/255, raised the mean validation robust "
+        "accuracy at ε = 48 and 76"
+    ) in text
 
 
 def test_the_paired_study_s_other_figures_are_its_files():
