@@ -114,8 +114,6 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
     accuracies = _by_seed(cells_a, name), _by_seed(cells_b, name)
     seeds = sorted(set(accuracies[0]) & set(accuracies[1]))
     outcomes, unusable = per_point_outcomes(cells_a, cells_b, name, accuracies, seeds)
-    if outcomes is not None and len(seeds) < paired.CROSSED_MIN_SEEDS:
-        unusable = f"{len(seeds)} seeds; the seeds × images model needs {paired.CROSSED_MIN_SEEDS}"
     points = len(next(iter(outcomes[0].values()))) if outcomes else evaluation.get("examples")
     found = paired.compare(
         *accuracies,
@@ -124,6 +122,8 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
         outcomes=outcomes,
     )
     marks = _pair_marks(cells_a, cells_b, found["seeds"], report, name)
+    if outcomes is not None and found["model"] == paired.SEEDS_ONLY:  # paired.compare's rule
+        unusable = f"{len(seeds)} seeds; the seeds × images model needs {paired.CROSSED_MIN_SEEDS}"
     if found["model"] == paired.SEEDS_ONLY and found["interval"] is not None:
         marks.append(f"seeds only ({unusable})" if unusable else "seeds only")
     found.update(eps=eps, a=a, b=b, marks=marks)
