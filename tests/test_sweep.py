@@ -410,6 +410,22 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     assert sweeps.collect(definition, out)["definition"] == "tiny.json"
 
 
+def test_a_cell_between_its_attacks_joins_the_main_table_when_its_last_attack_is_in(tmp_path):
+    """An interim report: seed 1 has its PGD evaluation and not yet AutoAttack. The main
+    table's clean, PGD and AutoAttack means are all over seed 0 alone, as its seeds column
+    says, not PGD and clean over two seeds beside AutoAttack over one."""
+    path = write_definition(tmp_path, [{"method": ["fastat"], "eps": [8], "seed": [0, 1]}])
+    out = str(tmp_path / "out")
+    _fake_cell(out, "fastat-eps8-seed0", clean=0.8, pgd={8: 0.5}, aa=0.4, val_robust=[0.4])
+    _fake_cell(out, "fastat-eps8-seed1", clean=0.6, pgd={8: 0.3}, aa=0.2, val_robust=[0.4])
+    os.remove(os.path.join(out, "fastat-eps8-seed1", sweeps.EVAL_AUTOATTACK))
+    report = sweeps.collect(sweeps.load_definition(path), out)
+    table = sweeps.markdown(report)
+    assert "| fastat | 8 | 1/2 | 80.0 | 50.0 | 40.0 |" in table
+    # The across-budgets table reads each evaluation alone: PGD at 8 over both seeds.
+    assert "| fastat | 8 | 40.0 ± 14.1 |" in table
+
+
 def test_report_names_each_variant_by_the_title_its_runs_recorded(tmp_path):
     path = write_definition(
         tmp_path, [{"method": ["fastbat"], "eps": [8], "ig_coef": [0, 0.1], "seed": [0]}]

@@ -56,10 +56,10 @@ def _dagger(cells: Sequence[CellResult]) -> str:
 UNUSABLE = "§"
 
 
-def _robust_text(cells: list[CellResult], done: list[CellResult], name: str) -> str:
-    """A group's robust accuracy; where a done cell's value was unusable (its file holds no
-    accuracy), on how many seeds, marked."""
-    values = readings.attacked(cells, name)
+def _robust_text(done: list[CellResult], name: str) -> str:
+    """A group's robust accuracy over its done cells; where a value was unusable (its file
+    holds no accuracy), on how many seeds, marked."""
+    values = readings.attacked(done, name)
     text = readings.percent(values)
     if len(values) < len(done):
         text += f" ({len(values)} of {len(done)} seeds {UNUSABLE})"
@@ -164,11 +164,13 @@ def markdown(report: dict[str, Any]) -> str:
         overfit = "; ".join(",".join(map(str, c.train.overfitting_epochs)) or "–" for c in trained)
         ratio = readings.trained(cells, lambda train: train.ig_norm_ratio)
         inactive = readings.trained(cells, lambda train: train.inactive_fraction)
-        robust = " | ".join(_robust_text(cells, done, e["name"]) for e in evaluations)
-        checked = any(readings.checked(cells, report, e["name"]) for e in evaluations)
+        # Every figure is over the same cells, those with every evaluation: a cell between its
+        # attacks (an interim report) joins the means when its last attack is in.
+        robust = " | ".join(_robust_text(done, e["name"]) for e in evaluations)
+        checked = any(readings.checked(done, report, e["name"]) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
-        clean = readings.percent(readings.clean(cells, report))
+        clean = readings.percent(readings.clean(done, report))
         seconds = readings.number(readings.trained(cells, lambda train: train.seconds_per_epoch))
         lines.append(
             f"| {label} | {eps:g} | {len(done)}/{len(cells)} | "
