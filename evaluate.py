@@ -182,6 +182,7 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
     if not data.needs_tensorflow(dataset, common.DATA_DIR.value):
         try:
             data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
+            data.check_local_files(dataset, common.DATA_DIR.value)
         except (ValueError, FileNotFoundError) as error:
             sys.exit(f"error: {error}")
 

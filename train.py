@@ -120,7 +120,8 @@ def checked_state(workdir: str, current: dict[str, str]) -> str:
 def checked_early(workdir: str) -> None:
     """What checked_config checks that needs no TensorFlow, before it loads: the flags' types,
     a built-in method's options, threat model and strategy (its rules), and data in local
-    files; a bad one exits with its message. What the device settles ("auto") is not read."""
+    files, decoded whole; a bad one exits with its message. What the device settles ("auto")
+    is not read."""
     from fbat_tf import data, methods
 
     try:
@@ -129,6 +130,7 @@ def checked_early(workdir: str) -> None:
             check_method(config)
         if not data.needs_tensorflow(config.dataset, config.data_dir):
             data.check_available(config.dataset, config.data_dir, config.download)
+            data.check_local_files(config.dataset, config.data_dir)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 
@@ -145,7 +147,6 @@ def checked_config(workdir: str):
             config = dataclasses.replace(config, verbose=2)
         check_method(config)
         source = data.check_available(config.dataset, config.data_dir, config.download)
-        data.check_local_files(config.dataset, config.data_dir, config.download)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
     return config, source

@@ -47,7 +47,7 @@ import tensorflow_datasets as tfds
 
 from fbat_tf import data
 from fbat_tf.data import augment, local, tfds_source
-from tests.commands import NO_TENSORFLOW
+from tests.commands import NO_TENSORFLOW, python_command
 from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
@@ -1005,18 +1005,24 @@ def test_cifar_labels_that_are_not_the_classes_are_refused_naming_the_file(tmp_p
     assert local.read(found, "train", 10)[1].dtype == np.int32
 
 
-def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the_file(tmp_path):
+def _bad_test_label(folder) -> str:
+    """Fashion-MNIST's files in `folder`, the sixth test label made 200; the labels' path."""
     for name in os.listdir(FASHION_DIR):
-        shutil.copy(os.path.join(FASHION_DIR, name), tmp_path / name)
-    labels_path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+        shutil.copy(os.path.join(FASHION_DIR, name), folder / name)
+    labels_path = folder / "t10k-labels-idx1-ubyte.gz"
     with gzip.open(labels_path, "rb") as f:
         raw = bytearray(f.read())
-    raw[8 + 5] = 200  # the sixth test label
+    raw[8 + 5] = 200
     with gzip.open(labels_path, "wb") as f:
         f.write(bytes(raw))
+    return str(labels_path)
+
+
+def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the_file(tmp_path):
+    """Before TensorFlow loads: with TensorFlow unimportable, the bad label is what stops it."""
+    labels_path = _bad_test_label(tmp_path)
     done = subprocess.run(
-        [
-            sys.executable,
+        python_command(
             os.path.join(ROOT, "train.py"),
             "--dataset=fashion_mnist",
             f"--data_dir={tmp_path}",
@@ -1028,7 +1034,8 @@ def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the
             "--eval_examples=64",
             "--noexport",
             f"--workdir={tmp_path / 'run'}",
-        ],
+            prelude=NO_TENSORFLOW,
+        ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -1039,6 +1046,32 @@ def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the
         f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
     ], done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_bad_test_label_stops_evaluate_py_before_tensorflow_loads(tmp_path):
+    """evaluate.py of a committed run on damaged local files: one line naming the file, before
+    TensorFlow loads (it is unimportable here), and no results file."""
+    labels_path = _bad_test_label(tmp_path)
+    run = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+    done = subprocess.run(
+        python_command(
+            os.path.join(ROOT, "evaluate.py"),
+            f"--model_path={run}",
+            f"--data_dir={tmp_path}",
+            f"--results={tmp_path / 'eval.json'}",
+            prelude=NO_TENSORFLOW,
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
+    ], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "eval.json").exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not-gzip"])

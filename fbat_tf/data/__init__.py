@@ -35,9 +35,9 @@ prepared).
 
 Everything but ImageNet is decoded once per process into memory (uint8) and batched from there.
 
-Importing the package loads no TensorFlow, and neither do `names`, `info` and `check_available`
-where local files are found: `load` and the splits' names come from `loader` on first use, and
-TFDS is imported when it is asked.
+Importing the package loads no TensorFlow, and neither do `names`, `info`, `check_available` and
+`check_local_files` where local files are found: `load` and the splits' names come from `loader`
+on first use, and TFDS is imported when it is asked.
 
 Modules: `registry` (the datasets and their static facts; adding a dataset is one entry there,
 and a reader in `local` for a new local file format), `sources` (where the data comes from,
@@ -49,6 +49,7 @@ from fbat_tf.data.registry import DatasetInfo, info, names
 from fbat_tf.data.sources import (
     DatasetNotFoundError,
     check_available,
+    check_local_files,
     needs_tensorflow,
     use_tfds_source,
 )
@@ -59,7 +60,6 @@ _LOADER = (
     "HELD_OUT_SEED",
     "SPLITS",
     "VALIDATION_SOURCES",
-    "check_local_files",
     "held_out",
     "load",
     "points",

@@ -10,7 +10,6 @@ batched from there; ImageNet is streamed from TFDS and decoded per example.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf.data import augment as augment_lib
-from fbat_tf.data import local, pipeline, registry, sources
+from fbat_tf.data import pipeline, registry, sources
 
 SPLITS = ("train", "validation", "train_full", "test")
 # Where the validation split comes from: the training split's last tenth, or half the test split.
@@ -192,48 +191,16 @@ def _held_out_arrays(
 
 
 # Decoded splits, so that "train" and "validation" in one process decode the files once.
-# A few entries at most: each holds a whole split (CIFAR: 150 MB, Tiny-ImageNet: 1.2 GB).
-_ARRAY_CACHE: collections.OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = (
-    collections.OrderedDict()
-)
-_ARRAY_CACHE_SIZE = 4
-
-
 def _arrays(
     entry: registry.Entry, source: sources.Source, part: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    def read() -> tuple[np.ndarray, np.ndarray]:
-        if source.local_files is not None:
-            return local.read(source.local_files, part, entry.info.num_classes)
-        tfds_split = entry.tfds_test_split if part == "test" else "train"
+    if source.local_files is not None:
+        return sources.local_arrays(entry, source.local_files, part)
+    tfds_split = entry.tfds_test_split if part == "test" else "train"
+    if not source.tfds.cache_decoded:
         return source.tfds.read_arrays(source.builder, tfds_split)
-
-    if source.local_files is not None:
-        key = ("local", source.local_files.format_name, source.local_files.path, part)
-    elif source.tfds.cache_decoded:
-        key = ("tfds", entry.tfds_name, source.tfds.prepared_path(source.builder), part)
-    else:
-        return read()
-    if key not in _ARRAY_CACHE:
-        images, labels = read()
-        images.flags.writeable = False
-        labels.flags.writeable = False
-        _ARRAY_CACHE[key] = (images, labels)
-        while len(_ARRAY_CACHE) > _ARRAY_CACHE_SIZE:
-            _ARRAY_CACHE.popitem(last=False)
-    _ARRAY_CACHE.move_to_end(key)
-    return _ARRAY_CACHE[key]
-
-
-def check_local_files(name: str, data_dir: str | None = None, download: bool = True) -> None:
-    """Decode a dataset's local files, both splits, so that a bad file (labels outside the
-    classes, say) stops a program before it trains, not at its final test; ValueError naming
-    the file. The decoded splits stay cached for the run. Nothing for TFDS data."""
-    entry = registry.lookup(name)
-    source = sources.resolve(entry, data_dir, download)
-    if source.local_files is not None:
-        for part in ("train", "test"):
-            _arrays(entry, source, part)
+    key = ("tfds", entry.tfds_name, source.tfds.prepared_path(source.builder), part)
+    return sources.decoded(key, lambda: source.tfds.read_arrays(source.builder, tfds_split))
 
 
 def _check_batchable(name: str, split: str, count: int, options: dict) -> None:
