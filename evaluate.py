@@ -182,7 +182,9 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
     if not data.needs_tensorflow(dataset, common.DATA_DIR.value):
         try:
             data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
-            data.check_local_files(dataset, common.DATA_DIR.value)
+            # The test split is all it reads but where it evaluates a validation split.
+            parts = ("test",) if eval_flags.SPLIT.value == "test" else ("train", "test")
+            data.check_local_files(dataset, common.DATA_DIR.value, parts)
         except (ValueError, FileNotFoundError) as error:
             sys.exit(f"error: {error}")
 

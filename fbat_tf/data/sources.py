@@ -116,15 +116,17 @@ def local_arrays(entry: registry.Entry, found: local.LocalFiles, part: str):
     return decoded(key, lambda: local.read(found, part, entry.info.num_classes))
 
 
-def check_local_files(name: str, data_dir: str | None = None) -> None:
-    """Decode a dataset's local files, both parts, so that a bad file (labels outside the
+def check_local_files(
+    name: str, data_dir: str | None = None, parts: tuple[str, ...] = ("train", "test")
+) -> None:
+    """Decode the `parts` of a dataset's local files, so that a bad file (labels outside the
     classes, say) stops a program before it trains, not at its final test; ValueError naming
     the file. Needs no TensorFlow, so a program can check before it loads it; the decoded parts
     stay kept for the run. Nothing for TFDS data."""
     entry = registry.lookup(name)
     found = _find_local(entry, data_dir)
     if found is not None:
-        for part in ("train", "test"):
+        for part in parts:
             local_arrays(entry, found, part)
 
 
