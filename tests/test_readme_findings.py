@@ -431,6 +431,21 @@ def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
     words = " ".join(text.split())
     assert f"held the true difference in {percent_range(two, 'crossed')} of draws" in words
     assert f"both models hold it in {percent_range(more, 'crossed')} of draws" in words
+    # DESIGN.md §5.5 and paired.py's docstring give the reason for CROSSED_MIN_SEEDS with the
+    # same run's ranges.
+    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
+        design = " ".join(f.read().split())
+    assert (
+        f"held the true difference in {percent_range(two, 'crossed')} of draws with a seed "
+        f"effect, against {percent_range(more, 'crossed')} from 3 seeds"
+    ) in design
+    with open(os.path.join(ROOT, "fbat_tf", "sweeps", "paired.py")) as f:
+        docstring = " ".join(f.read().split())
+    assert (
+        f"held the true difference in {percent_range(two, 'crossed')} of simulated draws with "
+        f"a seed effect (bench/records/interval_coverage.py; "
+        f"{percent_range(more, 'crossed')} from three seeds on)"
+    ) in docstring
 
 
 def test_readme_s_deployment_figures_are_the_committed_bench_run():
