@@ -4,6 +4,7 @@ that no finding is written by hand."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -460,6 +461,10 @@ def test_readme_s_deployment_figures_are_the_committed_bench_run():
     assert found["workdir"] == os.path.join("results", "deploy", "fmnist-fastbat")
     weights = os.path.join(ROOT, found["workdir"], "checkpoints", "best.weights.h5")
     assert os.path.getsize(weights) < 1_000_000
+    # The figures are those of the committed weights, not of a file put in their place since.
+    assert found["weights"]["path"] == os.path.relpath(weights, ROOT)
+    with open(weights, "rb") as f:
+        assert found["weights"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
     text = sections()["Deploying"]
     for size in found["bytes"].values():
         assert f"{size / 1000:.0f} KB" in text, size

@@ -18,6 +18,7 @@ bench/results/deploy_demo/.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -73,19 +74,28 @@ def whole_split(version: str) -> dict[str, dict]:
     return found
 
 
-def recheck(path: str, results: str) -> dict:
+def recheck(path: str, results: str, kept: str) -> dict:
     """evaluate.py's accuracies for the model at `path` on the first 256 test images (its JSON
-    at `results`)."""
+    written at `results`, to be kept at `kept`)."""
     command = [sys.executable, "evaluate.py", f"--model_path={path}"]
     command += [f"--n_examples={RECHECK_EXAMPLES}", f"--results={results}"]
     subprocess.run(command, cwd=ROOT, check=True)
     found = EvaluationResult.load(results)
     return {
-        "results": os.path.relpath(results, ROOT),
+        "results": os.path.relpath(kept, ROOT),
         "examples": found.examples,
         "clean_accuracy": found.clean_accuracy,
         "robust_accuracy": {r.key: r.robust_accuracy for r in found.robust},
     }
+
+
+def weights(workdir: str) -> dict[str, str]:
+    """The selected weights the export was made from, and their SHA-256: the figures belong to
+    that file, and to no other put in its place."""
+    path = os.path.join(workdir, "checkpoints", "best.weights.h5")
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return {"path": os.path.relpath(os.path.abspath(path), ROOT), "sha256": digest}
 
 
 def sizes(version: str) -> dict[str, int]:
@@ -142,11 +152,15 @@ def main() -> None:
             f.write(table(payload) + "\n")
         return
     evaluations = os.path.join(OUT, "deploy_demo")
-    os.makedirs(evaluations, exist_ok=True)
     directory = tempfile.mkdtemp(prefix="deploy_demo_")
+    # evaluate.py never overwrites a result: each writes into the temporary folder, and the
+    # run's evaluations replace the committed ones once every one of them is in.
+    written = os.path.join(directory, "evaluations")
+    os.makedirs(written)
     try:
         version = export(args.workdir, os.path.join(directory, "export"))
         payload = {"workdir": os.path.relpath(os.path.abspath(args.workdir), ROOT)}
+        payload["weights"] = weights(args.workdir)
         payload["bytes"] = sizes(version)
         payload["whole_split"] = whole_split(version)
         (source,) = {v["source_clean_accuracy"] for v in payload["whole_split"].values()}
@@ -156,8 +170,11 @@ def main() -> None:
             ("SavedModel", version),
             *((n, os.path.join(version, n)) for n in FILES),
         ):
-            results = os.path.join(evaluations, f"{name}.json")
-            payload["recheck"][name] = recheck(path, results)
+            results, kept = (os.path.join(d, f"{name}.json") for d in (written, evaluations))
+            payload["recheck"][name] = recheck(path, results, kept)
+        os.makedirs(evaluations, exist_ok=True)
+        for name in os.listdir(written):
+            shutil.move(os.path.join(written, name), os.path.join(evaluations, name))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     publish(
