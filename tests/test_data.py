@@ -1018,14 +1018,11 @@ def _bad_test_label(folder) -> str:
     return str(labels_path)
 
 
-def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the_file(tmp_path):
-    """Before TensorFlow loads: with TensorFlow unimportable, the bad label is what stops it."""
-    labels_path = _bad_test_label(tmp_path)
-    done = subprocess.run(
-        python_command(
-            os.path.join(ROOT, "train.py"),
+# What each program is run with on the damaged files, and the path it would write.
+_ON_BAD_DATA = {
+    "train.py": (
+        [
             "--dataset=fashion_mnist",
-            f"--data_dir={tmp_path}",
             "--model=small_cnn",
             "--width=4",
             "--epochs=1",
@@ -1033,32 +1030,34 @@ def test_idx_test_labels_beyond_the_classes_stop_train_py_in_one_line_naming_the
             "--val_examples=64",
             "--eval_examples=64",
             "--noexport",
-            f"--workdir={tmp_path / 'run'}",
-            prelude=NO_TENSORFLOW,
-        ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode != 0
-    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert lines == [
-        f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
-    ], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+            "--workdir={out}",
+        ],
+        "run",
+    ),
+    # A committed run's selected weights, evaluated on the damaged test file.
+    "evaluate.py": (
+        [
+            f"--model_path={os.path.join(ROOT, 'results', 'deploy', 'fmnist-fastbat')}",
+            "--results={out}",
+        ],
+        "eval.json",
+    ),
+}
 
 
-def test_a_bad_test_label_stops_evaluate_py_before_tensorflow_loads(tmp_path):
-    """evaluate.py of a committed run on damaged local files: one line naming the file, before
-    TensorFlow loads (it is unimportable here), and no results file."""
+@pytest.mark.parametrize("program", sorted(_ON_BAD_DATA))
+def test_a_test_label_beyond_the_classes_stops_a_program_before_tensorflow_loads(tmp_path, program):
+    """train.py and evaluate.py on local files whose test labels hold a 200: one line naming
+    the file, before TensorFlow loads (it is unimportable here, so nothing later can be what
+    stopped them), and nothing written."""
     labels_path = _bad_test_label(tmp_path)
-    run = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+    words, written = _ON_BAD_DATA[program]
+    out = tmp_path / written
     done = subprocess.run(
         python_command(
-            os.path.join(ROOT, "evaluate.py"),
-            f"--model_path={run}",
+            os.path.join(ROOT, program),
             f"--data_dir={tmp_path}",
-            f"--results={tmp_path / 'eval.json'}",
+            *(word.format(out=out) for word in words),
             prelude=NO_TENSORFLOW,
         ),
         cwd=ROOT,
@@ -1071,7 +1070,7 @@ def test_a_bad_test_label_stops_evaluate_py_before_tensorflow_loads(tmp_path):
     assert lines == [
         f"error: {labels_path}: label 200 (example 5) is outside the dataset's 10 classes (0 to 9)"
     ], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and not (tmp_path / "eval.json").exists()
+    assert "Traceback" not in done.stderr and not out.exists()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
