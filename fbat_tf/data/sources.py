@@ -109,7 +109,9 @@ def decoded(
     return _DECODED[key]
 
 
-def local_arrays(entry: registry.Entry, found: local.LocalFiles, part: str):
+def local_arrays(
+    entry: registry.Entry, found: local.LocalFiles, part: str
+) -> tuple[np.ndarray, np.ndarray]:
     """The "train" or "test" part of local files, decoded once (`decoded`); ValueError naming
     the file where it is bad."""
     key = ("local", found.format_name, found.path, part)
