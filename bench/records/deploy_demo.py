@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from harness import publish  # noqa: E402
 
 from fbat_tf.records import EvaluationResult  # noqa: E402
+from fbat_tf.run import Run  # noqa: E402
 
 DEMO = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
 OUT = os.path.join(ROOT, "bench", "results")
@@ -92,7 +93,7 @@ def recheck(path: str, results: str, kept: str) -> dict:
 def weights(workdir: str) -> dict[str, str]:
     """The selected weights the export was made from, and their SHA-256: the figures belong to
     that file, and to no other put in its place."""
-    path = os.path.join(workdir, "checkpoints", "best.weights.h5")
+    path = Run(workdir).best_weights  # what `python -m export --workdir` exports
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     return {"path": os.path.relpath(os.path.abspath(path), ROOT), "sha256": digest}

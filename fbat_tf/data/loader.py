@@ -190,7 +190,8 @@ def _held_out_arrays(
     return images, labels
 
 
-# Decoded splits, so that "train" and "validation" in one process decode the files once.
+# A part's arrays, decoded once per process (sources.decoded), so that "train" and "validation"
+# in one process decode the files once, and train.py's early check decodes them for the run.
 def _arrays(
     entry: registry.Entry, source: sources.Source, part: str
 ) -> tuple[np.ndarray, np.ndarray]:
