@@ -1005,11 +1005,12 @@ def test_cifar_labels_that_are_not_the_classes_are_refused_naming_the_file(tmp_p
     assert local.read(found, "train", 10)[1].dtype == np.int32
 
 
-def _bad_test_label(folder) -> str:
-    """Fashion-MNIST's files in `folder`, the sixth test label made 200; the labels' path."""
+def _bad_label(folder, labels: str = "t10k-labels-idx1-ubyte.gz") -> str:
+    """Fashion-MNIST's files in `folder`, the sixth label of `labels` (the test file's unless
+    named) made 200; the labels' path."""
     for name in os.listdir(FASHION_DIR):
         shutil.copy(os.path.join(FASHION_DIR, name), folder / name)
-    labels_path = folder / "t10k-labels-idx1-ubyte.gz"
+    labels_path = folder / labels
     with gzip.open(labels_path, "rb") as f:
         raw = bytearray(f.read())
     raw[8 + 5] = 200
@@ -1018,9 +1019,11 @@ def _bad_test_label(folder) -> str:
     return str(labels_path)
 
 
-# What each program is run with on the damaged files, and the path it would write.
+_DEMO_RUN = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+# Per case: the program, its words, the path it would write, and the labels file damaged.
 _ON_BAD_DATA = {
     "train.py": (
+        "train.py",
         [
             "--dataset=fashion_mnist",
             "--model=small_cnn",
@@ -1033,25 +1036,32 @@ _ON_BAD_DATA = {
             "--workdir={out}",
         ],
         "run",
+        "t10k-labels-idx1-ubyte.gz",
     ),
     # A committed run's selected weights, evaluated on the damaged test file.
     "evaluate.py": (
-        [
-            f"--model_path={os.path.join(ROOT, 'results', 'deploy', 'fmnist-fastbat')}",
-            "--results={out}",
-        ],
+        "evaluate.py",
+        [f"--model_path={_DEMO_RUN}", "--results={out}"],
         "eval.json",
+        "t10k-labels-idx1-ubyte.gz",
+    ),
+    # Its validation split is the training file's last tenth: that file is checked too.
+    "evaluate.py --split=validation": (
+        "evaluate.py",
+        [f"--model_path={_DEMO_RUN}", "--split=validation", "--results={out}"],
+        "eval.json",
+        "train-labels-idx1-ubyte.gz",
     ),
 }
 
 
-@pytest.mark.parametrize("program", sorted(_ON_BAD_DATA))
-def test_a_test_label_beyond_the_classes_stops_a_program_before_tensorflow_loads(tmp_path, program):
-    """train.py and evaluate.py on local files whose test labels hold a 200: one line naming
-    the file, before TensorFlow loads (it is unimportable here, so nothing later can be what
-    stopped them), and nothing written."""
-    labels_path = _bad_test_label(tmp_path)
-    words, written = _ON_BAD_DATA[program]
+@pytest.mark.parametrize("case", sorted(_ON_BAD_DATA))
+def test_a_label_beyond_the_classes_stops_a_program_before_tensorflow_loads(tmp_path, case):
+    """train.py and evaluate.py on local files whose labels hold a 200 in the file they read:
+    one line naming the file, before TensorFlow loads (it is unimportable here, so nothing later
+    can be what stopped them), and nothing written."""
+    program, words, written, labels = _ON_BAD_DATA[case]
+    labels_path = _bad_label(tmp_path, labels)
     out = tmp_path / written
     done = subprocess.run(
         python_command(
