@@ -405,6 +405,55 @@ def test_bench_readme_s_max_pooling_tables_are_the_committed_bench_run():
             assert row in text, row
 
 
+def test_the_step_time_ratios_quoted_are_the_committed_cost_bench():
+    """The step-time ratios bench/README.md, DESIGN.md §3.6 and README quote are those of
+    bench/results/method_cost_fmnist.json, the run at rest the sweep reports' time column uses,
+    and its table in bench/README.md is the bench's own."""
+    with open(os.path.join(ROOT, "bench", "results", "method_cost_fmnist.json")) as f:
+        found = json.load(f)
+    ratio = {name: f"{m['ratio_to_fastat']:.2f}" for name, m in found["methods"].items()}
+    assert found["command"] == (
+        "python bench/step_time.py --model=small_cnn --width=16 --batch_size=128 "
+        "--image_size=28 --channels=1 --jit_compile=auto --onednn=on "
+        "--methods=standard,fastat,nfgsm,fastat_ga,pgd,free,fastbat,fastbat:ig=none,elle "
+        "--warmup=2 --repeats=5 --rounds=5 --json=bench/results/method_cost_fmnist.json"
+    )
+    with open(os.path.join(ROOT, "bench", "README.md")) as f:
+        bench = f.read().split("## The cost of each method", 1)[1].split("\n## ", 1)[0]
+    for name, m in found["methods"].items():
+        low, high = min(m["round_step_seconds"]), max(m["round_step_seconds"])
+        row = (
+            f"| {name} | {sum(m['passes'].values())} | {m['step_seconds']:.3f} | "
+            f"{low:.3f}–{high:.3f} | {m['images_per_second']:.0f} | {ratio[name]} |"
+        )
+        assert row in bench, row
+    spread = max(
+        max(m["round_step_seconds"]) / min(m["round_step_seconds"])
+        for m in found["methods"].values()
+    )
+    words = " ".join(bench.split())
+    assert f"each method's rounds within {100 * (spread - 1):.0f} % of each other" in words
+    assert (
+        f"{ratio['standard']} for 2 passes against 4, {ratio['pgd']} and "
+        f"{ratio['fastbat ig=none']} for 6, {ratio['fastbat']} for 8, {ratio['fastat_ga']} "
+        f"for GradAlign's 10. ELLE-A's 10 passes take {ratio['elle']}×"
+    ) in words
+    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
+        design = " ".join(f.read().split())
+    assert (
+        f"N-FGSM {ratio['nfgsm']}× Fast-AT's against 1.0, PGD-2-AT {ratio['pgd']}× against 1.5, "
+        f"first-order Fast-BAT {ratio['fastbat ig=none']}× against 1.5, Fast-BAT "
+        f"{ratio['fastbat']}× against 2.0, GradAlign {ratio['fastat_ga']}× against 2.5, ELLE-A "
+        f"{ratio['elle']}× against 2.5"
+    ) in design
+    share = (
+        found["methods"]["fastbat ig=none"]["step_seconds"]
+        / found["methods"]["fastbat"]["step_seconds"]
+    )
+    readme = " ".join(sections().values())
+    assert f"Fast-BAT's 8 (0.75 of its cost; {share:.2f} of its step time at rest" in readme
+
+
 def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
     """bench/README.md's coverage table and the ranges it states are bench/results/
     interval_coverage.json's, the run of the command it names."""
