@@ -36,6 +36,13 @@ def sections() -> dict[str, str]:
     }
 
 
+def words_of(*path: str) -> str:
+    """A file of the checkout (path parts under the root), its words joined by single spaces, as
+    a quote reads whatever the line breaks."""
+    with open(os.path.join(ROOT, *path)) as f:
+        return " ".join(f.read().split())
+
+
 def verdicts(sweep: str) -> dict[tuple[str, str, float], dict]:
     """Every paired comparison the report states: its listed ones and each variant against the
     most robust at its ε."""
@@ -242,8 +249,7 @@ def test_the_fab_t_share_quoted_is_the_benchs_over_every_committed_evaluation():
         f"{summary[key]:,}" for key in ("evaluations", "examples", "fab_t_broke")
     )
     worst = summary["most_in_one"]
-    with open(os.path.join(ROOT, "BUILD.md")) as f:
-        build = " ".join(f.read().split())
+    build = words_of("BUILD.md")
     assert (
         f"over the {evaluations} committed Fashion-MNIST AutoAttack evaluations ({examples} "
         f"examples) FAB-T broke {broke} more, at most {worst['fab_t_broke']} of "
@@ -438,8 +444,7 @@ def test_the_step_time_ratios_quoted_are_the_committed_cost_bench():
         f"{ratio['fastbat ig=none']} for 6, {ratio['fastbat']} for 8, {ratio['fastat_ga']} "
         f"for GradAlign's 10. ELLE-A's 10 passes take {ratio['elle']}×"
     ) in words
-    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
-        design = " ".join(f.read().split())
+    design = words_of("docs", "DESIGN.md")
     assert (
         f"N-FGSM {ratio['nfgsm']}× Fast-AT's against 1.0, PGD-2-AT {ratio['pgd']}× against 1.5, "
         f"first-order Fast-BAT {ratio['fastbat ig=none']}× against 1.5, Fast-BAT "
@@ -483,14 +488,12 @@ def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
     assert f"both models hold it in {percent_range(more, 'crossed')} of draws" in words
     # DESIGN.md §5.5 and paired.py's docstring give the reason for CROSSED_MIN_SEEDS with the
     # same run's ranges.
-    with open(os.path.join(ROOT, "docs", "DESIGN.md")) as f:
-        design = " ".join(f.read().split())
+    design = words_of("docs", "DESIGN.md")
     assert (
         f"held the true difference in {percent_range(two, 'crossed')} of draws with a seed "
         f"effect, against {percent_range(more, 'crossed')} from 3 seeds"
     ) in design
-    with open(os.path.join(ROOT, "fbat_tf", "sweeps", "paired.py")) as f:
-        docstring = " ".join(f.read().split())
+    docstring = words_of("fbat_tf", "sweeps", "paired.py")
     assert (
         f"held the true difference in {percent_range(two, 'crossed')} of simulated draws with "
         f"a seed effect (bench/records/interval_coverage.py; "
@@ -545,6 +548,5 @@ def test_the_recheck_times_quoted_are_the_committed_bench_run():
     assert (apart["commands"], together["commands"]) == (3, 1)
     seconds = f"{apart['seconds']:.0f} s", f"{together['seconds']:.0f} s"
     assert f"{seconds[0]} in three commands, {seconds[1]} in one" in sections()["Deploying"]
-    with open(os.path.join(ROOT, "bench", "README.md")) as f:
-        bench = " ".join(f.read().split())
+    bench = words_of("bench", "README.md")
     assert f"{seconds[0]} against {seconds[1]} at rest" in bench
