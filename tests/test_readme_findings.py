@@ -60,7 +60,8 @@ def verdicts(sweep: str) -> dict[tuple[str, str, float], dict]:
 
 
 def quotes(text: str):
-    """(report, a, b, ε, mean, low, high, verdict) of each quote, names carried to unnamed ones.
+    """(report, a, b, ε, mean, low, high, verdict, what follows) of each quote, names carried to
+    unnamed ones.
     A quote belongs to the report the section links last before it (its first link if none
     comes before)."""
     links = [(m.start(), m.group(1)) for m in re.finditer(r"results/(\w+)/sweep\.md", text)]
@@ -70,13 +71,22 @@ def quotes(text: str):
             a, b = match.group(1), match.group(2)
         before = [name for start, name in links if start < match.start()]
         report = before[-1] if before else links[0][1] if links else None
-        yield report, a, b, float(match.group(3)), *match.group(4, 5, 6), match.group(7).strip()
+        after = text[match.end() : match.end() + 20]
+        yield (
+            report,
+            a,
+            b,
+            float(match.group(3)),
+            *match.group(4, 5, 6),
+            match.group(7).strip(),
+            after,
+        )
 
 
 def test_every_quoted_paired_verdict_is_the_reports():
-    checked = 0
+    checked = raw_checked = 0
     for heading, text in sections().items():
-        for sweep, a, b, eps, mean, low, high, says in quotes(text):
+        for sweep, a, b, eps, mean, low, high, says, after in quotes(text):
             assert sweep, f"README section {heading!r} quotes verdicts without naming its report"
             assert a is not None, (heading, eps)
             report = verdicts(sweep)
@@ -90,12 +100,19 @@ def test_every_quoted_paired_verdict_is_the_reports():
             shown = tuple(f"{value:+.1f}".replace("-0.0", "+0.0") for value in expected)
             assert (mean, low, high) == shown, (heading, a, b, eps)
             assert says == pair["says"], (heading, a, b, eps)
+            # "(ahead before the correction)" after a quote: a side ahead by the raw p-value,
+            # not after Holm's correction.
+            if after.startswith(" (ahead before"):
+                assert pair["raw_verdict"] in ("a", "b"), (heading, a, b, eps)
+                assert pair["verdict"] != pair["raw_verdict"], (heading, a, b, eps)
+                raw_checked += 1
             # Every verdict quoted is Holm-corrected in its report's family.
             assert pair["correction"] == "holm" and pair["family"] >= 1, (heading, a, b, eps)
             checked += 1
     assert (
         checked >= 27
     )  # fashion_mnist's findings (2), fashion_mnist_ig's (6), fashion_mnist_fast's (19)
+    assert raw_checked >= 4
 
 
 def test_the_implicit_term_comparisons_are_as_the_readme_counts_them():
