@@ -16,7 +16,8 @@ examples replayed on it, Square run on it (DESIGN.md §5.4); its row goes into t
 Several files of one source, comma-separated, are checked in one command that crafts the
 source's examples once and replays them on each file; each writes its own results.
 Where AutoAttack (standard) ran at the model's training ε, a RobustBench-format entry,
-robustbench.json, is written beside the model (one already there is kept, and said so).
+robustbench.json, is written beside the model (one already there over more points is kept,
+one over no more points or for another threat model replaced, and said so).
 Prints a Markdown table, writes JSON (never over an existing file) and, with several ε, a
 robustness-vs-ε plot next to it. Every
 adversarial batch is checked to lie in C. A model that gives NaN or infinite logits, on clean
@@ -66,8 +67,9 @@ def build_attacks(
     options = {name: eval_flags.attack_options(name) for name in names}
 
     def made(jit):
-        context = {"jit_compile": jit, "source": source, "norm": norm}
-        return evaluation.registry_attacks(names, eps_values, options, context)
+        return evaluation.registry_attacks(
+            names, eps_values, norm=norm, options=options, jit_compile=jit, source=source
+        )
 
     if not artifact:
         return made(jit_compile)

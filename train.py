@@ -192,7 +192,7 @@ def robustbench_entry(config, final) -> None:
     from fbat_tf.run import architecture_name
 
     name = architecture_name(config.model, config.width)
-    robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name)
+    robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name, config.norm)
 
 
 def summary(workdir: str, record) -> str:

@@ -201,10 +201,10 @@ def run_torch(net, x_nhwc, y_int, eps: float) -> dict:
     return {
         "clean_accuracy": clean,
         "pgd_time_s": pgd_seconds,
-        "pgd_robust_accuracy": reference.accuracy(net, x_pgd, y),
+        "pgd_robust_accuracy": reference.robust_accuracy(net, x, x_pgd, y),
         "pgd_load_average_1min": pgd_load,
         "autoattack_time_s": aa_seconds,
-        "autoattack_robust_accuracy": reference.accuracy(net, x_aa, y),
+        "autoattack_robust_accuracy": reference.robust_accuracy(net, x, x_aa, y),
         "autoattack_seconds": seconds,
         "autoattack_per_attack": after,
         "autoattack_load_average_1min": aa_load,

@@ -282,8 +282,9 @@ def pgd(model, x, y, eps: float, steps: int, restarts: int, generator, norm: str
     Step ε/4, start P_C(U[-ε, ε]^d) drawn for the whole batch (L2: `l2_start`), K signed steps
     (L2: normalized ones) on the summed cross-entropy, each projected. The first restart attacks
     every example; each later one only the examples no restart has broken yet, and none runs
-    once all are broken. Per example the result is the first restart's point that misclassifies
-    it, or else the first restart's point.
+    once all are broken. A restart's point is its first iterate (the start included) that
+    misclassifies the example, else its last; per example the result is the first restart's
+    point that misclassifies it, or else the first restart's point.
     """
     import torch
     import torch.nn.functional as F
@@ -300,16 +301,24 @@ def pgd(model, x, y, eps: float, steps: int, restarts: int, generator, norm: str
             start = project(torch.empty_like(x).uniform_(-eps, eps, generator=generator), x, eps)
         rows = robust.nonzero()[:, 0]
         x_rows, y_rows, delta = x[rows], y[rows], start[rows]
+        # The restart's first iterate that the model misclassifies, per example, if any.
+        found = torch.zeros(len(rows), dtype=torch.bool)
+        kept = delta.clone()
         for _ in range(steps):
             delta.requires_grad_(True)
-            loss = F.cross_entropy(model(x_rows + delta), y_rows, reduction="sum")
+            logits = model(x_rows + delta)
+            loss = F.cross_entropy(logits, y_rows, reduction="sum")
             (grad,) = torch.autograd.grad(loss, delta)
+            new = ~found & (logits.detach().argmax(1) != y_rows)
+            kept[new] = delta.detach()[new]
+            found |= new
             if norm == "l2":
                 length = grad.flatten(1).norm(dim=1).clamp_min(1e-30)
                 moved = delta.detach() + step_size * grad / length.view(-1, *[1] * (x.dim() - 1))
                 delta = project_l2(moved, x_rows, eps)
             else:
                 delta = project(delta.detach() + step_size * grad.sign(), x_rows, eps)
+        delta = torch.where(found.view(-1, *[1] * (x.dim() - 1)), kept, delta.detach())
         x_adv = x_rows + delta
         with torch.no_grad():
             broken = model(x_adv).argmax(1) != y_rows
@@ -342,6 +351,16 @@ def accuracy(model, x, y) -> float:
 
     with torch.no_grad():
         return int((model(x).argmax(1) == y).sum()) / len(y)
+
+
+def robust_accuracy(model, x, x_adv, y) -> float:
+    """The share of examples right on the clean point and on the attack's: a point wrong clean
+    is not robust, whatever the attack returned for it."""
+    import torch
+
+    with torch.no_grad():
+        robust = (model(x).argmax(1) == y) & (model(x_adv).argmax(1) == y)
+    return int(robust.sum()) / len(y)
 
 
 def to_torch(x_nhwc, y_int):

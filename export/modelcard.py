@@ -85,12 +85,14 @@ def selection(record: RunRecord) -> dict[str, Any]:
 
 
 def robustness(record: RunRecord) -> dict[str, Any]:
-    """The final test's numbers: null before the run has finished, and AutoAttack's until the
-    run's final evaluation holds them."""
+    """The final test's numbers at the run's ε and norm: null before the run has finished, and
+    AutoAttack's until the run's final evaluation holds them in that threat model."""
     config, final = record.config, record.final
     eps = float(config.eps)
-    tested_pgd = final.get("pgd") if final else None
-    tested_aa = final.get("autoattack") if final else None
+    # The run's own threat model: an attack of the final test at another ε or norm is not it.
+    budget = (units.in_flag_units(eps, config.norm), config.norm)
+    tested_pgd = final.get("pgd", *budget) if final else None
+    tested_aa = final.get("autoattack", *budget) if final else None
     pgd = None
     if tested_pgd is not None:
         pgd = {
@@ -111,6 +113,7 @@ def robustness(record: RunRecord) -> dict[str, Any]:
         "split": "test",
         "examples": final.examples if final else None,
         "eps": eps,
+        "norm": units.REFERENCE_NAMES[config.norm],
         "clean_accuracy": final.clean_accuracy if final else None,
         "pgd": pgd,
         "autoattack": autoattack,

@@ -24,6 +24,7 @@ leaderboard's number is AutoAttack's at the threat model's ε.
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 UNKNOWN = ""
@@ -31,11 +32,14 @@ UNKNOWN = ""
 
 def write(
     home: str, result, dataset: str, eps: float, name: str | None, norm: str = "linf"
-) -> str | None:
-    """Write the entry for `result` (see `entry`) as `home`'s robustbench.json, atomically;
-    its path, or None where the result holds no AutoAttack (standard) at `eps` under `norm`.
-    An entry already there is never replaced: FileExistsError naming it (`KEPT` says what to
-    do). OSError where it cannot be written."""
+) -> tuple[str, str | None] | None:
+    """Write the entry for `result` (see `entry`) as `home`'s robustbench.json, atomically:
+    (its path, what it replaced or None), or None where the result holds no AutoAttack
+    (standard) at `eps` under `norm`. An entry already there is replaced where it is for
+    another threat model (its ε or norm not this entry's: written for the wrong ball) or over
+    no more points than this one, or cannot be read; otherwise it is kept: FileExistsError
+    naming it (`KEPT` says what to do), so that an evaluation on 16 points never replaces one
+    on 10,000. OSError where it cannot be written."""
     from fbat_tf.records import write_json_atomic
     from fbat_tf.run import Run
 
@@ -43,29 +47,61 @@ def write(
     if found is None:
         return None
     path = Run(home).robustbench_path
+    replaced = None
+    if os.path.lexists(path):
+        replaced = _replaced(path, found)
+        if replaced is None:
+            raise FileExistsError(errno.EEXIST, KEPT, path)
+    write_json_atomic(path, found, replace=True)
+    return path, replaced
+
+
+def _replaced(path: str, new: dict[str, Any]) -> str | None:
+    """What the entry at `path` was, where `new` replaces it (see `write`); None to keep it."""
+    import json
+
     try:
-        write_json_atomic(path, found, replace=False)
-    except FileExistsError:
-        raise FileExistsError(errno.EEXIST, KEPT, path) from None
-    return path
+        with open(path) as f:
+            old = json.load(f)
+        threat, points = _described(old)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return "an entry that could not be read"
+    if (threat, old.get("eps")) != (_described(new)[0], new["eps"]):
+        return f"an entry for {threat} {old.get('eps')}, not this model's threat model"
+    if points is None or points <= _described(new)[1]:
+        return f"an entry over {points} points" if points else "an entry of unknown size"
+    return None
+
+
+def _described(found: dict[str, Any]) -> tuple[str, int | None]:
+    """An entry's threat model ("Linf" or "L2", from its footnote) and number of points."""
+    import re
+
+    footnote = str(found.get("footnote", ""))
+    threat = re.search(r" at (Linf|L2) ", footnote)
+    points = re.search(r"the first (\d+) points", footnote)
+    return (threat.group(1) if threat else "Linf"), (int(points.group(1)) if points else None)
 
 
 # What a caller says of an entry `write` kept.
-KEPT = "a RobustBench entry is there already, kept (delete it to write this evaluation's)"
+KEPT = (
+    "a RobustBench entry over more points is there already, kept (delete it to write this "
+    "evaluation's)"
+)
 
 
 def write_and_say(
     home: str, result, dataset: str, eps: float, name: str | None, norm: str = "linf"
 ) -> None:
-    """`write`, saying on standard output where the entry is or that one there was kept, and
-    on standard error, as a warning, why it could not be written: the evaluation it comes from
-    is saved already and stands without it."""
+    """`write`, saying on standard output where the entry is, what it replaced or that one
+    there was kept, and on standard error, as a warning, why it could not be written: the
+    evaluation it comes from is saved already and stands without it."""
     import sys
 
     from flags import errors
 
     try:
-        path = write(home, result, dataset, eps, name, norm)
+        written = write(home, result, dataset, eps, name, norm)
     except FileExistsError as error:
         print(f"RobustBench entry: {error.filename}: {KEPT}")
         return
@@ -75,8 +111,9 @@ def write_and_say(
             file=sys.stderr,
         )
         return
-    if path:
-        print(f"RobustBench entry: {path}")
+    if written:
+        path, replaced = written
+        print(f"RobustBench entry: {path}" + (f" (replaces {replaced})" if replaced else ""))
 
 
 def _percent(value: float) -> str:

@@ -26,8 +26,7 @@ import tensorflow as tf
 from fbat_tf import attacks, catalog
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack, progress_bar
-from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.attacks.pgd import PGD
+from fbat_tf.attacks.losses import correct, cross_entropy, robust_hits
 from fbat_tf.attacks.transfer import TransferAttack
 from fbat_tf.constraints import check_in_ball
 from fbat_tf.records import EvaluationResult
@@ -59,20 +58,35 @@ def pgd_attacks(
     steps: int = catalog.PGD_STEPS,
     restarts: int = catalog.PGD_RESTARTS,
     jit_compile: bool = False,
+    norm: str = "linf",
 ) -> dict[tuple[str, float], Attack]:
-    """PGD-K-R at each ε (pixel units), named "pgd"."""
-    return {("pgd", eps): PGD(eps, steps, restarts, jit_compile=jit_compile) for eps in eps_values}
+    """PGD-K-R at each ε (pixel units) in the ball of `norm`, named "pgd"."""
+    options = {"pgd": {"steps": steps, "restarts": restarts}}
+    return registry_attacks(
+        ["pgd"], eps_values, norm=norm, options=options, jit_compile=jit_compile
+    )
 
 
 def registry_attacks(
     names: Sequence[str],
     eps_values: Sequence[float],
+    *,
+    norm: str,
     options: Mapping[str, Mapping[str, Any]] | None = None,
-    context: Mapping[str, Any] | None = None,
+    jit_compile: bool | None = None,
+    source: Any = None,
 ) -> dict[tuple[str, float], Attack]:
-    """Each attack of the registry named, at each ε (pixel units) in that order, with its
-    options by attack name (the rest at their defaults); `context` as `attacks.create`'s."""
-    options = options or {}
+    """Each attack of the registry named, at each ε (pixel units) in that order, in the ball of
+    `norm` (constraints.NORMS), with its options by attack name (the rest at their defaults).
+    `jit_compile` (None: each attack's own choice) and `source` (a transfer attack's model) go
+    to the attacks that use them. The one way the project builds its attacks: the threat model
+    is a required argument, and options for an attack not named (a context's key given as an
+    attack's options, say) are refused rather than dropped."""
+    options = dict(options or {})
+    stray = sorted(set(options) - set(names))
+    if stray:
+        raise ValueError(f"options given for {stray}, which are not among the attacks {names}")
+    context = {"norm": norm, "jit_compile": jit_compile, "source": source}
     return {
         (name, eps): attacks.create(name, eps, context, **options.get(name, {}))
         for eps in eps_values
@@ -198,7 +212,12 @@ def _robust_counts(
         raise NonFiniteError(
             f"{nonfinite} adversarial examples give non-finite logits (NaN or infinite)", nonfinite
         )
-    hits = [correct(v, y[i * size : (i + 1) * size]) for i, v in enumerate(logits)]
+    # Robust: right at the attack's point and on the clean input (robust_hits).
+    rows = [slice(i * size, (i + 1) * size) for i in range(len(logits))]
+    hits = [
+        robust_hits(classifier(x[r], training=False), v, y[r])
+        for r, v in zip(rows, logits, strict=True)
+    ]
     hits = tf.concat(hits, 0) if hits else tf.zeros([0])
     robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
     counts = {"robust": tf.pad(robust, [[0, len(shards) - robust.shape[0]]])}  # empty last shards

@@ -43,7 +43,6 @@ from fbat_tf import (
     provenance,
     schedules,
 )
-from fbat_tf.attacks.pgd import PGD
 from fbat_tf.callbacks import (
     Divergence,
     EpochTiming,
@@ -317,13 +316,13 @@ def _callbacks(
     """Order matters: validation writes into the epoch's logs before divergence reads them and
     before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
     is in results.json and TensorBoard too, and the progress line last, to show them all."""
-    validation_attack = PGD(
-        config.eps,
-        steps=config.val_attack_steps,
-        restarts=config.val_restarts,
-        jit_compile=config.jit_compile,
+    validation_attack = evaluation.registry_attacks(
+        ["pgd"],
+        [config.eps],
         norm=config.norm,
-    )
+        options={"pgd": {"steps": config.val_attack_steps, "restarts": config.val_restarts}},
+        jit_compile=config.jit_compile,
+    )[("pgd", config.eps)]
     best_so_far = max(
         (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
         default=-1.0,
@@ -412,13 +411,16 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         validation_from=config.validation_from,
     )
     names = ["pgd", "autoattack"] if config.eval_autoattack else ["pgd"]
-    context = {"jit_compile": config.jit_compile, "norm": config.norm}
     built = evaluation.registry_attacks(
-        names[:1], [config.eps], final_attack_options(config), context
+        names[:1],
+        [config.eps],
+        norm=config.norm,
+        options=final_attack_options(config),
+        jit_compile=config.jit_compile,
     )
     # AutoAttack chooses where to compile with XLA itself (attacks/autoattack.py), as
-    # evaluate.py's default leaves it to.
-    built.update(evaluation.registry_attacks(names[1:], [config.eps], {"norm": config.norm}))
+    # evaluate.py's default leaves it to; in the run's threat model, as PGD.
+    built.update(evaluation.registry_attacks(names[1:], [config.eps], norm=config.norm))
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
     inference = classifiers.InferenceGraph(classifier)

@@ -33,7 +33,14 @@ def test_pgd_finds_the_analytic_worst_case_of_a_linear_model():
     model = linear_model(d)
     x_adv, _ = PGD(EPS, steps=10, restarts=1)(model, tf.constant(x), tf.constant(y), seed=0)
     x_adv = x_adv.numpy()
-    np.testing.assert_allclose(x_adv, analytic_worst_case(model, x, y), atol=1e-6)
+    worst = analytic_worst_case(model, x, y)
+    # Where the worst case still classifies right, PGD's last iterate is the worst case; where
+    # it does not, PGD keeps the first iterate it found wrong, which lies in C and is wrong.
+    robust = model(worst).numpy().argmax(1) == y
+    assert 0 < robust.sum() < n
+    np.testing.assert_allclose(x_adv[robust], worst[robust], atol=1e-6)
+    assert not np.any(model(x_adv[~robust]).numpy().argmax(1) == y[~robust])
+    check_in_ball(tf.constant(x_adv), tf.constant(x), EPS)
 
 
 def test_robust_accuracy_counts_examples_whose_worst_case_margin_is_positive():
@@ -110,9 +117,10 @@ def test_pgd_keeps_an_unknown_batch_size_graph_working():
 
 
 def brute_force_pgd(model, x, y, eps, steps, restarts, seed):
-    """PGD-K-R as plain eager loops over restarts, steps and examples: per example the first
-    restart that breaks it, else the first restart's point. Also which restarts break which
-    examples ([restarts, batch] bool)."""
+    """PGD-K-R as plain eager loops over restarts, steps and examples: per restart and example
+    the first of its iterates (start included) the model gets wrong, else its last; per example
+    the first restart that breaks it, else the first restart's point. Also which restarts break
+    which examples ([restarts, batch] bool)."""
     from fbat_tf import constraints
 
     step_size = eps / 4
@@ -121,6 +129,7 @@ def brute_force_pgd(model, x, y, eps, steps, restarts, seed):
     for restart in range(restarts):
         start_seed = tf.random.experimental.stateless_fold_in(seed, restart)
         delta = constraints.random_init(x, eps, start_seed)
+        iterates = [x + delta]
         for _ in range(steps):
             with tf.GradientTape() as tape:
                 tape.watch(delta)
@@ -130,8 +139,14 @@ def brute_force_pgd(model, x, y, eps, steps, restarts, seed):
                 )
             grad = tape.gradient(loss, delta)
             delta = constraints.project(delta + step_size * tf.sign(grad), x, eps)
-        x_adv = (x + delta).numpy()
-        breaks[restart] = model(x + delta, training=False).numpy().argmax(1) != y.numpy()
+            iterates.append(x + delta)
+        x_adv = iterates[-1].numpy()
+        for i in range(len(x)):
+            for point in iterates:
+                if model(point[i : i + 1], training=False).numpy().argmax(1)[0] != y.numpy()[i]:
+                    breaks[restart, i] = True
+                    x_adv[i] = point[i].numpy()
+                    break
         for i in range(len(x)):
             if restart == 0 or (breaks[restart, i] and not breaks[:restart, i].any()):
                 kept[i] = x_adv[i]

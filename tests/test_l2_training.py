@@ -78,9 +78,15 @@ L2_RUN = [arg for arg in TINY_RUN if not arg.startswith("--eval_pgd_steps")] + [
 ]
 
 
+# The final test with its AutoAttack, on 16 points.
+L2_TESTED = [a for a in L2_RUN if a not in ("--noeval_autoattack", "--eval_examples=64")] + [
+    "--eval_examples=16"
+]
+
+
 def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm(tmp_path):
     workdir = tmp_path / "l2"
-    done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_RUN, f"--workdir={workdir}")
+    done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_TESTED, f"--workdir={workdir}")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "at ε = 1.5 (L2)" in done.stdout
     with open(workdir / "results.json") as f:
@@ -88,9 +94,33 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert record["config"]["norm"] == "l2" and record["config"]["eps"] == 1.5
     assert record["method"]["norm"] == "l2"
     final = record["final"]
-    assert set(final["robust_accuracy"]) == {"pgd@l2:1.5"}
+    # Every attack of the final test in the run's threat model: AutoAttack too (it was once
+    # built for L∞ at 1.5 pixels, "autoattack@382.5").
+    assert set(final["robust_accuracy"]) == {"pgd@l2:1.5", "autoattack@l2:1.5"}
     assert final["norm"] == "l2" and "pixels" in final["eps_units"]
-    assert len(final["outcomes"]["pgd@l2:1.5"]) == 64
+    assert len(final["outcomes"]["pgd@l2:1.5"]) == 16
+    aa = final["robust_accuracy"]["autoattack@l2:1.5"]
+    entry = json.loads((workdir / "robustbench.json").read_text())
+    assert entry["eps"] == "1.5" and "at L2 1.5" in entry["footnote"]
+    assert entry["autoattack_acc"] == f"{100 * aa:.2f}"
+    assert f"RobustBench entry: {workdir / 'robustbench.json'}" in done.stdout
+
+    # evaluate.py's AutoAttack under L2 on the same points gives the final test's number.
+    again = tmp_path / "aa.json"
+    evaluated = run_train(
+        f"--model_path={workdir}",
+        "--norm=l2",
+        "--eps=1.5",
+        "--attacks=autoattack",
+        "--n_examples=16",
+        f"--data_dir={FASHION_MNIST}",
+        f"--results={again}",
+        program="evaluate.py",
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    payload = json.loads(again.read_text())
+    assert payload["robust_accuracy"] == {"autoattack@l2:1.5": aa}
+    assert payload["outcomes"]["autoattack@l2:1.5"] == final["outcomes"]["autoattack@l2:1.5"]
 
     # The model card names the norm as RobustBench does, in pixel units.
     card_path = next(
@@ -103,6 +133,8 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
         card = json.load(f)
     assert card["eps"]["norm"] == "L2" and card["eps"]["pixels"] == 1.5
     assert card["eps"]["per_255"] is None
+    assert card["robustness"]["norm"] == "L2" and card["robustness"]["eps"] == 1.5
+    assert card["robustness"]["autoattack"]["robust_accuracy"] == aa
 
     # evaluate.py takes the run's norm and ε when it is given neither.
     results = tmp_path / "eval.json"
@@ -179,22 +211,43 @@ def test_an_l2_robustbench_entry_gives_the_budget_as_robustbench_s_l2_entries_do
     assert robustbench.entry(result, "fashion_mnist", 0.5, "small_cnn", norm="l2") is None
 
 
-def test_a_robustbench_entry_already_there_is_kept_and_named(tmp_path):
-    """A second evaluation (say on 16 points after one on 10,000) never replaces the entry
-    silently: the file stays as it was, and the error names it and says what to do."""
+def test_a_robustbench_entry_over_more_points_is_kept_and_a_wrong_one_replaced(tmp_path):
+    """A later evaluation on fewer points (say 16 after 10,000) never replaces the entry: the
+    file stays as it was, and the error names it and says what to do. One over at least as many
+    points replaces it, and so does any evaluation where the entry there is for another threat
+    model than the model's (an L2 model's entry written at L∞, as the final test once did)."""
     from export import robustbench
     from fbat_tf.records import AttackResult, EvaluationResult
 
-    def result(robust: float) -> EvaluationResult:
-        return EvaluationResult(16, 0.8, robust=[AttackResult("autoattack", 8.0, robust)])
+    def result(examples: int, robust: float, eps=8.0, norm="linf") -> EvaluationResult:
+        return EvaluationResult(
+            examples, 0.8, robust=[AttackResult("autoattack", eps, robust, norm=norm)]
+        )
 
-    path = robustbench.write(str(tmp_path), result(0.5), "fashion_mnist", 8 / 255, "small_cnn")
+    home = str(tmp_path)
+    path, replaced = robustbench.write(home, result(16, 0.5), "fashion_mnist", 8 / 255, "cnn")
     before = open(path, "rb").read()
-    assert json.loads(before)["autoattack_acc"] == "50.00"
+    assert json.loads(before)["autoattack_acc"] == "50.00" and replaced is None
     with pytest.raises(FileExistsError) as raised:
-        robustbench.write(str(tmp_path), result(0.25), "fashion_mnist", 8 / 255, "small_cnn")
+        robustbench.write(home, result(8, 0.25), "fashion_mnist", 8 / 255, "cnn")
     assert raised.value.filename == path and "delete it" in robustbench.KEPT
     assert open(path, "rb").read() == before
+    _, replaced = robustbench.write(home, result(16, 0.375), "fashion_mnist", 8 / 255, "cnn")
+    assert replaced == "an entry over 16 points"
+    assert json.loads(open(path).read())["autoattack_acc"] == "37.50"
+    # An L∞ entry at 382.5/255 beside a model trained at L2 1.5: replaced by the L2 one,
+    # though over fewer points.
+    wrong = result(100, 0.0, eps=382.5)
+    (tmp_path / "l2").mkdir()
+    robustbench.write(str(tmp_path / "l2"), wrong, "fashion_mnist", 1.5, "cnn")
+    right = result(10, 0.3, eps=1.5, norm="l2")
+    path, replaced = robustbench.write(
+        str(tmp_path / "l2"), right, "fashion_mnist", 1.5, "cnn", norm="l2"
+    )
+    assert replaced == "an entry for Linf 382.5/255, not this model's threat model"
+    entry = json.loads(open(path).read())
+    assert entry["eps"] == "1.5" and entry["autoattack_acc"] == "30.00"
+    assert "at L2 1.5" in entry["footnote"]
 
 
 def test_train_py_and_evaluate_py_say_where_the_entry_is_or_why_it_is_not(tmp_path, capsys):
@@ -204,14 +257,16 @@ def test_train_py_and_evaluate_py_say_where_the_entry_is_or_why_it_is_not(tmp_pa
     from fbat_tf.records import AttackResult, EvaluationResult
 
     result = EvaluationResult(16, 0.8, robust=[AttackResult("autoattack", 8.0, 0.5)])
+    fewer = EvaluationResult(8, 0.8, robust=[AttackResult("autoattack", 8.0, 0.5)])
     home = tmp_path / "run"
     home.mkdir()
-    for _ in range(2):
-        robustbench.write_and_say(str(home), result, "fashion_mnist", 8 / 255, "small_cnn")
+    for evaluated in (result, result, fewer):
+        robustbench.write_and_say(str(home), evaluated, "fashion_mnist", 8 / 255, "small_cnn")
     said = capsys.readouterr()
     path = home / "robustbench.json"
     assert said.out.splitlines() == [
         f"RobustBench entry: {path}",
+        f"RobustBench entry: {path} (replaces an entry over 16 points)",
         f"RobustBench entry: {path}: {robustbench.KEPT}",
     ]
     assert not said.err

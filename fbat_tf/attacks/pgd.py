@@ -9,14 +9,18 @@ Under the L2 norm each step moves along the gradient normalized per example (len
 size) and is projected onto the L2 ball ∩ box exactly (constraints.project_l2); the random start
 is uniform in the ball (constraints.random_init).
 
-The model runs with training=False. Per example the result is the first restart that
-misclassifies it, or else the first restart's point; an example counts as broken if any restart
-breaks it. Restarts and steps are `tf.while_loop`s, so the traced graph holds one gradient step
-whatever K and R are. A restart attacks only the examples no earlier restart has broken (their
-random starts are drawn for the whole batch all the same), later restarts run side by side, as
-many as fit with those examples in the batch (fewer, larger matrix products; each example keeps
-the first of them that breaks it), and the restarts stop once every example is broken. Under
-XLA (`jit_compile=True`), which needs static shapes, every restart attacks the whole batch.
+The model runs with training=False. Per example the result is an adversarial point if any
+iterate of any restart was one: a restart's point is the first of its iterates (the random start
+included) that the model misclassifies, else its last; the attack's is the first restart's that
+misclassifies, or else the first restart's point. An example counts as broken if any iterate of
+any restart breaks it (a restart that keeps only its last iterate, as Madry et al.'s loop does,
+can step past a point it found). Restarts and steps are `tf.while_loop`s, so the traced graph
+holds one gradient step whatever K and R are. A restart attacks only the examples no earlier
+restart has broken (their random starts are drawn for the whole batch all the same), later
+restarts run side by side, as many as fit with those examples in the batch (fewer, larger matrix
+products; each example keeps the first of them that breaks it), and the restarts stop once every
+example is broken. Under XLA (`jit_compile=True`), which needs static shapes, every restart
+attacks the whole batch.
 """
 
 from __future__ import annotations
@@ -72,24 +76,32 @@ class PGD(Attack):
         per_example = [-1] + [1] * (len(x.shape) - 1)
 
         def attack_from(start: tf.Tensor, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            """The restart's point per example: the first of its iterates δ_0 (the start), ...,
+            δ_K that the model misclassifies, else δ_K. Each step's gradient pass gives the
+            logits at its iterate, so watching the iterates costs no pass of its own."""
             lower, upper = constraints.delta_bounds(x, self.eps)
 
-            def ascend(step: tf.Tensor, delta: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                _, grad = input_gradient(
-                    lambda delta: cross_entropy(model(x + delta, training=False), y), delta
+            def ascend(step, delta, kept, found):
+                (_, logits), grad = input_gradient(
+                    lambda delta: _loss_and_logits(model, x + delta, y), delta
                 )
+                # δ_step, where it is the first iterate that breaks the example.
+                new = tf.logical_and(tf.logical_not(found), correct(logits, y) < 0.5)
+                kept = tf.where(tf.reshape(new, per_example), delta, kept)
                 moved = delta + self.step_size * constraints.normalized(grad, self.norm)
                 if self.norm == "linf":  # one clip: P_C for the L∞ ball (delta_bounds)
                     delta = tf.clip_by_value(moved, lower, upper)
                 else:
                     delta = constraints.project(moved, x, self.eps, self.norm)
                 # A frozen graph's gradient may lose the batch size; the loop needs it fixed.
-                return step + 1, tf.ensure_shape(delta, start.shape)
+                delta = tf.ensure_shape(delta, start.shape)
+                return step + 1, delta, kept, tf.logical_or(found, new)
 
-            _, delta = tf.while_loop(
-                lambda step, _: step < self.steps, ascend, (tf.constant(0), start)
+            found = tf.zeros([tf.shape(x)[0]], tf.bool)
+            _, delta, kept, found = tf.while_loop(
+                lambda step, *_: step < self.steps, ascend, (tf.constant(0), start, start, found)
             )
-            return x + delta
+            return x + tf.where(tf.reshape(found, per_example), kept, delta)
 
         n = tf.shape(x, out_type=tf.int64)[0]
 
@@ -151,3 +163,8 @@ class PGD(Attack):
             (tf.constant(0), x, tf.ones([tf.shape(x)[0]], tf.bool)),
         )
         return best
+
+
+def _loss_and_logits(model: keras.Model, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    logits = model(x, training=False)
+    return cross_entropy(logits, y), logits

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import catalog
 from fbat_tf.attacks.base import Attack, Breakdown
+from fbat_tf.attacks.losses import robust_hits
 from fbat_tf.attacks.pgd import PGD
 
 
@@ -37,7 +38,8 @@ class ReplayedAttack(TransferAttack):
     """The source model's own adversarial examples, replayed on a model that should compute the
     same function (an exported ONNX or LiteRT file of it). Each call also records, per example,
     whether the two models give the adversarial point the same class (`agreement`, one bool
-    array a call, in call order) and whether the source classifies it correctly (`source_right`).
+    array a call, in call order) and whether the source is robust there (`source_right`: right
+    on the clean point and the adversarial one, losses.robust_hits).
     An ensemble's breakdown is the source's and is not passed on.
 
     `kept`, a dict shared by the replays of one source's attack on several files, holds the
@@ -61,10 +63,12 @@ class ReplayedAttack(TransferAttack):
 
     def __call__(self, model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple[tf.Tensor, Breakdown]:
         x_adv = self.crafted(x, y, seed)
-        source = np.argmax(np.asarray(self.source(x_adv, training=False)), -1)
+        source_logits = self.source(x_adv, training=False)
+        source = np.argmax(np.asarray(source_logits), -1)
         target = np.argmax(np.asarray(model(x_adv, training=False)), -1)
         self.agreement.append(source == target)
-        self.source_right.append(source == np.asarray(y))
+        clean = self.source(x, training=False)
+        self.source_right.append(np.asarray(robust_hits(clean, source_logits, y)) > 0.5)
         return x_adv, {}
 
 
