@@ -158,3 +158,70 @@ def test_registry_attacks_refuse_options_for_an_attack_not_asked():
     assert {attack.norm for attack in built.values()} == {"l2"}
     assert {part.norm for part in built[("autoattack", 0.5)].attacks.values()} == {"l2"}
     assert attacks.create("autoattack", 0.5).norm == "linf"
+
+
+def committed_evaluations():
+    """Every committed evaluation that keeps per-point outcomes: eval-*.json files and
+    results.json's final tests, (path, payload)."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "results"
+    for path in sorted(root.rglob("*.json")):
+        if not (path.name == "results.json" or path.name.startswith("eval-")):
+            continue
+        payload = json.loads(path.read_text())
+        if path.name == "results.json":
+            payload = payload.get("final") or {}
+        if payload.get("outcomes"):
+            yield path, payload
+
+
+def test_no_committed_evaluation_counts_a_point_wrong_clean_as_robust():
+    from fbat_tf.records import STANDARD, EvaluationResult
+
+    seen = 0
+    for path, payload in committed_evaluations():
+        assert payload.get("robust_definition") == STANDARD, path
+        clean = payload["outcomes"]["clean"]
+        for key, held in payload["outcomes"].items():
+            wrong = sum(c == "0" and h == "1" for c, h in zip(clean, held, strict=True))
+            assert wrong == 0, (path, key)
+        EvaluationResult.from_dict(payload)  # and its numbers are its outcomes'
+        seen += 1
+    assert seen >= 200
+
+
+def test_rescoring_keeps_a_point_robust_only_where_it_was_right_clean():
+    from fbat_tf.records import ATTACKED_ONLY, STANDARD, EvaluationResult
+    from fbat_tf.records.rescore import rescored
+
+    old = {
+        "examples": 4,
+        "clean_accuracy": 0.5,
+        "robust_accuracy": {"pgd@8": 0.5, "autoattack@8": 0.25},
+        "per_batch": [
+            {"examples": 2, "clean_accuracy": 0.5, "robust_accuracy": {"pgd@8": 1.0}},
+            {"examples": 2, "clean_accuracy": 0.5, "robust_accuracy": {"pgd@8": 0.0}},
+        ],
+        "autoattack_per_attack": {"autoattack@8": {"clean": 0.5, "apgd-ce": 0.25}},
+        "outcomes": {
+            "clean": "1001",
+            "pgd@8": "1100",  # the second point: wrong clean, right at PGD's point
+            "autoattack@8": "1000",
+            "autoattack@8/apgd-ce": "1000",
+        },
+        "seed": 3,
+    }
+    assert EvaluationResult.from_dict(old).robust_definition == ATTACKED_ONLY
+    new, changed = rescored(old)
+    assert changed == {"pgd@8": 0.5}
+    assert new["robust_accuracy"] == {"pgd@8": 0.25, "autoattack@8": 0.25}
+    assert new["outcomes"]["pgd@8"] == "1000" and new["outcomes"]["autoattack@8"] == "1000"
+    assert [b["robust_accuracy"]["pgd@8"] for b in new["per_batch"]] == [0.5, 0.0]
+    assert new["robust_definition"] == STANDARD and new["rescored"]["before"] == changed
+    assert new["seed"] == 3
+    assert rescored(new) is None  # says its rule: left as it is
+    # A standard-scored record whose outcomes count a point wrong clean as robust is refused.
+    with pytest.raises(ValueError, match="robust that the clean pass got wrong"):
+        EvaluationResult.from_dict({**old, "robust_definition": STANDARD})

@@ -43,11 +43,19 @@ from fbat_tf.records.cells import (
 )
 from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
-from fbat_tf.records.evaluations import AttackResult, BatchResult, EvaluationResult
+from fbat_tf.records.evaluations import (
+    ATTACKED_ONLY,
+    STANDARD,
+    AttackResult,
+    BatchResult,
+    EvaluationResult,
+)
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
 from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunRecord
 
 __all__ = [
+    "ATTACKED_ONLY",
+    "STANDARD",
     "METHOD_LOGS",
     "AttackResult",
     "BatchResult",

@@ -89,6 +89,17 @@ class BatchResult(_Attacked):
         }
 
 
+# How an evaluation counted an example robust. STANDARD: right both clean and at the attack's
+# point (attacks.losses.robust_hits; Madry et al., AutoAttack, RobustBench), what every
+# evaluation writes. ATTACKED_ONLY: right at the attack's point alone, what evaluations wrote
+# before (a point wrong clean that the attack moved back to its label counted robust; AutoAttack
+# and its parts always started from the clean pass, so only the other attacks' numbers differ).
+# A record without the field is of the older rule; records/rescore.py re-scores those that keep
+# per-point outcomes.
+STANDARD = "clean and attacked"
+ATTACKED_ONLY = "attacked only"
+
+
 @dataclasses.dataclass
 class EvaluationResult(_Attacked):
     """What one evaluation found (evaluation.evaluate): evaluate.py's JSON and train.py's test
@@ -110,6 +121,8 @@ class EvaluationResult(_Attacked):
     # from before they were kept.
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # STANDARD or ATTACKED_ONLY (above); a file that does not say is read as ATTACKED_ONLY.
+    robust_definition: str = STANDARD
 
     # How it was made, as the writers recorded it in `extra` (`describe`); None where not.
     @property
@@ -161,7 +174,8 @@ class EvaluationResult(_Attacked):
     def check_outcomes(self) -> None:
         """ValueError (one line) unless the outcomes, where kept, are one string of "0" and "1"
         per accuracy, each `examples` long, whose share of "1" is that accuracy exactly, and
-        over each batch of `per_batch` its accuracy there."""
+        over each batch of `per_batch` its accuracy there; and, where the robust definition is
+        STANDARD, none robust where the clean pass is wrong."""
         if not self.outcomes:
             return
         accuracies = self.accuracies()
@@ -184,6 +198,15 @@ class EvaluationResult(_Attacked):
                     f"outcomes[{key!r}] has {right} of {len(held)} examples right "
                     f"({right / len(held)!r}), but its recorded accuracy is {accuracy!r}"
                 )
+        if self.robust_definition == STANDARD:
+            clean = self.outcome("clean")
+            for key in self.outcomes:
+                wrong_clean = int(np.sum(self.outcome(key) & ~clean))
+                if wrong_clean:
+                    raise ValueError(
+                        f"outcomes[{key!r}] count {wrong_clean} examples robust that the clean "
+                        f"pass got wrong, which robust_definition {STANDARD!r} does not allow"
+                    )
         start = 0
         for b, batch in enumerate(self.per_batch):
             stop = start + batch.examples
@@ -263,6 +286,7 @@ class EvaluationResult(_Attacked):
             "autoattack_per_attack",
             "autoattack_seconds",
             "outcomes",
+            "robust_definition",
             *numbers_,
         )
         result = cls(
@@ -271,6 +295,7 @@ class EvaluationResult(_Attacked):
             per_batch=batches,
             outcomes=dict(payload.get("outcomes") or {}),
             extra={k: v for k, v in payload.items() if k not in written},
+            robust_definition=payload.get("robust_definition") or ATTACKED_ONLY,
         )
         result.check_outcomes()
         return result
@@ -301,6 +326,7 @@ class EvaluationResult(_Attacked):
             "loss": self.loss,
             "robust_accuracy": {r.key: r.robust_accuracy for r in self.robust},
             "time_s": {r.key: r.seconds for r in self.robust},
+            "robust_definition": self.robust_definition,
         }
         if self.per_batch:
             payload["per_batch"] = [batch.to_dict() for batch in self.per_batch]
