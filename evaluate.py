@@ -189,6 +189,28 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
             sys.exit(f"error: {error}")
 
 
+def checked_eps_units(model_path: str, source_path: str | None) -> None:
+    """Exit, before TensorFlow loads, where --eps looks like pixel units under an L∞ threat
+    model: --norm's, else the model's own (its run, its card), else its source's, else L∞. Run
+    here rather than by the flag's validator, which cannot know the model's norm."""
+    if FLAGS["norm"].value is not None or not eval_flags.EPS.value:
+        return  # with --norm given the flag's validator has checked it
+    try:
+        norm = (
+            run_files.model_facts(model_path).get("norm")
+            or (source_path and run_files.model_facts(source_path).get("norm"))
+            or "linf"
+        )
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    if norm != "linf":
+        return
+    values = [float(v) for v in eval_flags.EPS.value]
+    problem = common.units_problem("eps", values, common.ALLOW_SMALL_UNITS.value)
+    if problem:
+        sys.exit(f"error: {problem}")
+
+
 def checked_source_path(model_path: str) -> str | None:
     """The model transfer attacks craft on, and an exported file's source: --source_model_path,
     else for a file the SavedModel it sits beside; exit where a file has neither."""
@@ -405,6 +427,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     paths = checked_several([path.rstrip("/") for path in eval_flags.MODEL_PATH.value])
+    checked_eps_units(paths[0], eval_flags.SOURCE_MODEL_PATH.value)
     models = [checked_model_path(path) for path in paths]
     results_paths = [checked_results_path(path) for path in paths]
     source_path = checked_source_path(paths[0])

@@ -146,11 +146,12 @@ def units_problem(name: str, values: list[float], allowed: bool) -> str | None:
 
 def refuse_pixel_units(name: str, parse=lambda value: [value]) -> None:
     """A validator refusing `name` below its floor in SMALL_UNITS unless --allow_small_units;
-    an ε under --norm=l2, in pixel units, is not refused."""
+    an ε under --norm=l2, in pixel units, is not refused, nor one without a --norm (evaluate.py,
+    whose attacks take the model's own norm: it checks ε once it has read the model's)."""
 
     def check(values: dict) -> bool:
         given = values[name]
-        if name == "eps" and values[NORM.name] == "l2":
+        if name == "eps" and values[NORM.name] != "linf":
             return True
         found = units_problem(
             name, [] if given is None else parse(given), values[ALLOW_SMALL_UNITS.name]

@@ -336,3 +336,26 @@ def test_the_best_weights_are_not_begun_on_a_disk_without_room_for_them(tmp_path
     monkeypatch.undo()
     callbacks.save_weights(model, path)
     assert os.listdir(tmp_path) == ["best.weights.h5"]
+
+
+def test_evaluate_py_checks_eps_units_against_the_model_s_own_norm(tmp_path):
+    """README's L2 command (`--model_path=<an L2 run> --eps=0.5,1,1.5`) was refused as "ε is in
+    1/255 units … did you mean --eps=128": the units check ran before the model's norm was
+    read. An L2 run's budgets pass it (here TensorFlow, unimportable, is then what stops the
+    program); an L∞ run's small budgets are still refused before TensorFlow loads."""
+    linf, l2 = tmp_path / "linf", tmp_path / "l2"
+    _committed_run_copy(linf)
+    _committed_run_copy(l2)
+    results = l2 / "results.json"
+    record = json.loads(results.read_text())
+    record["config"].update(norm="l2", eps=1.5, method="pgd", method_options={})
+    results.write_text(json.dumps(record))
+    words = ("--eps=0.5,1,1.5", "--attacks=pgd")
+    line = one_line(run("evaluate.py", f"--model_path={l2}", *words, prelude=NO_TENSORFLOW))
+    assert "import of tensorflow halted" in line and "1/255" not in line, line
+    line = one_line(run("evaluate.py", f"--model_path={linf}", *words, prelude=NO_TENSORFLOW))
+    assert line.startswith("error: --eps=0.5: ε is in 1/255 units"), line
+    assert "did you mean --eps=128" in line and "--allow_small_units" in line
+    # --norm on the command line decides, whatever the model's own.
+    done = run("evaluate.py", f"--model_path={l2}", "--norm=linf", *words, prelude=NO_TENSORFLOW)
+    assert done.returncode != 0 and "did you mean --eps=128" in done.stderr
