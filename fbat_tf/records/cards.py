@@ -5,6 +5,7 @@ export/savedmodel.py writes): ModelCard, each part of the type it has there.
     card.dataset, card.validation_from, card.model.name, card.model.width
     card.eps.pixels, card.eps.norm   # the training ε in pixel units, its norm ("linf", "l2")
     card.method.name, card.class_names
+    card.weights_sha256              # the SHA-256 of the weights exported (None: not recorded)
 
 A part the card lacks (a card of a .keras file names no dataset, method or ε) is None.
 """
@@ -58,6 +59,20 @@ def _budget(eps: Any) -> CardBudget | None:
     return CardBudget(pixels, norm)
 
 
+def _digest(source: Any) -> str | None:
+    """The card's source.weights_sha256: 64 hexadecimal digits, or None where not recorded."""
+    if not isinstance(source, dict) or source.get("weights_sha256") is None:
+        return None
+    digest = source["weights_sha256"]
+    if (
+        not isinstance(digest, str)
+        or len(digest) != 64
+        or any(c not in "0123456789abcdef" for c in digest)
+    ):
+        raise ValueError(f"source.weights_sha256 is {digest!r}, not a SHA-256 in hex")
+    return digest
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelCard:
     """The parts of a model card fbat-tf reads back."""
@@ -70,6 +85,9 @@ class ModelCard:
     method: MethodRecord | None = None
     # Label k's name, where the dataset's names are kept.
     class_names: tuple[str, ...] | None = None
+    # The SHA-256 of the weights exported (source.weights_sha256: the run's best.weights.h5,
+    # the .keras file), None in a card from before it was recorded.
+    weights_sha256: str | None = None
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> ModelCard:
@@ -95,6 +113,7 @@ class ModelCard:
             eps,
             None if method is None else MethodRecord.from_dict(method),
             None if names is None else tuple(names),
+            _digest(payload.get("source")),
         )
 
     @classmethod
