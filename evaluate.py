@@ -159,7 +159,8 @@ def checked_card(model_path: str) -> None:
 
 def checked_data(model_path: str, opened, named: str | None, source_path: str | None) -> None:
     """Exit, before TensorFlow loads, where the dataset's local files are missing or an exported
-    file (`opened`) declares images of another shape than the dataset's. The dataset: the one
+    file (`opened`) declares images of another shape than the dataset's, or gives another number
+    of class scores than its classes. The dataset: the one
     the command line names, else the model's (its run, its export's card), else its source's;
     one the registry does not know, or data to be fetched through TFDS, are told of later."""
     from fbat_tf import data
@@ -175,8 +176,10 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
     if dataset not in data.names():
         return
     if opened is not None:
+        info = data.info(dataset)
         try:
-            opened.check_images(data.info(dataset).image_shape, dataset)
+            opened.check_images(info.image_shape, dataset)
+            opened.check_classes(info.num_classes, info.image_shape, dataset)
         except ValueError as error:
             sys.exit(f"error: {model_path}: {error}")
     if not data.needs_tensorflow(dataset, common.DATA_DIR.value):

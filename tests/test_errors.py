@@ -286,12 +286,19 @@ def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
         ('{"dataset": "fashion_mnist", "mod', "is not readable JSON"),
         ('{"dataset": 5, "model": {}}', "dataset is 5, not a name"),
         ('{"dataset": "fashion_mnist", "model": {}, "eps": {"pixels": "8"}}', "eps.pixels is '8'"),
+        # Hand-edited numbers and names: they failed after TensorFlow loaded, naming no card
+        # (1e308 as a graph assertion about [-nan] pixels).
+        ('{"model": {}, "eps": {"pixels": NaN}}', "eps.pixels is nan, not a budget in (0, 1]"),
+        ('{"model": {}, "eps": {"pixels": -0.5}}', "eps.pixels is -0.5, not a budget in (0, 1]"),
+        ('{"model": {}, "eps": {"pixels": 1e308}}', "eps.pixels is 1e+308, not a budget"),
+        ('{"model": {}, "validation_from": "bogus"}', "validation_from is 'bogus', not one of"),
     ):
         card.write_text(text)
         # Read before TensorFlow loads: here it cannot.
         words = (f"--model_path={export}", "--attacks=pgd")
         line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
         assert line.startswith(f"error: {card}") and says in line, line
+        assert "restore the card" in line or "JSON" in line, line
     # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass.
     card.write_text('{"dataset": "fashion_mnist", "model": {}}')
     line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
@@ -359,3 +366,43 @@ def test_evaluate_py_checks_eps_units_against_the_model_s_own_norm(tmp_path):
     # --norm on the command line decides, whatever the model's own.
     done = run("evaluate.py", f"--model_path={l2}", "--norm=linf", *words, prelude=NO_TENSORFLOW)
     assert done.returncode != 0 and "did you mean --eps=128" in done.stderr
+
+
+def _onnx_classifier(path, classes: int) -> None:
+    """An ONNX file taking 28×28×1 images and giving `classes` scores: a linear map."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(0).normal(size=(784, classes)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 28, 28, 1])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array([-1, 784]))],
+    )
+    graph.initializer[1].name = "flat_shape"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.mark.parametrize("classes", [5, 1000])
+def test_an_onnx_file_with_another_number_of_classes_is_refused_before_any_work(tmp_path, classes):
+    """5 class scores for Fashion-MNIST's 10 classes failed inside TensorFlow
+    (SparseSoftmaxCrossEntropyWithLogits); 1,000 were evaluated and written into the card."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    source = tmp_path / "run"
+    _committed_run_copy(source)
+    path = tmp_path / f"model{classes}.onnx"
+    _onnx_classifier(path, classes)
+    words = (f"--model_path={path}", f"--source_model_path={source}", "--attacks=pgd")
+    line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
+    assert line.startswith(f"error: {path}: the file gives {classes} class scores per image"), line
+    assert "the 10 classes of fashion_mnist" in line
+    assert sorted(os.listdir(tmp_path)) == sorted(["run", path.name])

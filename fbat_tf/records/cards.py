@@ -13,9 +13,11 @@ A part the card lacks (a card of a .keras file names no dataset, method or ε) i
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from fbat_tf import catalog
 from fbat_tf.records import units
 from fbat_tf.records.files import read_json
 from fbat_tf.records.runs import MethodRecord
@@ -56,7 +58,14 @@ def _budget(eps: Any) -> CardBudget | None:
     norm = named.get(eps.get("norm", "Linf"))
     if norm is None:
         raise ValueError(f"eps.norm is {eps.get('norm')!r}, not Linf or L2")
-    return CardBudget(pixels, norm)
+    # What a run can be trained at: train.py's --eps in (0, 255], in 1/255 units under L∞.
+    largest = units.to_pixels(255.0, norm)
+    if not (math.isfinite(pixels) and 0 < pixels <= largest):
+        raise ValueError(
+            f"eps.pixels is {pixels!r}, not a budget in (0, {largest:g}] ({eps.get('norm', 'Linf')}"
+            ", [0, 1]-pixel units)"
+        )
+    return CardBudget(float(pixels), norm)
 
 
 def _digest(source: Any) -> str | None:
@@ -94,6 +103,11 @@ class ModelCard:
         """The card `payload` holds (a card as written, or the part of one a caller gives);
         ValueError naming the part of another type."""
         dataset, validation_from = _name(payload, "dataset"), _name(payload, "validation_from")
+        if validation_from not in (None, *catalog.VALIDATION_SOURCES):
+            raise ValueError(
+                f"validation_from is {validation_from!r}, not one of "
+                f"{', '.join(catalog.VALIDATION_SOURCES)}"
+            )
         eps = _budget(payload.get("eps"))
         model = payload.get("model") or {}
         if not isinstance(model, dict):
@@ -124,4 +138,6 @@ class ModelCard:
         try:
             return cls.from_dict(payload)
         except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+            raise ValueError(
+                f"{path}: {error}; restore the card the export wrote (or export the run again)"
+            ) from None
