@@ -406,3 +406,38 @@ def test_an_onnx_file_with_another_number_of_classes_is_refused_before_any_work(
     assert line.startswith(f"error: {path}: the file gives {classes} class scores per image"), line
     assert "the 10 classes of fashion_mnist" in line
     assert sorted(os.listdir(tmp_path)) == sorted(["run", path.name])
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (
+            lambda record: record["history"][0].update(val_robust_accuracy="high"),
+            "history's epoch 1 val_robust_accuracy is 'high', not a number",
+        ),
+        (
+            lambda record: record["config"].update(seed=-7),
+            "config.seed is -7, outside [0, 2147483647], what train.py takes",
+        ),
+        (
+            lambda record: record["config"].update(eps=-0.5),
+            "config.eps is -0.5, not a budget in (0, 1]",
+        ),
+    ],
+)
+def test_a_wrong_valued_record_is_not_exported_into_a_model_card(tmp_path, edit, said):
+    """`val_robust_accuracy: "high"` and `config.seed: -7` went into the model card, `python -m
+    export` exiting 0; now refused in one line naming results.json, before TensorFlow loads."""
+    run_dir = tmp_path / "run"
+    _committed_run_copy(run_dir)
+    results = run_dir / "results.json"
+    record = json.loads(results.read_text())
+    edit(record)
+    results.write_text(json.dumps(record))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = python_command("-m", "export", f"--workdir={run_dir}", prelude=NO_TENSORFLOW)
+    exported = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+    line = one_line(exported)
+    assert line.startswith(f"error: {results}: {said}"), line
+    assert "restore the file train.py wrote" in line
+    assert not (run_dir / "export").exists()
