@@ -161,7 +161,8 @@ def checked_card(model_path: str) -> None:
 
 def checked_data(model_path: str, opened, named: str | None, source_path: str | None) -> None:
     """Exit, before TensorFlow loads, where the dataset's local files are missing or an exported
-    file (`opened`) declares images of another shape than the dataset's. The dataset: the one
+    file (`opened`) declares images of another shape than the dataset's, or gives another number
+    of class scores than its classes. The dataset: the one
     the command line names, else the model's (its run, its export's card), else its source's;
     one the registry does not know, or data to be fetched through TFDS, are told of later."""
     from fbat_tf import data
@@ -177,8 +178,10 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
     if dataset not in data.names():
         return
     if opened is not None:
+        info = data.info(dataset)
         try:
-            opened.check_images(data.info(dataset).image_shape, dataset)
+            opened.check_images(info.image_shape, dataset)
+            opened.check_classes(info.num_classes, info.image_shape, dataset)
         except ValueError as error:
             sys.exit(f"error: {model_path}: {error}")
     if not data.needs_tensorflow(dataset, common.DATA_DIR.value):
@@ -189,6 +192,28 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
             data.check_local_files(dataset, common.DATA_DIR.value, parts)
         except (ValueError, FileNotFoundError) as error:
             sys.exit(f"error: {error}")
+
+
+def checked_eps_units(model_path: str, source_path: str | None) -> None:
+    """Exit, before TensorFlow loads, where --eps looks like pixel units under an L∞ threat
+    model: --norm's, else the model's own (its run, its card), else its source's, else L∞. Run
+    here rather than by the flag's validator, which cannot know the model's norm."""
+    if FLAGS["norm"].value is not None or not eval_flags.EPS.value:
+        return  # with --norm given the flag's validator has checked it
+    try:
+        norm = (
+            run_files.model_facts(model_path).get("norm")
+            or (source_path and run_files.model_facts(source_path).get("norm"))
+            or "linf"
+        )
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    if norm != "linf":
+        return
+    values = [float(v) for v in eval_flags.EPS.value]
+    problem = common.units_problem("eps", values, common.ALLOW_SMALL_UNITS.value)
+    if problem:
+        sys.exit(f"error: {problem}")
 
 
 def checked_source_path(model_path: str) -> str | None:
@@ -407,6 +432,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     paths = checked_several([path.rstrip("/") for path in eval_flags.MODEL_PATH.value])
+    checked_eps_units(paths[0], eval_flags.SOURCE_MODEL_PATH.value)
     models = [checked_model_path(path) for path in paths]
     results_paths = [checked_results_path(path) for path in paths]
     source_path = checked_source_path(paths[0])

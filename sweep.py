@@ -85,6 +85,14 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
             )
         cell_dir = os.path.join(sweep_dir, cell.name)
         values = copy.deepcopy(absl_flags.FLAGS)
+        for name, value in cell.flags.items():
+            # true/false become --name/--noname, which a flag of a value reads as taking the
+            # next word ("--epochs=--steps_per_epoch=2").
+            if isinstance(value, bool) and name in values and values[name].flag_type() != "bool":
+                raise sweeps.DefinitionError(
+                    f"cell {cell.name}: {name!r} is {str(value).lower()}, but --{name} is not "
+                    f"a true/false flag: give it a value of its type ({values[name].flag_type()})"
+                )
         words = sweeps.flag_words(cell.flags)
         try:
             values(["train.py", *words, f"--workdir={cell_dir}"])

@@ -15,7 +15,7 @@ from typing import Any
 
 from fbat_tf import catalog, provenance
 from fbat_tf.records import RunRecord, TrainConfig, units
-from fbat_tf.run import Run
+from fbat_tf.run import Run, file_sha256
 
 
 def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
@@ -23,6 +23,10 @@ def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
     return {
         "workdir": os.path.abspath(workdir),
         "weights": os.path.relpath(run.best_weights, workdir),
+        # Which weights were exported: a re-check against another source says so.
+        "weights_sha256": (
+            file_sha256(run.best_weights) if os.path.isfile(run.best_weights) else None
+        ),
         "run_status": record.status,
         # The code that trained the model (null for runs older than the record) and the
         # code that exported it.

@@ -54,7 +54,7 @@ import tensorflow as tf
 from export import artifacts, modelcard, versions
 from fbat_tf import data, provenance
 from fbat_tf.records import MethodRecord, ModelCard, finite_or_null
-from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run
+from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run, file_sha256
 
 INPUT_KEY = "images"
 OUTPUT_KEYS = ("logits", "probabilities", "classes")
@@ -302,7 +302,10 @@ def export_keras_file(
     versions.free_version_dir(export_dir, name, version)
     classifier = classifiers.load_keras_file(model_path, trust_code, compile=False)
     card = {
-        "source": {"model_path": os.path.abspath(model_path)},
+        "source": {
+            "model_path": os.path.abspath(model_path),
+            "weights_sha256": file_sha256(model_path),
+        },
         "model": {"name": classifier.name},
         **dict.fromkeys(("dataset", "method", "eps", "training", "selection", "robustness")),
     }

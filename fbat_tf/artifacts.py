@@ -79,6 +79,23 @@ class ArtifactClassifier:
         raise NotImplementedError
 
     image_shape: tuple = ()  # [H, W, C] as the file declares them (None where not fixed)
+    declared_classes: int | None = None  # the class scores it declares a row of (None: not fixed)
+
+    def check_classes(self, classes: int, shape: tuple, dataset: str = "this dataset") -> None:
+        """ValueError where the file gives another number of class scores per image than
+        `classes`: the count it declares, else the one it gives for a black image of `shape`
+        ([H, W, C]), run here by its runtime (no TensorFlow)."""
+        given = self.declared_classes
+        if given is None:
+            with self.lock:
+                scores = np.asarray(self.predict(np.zeros((1, *shape), np.float32)))
+            given = int(scores.shape[-1]) if scores.ndim == 2 else None
+        if given is not None and given != classes:
+            raise ValueError(
+                f"the file gives {given} class scores per image, not one for each of the "
+                f"{classes} classes of {dataset}: evaluate it on the dataset it was trained on "
+                "(--dataset), or export the model for this one"
+            )
 
     def check_images(self, shape: tuple, dataset: str = "this dataset") -> None:
         """ValueError where the file declares images of another [H, W, C] than `shape`."""
@@ -142,6 +159,7 @@ class OnnxClassifier(ArtifactClassifier):
             path, [(i.shape, i.type) for i in inputs], "tensor(float)"
         )
         self.input_name = inputs[0].name
+        self.declared_classes = _fixed((self.session.get_outputs()[0].shape or [None])[-1])
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.session.run(None, {self.input_name: x})[0]
@@ -170,7 +188,9 @@ class LiteRTClassifier(ArtifactClassifier):
             path, [(list(i["shape_signature"]), np.dtype(i["dtype"]).name) for i in inputs]
         )
         self.input_index = inputs[0]["index"]
-        self.output_index = self.interpreter.get_output_details()[0]["index"]
+        output = self.interpreter.get_output_details()[0]
+        self.output_index = output["index"]
+        self.declared_classes = _fixed((list(output["shape_signature"]) or [None])[-1])
         self.batch = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:

@@ -31,6 +31,9 @@ MODELS = (
 ACTIVATIONS = ("relu", "softplus", "swish")
 # Threat models: the norm of the perturbation ball (fbat_tf/constraints.py, records/units.py).
 NORMS = ("linf", "l2")
+# Where a run's validation split comes from: the training split's last tenth, or half the test
+# split (data.load's `validation_from`, a model card's).
+VALIDATION_SOURCES = ("train", "test")
 
 
 def check_norm(norm: str) -> str:

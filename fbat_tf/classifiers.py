@@ -4,6 +4,7 @@ file's (fbat_tf/artifacts.py), a .keras file's.
     classifier, config = load_classifier("runs/fmnist")   # the run's selected weights
     classifier, known = load_model(path)                  # a run, SavedModel or .keras file
     check_logits(classifier, x)                           # refuses softmax outputs
+    check_data(classifier, dataset)                       # ... and labels that are no classes
     check_finite(classifier, dataset)                     # refuses NaN or infinite logits
     graph = InferenceGraph(classifier)                    # weights folded into constants
 
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from fbat_tf import catalog, run, trust
@@ -152,14 +154,70 @@ def check_logits(classifier: Callable, x: tf.Tensor) -> None:
     """Raise ValueError for a classifier whose outputs look like probabilities: every row
     non-negative and summing to 1. The attacks' losses (cross-entropy, DLR, FAB's boundaries)
     take logits; on probabilities they compute something else, silently."""
+    _check_outputs(tf.cast(classifier(x, training=False), tf.float32))
+
+
+def check_data(classifier: Callable, data, labels=None) -> None:
+    """Raise ValueError, in one line, for what the losses would misread silently or fail on
+    inside TensorFlow: outputs that are probabilities (check_logits) on the first batch, and
+    labels that are not one class index per example, 0 to classes − 1, the classes being the
+    model's outputs (a float label as 0.5, a label 10 of a 10-class model, one-hot labels).
+    `data`: a tf.data.Dataset of (images, labels, ...) batches, whose first batch is checked,
+    or an array of images with their `labels`, all of which are checked; other inputs (a
+    Python generator, a distributed dataset) are left unchecked."""
+    if isinstance(data, tf.data.Dataset):
+        batch = next(iter(data.take(1)), None)
+        if not isinstance(batch, tuple | list) or len(batch) < 2:
+            return
+        x, labels = batch[0], batch[1]
+    elif labels is not None and hasattr(data, "shape") and hasattr(labels, "shape"):
+        x = data[:64]
+    else:
+        return
     outputs = tf.cast(classifier(x, training=False), tf.float32)
+    _check_outputs(outputs)
+    check_labels(labels, int(outputs.shape[-1]))
+
+
+def check_labels(labels, classes: int) -> None:
+    """Raise ValueError, in one line, where `labels` are not one class index per example in 0
+    to `classes` − 1 (whole numbers: float labels are taken only where each is one)."""
+    y = np.asarray(labels)
+    span = f"0 to {classes - 1} (the model gives {classes} class scores)"
+    if y.ndim != 1:
+        raise ValueError(
+            f"the labels have shape {list(y.shape)}, not one class index per example: give "
+            f"labels of shape [batch], each one of {span}; for one-hot labels their argmax, for "
+            "labels of shape [n, 1] labels.reshape(-1)"
+        )
+    if y.dtype == bool or not np.issubdtype(y.dtype, np.number):
+        raise ValueError(
+            f"the labels are of type {y.dtype}, not class indices: give integers {span}"
+        )
+    if np.issubdtype(y.dtype, np.floating):
+        fractional = y[~np.isfinite(y) | (y != np.round(y))]
+        if fractional.size:
+            raise ValueError(
+                f"label {fractional[0]:g} is not a class index: the labels must be whole "
+                f"numbers {span}"
+            )
+    outside = y[(y < 0) | (y >= classes)]
+    if outside.size:
+        raise ValueError(
+            f"label {outside[0]:g} is outside {span}: give labels {span}, or a model with one "
+            "output per class"
+        )
+
+
+def _check_outputs(outputs: tf.Tensor) -> None:
     rows_sum_to_one = tf.reduce_all(tf.abs(tf.reduce_sum(outputs, -1) - 1.0) < 1e-3)
     if bool(tf.reduce_all(outputs >= 0.0)) and bool(rows_sum_to_one):
         raise ValueError(
             "the model's outputs are probabilities (every row is non-negative and sums to 1, as "
-            "after a softmax), but the attacks need logits: evaluate the model without its final "
-            "softmax, e.g. keras.Model(model.inputs, model.layers[-1].input) when the softmax "
-            "is a layer of its own, or rebuild the last Dense layer with activation=None"
+            "after a softmax), but the attacks and training losses need logits: use the model "
+            "without its final softmax, e.g. keras.Model(model.inputs, model.layers[-1].input) "
+            "when the softmax is a layer of its own, or rebuild the last Dense layer with "
+            "activation=None"
         )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from fbat_tf import attacks, catalog
+from fbat_tf import attacks, catalog, classifiers
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack, progress_bar
 from fbat_tf.attacks.losses import correct, cross_entropy, robust_hits
@@ -257,7 +257,9 @@ def evaluate(
     """Clean loss and accuracy, and robust accuracy and time of each attack, given by its name
     and ε (pixel units): {("pgd", 8 / 255): PGD(8 / 255)}.
 
-    Every adversarial batch is checked to lie in C before it counts. An example whose clean
+    A classifier whose outputs are probabilities, or labels that are not its class indices,
+    are refused first, on the first batch (ValueError, `classifiers.check_data`). Every
+    adversarial batch is checked to lie in C before it counts. An example whose clean
     input, clean logits, adversarial point or adversarial logits are not finite raises
     NonFiniteError, naming how many, before its batch is attacked or counted. `progress` shows a bar
     over the batches with the running accuracies. For an attack with parts (AutoAttack), its
@@ -285,6 +287,7 @@ def evaluate(
     """
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
+    classifiers.check_data(classifier, dataset)  # logits, and labels that are class indices
     batches = int(dataset.cardinality())
     bar = progress_bar(batches if batches > 0 else None, unit_name="batch") if progress else None
     tally = Tally(attacks)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 from typing import Any
 
@@ -349,6 +350,34 @@ def model_facts(path: str) -> dict[str, Any]:
     if card.model.name:
         known["architecture"] = architecture_name(card.model.name, card.model.width)
     return known
+
+
+def weights_sha256(path: str | None) -> str | None:
+    """The SHA-256 (hex) of the weights a model path holds, read without TensorFlow: a training
+    run's best.weights.h5, a .keras file itself; for a SavedModel, or an .onnx or .tflite file
+    of an export, the weights its model card says it was exported from. None where unknown (no
+    path, no weights yet, a card from before it recorded them). ValueError naming a damaged
+    card."""
+    if not path:
+        return None
+    if Run(path).is_run():
+        weights = Run(path).best_weights
+        return file_sha256(weights) if os.path.isfile(weights) else None
+    if path.endswith(".keras") and os.path.isfile(path):
+        return file_sha256(path)
+    home = path if os.path.isdir(path) else os.path.dirname(path)
+    if not os.path.isfile(os.path.join(home, MODEL_CARD)):
+        return None
+    return ModelCard.load(os.path.join(home, MODEL_CARD)).weights_sha256
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def model_path_suggestion(path: str) -> str | None:

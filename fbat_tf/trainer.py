@@ -31,6 +31,9 @@ sqrt(relu(·)) a finite loss with NaN gradients. Under a `LossScaleOptimizer` a 
 lowers the loss scale, as the optimizer does for its own non-finite gradients: an attack pass
 that overflows (non-finite δ) would otherwise be skipped at the same scale forever.
 
+`fit` and `evaluate` first refuse a classifier whose outputs are probabilities and labels that
+are not class indices of its outputs (`classifiers.check_data`), in one line, before any step.
+
 The epoch's metrics are over the applied batches: `loss` and the method's other logs are their
 means (NaN when none was applied, not 0), and `nonfinite_batches` counts the epoch's skipped
 ones. `last_finite_loss` holds the loss of the latest applied batch.
@@ -44,6 +47,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from fbat_tf import classifiers
 from fbat_tf.attacks.losses import correct, cross_entropy
 from fbat_tf.methods.base import Method
 from fbat_tf.models.layers import use_exact_second_derivatives
@@ -113,6 +117,19 @@ class AdversarialTrainer(keras.Model):
         self.skipped = keras.metrics.Sum(name="nonfinite_batches")
         self.eval_loss = keras.metrics.Mean(name="loss")
         self.eval_accuracy = keras.metrics.Mean(name="accuracy")
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        """Keras' fit, after `classifiers.check_data` refused, in one line, outputs that are
+        probabilities and labels that are not class indices (on a dataset's first batch, or
+        every label of arrays): cross-entropy on probabilities trains silently, a float label
+        is truncated, and a label out of range makes every batch non-finite, each skipped."""
+        classifiers.check_data(self.classifier, x, y)
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """Keras' evaluate, after the same check as `fit`."""
+        classifiers.check_data(self.classifier, x, y)
+        return super().evaluate(x, y, *args, **kwargs)
 
     def _method_gradients(self, x, y, seed, loss_scale):
         return self.method.gradients(self.classifier, x, y, seed, loss_scale)

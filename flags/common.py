@@ -144,13 +144,51 @@ def units_problem(name: str, values: list[float], allowed: bool) -> str | None:
     )
 
 
+# An L2 ε of this share or more of the largest L2 distance in an image's [0, 1] box, √(H·W·C),
+# is most likely an L∞ number in 1/255 units typed under --norm=l2 (ε = 8 on 28×28 images is
+# 29 % of it; L2 budgets are a few percent: 1.5 on Fashion-MNIST 5.4 %, 0.5 on CIFAR-10 0.9 %).
+# At 100 % or more the ball holds the whole box, and no flag keeps it.
+LARGE_L2_SHARE = 0.10
+
+
+def l2_budget_problem(eps: float, dataset: str, allowed: bool) -> str | None:
+    """The one-line refusal of an L2 ε that holds the whole [0, 1] box of `dataset`'s images,
+    or (unless `allowed`) is LARGE_L2_SHARE of its diameter or more; else None."""
+    from fbat_tf import data
+
+    if dataset not in data.names():
+        return None
+    height, width, channels = data.info(dataset).image_shape
+    largest = math.sqrt(height * width * channels)
+    share = eps / largest
+    where = (
+        f"{share:.1%} of the largest L2 distance between {height}×{width}×{channels} images "
+        f"in [0, 1] (√{height * width * channels} ≈ {largest:.3g})"
+    )
+    if share >= 1:
+        return (
+            f"--eps={eps:g} under --norm=l2 is {where}: the ball holds every image, so nothing "
+            "is robust to it; give an L2 budget in [0, 1]-pixel units, a few percent of that "
+            "(e.g. 1.5 for Fashion-MNIST, 0.5 for CIFAR-10)"
+        )
+    if share >= LARGE_L2_SHARE and not allowed:
+        return (
+            f"--eps={eps:g} under --norm=l2 is {where}, {LARGE_L2_SHARE:.0%} or more: an L∞ "
+            f"number in 1/255 units? L2 budgets are a few percent of it (1.5 for Fashion-MNIST, "
+            f"0.5 for CIFAR-10); did you mean --norm=linf --eps={eps:g}? Pass "
+            f"--allow_large_l2_eps to keep --eps={eps:g} (L2)"
+        )
+    return None
+
+
 def refuse_pixel_units(name: str, parse=lambda value: [value]) -> None:
     """A validator refusing `name` below its floor in SMALL_UNITS unless --allow_small_units;
-    an ε under --norm=l2, in pixel units, is not refused."""
+    an ε under --norm=l2, in pixel units, is not refused, nor one without a --norm (evaluate.py,
+    whose attacks take the model's own norm: it checks ε once it has read the model's)."""
 
     def check(values: dict) -> bool:
         given = values[name]
-        if name == "eps" and values[NORM.name] == "l2":
+        if name == "eps" and values[NORM.name] != "linf":
             return True
         found = units_problem(
             name, [] if given is None else parse(given), values[ALLOW_SMALL_UNITS.name]

@@ -109,15 +109,22 @@ def check_final_test(values: absl_flags.FlagValues = FLAGS) -> None:
 
 
 def check_norm(values: absl_flags.FlagValues = FLAGS) -> None:
-    """ValueError for --norm=l2 without an --eps of its own: the default ε is L∞'s 8/255,
-    which read in L2's pixel units would be a ball around the whole image."""
-    if values.norm == "l2" and not values["eps"].present:
+    """ValueError for --norm=l2 without an --eps of its own (the default ε is L∞'s 8/255,
+    which read in L2's pixel units would be a ball around the whole image), or with one that
+    holds the image's whole [0, 1] box, or is so large a share of it that it is most likely an
+    L∞ number (`common.l2_budget_problem`; --allow_large_l2_eps keeps the latter)."""
+    if values.norm != "l2":
+        return
+    if not values["eps"].present:
         default = values["eps"].default
         raise ValueError(
             "--norm=l2 needs its own --eps, in [0, 1]-pixel units over the image (e.g. "
             f"--eps=0.5 for CIFAR-10, 1.5 for Fashion-MNIST); the default {default:g} is L∞'s "
             f"{default:g}/255"
         )
+    problem = common.l2_budget_problem(values.eps, values.dataset, values.allow_large_l2_eps)
+    if problem:
+        raise ValueError(problem)
 
 
 def check_method(config) -> None:

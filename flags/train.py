@@ -205,6 +205,16 @@ NOT_RUN_DEFINING = (
     "int8_examples",
 )
 
+ALLOW_LARGE_L2_EPS = flags.DEFINE_bool(
+    "allow_large_l2_eps",
+    False,
+    "Take an L2 --eps of 10% or more of the largest L2 distance between the dataset's images "
+    "(√(H·W·C): 28 for Fashion-MNIST) as given: such values are usually L∞ numbers in 1/255 "
+    "units typed under --norm=l2 (--eps=8 on 28×28 images is 29% of it). A ball around the "
+    "whole image box (100% or more) is refused whatever this says.",
+)
+
+
 common.refuse_unsafe_values(__name__)
 common.refuse_pixel_units("eps")
 common.refuse_pixel_units("lambda_inv")

@@ -286,12 +286,19 @@ def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
         ('{"dataset": "fashion_mnist", "mod', "is not readable JSON"),
         ('{"dataset": 5, "model": {}}', "dataset is 5, not a name"),
         ('{"dataset": "fashion_mnist", "model": {}, "eps": {"pixels": "8"}}', "eps.pixels is '8'"),
+        # Hand-edited numbers and names: they failed after TensorFlow loaded, naming no card
+        # (1e308 as a graph assertion about [-nan] pixels).
+        ('{"model": {}, "eps": {"pixels": NaN}}', "eps.pixels is nan, not a budget in (0, 1]"),
+        ('{"model": {}, "eps": {"pixels": -0.5}}', "eps.pixels is -0.5, not a budget in (0, 1]"),
+        ('{"model": {}, "eps": {"pixels": 1e308}}', "eps.pixels is 1e+308, not a budget"),
+        ('{"model": {}, "validation_from": "bogus"}', "validation_from is 'bogus', not one of"),
     ):
         card.write_text(text)
         # Read before TensorFlow loads: here it cannot.
         words = (f"--model_path={export}", "--attacks=pgd")
         line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
         assert line.startswith(f"error: {card}") and says in line, line
+        assert "restore the card" in line or "JSON" in line, line
     # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass.
     card.write_text('{"dataset": "fashion_mnist", "model": {}}')
     line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
@@ -336,3 +343,101 @@ def test_the_best_weights_are_not_begun_on_a_disk_without_room_for_them(tmp_path
     monkeypatch.undo()
     callbacks.save_weights(model, path)
     assert os.listdir(tmp_path) == ["best.weights.h5"]
+
+
+def test_evaluate_py_checks_eps_units_against_the_model_s_own_norm(tmp_path):
+    """README's L2 command (`--model_path=<an L2 run> --eps=0.5,1,1.5`) was refused as "ε is in
+    1/255 units … did you mean --eps=128": the units check ran before the model's norm was
+    read. An L2 run's budgets pass it (here TensorFlow, unimportable, is then what stops the
+    program); an L∞ run's small budgets are still refused before TensorFlow loads."""
+    linf, l2 = tmp_path / "linf", tmp_path / "l2"
+    _committed_run_copy(linf)
+    _committed_run_copy(l2)
+    results = l2 / "results.json"
+    record = json.loads(results.read_text())
+    record["config"].update(norm="l2", eps=1.5, method="pgd", method_options={})
+    results.write_text(json.dumps(record))
+    words = ("--eps=0.5,1,1.5", "--attacks=pgd")
+    line = one_line(run("evaluate.py", f"--model_path={l2}", *words, prelude=NO_TENSORFLOW))
+    assert "import of tensorflow halted" in line and "1/255" not in line, line
+    line = one_line(run("evaluate.py", f"--model_path={linf}", *words, prelude=NO_TENSORFLOW))
+    assert line.startswith("error: --eps=0.5: ε is in 1/255 units"), line
+    assert "did you mean --eps=128" in line and "--allow_small_units" in line
+    # --norm on the command line decides, whatever the model's own.
+    done = run("evaluate.py", f"--model_path={l2}", "--norm=linf", *words, prelude=NO_TENSORFLOW)
+    assert done.returncode != 0 and "did you mean --eps=128" in done.stderr
+
+
+def _onnx_classifier(path, classes: int) -> None:
+    """An ONNX file taking 28×28×1 images and giving `classes` scores: a linear map."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(0).normal(size=(784, classes)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "w"], ["logits"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 28, 28, 1])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array([-1, 784]))],
+    )
+    graph.initializer[1].name = "flat_shape"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.mark.parametrize("classes", [5, 1000])
+def test_an_onnx_file_with_another_number_of_classes_is_refused_before_any_work(tmp_path, classes):
+    """5 class scores for Fashion-MNIST's 10 classes failed inside TensorFlow
+    (SparseSoftmaxCrossEntropyWithLogits); 1,000 were evaluated and written into the card."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    source = tmp_path / "run"
+    _committed_run_copy(source)
+    path = tmp_path / f"model{classes}.onnx"
+    _onnx_classifier(path, classes)
+    words = (f"--model_path={path}", f"--source_model_path={source}", "--attacks=pgd")
+    line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
+    assert line.startswith(f"error: {path}: the file gives {classes} class scores per image"), line
+    assert "the 10 classes of fashion_mnist" in line
+    assert sorted(os.listdir(tmp_path)) == sorted(["run", path.name])
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (
+            lambda record: record["history"][0].update(val_robust_accuracy="high"),
+            "history's epoch 1 val_robust_accuracy is 'high', not a number",
+        ),
+        (
+            lambda record: record["config"].update(seed=-7),
+            "config.seed is -7, outside [0, 2147483647], what train.py takes",
+        ),
+        (
+            lambda record: record["config"].update(eps=-0.5),
+            "config.eps is -0.5, not a budget in (0, 1]",
+        ),
+    ],
+)
+def test_a_wrong_valued_record_is_not_exported_into_a_model_card(tmp_path, edit, said):
+    """`val_robust_accuracy: "high"` and `config.seed: -7` went into the model card, `python -m
+    export` exiting 0; now refused in one line naming results.json, before TensorFlow loads."""
+    run_dir = tmp_path / "run"
+    _committed_run_copy(run_dir)
+    results = run_dir / "results.json"
+    record = json.loads(results.read_text())
+    edit(record)
+    results.write_text(json.dumps(record))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = python_command("-m", "export", f"--workdir={run_dir}", prelude=NO_TENSORFLOW)
+    exported = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+    line = one_line(exported)
+    assert line.startswith(f"error: {results}: {said}"), line
+    assert "restore the file train.py wrote" in line
+    assert not (run_dir / "export").exists()

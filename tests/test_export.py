@@ -449,6 +449,57 @@ def test_model_card_records_the_run(exported, classifier):
     assert card["serving"]["signatures"]["serve_uint8"]["dtype"] == "uint8"
 
 
+def test_model_card_names_the_weights_exported_and_a_recheck_another_source(
+    exported, run_dir, tmp_path
+):
+    """A file re-checked against a retrained run (`--source_model_path=<another run>`) was
+    compared as if it were its source: the card now holds the SHA-256 of the weights exported,
+    and a source of other weights is flagged, named; the run exported from, or the SavedModel
+    beside the file, is not."""
+    import hashlib
+    import shutil
+
+    from export import recheck
+
+    weights = os.path.join(run_dir, "checkpoints", "best.weights.h5")
+    with open(os.path.join(exported, "assets.extra", "model_card.json")) as f:
+        card = json.load(f)
+    assert (
+        card["source"]["weights_sha256"] == hashlib.sha256(open(weights, "rb").read()).hexdigest()
+    )
+    onnx = os.path.join(exported, "model.onnx")  # read for its card only
+    assert recheck.other_source_problem(onnx, run_dir) is None
+    assert recheck.other_source_problem(onnx, exported) is None
+    retrained = str(tmp_path / "retrained")
+    shutil.copytree(run_dir, retrained)
+    with open(os.path.join(retrained, "checkpoints", "best.weights.h5"), "ab") as f:
+        f.write(b"other weights")
+    said = recheck.other_source_problem(onnx, retrained)
+    assert said.startswith(f"source: {retrained} is not the model this file was exported from")
+    assert "--source_model_path" in said and "\n" not in said
+
+
+def test_a_recheck_flags_a_drop_of_more_than_a_point_and_low_agreement():
+    """The thresholds themselves: 1.5 points below the source is flagged and 0.5 is not;
+    agreement on 94 % of the points is flagged and on 96 % not."""
+    from export import recheck
+
+    def rows(accuracy: float, agreement: float) -> dict:
+        return {
+            "clean": {"accuracy": accuracy, "source_accuracy": 0.865, "agreement": agreement},
+            "square@8": {"accuracy": 0.1, "replayed": False},
+        }
+
+    (drop,) = recheck.flagged_rows(rows(0.85, 1.0))
+    assert drop.startswith("clean: more than 1 point lost: 0.8500 against the source's 0.8650")
+    assert recheck.flagged_rows(rows(0.86, 1.0)) == []
+    (low,) = recheck.flagged_rows(rows(0.865, 0.94))
+    assert low.startswith("clean: agrees with the source on 94.0% of the points, below 95%")
+    assert recheck.flagged_rows(rows(0.865, 0.96)) == []
+    # The issue's file: the accuracy of its source, predictions agreeing on 37.5 %.
+    assert len(recheck.flagged_rows(rows(0.865, 0.375))) == 1
+
+
 def test_model_card_never_invents_numbers(tmp_path):
     unfinished = _results(history_times=(2.0, None))
     del unfinished["final"]

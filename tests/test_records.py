@@ -292,7 +292,8 @@ def test_a_model_card_reads_as_a_type_and_a_part_of_another_type_is_named(tmp_pa
         path.write_text(json.dumps({**card, **part}))
         with pytest.raises(ValueError) as refused:
             ModelCard.load(str(path))
-        assert str(refused.value) == f"{path}: {says}"
+        restore = "; restore the card the export wrote (or export the run again)"
+        assert str(refused.value) == f"{path}: {says}{restore}"
 
 
 def test_a_file_written_without_replace_is_never_replaced(tmp_path):
@@ -330,3 +331,19 @@ def test_without_hard_links_a_file_is_still_written_once_and_never_replaced(
         write_json_atomic(path, {"second": 2}, replace=False)
     assert json.loads((tmp_path / "entry.json").read_text()) == {"first": 1}
     assert os.listdir(tmp_path) == ["entry.json"]
+
+
+def test_a_record_s_config_ranges_are_train_py_s_flag_bounds():
+    """records.config.RANGES, which a record's numbers are read against, says what the flags
+    of train.py take (each bound the flag's, or none where the flag has none)."""
+    from absl import flags as absl_flags
+
+    import flags.train  # noqa: F401  (defines train.py's flags)
+    from fbat_tf.records.config import RANGES
+
+    for name, (low, high) in RANGES.items():
+        parser = absl_flags.FLAGS[name].parser
+        assert (getattr(parser, "lower_bound", None), getattr(parser, "upper_bound", None)) == (
+            low,
+            high,
+        ), name

@@ -63,3 +63,20 @@ def test_a_grid_of_more_cells_than_a_sweep_runs_is_refused_before_it_is_listed(t
     grid = [{"method": ["fastat"], "eps": list(range(1, 101)), "seed": list(range(1000))}]
     with pytest.raises(sweeps.DefinitionError, match=r"'grid' makes 100,000 cells, more than"):
         load(tmp_path, grid=grid)
+
+
+def test_a_grid_value_reaches_train_py_and_evaluate_py_as_given(tmp_path):
+    """A grid ε of 1.23456789 reached train.py as --eps=1.23457 (and evaluate.py's budgets so):
+    a float that six digits would round is written in full; others keep their short form."""
+    grid = [{"method": ["pgd"], "norm": ["l2"], "eps": [1.23456789, 0.5, 8.0], "seed": [0]}]
+    definition = load(tmp_path, grid=grid)
+    cells = {cell.flags["eps"]: cell for cell in sweeps.expand(definition)}
+    argv = sweeps.commands(definition, cells[1.23456789], str(tmp_path / "out"))
+    assert "--eps=1.23456789" in argv["train"]
+    evaluated = [w for words in list(argv.values())[1:] for w in words if w.startswith("--eps=")]
+    assert evaluated and all("1.23456789" in w and "1.23457" not in w for w in evaluated), argv
+    assert sweeps.flag_words({"eps": 0.5, "lr_max": 8.0, "ig_coef": 1e-05}) == [
+        "--eps=0.5",
+        "--lr_max=8",
+        "--ig_coef=1e-05",
+    ]

@@ -75,6 +75,27 @@ REFUSED = {
         "cell free-eps8-strategymirrored: --method=free carries δ across batches on one "
         "device: use --strategy=default, not --strategy=mirrored",
     ),
+    # true for a flag of a number read as "--epochs=--steps_per_epoch=2: invalid literal".
+    "epochs-true": (
+        {"method": ["fastat"], "eps": [8], "epochs": [True]},
+        "cell fastat-eps8-epochstrue: 'epochs' is true, but --epochs is not a true/false flag: "
+        "give it a value of its type (int)",
+    ),
+    # An L2 ball that holds every 28×28 image, and one sized like an L∞ ε (8/255).
+    "l2-whole-box": (
+        {"method": ["pgd"], "eps": [100], "norm": ["l2"]},
+        "cell pgd-eps100-norml2: --eps=100 under --norm=l2 is 357.1% of the largest L2 "
+        "distance between 28×28×1 images in [0, 1] (√784 ≈ 28): the ball holds every image, so "
+        "nothing is robust to it; give an L2 budget in [0, 1]-pixel units, a few percent of "
+        "that (e.g. 1.5 for Fashion-MNIST, 0.5 for CIFAR-10)",
+    ),
+    "l2-linf-sized": (
+        {"method": ["pgd"], "eps": [8], "norm": ["l2"]},
+        "cell pgd-eps8-norml2: --eps=8 under --norm=l2 is 28.6% of the largest L2 distance "
+        "between 28×28×1 images in [0, 1] (√784 ≈ 28), 10% or more: an L∞ number in 1/255 "
+        "units? L2 budgets are a few percent of it (1.5 for Fashion-MNIST, 0.5 for CIFAR-10); "
+        "did you mean --norm=linf --eps=8? Pass --allow_large_l2_eps to keep --eps=8 (L2)",
+    ),
 }
 
 

@@ -615,3 +615,53 @@ def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_w
     assert entry["autoattack_acc"] == f"{100 * final.robust_accuracy('autoattack'):.2f}"
     assert "first 16 points of the test split" in entry["footnote"]
     assert entry["name"] == entry["authors"] == entry["link"] == ""  # not fbat-tf's to know
+
+
+def _l2_check(*words: str) -> str | None:
+    """flags/run.py's check_norm on train.py's flags parsed from `words` (a copy of them, as
+    sweep.py parses a cell's): its refusal, or None."""
+    import copy
+
+    from absl import flags as absl_flags
+
+    from flags import run as run_flags
+
+    values = copy.deepcopy(absl_flags.FLAGS)
+    values(["train.py", "--dataset=fashion_mnist", "--norm=l2", *words])
+    try:
+        run_flags.check_norm(values)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_an_l2_eps_sized_like_an_linf_one_is_refused_by_its_share_of_the_image():
+    """--norm=l2 --eps=8 on 28×28 images trained nine minutes to 1 % accuracy, and --eps=100 (a
+    ball holding every image) trained too, without a word. Refused from 10 % of √(H·W·C) = 28:
+    2.85 (10.2 %) is, 2.75 (9.8 %) is not; --allow_large_l2_eps keeps 8, never 100 (357 %)."""
+    said = _l2_check("--eps=8")
+    assert said.startswith("--eps=8 under --norm=l2 is 28.6% of the largest L2 distance"), said
+    assert "did you mean --norm=linf --eps=8?" in said and "--allow_large_l2_eps" in said
+    assert "10.2%" in _l2_check("--eps=2.85")
+    assert _l2_check("--eps=2.75") is None
+    assert _l2_check("--eps=1.5") is None
+    assert _l2_check("--eps=8", "--allow_large_l2_eps") is None
+    whole = _l2_check("--eps=100", "--allow_large_l2_eps")
+    assert "357.1%" in whole and "the ball holds every image" in whole
+    # As train.py says it: one line, before TensorFlow loads (here it cannot).
+    done = subprocess.run(
+        python_command(
+            "train.py",
+            "--dataset=fashion_mnist",
+            "--norm=l2",
+            "--eps=8",
+            "--method=pgd",
+            prelude=NO_TENSORFLOW,
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --eps=8 under --norm=l2 is")

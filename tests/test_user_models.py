@@ -254,3 +254,72 @@ def test_a_resize_the_trainer_cannot_switch_is_refused_not_trained_first_order()
     first_order = methods.create("fastbat", eps=EPS, lambda_inv=LAMBDA_INV, ig="none")
     grads, _ = first_order.gradients(model, x, y, _seed())
     assert all(g is not None for g in grads)
+
+
+def _mlp(activation=None) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(10, activation)]
+    )
+
+
+def _trainer(model) -> AdversarialTrainer:
+    trainer = AdversarialTrainer(model, methods.create("fastat", eps=EPS), jit_compile=False)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.1))
+    return trainer
+
+
+_IMAGES = np.random.default_rng(0).uniform(size=(16, 4, 4, 1)).astype(np.float32)
+_LABELS = np.arange(16) % 10
+
+# What the Python API took silently (or failed on inside TensorFlow) and the programs refuse:
+# each with the words of its one-line refusal.
+_REFUSED = {
+    "softmax": ("softmax", _LABELS, "the model's outputs are probabilities"),
+    "float labels": (None, _LABELS + 0.5, "label 0.5 is not a class index"),
+    "label 10": (None, np.where(_LABELS == 3, 10, _LABELS), "label 10 is outside 0 to 9"),
+    "label -1": (None, np.where(_LABELS == 3, -1, _LABELS), "label -1 is outside 0 to 9"),
+    "one-hot": (None, np.eye(10)[_LABELS], ", 10], not one class index per example"),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED))
+def test_the_python_api_refuses_what_the_programs_refuse_in_one_line(case):
+    """A softmax model trained on cross-entropy of probabilities, float labels truncated, and a
+    label out of range (fit skipped every batch as non-finite and returned; evaluate raised
+    TensorFlow's InvalidArgumentError): fit, Keras' evaluate and evaluation.evaluate refuse
+    each before any step, in one line saying what is wrong."""
+    from fbat_tf.attacks.pgd import PGD
+    from fbat_tf.evaluation import evaluate
+
+    activation, labels, said = _REFUSED[case]
+    trainer = _trainer(_mlp(activation))
+    dataset = tf.data.Dataset.from_tensor_slices((_IMAGES, labels)).batch(8)
+    before = [w.copy() for w in trainer.classifier.get_weights()]
+    for call in (
+        lambda: trainer.fit(dataset, epochs=1, verbose=0),
+        lambda: trainer.fit(_IMAGES, labels, batch_size=8, epochs=1, verbose=0),
+        lambda: trainer.evaluate(dataset, verbose=0),
+        lambda: evaluate(trainer.classifier, dataset, {("pgd", EPS): PGD(EPS, steps=1)}),
+    ):
+        with pytest.raises(ValueError) as refused:
+            call()
+        message = str(refused.value)
+        assert said in message and "\n" not in message, message
+    assert int(trainer.optimizer.iterations) == 0
+    after = trainer.classifier.get_weights()
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_the_python_api_trains_and_evaluates_labels_that_are_class_indices():
+    """Integer labels, and float ones that are whole numbers, pass the check."""
+    from fbat_tf.attacks.pgd import PGD
+    from fbat_tf.evaluation import evaluate
+
+    trainer = _trainer(_mlp())
+    for labels in (_LABELS, _LABELS.astype(np.float32)):
+        dataset = tf.data.Dataset.from_tensor_slices((_IMAGES, labels)).batch(8)
+        trainer.fit(dataset, epochs=1, verbose=0)
+        result = evaluate(trainer.classifier, dataset, {("pgd", EPS): PGD(EPS, steps=1)})
+        assert result.examples == 16
+    assert int(trainer.optimizer.iterations) == 4

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from fbat_tf import catalog
 from fbat_tf.data import augment as augment_lib
 from fbat_tf.data import pipeline, registry, sources
 
 SPLITS = ("train", "validation", "train_full", "test")
 # Where the validation split comes from: the training split's last tenth, or half the test split.
-VALIDATION_SOURCES = ("train", "test")
+VALIDATION_SOURCES = catalog.VALIDATION_SOURCES
 # The validation split is the last 1/_VALIDATION_DIVISOR of the training split.
 _VALIDATION_DIVISOR = 10
 # The seed of the class-by-class halving of the test split (validation_from="test"). Fixed, so

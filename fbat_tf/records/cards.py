@@ -5,6 +5,7 @@ export/savedmodel.py writes): ModelCard, each part of the type it has there.
     card.dataset, card.validation_from, card.model.name, card.model.width
     card.eps.pixels, card.eps.norm   # the training ε in pixel units, its norm ("linf", "l2")
     card.method.name, card.class_names
+    card.weights_sha256              # the SHA-256 of the weights exported (None: not recorded)
 
 A part the card lacks (a card of a .keras file names no dataset, method or ε) is None.
 """
@@ -12,9 +13,11 @@ A part the card lacks (a card of a .keras file names no dataset, method or ε) i
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from fbat_tf import catalog
 from fbat_tf.records import units
 from fbat_tf.records.files import read_json
 from fbat_tf.records.runs import MethodRecord
@@ -55,7 +58,28 @@ def _budget(eps: Any) -> CardBudget | None:
     norm = named.get(eps.get("norm", "Linf"))
     if norm is None:
         raise ValueError(f"eps.norm is {eps.get('norm')!r}, not Linf or L2")
-    return CardBudget(pixels, norm)
+    # What a run can be trained at: train.py's --eps in (0, 255], in 1/255 units under L∞.
+    largest = units.to_pixels(255.0, norm)
+    if not (math.isfinite(pixels) and 0 < pixels <= largest):
+        raise ValueError(
+            f"eps.pixels is {pixels!r}, not a budget in (0, {largest:g}] ({eps.get('norm', 'Linf')}"
+            ", [0, 1]-pixel units)"
+        )
+    return CardBudget(float(pixels), norm)
+
+
+def _digest(source: Any) -> str | None:
+    """The card's source.weights_sha256: 64 hexadecimal digits, or None where not recorded."""
+    if not isinstance(source, dict) or source.get("weights_sha256") is None:
+        return None
+    digest = source["weights_sha256"]
+    if (
+        not isinstance(digest, str)
+        or len(digest) != 64
+        or any(c not in "0123456789abcdef" for c in digest)
+    ):
+        raise ValueError(f"source.weights_sha256 is {digest!r}, not a SHA-256 in hex")
+    return digest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +94,20 @@ class ModelCard:
     method: MethodRecord | None = None
     # Label k's name, where the dataset's names are kept.
     class_names: tuple[str, ...] | None = None
+    # The SHA-256 of the weights exported (source.weights_sha256: the run's best.weights.h5,
+    # the .keras file), None in a card from before it was recorded.
+    weights_sha256: str | None = None
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> ModelCard:
         """The card `payload` holds (a card as written, or the part of one a caller gives);
         ValueError naming the part of another type."""
         dataset, validation_from = _name(payload, "dataset"), _name(payload, "validation_from")
+        if validation_from not in (None, *catalog.VALIDATION_SOURCES):
+            raise ValueError(
+                f"validation_from is {validation_from!r}, not one of "
+                f"{', '.join(catalog.VALIDATION_SOURCES)}"
+            )
         eps = _budget(payload.get("eps"))
         model = payload.get("model") or {}
         if not isinstance(model, dict):
@@ -95,6 +127,7 @@ class ModelCard:
             eps,
             None if method is None else MethodRecord.from_dict(method),
             None if names is None else tuple(names),
+            _digest(payload.get("source")),
         )
 
     @classmethod
@@ -105,4 +138,6 @@ class ModelCard:
         try:
             return cls.from_dict(payload)
         except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+            raise ValueError(
+                f"{path}: {error}; restore the card the export wrote (or export the run again)"
+            ) from None

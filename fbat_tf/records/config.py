@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from fbat_tf import catalog
@@ -70,10 +71,54 @@ class TrainConfig:
     verbose: int = 1
 
 
+# The values train.py's flags take for the numeric fields (flags/train.py's bounds, held to
+# these by tests/test_records.py), as (lowest, highest), None for no bound; ε is in pixel
+# units, up to 255/255 (L∞) or 255 (L2), its flag's (0, 255].
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "seed": (0, 2**31 - 1),
+    "width": (1, None),
+    "epochs": (1, None),
+    "batch_size": (1, None),
+    "lr_max": (0.0, None),
+    "momentum": (0.0, 1.0),
+    "momentum_at_peak": (0.0, 1.0),
+    "weight_decay": (0.0, None),
+    "max_train_examples": (1, None),
+    "steps_per_epoch": (1, None),
+    "val_attack_steps": (1, None),
+    "val_restarts": (1, None),
+    "val_examples": (0, None),
+    "eval_examples": (0, None),
+    "eval_pgd_steps": (1, None),
+    "eval_pgd_restarts": (1, None),
+    "max_skipped_fraction": (0.0, 1.0),
+    "tensorboard_every": (0, None),
+}
+
+
+def _out_of_range(name: str, value: Any, norm: Any) -> str | None:
+    """Why a numeric config value is none a run takes (not finite, out of its range), or None."""
+    if name == "eps":
+        largest = 255.0 if norm == "l2" else 1.0
+        if not (math.isfinite(value) and 0 < value <= largest):
+            return f"not a budget in (0, {largest:g}] (pixel units)"
+        return None
+    if name not in RANGES or value is None or isinstance(value, bool):
+        return None
+    low, high = RANGES[name]
+    if not math.isfinite(value):
+        return "not a finite number"
+    if (low is not None and value < low) or (high is not None and value > high):
+        shown = f"{low if low is not None else '-inf'}, {high if high is not None else 'inf'}"
+        return f"outside [{shown}], what train.py takes"
+    return None
+
+
 def config_from_dict(saved: dict[str, Any]) -> TrainConfig:
     """The TrainConfig of a record's `config` (fields it does not know left out); ValueError
-    naming the field whose value is not of the field's type (`"eps": "8"`, a list for a seed),
-    which would otherwise fail later, far from the file, or be taken silently."""
+    naming the field whose value is not of the field's type (`"eps": "8"`, a list for a seed)
+    or outside what train.py takes (`"seed": -7`, RANGES), which would otherwise fail later,
+    far from the file, or be taken silently."""
     fields = {field.name: field for field in dataclasses.fields(TrainConfig)}
     if "workdir" not in saved:
         raise ValueError("config has no workdir")
@@ -86,6 +131,9 @@ def config_from_dict(saved: dict[str, Any]) -> TrainConfig:
         # JSON's true and false are no numbers here; a whole number is a float's value.
         wrong_bool = isinstance(value, bool) and bool not in types
         if (value is None and optional) or (isinstance(value, types) and not wrong_bool):
+            problem = _out_of_range(name, value, saved.get("norm"))
+            if problem:
+                raise ValueError(f"config.{name} is {value!r}, {problem}")
             continue
         kind = annotation.replace(" | None", " or null")
         article = "an" if kind[0] in "aeiou" else "a"

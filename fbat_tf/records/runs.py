@@ -75,7 +75,11 @@ def _epoch(entry: Any) -> Epoch:
     """One entry of a record's history: an object with a whole epoch number."""
     if not isinstance(entry, dict) or not isinstance(entry.get("epoch"), int):
         raise ValueError(f"history holds {entry!r}, not an epoch's object with its number")
-    return Epoch(entry["epoch"], {k: v for k, v in entry.items() if k != "epoch"})
+    logs = {k: v for k, v in entry.items() if k != "epoch"}
+    for name, value in logs.items():  # Keras' logs and the callbacks' are numbers (NaN: null)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"history's epoch {entry['epoch']} {name} is {value!r}, not a number")
+    return Epoch(entry["epoch"], logs)
 
 
 @dataclasses.dataclass(frozen=True)

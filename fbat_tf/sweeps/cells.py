@@ -75,6 +75,15 @@ def word(value: Any) -> str:
     return str(value)
 
 
+def flag_word(value: Any) -> str:
+    """A value as a command-line word: as `word` gives it (8, 0.5, 1e-05), but a float that
+    this would round (1.23456789) written in full, so that train.py gets the value given."""
+    shown = word(value)
+    if isinstance(value, float) and float(shown) != value:
+        return repr(value)
+    return shown
+
+
 def cell_name(values: Mapping[str, Any], keys: Sequence[str]) -> str:
     ordered = [k for k in NAME_FIRST if k in keys]
     ordered += sorted(k for k in keys if k not in NAME_FIRST and k not in NAME_LAST)

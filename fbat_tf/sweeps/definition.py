@@ -55,7 +55,7 @@ from typing import Any
 
 from fbat_tf import attacks, methods, run
 from fbat_tf.sweeps import masking, tuning_groups
-from fbat_tf.sweeps.cells import NAME_FIRST, NAME_LAST, Cell, cell_name, word
+from fbat_tf.sweeps.cells import NAME_FIRST, NAME_LAST, Cell, cell_name, flag_word
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.evaluations import EVALUATION_DEFAULTS, Evaluation, parse_evaluations
 
@@ -316,9 +316,9 @@ def flag_words(values: Mapping[str, Any]) -> list[str]:
         if isinstance(value, bool):
             words.append(f"--{name}" if value else f"--no{name}")
         elif isinstance(value, (list, tuple)):
-            words.append(f"--{name}={','.join(word(v) for v in value)}")
+            words.append(f"--{name}={','.join(flag_word(v) for v in value)}")
         else:
-            words.append(f"--{name}={word(value)}")
+            words.append(f"--{name}={flag_word(value)}")
     return words
 
 
@@ -366,7 +366,7 @@ def commands(
             *evaluate,
             f"--attacks={evaluation.attack}",
             *([f"--norm={norm}"] if norm != "linf" else []),
-            f"--eps={','.join(f'{eps:g}' for eps in budgets)}",
+            f"--eps={','.join(flag_word(float(eps)) for eps in budgets)}",
             *flag_words(options),
             f"--n_examples={evaluation.examples}",
             f"--results={os.path.join(cell_dir, file)}",
