@@ -92,6 +92,13 @@ VAL_ATTACK_STEPS = flags.DEFINE_integer(
 VAL_RESTARTS = flags.DEFINE_integer(
     "val_restarts", RUN["val_restarts"], "PGD restarts of robust validation.", lower_bound=1
 )
+VAL_SQUARE_QUERIES = flags.DEFINE_integer(
+    "val_square_queries",
+    RUN["val_square_queries"],
+    "Queries of a Square attack on the points robust after validation's PGD; a point then "
+    "counts robust only where it survives both (0: PGD alone).",
+    lower_bound=0,
+)
 VAL_EXAMPLES = flags.DEFINE_integer(
     "val_examples",
     RUN["val_examples"],

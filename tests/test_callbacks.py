@@ -318,3 +318,43 @@ def test_the_epoch_line_shows_the_numbers_that_matter_and_trouble_only_when_ther
     assert shown == {"loss": 1.0, "adv_accuracy": 0.5, "val_robust_accuracy": 0.4}
     shown = Progress()._shown({**logs, "nonfinite_batches": 2.0, "val_overfitting": 1.0})
     assert shown["nonfinite_batches"] == 2.0 and shown["val_overfitting"] == 1.0
+
+
+def test_validation_with_square_counts_robust_only_what_survives_pgd_and_square():
+    """A model whose input gradient is zero (its score passes through stop_gradient) shows PGD
+    nothing to climb: PGD-10 alone counts every point robust. Its score rises with the image's
+    mean, which Square's search, reading only outputs, climbs: with Square after PGD a point
+    counts robust only where both leave it, here none, and PGD's own figure is kept beside."""
+    from fbat_tf.records import TrainConfig
+    from fbat_tf.training import validation_attack_of
+
+    eps = 0.1
+    inputs = keras.Input((5, 5, 1))
+    # The mean without its gradient, plus 0 × the mean, so that the gradient exists and is 0.
+    mean = keras.layers.Lambda(
+        lambda x: (
+            tf.stop_gradient(tf.reduce_mean(x, axis=(1, 2))) + 0.0 * tf.reduce_mean(x, axis=(1, 2))
+        )
+    )(inputs)
+    # Class 1 wins once the mean passes 0.885 (reachable: 0.85 + ε = 0.95), class 0 below;
+    # a random start moves the mean by 0.035 about once in a thousand.
+    logits = keras.layers.Lambda(lambda m: tf.concat([tf.zeros_like(m), 40.0 * (m - 0.885)], 1))(
+        mean
+    )
+    model = keras.Model(inputs, logits)
+    x = np.full((16, 5, 5, 1), 0.85, np.float32)
+    y = np.zeros(16, np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    results = {}
+    for queries in (0, 200):
+        config = TrainConfig(workdir="w", eps=eps, val_square_queries=queries, jit_compile=False)
+        attack = validation_attack_of(config)
+        callback = RobustValidation(dataset, attack, eps, model)
+        callback.set_model(model)
+        logs: dict = {}
+        callback.on_epoch_end(0, logs)
+        results[queries] = logs
+    assert results[0]["val_clean_accuracy"] == 1.0
+    assert results[0]["val_robust_accuracy"] == 1.0 and "val_pgd_accuracy" not in results[0]
+    assert results[200]["val_pgd_accuracy"] == 1.0  # the same PGD-10, masked
+    assert results[200]["val_robust_accuracy"] == 0.0  # Square broke every point

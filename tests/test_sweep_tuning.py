@@ -121,6 +121,26 @@ def _group(**changes) -> dict:
 
 
 BAD_TUNING = {
+    "released-elsewhere": (
+        {"seeds": [100], "groups": [_group(released=[{"lr_max": 0.3}])]},
+        "tuning.groups[0].released[0] is not one of the group's candidates",
+    ),
+    "extend-without-why": (
+        {
+            "seeds": [100],
+            "groups": [_group(extend={"lr_max": {"factor": 2, "min": 0.01, "max": 1, "why": ""}})],
+        },
+        "tuning.groups[0].extend.lr_max.why: say why",
+    ),
+    "extend-past-its-bound": (
+        {
+            "seeds": [100],
+            "groups": [
+                _group(extend={"lr_max": {"factor": 2, "min": 0.15, "max": 1, "why": "a bound"}})
+            ],
+        },
+        "need 0 < min <= every candidate's value <= max",
+    ),
     "not-an-object": ([], "tuning must be an object"),
     "unknown-key": ({"seeds": [100], "groups": [_group()], "metric": "x"}, "tuning: unknown keys"),
     "no-seeds": ({"seeds": [], "groups": [_group()]}, "tuning.seeds must be a non-empty"),
@@ -779,3 +799,53 @@ def test_a_tiny_tuned_sweep_end_to_end(tmp_path, committed_tree):
     # Started again: nothing runs, the pick stands.
     again = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", data, tree=committed_tree)
     assert again.returncode == 0 and "3 cells (2 of them tuning runs), 3 done" in again.stdout
+
+
+def test_a_pick_at_its_grid_s_edge_extends_the_grid_until_interior_or_at_a_bound(tmp_path):
+    """Validation accuracy as a function of the learning rate, peaking at 0.4 (a hand-made
+    curve): from candidates 0.1 and 0.2 the best sits at the top edge, so 0.4 is added; then
+    at 0.4, still the top, so 0.8; now 0.4 is interior and is picked. With a bound of 0.4 the
+    grid stops there and the pick says it stands at the bound, and why."""
+    curve = {0.1: 0.30, 0.2: 0.40, 0.4: 0.50, 0.8: 0.45}
+
+    def spec(maximum):
+        group = _group(candidates=[{"lr_max": 0.1}, {"lr_max": 0.2}], released=[{"lr_max": 0.2}])
+        group["extend"] = {
+            "lr_max": {"factor": 2, "min": 0.01, "max": maximum, "why": "a stated bound"}
+        }
+        return {"seeds": [100], "groups": [group]}
+
+    for maximum, added, picked, edge in (
+        (1.0, ["lr_max0.4", "lr_max0.8"], 0.4, "interior"),
+        (0.4, ["lr_max0.4"], 0.4, "the largest tried, at the bound 0.4 (a stated bound)"),
+    ):
+        folder = tmp_path / f"max{maximum:g}"
+        folder.mkdir()
+        definition = sweeps.load_definition(tuning_definition(folder, spec(maximum)))
+        out = str(folder / "out")
+        grown = []
+        for _ in range(5):
+            for run in tuning.tuning_cells(definition):
+                if not os.path.exists(os.path.join(out, run.name, "results.json")):
+                    rate = run.flags["lr_max"]
+                    write_run(os.path.join(out, run.name), "fastat", run.seed, [curve[rate]])
+            before = {c.name for c in tuning.tuning_cells(definition)}
+            picks = tuning.settle(definition, out)
+            grown += sorted({c.name for c in tuning.tuning_cells(definition)} - before)
+            if picks:
+                break
+        (entry,) = picks
+        assert [name.split("-")[2] for name in grown] == added
+        assert entry["flags"] == {"lr_max": picked} and entry["edges"] == {"lr_max": edge}
+        origins = {c["label"]: c["origin"] for c in entry["candidates"]}
+        assert origins["lr_max0.2"] == "released" and origins["lr_max0.1"] == "extrapolated"
+        assert all(origins[name] == "extrapolated" for name in added)
+        saved = json.loads((folder / "out" / "tuning.json").read_text())
+        assert [c["lr_max"] for c in saved["extensions"]["fastat-eps8"]] == [
+            float(a.removeprefix("lr_max")) for a in added
+        ]
+        # A later start reads the grown grid back: the same runs, the pick standing.
+        again = sweeps.load_definition(tuning_definition(folder, spec(maximum)))
+        tuning.refresh(again, out)
+        assert again.picks["fastat-eps8"] == {"lr_max": picked}
+        assert len(tuning.tuning_cells(again)) == 2 + len(added)

@@ -48,6 +48,10 @@ class TrainConfig:
     steps_per_epoch: int | None = None
     val_attack_steps: int = 10
     val_restarts: int = 1
+    # Queries of a Square attack (AutoAttack's, p_init 0.8) run on the points still robust after
+    # validation's PGD: a point counts robust only where it survives both, a criterion gradient
+    # masking cannot fool as PGD alone can. 0: PGD alone.
+    val_square_queries: int = 0
     val_examples: int = 1000
     eval_examples: int = 1000
     eval_pgd_steps: int = catalog.PGD_STEPS
@@ -87,6 +91,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "steps_per_epoch": (1, None),
     "val_attack_steps": (1, None),
     "val_restarts": (1, None),
+    "val_square_queries": (0, None),
     "val_examples": (0, None),
     "eval_examples": (0, None),
     "eval_pgd_steps": (1, None),

@@ -233,7 +233,13 @@ class _Driver:
                 continue
             self.attempts[cell.name] += 1
             self.running[self.start(cell)] = (cell, claim)
-        self.queue = sorted(waiting + self.queue, key=lambda c: c.stage != "tuning")
+        # Runs a unit's grid gained where its best sat at an edge (tuning.grow).
+        known = [*self.queue, *waiting, *(cell for cell, _ in self.running.values())]
+        fresh = [c for c in tuning.new_runs(self.definition, known) if c.name not in self.attempts]
+        for cell in fresh:
+            self.attempts[cell.name] = 0
+        self.total += len(fresh)
+        self.queue = sorted(fresh + waiting + self.queue, key=lambda c: c.stage != "tuning")
 
     def wait_for_picks(self, wait_seconds: float) -> None:
         """Nothing runs, and what is left are final cells waiting for picks and tuning runs

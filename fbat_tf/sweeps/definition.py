@@ -111,6 +111,9 @@ class Definition:
     # tuning.refresh.
     tuning: Any = None
     picks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # The candidates tuning.json added to each unit's grid where its pick sat at an edge
+    # ({unit: [candidate flags]}), set by tuning.refresh.
+    extensions: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     # The conditional stronger black-box check of AutoAttack (sweeps/masking.py), or None.
     masking_check: masking.MaskingCheck | None = None
 

@@ -12,7 +12,8 @@ Every part of a cell is a term of its own:
 - training: epochs × the anchor's seconds per epoch for the cell's method, looked up as
   "<dataset>/<model>/<method>", "<dataset>/<method>", "<model>/<method>", then "<method>";
 - validation: epochs × the epoch's robust validation, its examples × (PGD's steps × restarts,
-  FGSM's pass and the clean one) × the seconds of a pass;
+  FGSM's pass and the clean one, and `val_square_queries` / 3 on `robust_fraction` of them)
+  × the seconds of a pass;
 - final evaluation: train.py's own test of the selected model, its examples × (a clean pass,
   PGD's steps × restarts, AutoAttack's passes where it runs) × the seconds of a pass;
 - each evaluation of the definition: its examples × budgets × the attack's forward-backward
@@ -60,12 +61,16 @@ def _examples(spec: Mapping[str, Any], cell: Cell, asked: int, key: str) -> floa
     return asked if size is None else min(asked, size)
 
 
-def _validation_seconds(spec: Mapping[str, Any], cell: Cell, per_pass: float) -> float:
+def _validation_seconds(
+    spec: Mapping[str, Any], cell: Cell, per_pass: float, robust: float
+) -> float:
     """One epoch's validation: its examples × (PGD's steps × restarts, FGSM's pass and the
-    clean one) × the seconds of a pass."""
+    clean one, and where it runs Square's queries on the `robust` share left, a forward pass
+    counting 1/3) × the seconds of a pass."""
     config = cell.config
     examples = _examples(spec, cell, config.val_examples, "validation_examples")
     passes = _pgd_passes(config.val_attack_steps, config.val_restarts) + 2
+    passes += robust * config.val_square_queries / 3
     return (examples or 0) * passes * per_pass
 
 
@@ -103,10 +108,10 @@ def estimate(definition: Definition) -> dict[str, Any] | None:
             continue
         epochs = cell.config.epochs
         if cell.stage == "tuning":  # trained and validated, never tested
-            tuned += epochs * (seconds + _validation_seconds(spec, cell, per_pass))
+            tuned += epochs * (seconds + _validation_seconds(spec, cell, per_pass, robust))
             continue
         training += epochs * seconds
-        validation += epochs * _validation_seconds(spec, cell, per_pass)
+        validation += epochs * _validation_seconds(spec, cell, per_pass, robust)
         final += _final_seconds(spec, cell, per_pass, robust)
     evaluation = {}
     for ev in definition.evaluations:

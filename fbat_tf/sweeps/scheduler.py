@@ -256,6 +256,9 @@ def run_cells(
                 f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left"
             )
             rewrite_report(definition, sweep_dir)
+        # Runs a unit's grid gained where its best sat at an edge (tuning.grow): queued here.
+        fresh = tuning.new_runs(definition, to_run)
+        to_run, waiting = [*to_run, *fresh], [*fresh, *waiting]
         on_tuning = _unblocked(definition, on_tuning, sweep_dir, outcome, waiting)
         if waiting:
             names = ", ".join(c.name for c in waiting[:3]) + (", ..." if len(waiting) > 3 else "")

@@ -32,6 +32,16 @@ authoritative once written: a later start keeps its picks, and refuses a definit
 candidates or seeds for a picked unit differ from those it was picked among (delete tuning.json
 to tune again). A final cell of a tuned unit is `pending` until its pick exists; then its flags
 carry the pick's (its name does not change).
+
+Interior optima: a group may say how its grid extends ("extend": {flag: {"factor", "min",
+"max", "why"}}). Once a unit's runs have all finished, where the best candidate's value of such
+a flag is the largest (smallest) among the candidates that agree with it on every other flag,
+the unit gets one candidate more, that value × factor (÷ factor), unless it would leave
+[min, max]; tuning.json keeps it under "extensions", its runs train, and the rule is applied
+again, until the best is interior in every such flag or stands at a stated bound. Only then
+is the pick written, with, per flag, whether it is interior or at which bound and why. Every
+candidate is marked "released" (one the group lists under "released": an author's value) or
+"extrapolated".
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ from fbat_tf.sweeps.definition import Definition, grid_cells
 from fbat_tf.sweeps.errors import DefinitionError
 from fbat_tf.sweeps.tuning_groups import (  # noqa: F401 (the stage's names, in one place)
     OPTIMIZER_FLAGS,
+    Extension,
     Group,
     Tuning,
     Unit,
@@ -94,6 +105,11 @@ def tuning_cells(definition: Definition, unit: Unit | None = None) -> list[Cell]
     ]
 
 
+def unit_candidates(definition: Definition, unit: Unit) -> list[dict[str, Any]]:
+    """The unit's candidates: its group's, then those tuning.json added (`extensions`)."""
+    return [*unit.group.candidates, *definition.extensions.get(unit.key, [])]
+
+
 def _by_candidate(
     definition: Definition, unit: Unit, grid: Mapping[str, Cell]
 ) -> list[tuple[dict[str, Any], list[Cell]]]:
@@ -115,8 +131,16 @@ def _by_candidate(
                 for seed in definition.tuning.seeds
             ],
         )
-        for candidate in unit.group.candidates
+        for candidate in unit_candidates(definition, unit)
     ]
+
+
+def new_runs(definition: Definition, known: Sequence[Cell]) -> list[Cell]:
+    """The tuning runs an extension of a unit's grid added that `known` (a launcher's cells)
+    lacks, for the units of its cells: the launcher queues them."""
+    names = {cell.name for cell in known}
+    units = {cell.unit for cell in known if cell.unit is not None}
+    return [c for c in tuning_cells(definition) if c.unit in units and c.name not in names]
 
 
 def passes_per_step(cell: Cell) -> int:
@@ -155,6 +179,7 @@ def candidates(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[
     """Each candidate of the unit with its runs' numbers so far, their mean (once all finished)
     and its passes per step."""
     grid = {cell.name: cell for cell in grid_cells(definition)}
+    listed = {canonical(c) for c in unit.group.candidates}
     found = []
     for candidate, mine in _by_candidate(definition, unit, grid):
         runs = [_run(cell, sweep_dir) for cell in mine]
@@ -164,6 +189,8 @@ def candidates(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[
             {
                 "label": label(candidate),
                 "flags": dict(candidate),
+                "origin": unit.group.origin(candidate),
+                "added": canonical(candidate) not in listed,
                 "passes_per_step": passes_per_step(mine[0]),
                 "runs": runs,
                 "mean": statistics.fmean(values) if finished else None,
@@ -188,12 +215,56 @@ def decide(found: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
     return best, f"a tie on the mean and passes with {found[tied[0]]['label']}: listed first"
 
 
+def edges(
+    group: Group, found: Sequence[Mapping[str, Any]], best: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Where the best of the finished candidates `found` sits on each flag the group extends:
+    the candidates to add (one past each edge it is at, inside the bounds) and, per flag, in
+    words, "interior" or the bound it stands at and why."""
+    chosen = found[best]["flags"]
+    have = {canonical(c["flags"]) for c in found}
+    added, where = [], {}
+    for extension in group.extend:
+        flag = extension.flag
+        if flag not in chosen:
+            where[flag] = "not set by the pick"
+            continue
+        line = [
+            c["flags"][flag]
+            for c in found
+            if flag in c["flags"]
+            and {k: v for k, v in c["flags"].items() if k != flag}
+            == {k: v for k, v in chosen.items() if k != flag}
+        ]
+        value, words = chosen[flag], []
+        for up, at_edge in ((True, value >= max(line)), (False, value <= min(line))):
+            if not at_edge:
+                continue
+            further = extension.beyond(value, up)
+            side = "largest" if up else "smallest"
+            if further is None:
+                bound = extension.maximum if up else extension.minimum
+                words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
+                continue
+            candidate = {**chosen, flag: further}
+            if canonical(candidate) not in have:
+                added.append(candidate)
+                have.add(canonical(candidate))
+            words.append(f"the {side} tried: {further:g} added")
+        where[flag] = "; ".join(words) if words else "interior"
+    return added, where
+
+
 def pick(definition: Definition, unit: Unit, sweep_dir: str) -> dict[str, Any] | None:
-    """The unit's entry of tuning.json, or None while any of its runs has not finished."""
+    """The unit's entry of tuning.json, or None while any of its runs has not finished or its
+    grid still grows (`grow`)."""
     found = candidates(definition, unit, sweep_dir)
     if not all(c["finished"] for c in found):
         return None
     best, why = decide(found)
+    added, where = edges(unit.group, found, best)
+    if added:
+        return None
     return {
         "method": unit.group.method,
         "variant": unit.variant,
@@ -206,7 +277,18 @@ def pick(definition: Definition, unit: Unit, sweep_dir: str) -> dict[str, Any] |
         "pick": found[best]["label"],
         "flags": found[best]["flags"],
         "decided_by": why,
+        "edges": where,
     }
+
+
+def grow(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[str, Any]]:
+    """The candidates the unit's grid gains now: those `edges` adds once every run so far has
+    finished and the best sits at an edge it can move past; [] otherwise."""
+    found = candidates(definition, unit, sweep_dir)
+    if not all(c["finished"] for c in found) or not unit.group.extend:
+        return []
+    best, _ = decide(found)
+    return edges(unit.group, found, best)[0]
 
 
 def path(sweep_dir: str) -> str:
@@ -218,11 +300,18 @@ def _read(sweep_dir: str) -> dict[str, Any]:
         with open(path(sweep_dir)) as f:
             found = json.load(f)
     except FileNotFoundError:
-        return {"rule": RULE, "picks": {}}
+        return {"rule": RULE, "picks": {}, "extensions": {}}
     except json.JSONDecodeError as error:
         raise DefinitionError(f"{path(sweep_dir)} is not readable JSON ({error})") from None
     if not isinstance(found, dict) or not isinstance(found.get("picks"), dict):
         raise DefinitionError(f"{path(sweep_dir)} is not a sweep's tuning picks (no 'picks')")
+    extensions = found.setdefault("extensions", {})
+    if not isinstance(extensions, dict) or not all(
+        isinstance(v, list) and all(isinstance(c, dict) for c in v) for v in extensions.values()
+    ):
+        raise DefinitionError(
+            f"{path(sweep_dir)}: 'extensions' must map units to lists of candidate flags"
+        )
     return found
 
 
@@ -245,14 +334,20 @@ def refresh(definition: Definition, sweep_dir: str) -> None:
     tuning = definition.tuning
     if tuning is None:
         return
-    kept = _read(sweep_dir)["picks"]
+    read = _read(sweep_dir)
+    kept = read["picks"]
+    definition.extensions = {
+        unit.key: list(read["extensions"][unit.key])
+        for unit in tuning.units
+        if unit.key in read["extensions"]
+    }
     picks = {}
     for unit in tuning.units:
         entry = kept.get(unit.key)
         if entry is None:
             continue
         before = [canonical(c["flags"]) for c in entry.get("candidates", [])]
-        now = [canonical(c) for c in unit.group.candidates]
+        now = [canonical(c) for c in unit_candidates(definition, unit)]
         if before != now or list(entry.get("seeds", [])) != list(tuning.seeds):
             was = ", ".join(c["label"] for c in entry.get("candidates", []))
             raise DefinitionError(
@@ -272,21 +367,35 @@ def settle(definition: Definition, sweep_dir: str, only: str | None = None) -> l
     tuning = definition.tuning
     if tuning is None:
         return []
-    new = []
+    new, grown = [], False
     with _locked(sweep_dir):
         kept = _read(sweep_dir)
+        refresh_extensions(definition, kept)
         for unit in tuning.units:
             if unit.key in kept["picks"] or only not in (None, unit.key):
+                continue
+            added = grow(definition, unit, sweep_dir)
+            if added:
+                kept["extensions"].setdefault(unit.key, []).extend(added)
+                refresh_extensions(definition, kept)
+                grown = True
+                words = ", ".join(label(c) for c in added)
+                print(f"tuning {unit.key}: its best sits at its grid's edge; added {words}")
                 continue
             entry = pick(definition, unit, sweep_dir)
             if entry is not None:
                 kept["picks"][unit.key] = entry
                 new.append({"unit": unit.key, **entry})
-        if new:
+        if new or grown:
             kept["rule"] = RULE
             write_json_atomic(path(sweep_dir), kept)
     refresh(definition, sweep_dir)
     return new
+
+
+def refresh_extensions(definition: Definition, kept: Mapping[str, Any]) -> None:
+    """`definition.extensions` as tuning.json's `kept` holds them."""
+    definition.extensions = {k: list(v) for k, v in kept.get("extensions", {}).items()}
 
 
 def describe_pick(entry: Mapping[str, Any]) -> str:
@@ -340,6 +449,7 @@ def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | N
             found = candidates(definition, unit, sweep_dir)
             entry = {
                 "candidates": [{k: v for k, v in c.items() if k != "finished"} for c in found],
+                "edges": None,
                 "pick": None,
                 "flags": None,
                 "decided_by": None,
@@ -354,6 +464,7 @@ def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | N
                 "source": unit.group.source,
                 "cells": list(unit.cells),
                 **{k: entry[k] for k in ("candidates", "pick", "flags", "decided_by")},
+                "edges": entry.get("edges"),
             }
         )
     return {"rule": RULE, "seeds": list(tuning.seeds), "file": FILE, "units": units}

@@ -22,7 +22,30 @@ from fbat_tf.sweeps.errors import DefinitionError
 # Flags a candidate may set besides its method's options: the optimizer's.
 OPTIMIZER_FLAGS = ("lr_max", "lr_schedule", "momentum", "momentum_at_peak", "weight_decay")
 _KEYS = ("seeds", "groups")
-_GROUP_KEYS = ("method", "match", "eps", "source", "candidates")
+_GROUP_KEYS = ("method", "match", "eps", "source", "candidates", "released", "extend")
+_EXTEND_KEYS = ("factor", "min", "max", "why")
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    """How a group's grid grows along one flag where the pick sits at its edge: one candidate
+    further, the pick's value × `factor` above its largest, ÷ `factor` below its smallest,
+    never past [`minimum`, `maximum`], the bounds `why` gives the reason for."""
+
+    flag: str
+    factor: float
+    minimum: float
+    maximum: float
+    why: str
+
+    def beyond(self, value: float, up: bool) -> float | None:
+        """The next value past `value` in that direction, rounded to 4 significant digits;
+        None where it would leave the bounds."""
+        moved = value * self.factor if up else value / self.factor
+        moved = float(f"{moved:.4g}")
+        if moved == int(moved) and abs(moved) < 2**53:
+            moved = int(moved)
+        return moved if self.minimum <= moved <= self.maximum else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +58,15 @@ class Group:
     eps: tuple[float, ...]
     source: str
     candidates: tuple[dict[str, Any], ...]
+    # The candidates that are a value an author released (the others, and every candidate the
+    # grid's extension adds, are extrapolated), and how the grid extends, by flag.
+    released: tuple[dict[str, Any], ...] = ()
+    extend: tuple[Extension, ...] = ()
+
+    def origin(self, candidate: Mapping[str, Any]) -> str:
+        """ "released" where the candidate is one the group marks so, else "extrapolated"."""
+        mine = canonical(candidate)
+        return "released" if any(canonical(c) == mine for c in self.released) else "extrapolated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +284,50 @@ def _group(where: str, index: int, spec: Any, cells: Sequence[Cell]) -> Group:
                     f"({label(candidate)})"
                 )
             seen[key] = j
-    return dataclasses.replace(group, source=source, candidates=tuple(candidates))
+    released = _released(where, spec.get("released", []), candidates)
+    extend = _extensions(where, spec.get("extend", {}), candidates)
+    return dataclasses.replace(
+        group, source=source, candidates=tuple(candidates), released=released, extend=extend
+    )
+
+
+def _released(where: str, given: Any, candidates: list[dict[str, Any]]) -> tuple[dict, ...]:
+    """The group's "released": candidates of it, each an author's released value."""
+    if not isinstance(given, list):
+        raise DefinitionError(f"{where}.released must be a list of the group's candidates")
+    listed = {canonical(c) for c in candidates}
+    for j, candidate in enumerate(given):
+        if not isinstance(candidate, dict) or canonical(candidate) not in listed:
+            raise DefinitionError(
+                f"{where}.released[{j}] is not one of the group's candidates: {candidate!r}"
+            )
+    return tuple(dict(c) for c in given)
+
+
+def _extensions(where: str, given: Any, candidates: list[dict[str, Any]]) -> tuple:
+    """The group's "extend": {flag: {"factor": f > 1, "min": lo, "max": hi, "why": reason}}."""
+    if not isinstance(given, dict):
+        raise DefinitionError(f"{where}.extend must map flags to {list(_EXTEND_KEYS)}")
+    found = []
+    for flag, spec in given.items():
+        at = f"{where}.extend.{flag}"
+        values = [c[flag] for c in candidates if flag in c]
+        if not values or not all(_number(v) for v in values):
+            raise DefinitionError(f"{at}: extends a flag that the candidates set to numbers")
+        if not isinstance(spec, dict) or sorted(spec) != sorted(_EXTEND_KEYS):
+            raise DefinitionError(f"{at} must give exactly {list(_EXTEND_KEYS)}")
+        factor, low, high, why = (spec[k] for k in _EXTEND_KEYS)
+        if not (_number(factor) and factor > 1):
+            raise DefinitionError(f"{at}.factor must be a number above 1, got {factor!r}")
+        if not (_number(low) and _number(high) and 0 < low <= min(values) <= max(values) <= high):
+            raise DefinitionError(
+                f"{at}: need 0 < min <= every candidate's value <= max, got min {low!r}, "
+                f"max {high!r} for values {sorted(values)}"
+            )
+        if not isinstance(why, str) or not why.strip():
+            raise DefinitionError(f"{at}.why: say why the grid stops at its bounds")
+        found.append(Extension(flag, float(factor), float(low), float(high), why))
+    return tuple(found)
 
 
 # ------------------------------------------------------------------------------ the cells

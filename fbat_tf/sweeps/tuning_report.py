@@ -90,8 +90,10 @@ def _validation_words(cells: Sequence[CellResult]) -> str:
     steps = flags.get("val_attack_steps", TrainConfig.val_attack_steps)
     restarts = flags.get("val_restarts", TrainConfig.val_restarts)
     examples = flags.get("val_examples", TrainConfig.val_examples)
+    queries = flags.get("val_square_queries", TrainConfig.val_square_queries)
     again = f", {restarts} restarts" if restarts > 1 else ""
-    return f"PGD-{steps}{again} on {examples} validation images"
+    then = f" then Square-{queries} on the points it left robust" if queries else ""
+    return f"PGD-{steps}{again}{then} on {examples} validation images"
 
 
 def criterion_table(report: Mapping[str, Any]) -> list[str]:
