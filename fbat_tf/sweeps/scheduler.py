@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from fbat_tf.records import files
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, tuning
 from fbat_tf.sweeps.definition import Cell, Definition, commands
@@ -81,13 +82,16 @@ def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinn
     )
     steps = []
     for part, argv in remaining(definition, cell, sweep_dir).items():
-        if part == "train":
-            log = os.path.join(log_dir, f"{cell.name}.train.log")
-            steps.append(Step("train", program(argv, code), log))
-        else:
-            log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
-            steps.append(Step(part, program(argv, code), log, needs))
+        log = log_path(sweep_dir, cell.name, part)
+        files.refuse_links(log, inside=sweep_dir)
+        steps.append(Step(part, program(argv, code), log, None if part == "train" else needs))
     return steps
+
+
+def log_path(sweep_dir: str, name: str, part: str) -> str:
+    """The log of a cell's training ("train") or of its evaluations (any other part)."""
+    kind = "train" if part == "train" else "evaluate"
+    return os.path.join(sweep_dir, "logs", f"{name}.{kind}.log")
 
 
 def run_cell(
