@@ -29,7 +29,7 @@ import os
 import re
 import subprocess
 
-from fbat_tf import run
+from fbat_tf import records
 from fbat_tf.records import files
 
 FILE = "revision.json"
@@ -91,37 +91,44 @@ def changed_files(root: str, sweep_dir: str | None = None) -> list[str]:
 
 def _is_sweep_output(root: str, path: str, sweep_dir: str | None) -> bool:
     """Whether `path` (relative to `root`) is something a sweep wrote in its directory: its
-    report, plots, revision, claims, logs, checkouts, or a file in one of its cells (a run
-    directory). A folder is a sweep's when it is `sweep_dir` or holds a report or a pinned
-    revision."""
+    report, plots, revision, claims, logs, checkouts, or a file in one of its cells. What
+    decides is what the sweep recorded, never a file's name alone: a folder is a sweep's when
+    it is `sweep_dir`, or holds a pinned revision that reads as one (revision.json) or a
+    report that lists cells (sweep.json); a cell is a folder its report lists."""
     own = None if sweep_dir is None else os.path.realpath(sweep_dir)
     folder = os.path.dirname(path)
     while True:
         where = os.path.join(root, folder)
-        is_sweep = (own is not None and os.path.realpath(where) == own) or any(
-            os.path.isfile(os.path.join(where, n)) for n in ("sweep.json", FILE)
-        )
-        if is_sweep and _output_of(where, os.path.relpath(path, folder or ".")):
+        is_own = own is not None and os.path.realpath(where) == own
+        if (is_own or _records_a_sweep(where)) and _output_of(
+            where, os.path.relpath(path, folder or ".")
+        ):
             return True
         if not folder:
             return False
         folder = os.path.dirname(folder)
 
 
+def _records_a_sweep(folder: str) -> bool:
+    """Whether `folder` holds a sweep's own record: a readable pinned revision, or a report
+    that lists its cells."""
+    if records.report_cells(os.path.join(folder, "sweep.json")) is not None:
+        return True
+    try:
+        return recorded(folder) is not None
+    except RevisionError:
+        return False
+
+
 def _output_of(sweep_folder: str, relative: str) -> bool:
-    """Whether `relative`, a path inside a sweep's folder, is one of the sweep's outputs."""
+    """Whether `relative`, a path inside a sweep's folder, is one of the sweep's outputs: a
+    report file, a plot, a file in one of its output folders or in a cell its report lists."""
     first, _, rest = relative.replace(os.sep, "/").partition("/")
     if not rest:
         return first in _REPORT_FILES or first.endswith(".png")
     if first in _OUTPUT_FOLDERS:
         return True
-    cell = run.Run(os.path.join(sweep_folder, first))
-    return (
-        cell.is_run()
-        or os.path.isfile(cell.flags_path)
-        or os.path.isfile(cell.path(run.LOCK))
-        or bool(cell.eval_files(""))
-    )
+    return first in (records.report_cells(os.path.join(sweep_folder, "sweep.json")) or [])
 
 
 def recorded(sweep_dir: str) -> dict | None:
