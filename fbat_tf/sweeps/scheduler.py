@@ -69,11 +69,13 @@ def remaining(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, l
 def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
     """What is left of a cell (`remaining`), as the steps that do it, each logged beside the
     cells; an evaluation needs the training's weights. The masking check is in the plan made
-    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack."""
+    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack.
+    LinkRefused where the logs' folder or a log is a symbolic link: no step appends behind one
+    (and a step opens its log so, too)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(os.path.dirname(os.path.join(log_dir, cell.name)), exist_ok=True)
+    files.make_dirs(os.path.dirname(os.path.join(log_dir, cell.name)), inside=sweep_dir)
     needs = (
         Run(cell_dir).best_weights,
         f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
