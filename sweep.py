@@ -45,7 +45,8 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.sweeps import cluster, masking, revision, scheduler, tuning  # noqa: E402
+from fbat_tf.records import files  # noqa: E402
+from fbat_tf.sweeps import claims, cluster, masking, plots, revision, scheduler, tuning  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -176,6 +177,24 @@ def parse_overrides(words: list[str] | None) -> dict:
     return overrides
 
 
+def check_links(sweep_dir: str, cells: list[sweeps.Cell]) -> None:
+    """DefinitionError naming the first path the sweep writes, replaces or removes that is a
+    symbolic link (its folders, files and cells' run directories and logs), before anything
+    is written: nothing is written or removed behind a link it did not make. A claim that is a
+    link is no claim, and is taken over (claims.py)."""
+    names = [revision.DIRECTORY, claims.DIRECTORY, "logs", tuning.DIRECTORY, revision.FILE]
+    names += ["sweep.json", "sweep.md", tuning.FILE, OVERRIDES_FILE, *plots.PLOTS.values()]
+    paths = [os.path.join(sweep_dir, name) for name in names]
+    for cell in cells:
+        paths.append(os.path.join(sweep_dir, cell.name))
+        paths += [scheduler.log_path(sweep_dir, cell.name, part) for part in ("train", "eval")]
+    try:
+        for path in paths:
+            files.refuse_links(path, inside=sweep_dir)
+    except files.LinkRefused as error:
+        raise sweeps.DefinitionError(str(error)) from None
+
+
 def settle_overrides(given: dict, sweep_dir: str, write: bool) -> dict:
     """The overrides of this sweep directory: those it first ran with, which a later command
     must repeat (or leave out); raise DefinitionError for others."""
@@ -191,8 +210,7 @@ def settle_overrides(given: dict, sweep_dir: str, write: bool) -> dict:
         return kept
     if given and write:
         os.makedirs(sweep_dir, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(given, f, indent=2)
+        files.write_json_atomic(path, given)  # never through a link
     return given
 
 
@@ -320,6 +338,7 @@ def prepare():
             raise sweeps.DefinitionError(f"--only={','.join(patterns)} matches no cell")
     # Tuning runs first: the final cells of a tuned unit wait for their pick.
     cells = [*tuning_runs, *cells]
+    check_links(sweep_dir, cells)
     to_train, to_evaluate = check_flags(definition, cells, sweep_dir)
     if not (sweep_flags.DRY_RUN.value or sweep_flags.REPORT_ONLY.value) and to_evaluate:
         # A tree whose code cannot be pinned is refused before TensorFlow loads.

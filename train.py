@@ -18,10 +18,10 @@ crashed (fbat_tf/onednn.py), unless TF_ENABLE_ONEDNN_OPTS says otherwise; see BU
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
-import shutil
 import sys
 
 from absl import app, logging
@@ -29,7 +29,7 @@ from absl import flags as absl_flags
 
 from fbat_tf import attacks, onednn, startup
 from fbat_tf import run as run_files
-from fbat_tf.records import units
+from fbat_tf.records import files, units
 from fbat_tf.run import Run, RunInUse
 from flags import common, errors, usage
 from flags import train as train_flags
@@ -96,7 +96,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"error: {error}")
     except Exception:
         if chief and created and not Run(config.workdir).is_run():
-            shutil.rmtree(config.workdir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the folder it made, never through a link
+                files.remove_tree(config.workdir)
         raise
     say_test(config, record.final, chief)
     if chief:
@@ -156,12 +157,13 @@ def hold(workdir: str, state: str, current: dict[str, str]):
     """The chief's hold on the run directory, and a new run's flags written into it: one
     train.py a run directory, so a second one is told before it writes anything."""
     try:
+        Run(workdir).refuse_links()  # what the run writes, none of it through a link
         held = Run(workdir).hold()
-    except RunInUse as error:
+        if state == "new":
+            with files.open_own(Run(workdir).flags_path, "w") as f:  # never through a link
+                f.writelines(f"{line}\n" for line in current.values() if line)
+    except (RunInUse, files.LinkRefused) as error:
         sys.exit(f"error: {error}")
-    if state == "new":
-        with open(Run(workdir).flags_path, "w") as f:
-            f.writelines(f"{line}\n" for line in current.values() if line)
     return held
 
 

@@ -300,9 +300,11 @@ def command_line() -> str:
 
 
 def write_json(path: str | None, payload: dict) -> None:
+    from fbat_tf.records.files import open_own
+
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
+        with open_own(path, "w") as f:  # never through a link (O_NOFOLLOW)
             json.dump(payload, f, indent=2)
 
 
@@ -314,5 +316,7 @@ def publish(
     print(markdown)
     write_json(path, payload)
     if markdown_path:
-        with open(markdown_path, "w") as f:
+        from fbat_tf.records.files import open_own
+
+        with open_own(markdown_path, "w") as f:  # never through a link (O_NOFOLLOW)
             f.write(markdown + "\n")

@@ -53,7 +53,7 @@ import tensorflow as tf
 
 from export import artifacts, modelcard, versions
 from fbat_tf import data, provenance
-from fbat_tf.records import MethodRecord, ModelCard, finite_or_null
+from fbat_tf.records import MethodRecord, ModelCard, files, finite_or_null
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run, file_sha256
 
 INPUT_KEY = "images"
@@ -164,6 +164,7 @@ def export_model(
     card, class_names = _export_card(classifier, name, version, model_card)
 
     model_root = os.path.dirname(target)
+    files.refuse_links(model_root, inside=export_dir)  # nothing is exported behind a link
     created = _make_dirs(model_root)
     # A hidden sibling on the same filesystem: TF-Serving ignores it (not an integer), and the
     # final rename is atomic, so a server never sees a half-written version.
@@ -377,8 +378,8 @@ def software_versions() -> dict[str, str]:
 
 
 def _write_model_card(path: str, card: Mapping[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    os.makedirs(os.path.dirname(path), exist_ok=True)  # in the version folder export made
+    with files.open_own(path, "w") as f:
         json.dump(finite_or_null(card), f, indent=2, allow_nan=False)
         f.write("\n")
 

@@ -37,7 +37,7 @@ from absl import logging
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import NonFiniteError, evaluate
-from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord
+from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord, files
 
 
 class RobustValidation(keras.callbacks.Callback):
@@ -179,6 +179,10 @@ def save_weights(classifier: keras.Model, path: str) -> None:
     )
     if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < needed:
         raise OSError(errno.ENOSPC, "No space left on device", tmp)
+    # h5py opens the file by name and follows a link there: none is written through, nor is a
+    # link at `path` replaced.
+    files.refuse_links(tmp)
+    files.refuse_links(path)
     try:
         classifier.save_weights(tmp)
         os.replace(tmp, path)

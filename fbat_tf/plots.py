@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import Any
+
+from fbat_tf.records.files import write_atomic
 
 
 def plot_robustness(result: Any, path: str, labels: Mapping[str, str]) -> None:
@@ -29,5 +32,7 @@ def plot_robustness(result: Any, path: str, labels: Mapping[str, str]) -> None:
     axes.legend()
     axes.set_title(f"{result.dataset or ''}: first {result.examples} examples")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format="png", dpi=120)
     plt.close(figure)
+    write_atomic(path, drawn.getvalue())  # never through a link at `path`

@@ -35,6 +35,7 @@ from typing import Any
 
 from fbat_tf import catalog
 from fbat_tf.records import ModelCard, RunRecord, TrainConfig
+from fbat_tf.records.files import open_own, refuse_links
 
 RESULTS = "results.json"
 # An exported SavedModel version directory (export/ writes it): its model card and signatures.
@@ -58,9 +59,12 @@ class RunInUse(RuntimeError):
 
 def unwritable(path: str) -> str | None:
     """Why a results file cannot be written at `path` (its folder missing, not a folder, or not
-    writable: tried by writing a file there), or None."""
+    writable: tried by writing a file there; or `path` a symbolic link, which is never written
+    through), or None."""
     import tempfile
 
+    if os.path.islink(path):
+        return f"{path} is a symbolic link, which fbat-tf never writes through: move it away"
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         missing = "is not a folder" if os.path.exists(folder) else "does not exist"
@@ -133,16 +137,35 @@ class Run:
     def robustbench_path(self) -> str:
         return self.path(ROBUSTBENCH)
 
+    def refuse_links(self) -> None:
+        """LinkRefused naming the first of the files and folders a run writes here (its
+        record, flags, lock, checkpoints, TensorBoard logs, RobustBench entry and export) that
+        is a symbolic link: none is written, replaced or removed through one."""
+        for part in (
+            (RESULTS,),
+            (FLAGS,),
+            (LOCK,),
+            (CHECKPOINTS,),
+            (CHECKPOINTS, BEST_WEIGHTS),
+            (CHECKPOINTS, "last"),
+            ("tensorboard",),
+            *(("tensorboard", kind) for kind in ("train", "validation", "test")),
+            (ROBUSTBENCH,),
+            (EXPORT,),
+        ):
+            refuse_links(self.path(*part), inside=self.workdir)
+
     def hold(self) -> Any:
         """Take this run directory for the calling process, or raise RunInUse naming the
         process that has it. The lock is the kernel's (flock on train.lock): it ends with the
         process, however it ends, so a killed run never leaves the directory taken. Returns the
-        open lock file; keep it for as long as the run goes on."""
+        open lock file; keep it for as long as the run goes on. LinkRefused where train.lock is
+        a symbolic link: nothing is written behind it."""
         import fcntl
         import socket
 
         os.makedirs(self.workdir, exist_ok=True)
-        handle = open(self.path(LOCK), "a+")  # held until the process ends
+        handle = open_own(self.path(LOCK), "r+")  # held until the process ends
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -165,6 +188,7 @@ class Run:
         if handle is None:
             return
         with contextlib.suppress(OSError):
+            refuse_links(self.path(LOCK))  # hold made it: a link there now is not its own
             os.remove(self.path(LOCK))
         handle.close()
 

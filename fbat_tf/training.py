@@ -56,7 +56,7 @@ from fbat_tf.callbacks import (
     TensorBoard,
 )
 from fbat_tf.methods.base import Method
-from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig
+from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig, files
 from fbat_tf.run import Run, build_architecture
 from fbat_tf.trainer import AdversarialTrainer
 
@@ -168,7 +168,8 @@ def _train(
         raise Diverged(message, run.record())
     keras.utils.set_random_seed(config.seed)
     keras.mixed_precision.set_global_policy(config.precision)
-    os.makedirs(run.checkpoints_dir, exist_ok=True)
+    run.refuse_links()  # nothing of the run is written through a link
+    files.make_dirs(run.checkpoints_dir, inside=run.workdir)
     built = _build(config, strategy, run)
     record, divergence = _fit(config, strategy, built, resume_from)
     return _finish(config, built, record, divergence)

@@ -312,6 +312,49 @@ def test_a_file_written_without_replace_is_never_replaced(tmp_path):
     assert os.listdir(tmp_path) == ["entry.json"]
 
 
+@pytest.mark.parametrize("behind", ["a file", "nothing"])
+def test_no_file_is_written_replaced_or_removed_through_a_link(tmp_path, behind):
+    """The one rule for every path the project writes, replaces or removes (records/files.py):
+    a symbolic link there, or on a folder between the folder the user named and it, is refused
+    in one line naming it; what the link points at is left as it was, and nothing is made
+    behind it."""
+    from fbat_tf.records import files
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if behind == "a file":
+        (outside / "kept").write_text("a user's file\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    os.symlink(outside / "kept", home / "file")
+    os.symlink(outside, home / "folder")
+    attempts = [
+        lambda: files.write_json_atomic(str(home / "file"), {"a": 1}),
+        lambda: files.write_json_atomic(str(home / "file"), {"a": 1}, replace=False),
+        lambda: files.write_atomic(str(home / "file"), b"bytes"),
+        lambda: files.open_own(str(home / "file"), "a"),
+        lambda: files.open_own(str(home / "file"), "r+"),
+        lambda: files.open_own(str(home / "folder" / "new"), "w", inside=str(home)),
+        lambda: files.make_dirs(str(home / "folder" / "new"), inside=str(home)),
+        lambda: files.remove_tree(str(home / "folder")),
+        lambda: files.remove_tree(str(home / "folder" / "kept"), inside=str(home)),
+    ]
+    for attempt in attempts:
+        with pytest.raises(files.LinkRefused) as refused:
+            attempt()
+        said = str(refused.value)
+        assert said.startswith(f"{home}/") and ": a symbolic link" in said and "\n" not in said
+    assert sorted(os.listdir(outside)) == (["kept"] if behind == "a file" else [])
+    if behind == "a file":
+        assert (outside / "kept").read_text() == "a user's file\n"
+    assert sorted(os.listdir(home)) == ["file", "folder"]  # no temporary file left
+    # The folder the user named may itself be a link: what is inside it is written.
+    files.write_json_atomic(
+        str(home / "folder" / "made.json"), {"a": 1}, inside=str(home / "folder")
+    )
+    assert json.loads((outside / "made.json").read_text()) == {"a": 1}
+
+
 @pytest.mark.parametrize("code", [errno.EPERM, errno.EOPNOTSUPP])
 def test_without_hard_links_a_file_is_still_written_once_and_never_replaced(
     tmp_path, monkeypatch, code

@@ -209,3 +209,43 @@ def test_an_unreachable_ray_address_fails_at_once_in_one_line(tmp_path):
         f"error: --ray_address=127.0.0.1:{port}: no Ray cluster answers there"
     ), done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_claim_that_is_a_link_is_taken_over_and_nothing_behind_it_is_touched(tmp_path):
+    """A claim is a file linked into place by a hard link, never a symbolic link: one there,
+    dangling (it blocked its cell for ever, "waiting for 1 cells other sweep.py processes run")
+    or pointing at a file, is no process's claim. It is taken over, and what it points at is
+    neither read as a claim nor written, touched or removed."""
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "claims").mkdir(parents=True)
+    path = sweep_dir / "claims" / "cell.json"
+    os.symlink(tmp_path / "nowhere.json", path)
+    assert claims.owner(str(sweep_dir), "cell") is None
+    taken = claims.take(str(sweep_dir), "cell")
+    assert taken is not None and not path.is_symlink()
+    assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert not (tmp_path / "nowhere.json").exists()
+    taken.release()
+
+    # A link to a file that reads as a live claim of this process: still no claim.
+    target = tmp_path / "live.json"
+    target.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    os.utime(target, (1000, 1000))
+    before = target.read_bytes()
+    os.symlink(target, path)
+    taken = claims.take(str(sweep_dir), "cell")
+    assert taken is not None and not path.is_symlink()
+    taken.release()
+    assert target.read_bytes() == before and os.stat(target).st_mtime == 1000
+
+    # A dangling link left as the takeover's lock by a taker that died: stale after its time.
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid()}))
+    lock = sweep_dir / "claims" / "cell.json.takeover"
+    os.symlink(tmp_path / "gone", lock)
+    old = time.time() - claims.LOCK_SECONDS - 1
+    os.utime(lock, (old, old), follow_symlinks=False)
+    assert claims.take(str(sweep_dir), "cell") is None  # the stale lock is removed, not taken
+    assert not os.path.lexists(lock)
+    taken = claims.take(str(sweep_dir), "cell")
+    assert taken is not None
+    taken.release()

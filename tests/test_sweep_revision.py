@@ -56,14 +56,15 @@ def test_a_dirty_tree_is_refused_naming_the_files_but_the_sweeps_own_results_do_
 
 
 def test_another_sweeps_results_rewritten_beside_it_do_not_make_the_tree_dirty(repo):
-    # Another sweep, running beside this one, rewrites its report and adds cells' files.
+    # Another sweep, running beside this one, rewrites its report and its cells' files: the
+    # cells its report lists.
     other = repo / "results" / "other"
     (other / "cell").mkdir(parents=True)
-    (other / "sweep.json").write_text("{}\n")
+    (other / "sweep.json").write_text('{"cells": [{"name": "cell"}]}\n')
     (other / "cell" / "results.json").write_text("{}\n")
     git(repo, "add", "-A")
     git(repo, *IDENTITY, "commit", "-q", "-m", "another sweep's results")
-    (other / "sweep.json").write_text('{"cells": []}\n')
+    (other / "sweep.json").write_text('{"cells": [{"name": "cell", "eps": 8}]}\n')
     (other / "cell" / "results.json").write_text('{"history": []}\n')
     pinned = revision.pin(str(repo / "results" / "s"), str(repo))
     assert pinned.revision == git(repo, "rev-parse", "HEAD")
@@ -292,14 +293,17 @@ def test_the_dirty_tree_refusal_holds_when_the_sweep_directory_holds_the_code(re
     revision.pin(str(sweep_dir), str(repo))
     cell = sweep_dir / "standard-eps8-seed0"
     cell.mkdir()
-    for name in ("flags.txt", "results.json", "sweep.json", "sweep.md", "plot.png"):
+    for name in ("flags.txt", "results.json", "sweep.md", "plot.png"):
         (cell if name in ("flags.txt", "results.json") else sweep_dir).joinpath(name).write_text(
             "1\n"
         )
+    report = '{"cells": [{"name": "standard-eps8-seed0", "seed": %d}]}\n'
+    (sweep_dir / "sweep.json").write_text(report % 1)
     git(repo, "add", "-A")
     git(repo, *IDENTITY, "commit", "-q", "-m", "the sweep's outputs")
-    for name in ("sweep.json", "sweep.md", "plot.png", "standard-eps8-seed0/results.json"):
+    for name in ("sweep.md", "plot.png", "standard-eps8-seed0/results.json"):
         (sweep_dir / name).write_text("2\n")
+    (sweep_dir / "sweep.json").write_text(report % 2)
     assert revision.changed_files(str(repo), str(sweep_dir)) == []
     (repo / "code_folder" / "module.py").write_text("B = 3\n")
     assert revision.changed_files(str(repo), str(sweep_dir)) == ["code_folder/module.py"]
@@ -357,3 +361,43 @@ def test_processes_pinning_together_make_one_checkout(repo):
         [f"worktree {repo}", f"worktree {tree}"]
     )
     assert sorted(os.listdir(tree)) == [".git", "code.py", "results"]
+
+
+@pytest.mark.parametrize(
+    "sweep_dir, planted",
+    [
+        # A sweep run at the repository's root: an empty lock file in a code folder.
+        (".", {"code_folder/train.lock": ""}),
+        # A file named sweep.json at the root, not a report, and an empty flags.txt.
+        ("results/s", {"sweep.json": "{}\n", "code_folder/flags.txt": ""}),
+        # A report copied to the root: its cells are not the code folder.
+        (
+            "results/s",
+            {
+                "sweep.json": '{"cells": [{"name": "standard-eps8-seed0"}]}\n',
+                "code_folder/flags.txt": "",
+                "code_folder/eval-pgd.json": "{}\n",
+            },
+        ),
+        # A revision.json that names no revision, and an empty lock file in a code folder.
+        ("results/s", {"revision.json": "{}\n", "code_folder/train.lock": ""}),
+    ],
+)
+def test_files_named_like_a_sweeps_outputs_never_hide_code_edits(repo, sweep_dir, planted):
+    """A sweep's output is what the sweep recorded (its folder, its revision, the cells its
+    report lists), never a file found by its name: empty untracked files named as a cell's
+    (train.lock, flags.txt) or a report's (sweep.json) made a code folder pass for a cell, and
+    its edits went uncounted while the sweep pinned HEAD without them."""
+    (repo / "code_folder").mkdir()
+    (repo / "code_folder" / "module.py").write_text("B = 1\n")
+    git(repo, "add", "-A")
+    git(repo, *IDENTITY, "commit", "-q", "-m", "a code folder")
+    where = repo / sweep_dir
+    if sweep_dir == ".":
+        revision.pin(str(where), str(repo))  # its revision.json, untracked, at the root
+    for name, text in planted.items():
+        (repo / name).write_text(text)
+    (repo / "code_folder" / "module.py").write_text("B = 2\n")
+    assert revision.changed_files(str(repo), str(where)) == ["code_folder/module.py"]
+    with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 1 .*module\.py"):
+        revision.check(str(where), str(repo), repin=True)

@@ -22,6 +22,7 @@ from fbat_tf.records import RunRecord
 from fbat_tf.training import TrainConfig, train
 from tests.commands import NO_TENSORFLOW, python_command
 from tests.mock_tfds.mocked_tfds import mock_tfds
+from tests.snapshots import snapshot
 from tests.tiny import fashion_mnist_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -665,3 +666,26 @@ def test_an_l2_eps_sized_like_an_linf_one_is_refused_by_its_share_of_the_image()
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith("error: --eps=8 under --norm=l2 is")
+
+
+@pytest.mark.parametrize("behind", ["a file", "nothing"])
+def test_a_train_lock_that_is_a_link_is_refused_and_nothing_behind_it_is_written(tmp_path, behind):
+    """train.lock held with open(..., "a+") truncated and rewrote the file a link there points
+    at (outside the run directory), or made one where it pointed nowhere. train.py now stops in
+    one line naming the link, before anything is written, and leaves what is behind it as it
+    was."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if behind == "a file":
+        (outside / "notes.txt").write_text("a user's notes, not a lock\n")
+    os.symlink(outside / "notes.txt", workdir / "train.lock")
+    before = snapshot(outside)
+    done = run_train("--method=standard", *TINY_RUN, "--epochs=1", f"--workdir={workdir}")
+    assert snapshot(outside) == before
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"error: {workdir / 'train.lock'}: a symbolic link")
+    assert "move the link away" in lines[0]
+    assert sorted(os.listdir(workdir)) == ["train.lock"] and (workdir / "train.lock").is_symlink()

@@ -40,6 +40,7 @@ from fbat_tf.records.cells import (
     Outcomes,
     TrainSummary,
     eps_key,
+    report_cells,
 )
 from fbat_tf.records.code import CodeIdentity
 from fbat_tf.records.config import TrainConfig
@@ -79,5 +80,6 @@ __all__ = [
     "eps_key",
     "finite_or_null",
     "read_json",
+    "report_cells",
     "write_json_atomic",
 ]

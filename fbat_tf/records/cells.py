@@ -400,3 +400,22 @@ _IDENTITY = (
     "code",
 )
 _RAN = ("train", "title", "masking_check")
+
+
+def report_cells(path: str) -> list[str] | None:
+    """The names of the cells a sweep's report (sweep.json at `path`) lists: the run
+    directories the sweep recorded as its own, beside the report. None where there is no
+    such file or it is not a sweep's report (not JSON, no list of named cells)."""
+    import json
+
+    try:
+        with open(path) as f:
+            payload = json.load(f)
+    except (OSError, ValueError):
+        return None
+    cells = payload.get("cells") if isinstance(payload, dict) else None
+    if not isinstance(cells, list) or not all(
+        isinstance(cell, dict) and isinstance(cell.get("name"), str) for cell in cells
+    ):
+        return None
+    return [cell["name"] for cell in cells]

@@ -19,8 +19,10 @@ file every HEARTBEAT_SECONDS. A claim is stale, and taken over, when its owner i
 this host that no longer exists, or when the file has not been touched for STALE_SECONDS (an
 owner on another host that died): ten heartbeats, so that a live owner's late heartbeats (a
 loaded machine, a network filesystem's cached file times) never make its claim look stale
-(tests/test_sweep_claims.py). A stale claim is replaced under a short-lived lock file, so
-that of two processes that find it stale only one takes the cell over.
+(tests/test_sweep_claims.py). A symbolic link where a claim would be is no claim (claims are
+linked into place by hard links), dangling or not: stale at once, its target never read nor
+touched. A stale claim is replaced under a short-lived lock file, so that of two processes
+that find it stale only one takes the cell over.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import socket
 import threading
 import time
 from typing import Any
+
+from fbat_tf.records import files
 
 DIRECTORY = "claims"
 HEARTBEAT_SECONDS = 30.0
@@ -53,8 +57,12 @@ def _alive(pid: int) -> bool:
 
 
 def owner(sweep_dir: str, cell: str) -> dict[str, Any] | None:
-    """The live owner of the cell's claim, or None (no claim, or a stale one)."""
+    """The live owner of the cell's claim, or None (no claim, or a stale one). A symbolic link
+    there is no claim (claims are files, linked into place by a hard link): never read through,
+    it is stale and taken over."""
     path = _path(sweep_dir, cell)
+    if os.path.islink(path):
+        return None
     try:
         with open(path) as f:
             found = json.load(f)
@@ -87,7 +95,7 @@ class Claim:
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)  # the claim, never a link's target
             except FileNotFoundError:
                 return
 
@@ -105,7 +113,7 @@ def _create(path: str) -> Claim | None:
     claim)."""
     written = f"{path}.{socket.gethostname()}.{os.getpid()}.new"
     try:
-        with open(written, "w") as f:
+        with files.open_own(written, "w") as f:  # never through a link left at that name
             json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}, f)
             f.flush()
             os.fsync(f.fileno())
@@ -125,8 +133,8 @@ def take(sweep_dir: str, cell: str) -> Claim | None:
     """Claim the cell for this process, taking over a stale claim; None if a live process
     holds it (or is taking it over at this moment)."""
     path = _path(sweep_dir, cell)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if not os.path.exists(path):
+    files.make_dirs(os.path.dirname(path), inside=sweep_dir)  # claims/ is no link
+    if not os.path.lexists(path):  # a dangling link is a stale claim, taken over below
         return _create(path)
     if owner(sweep_dir, cell) is not None:
         return None
@@ -136,8 +144,8 @@ def take(sweep_dir: str, cell: str) -> Claim | None:
     try:
         descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
-        try:
-            if time.time() - os.path.getmtime(lock) > LOCK_SECONDS:  # its taker died meanwhile
+        try:  # the lock's own time (a dangling link there is stale too): removed, not followed
+            if time.time() - os.lstat(lock).st_mtime > LOCK_SECONDS:  # its taker died meanwhile
                 os.remove(lock)
         except FileNotFoundError:
             pass

@@ -3,13 +3,14 @@ robust accuracy per epoch and seconds per epoch."""
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import statistics
 import textwrap
 from typing import Any
 
 from fbat_tf.records import CellResult
+from fbat_tf.records.files import write_atomic
 from fbat_tf.sweeps import readings
 from fbat_tf.sweeps.costs import cost_rows
 from fbat_tf.sweeps.paper import measured_metric
@@ -257,10 +258,11 @@ def _colours(report: dict[str, Any]) -> dict[str, Any]:
 
 def _save(figure, path: str) -> None:
     figure.tight_layout()
-    tmp = f"{path}.{os.getpid()}.tmp.png"  # several sweep.py processes may write at once
-    figure.savefig(tmp, dpi=120)
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format="png", dpi=120)
     _pyplot().close(figure)
-    os.replace(tmp, path)
+    # Renamed into place (several sweep.py processes may write at once), never through a link.
+    write_atomic(path, drawn.getvalue())
 
 
 # The plots by kind, each drawn by plotter(report, path) into PLOTS[kind] of the sweep folder.

@@ -13,6 +13,7 @@ from typing import Any
 
 from fbat_tf import records
 from fbat_tf.records import CellResult
+from fbat_tf.records.files import write_atomic
 from fbat_tf.sweeps import estimate, masking, readings
 from fbat_tf.sweeps.comparisons import comparison_table, family
 from fbat_tf.sweeps.costs import cost_rows, cost_table
@@ -244,7 +245,4 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
 
 
 def _write_text(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text)  # renamed into place, never through a link

@@ -27,10 +27,10 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import subprocess
 
-from fbat_tf import run
+from fbat_tf import records
+from fbat_tf.records import files
 
 FILE = "revision.json"
 DIRECTORY = "code"
@@ -91,37 +91,44 @@ def changed_files(root: str, sweep_dir: str | None = None) -> list[str]:
 
 def _is_sweep_output(root: str, path: str, sweep_dir: str | None) -> bool:
     """Whether `path` (relative to `root`) is something a sweep wrote in its directory: its
-    report, plots, revision, claims, logs, checkouts, or a file in one of its cells (a run
-    directory). A folder is a sweep's when it is `sweep_dir` or holds a report or a pinned
-    revision."""
+    report, plots, revision, claims, logs, checkouts, or a file in one of its cells. What
+    decides is what the sweep recorded, never a file's name alone: a folder is a sweep's when
+    it is `sweep_dir`, or holds a pinned revision that reads as one (revision.json) or a
+    report that lists cells (sweep.json); a cell is a folder its report lists."""
     own = None if sweep_dir is None else os.path.realpath(sweep_dir)
     folder = os.path.dirname(path)
     while True:
         where = os.path.join(root, folder)
-        is_sweep = (own is not None and os.path.realpath(where) == own) or any(
-            os.path.isfile(os.path.join(where, n)) for n in ("sweep.json", FILE)
-        )
-        if is_sweep and _output_of(where, os.path.relpath(path, folder or ".")):
+        is_own = own is not None and os.path.realpath(where) == own
+        if (is_own or _records_a_sweep(where)) and _output_of(
+            where, os.path.relpath(path, folder or ".")
+        ):
             return True
         if not folder:
             return False
         folder = os.path.dirname(folder)
 
 
+def _records_a_sweep(folder: str) -> bool:
+    """Whether `folder` holds a sweep's own record: a readable pinned revision, or a report
+    that lists its cells."""
+    if records.report_cells(os.path.join(folder, "sweep.json")) is not None:
+        return True
+    try:
+        return recorded(folder) is not None
+    except RevisionError:
+        return False
+
+
 def _output_of(sweep_folder: str, relative: str) -> bool:
-    """Whether `relative`, a path inside a sweep's folder, is one of the sweep's outputs."""
+    """Whether `relative`, a path inside a sweep's folder, is one of the sweep's outputs: a
+    report file, a plot, a file in one of its output folders or in a cell its report lists."""
     first, _, rest = relative.replace(os.sep, "/").partition("/")
     if not rest:
         return first in _REPORT_FILES or first.endswith(".png")
     if first in _OUTPUT_FOLDERS:
         return True
-    cell = run.Run(os.path.join(sweep_folder, first))
-    return (
-        cell.is_run()
-        or os.path.isfile(cell.flags_path)
-        or os.path.isfile(cell.path(run.LOCK))
-        or bool(cell.eval_files(""))
-    )
+    return first in (records.report_cells(os.path.join(sweep_folder, "sweep.json")) or [])
 
 
 def recorded(sweep_dir: str) -> dict | None:
@@ -150,22 +157,22 @@ def recorded(sweep_dir: str) -> dict | None:
 
 def _remove_checkout(sweep_dir: str, path: str) -> None:
     """Remove a checkout this module makes, and nothing else: `path` must lie directly in the
-    sweep's own code/ folder, named as a checkout, and not be a link."""
-    parent = os.path.realpath(os.path.join(sweep_dir, DIRECTORY))
-    target = os.path.realpath(path)
-    if (
-        os.path.islink(path)
-        or os.path.dirname(target) != parent
-        or not _CHECKOUT.fullmatch(os.path.basename(target))
-    ):
+    sweep's own code/ folder, named as a checkout, and neither it nor code/ may be a link (the
+    paths as named, never resolved: a link's target is not the sweep's)."""
+    parent = os.path.abspath(os.path.join(sweep_dir, DIRECTORY))
+    target = os.path.abspath(path)
+    if os.path.dirname(target) != parent or not _CHECKOUT.fullmatch(os.path.basename(target)):
         raise RevisionError(f"refusing to remove {path}: not a checkout of {parent}")
-    shutil.rmtree(target)
+    try:
+        files.remove_tree(target, inside=sweep_dir)
+    except files.LinkRefused as error:
+        raise RevisionError(f"refusing to remove {path}: {error}") from None
 
 
 def _is_checkout_of(tree: str, revision: str) -> bool:
-    """Whether `tree` is a checkout of its own (not a folder inside another) at `revision`,
-    unaltered."""
-    if not os.path.isdir(tree):
+    """Whether `tree` is a checkout of its own (not a folder inside another, nor a link) at
+    `revision`, unaltered."""
+    if os.path.islink(tree) or not os.path.isdir(tree):
         return False
     try:
         top = _git(tree, "rev-parse", "--show-toplevel").strip()
@@ -176,20 +183,27 @@ def _is_checkout_of(tree: str, revision: str) -> bool:
 
 
 def checkout(root: str, sweep_dir: str, revision: str) -> str:
-    """A clean checkout of `revision` under `<sweep_dir>/code/`, made if missing or altered."""
+    """A clean checkout of `revision` under `<sweep_dir>/code/`, made if missing or altered.
+    RevisionError naming the path where code/ or the checkout is a symbolic link: nothing is
+    written, replaced or removed behind one."""
     if not _REVISION.fullmatch(revision):
         raise RevisionError(f"not a commit's 40 hexadecimal digits: {revision!r}")
     parent = os.path.join(sweep_dir, DIRECTORY)
     tree = os.path.abspath(os.path.join(parent, revision[:12]))
-    if _is_checkout_of(tree, revision):
-        return tree
-    os.makedirs(parent, exist_ok=True)
-    # Checkouts are code, not results: nothing under code/ is ever committed.
-    with open(os.path.join(parent, ".gitignore"), "w") as f:
-        f.write("*\n")
-    # One process at a time makes it: the others, started together, wait and then find it made
-    # (git worktree move onto an existing checkout would nest theirs inside it).
-    with open(os.path.join(parent, ".lock"), "a") as lock:
+    try:
+        files.refuse_links(parent, inside=sweep_dir)
+        if _is_checkout_of(tree, revision):
+            return tree
+        files.make_dirs(parent, inside=sweep_dir)
+        # Checkouts are code, not results: nothing under code/ is ever committed.
+        with files.open_own(os.path.join(parent, ".gitignore"), "w", inside=sweep_dir) as f:
+            f.write("*\n")
+        # One process at a time makes it: the others, started together, wait and then find it
+        # made (git worktree move onto an existing checkout would nest theirs inside it).
+        lock = files.open_own(os.path.join(parent, ".lock"), "a", inside=sweep_dir)
+    except files.LinkRefused as error:
+        raise RevisionError(str(error)) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _is_checkout_of(tree, revision):
             return tree
@@ -254,8 +268,8 @@ def pin(sweep_dir: str, root: str, allow_dirty: bool = False, repin: bool = Fals
         record = {"revision": revision, "started": started}
         if kept is not None:
             record["earlier"] = [*kept.get("earlier", []), kept]
-        path = os.path.join(sweep_dir, FILE)
-        with open(f"{path}.tmp", "w") as f:
-            json.dump(record, f, indent=2)
-        os.replace(f"{path}.tmp", path)
+        try:  # renamed into place, never through a link
+            files.write_json_atomic(os.path.join(sweep_dir, FILE), record)
+        except files.LinkRefused as error:
+            raise RevisionError(str(error)) from None
     return Pinned(tree=tree, revision=revision, started=started)

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from fbat_tf.records import files
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, tuning
 from fbat_tf.sweeps.definition import Cell, Definition, commands
@@ -68,11 +69,13 @@ def remaining(definition: Definition, cell: Cell, sweep_dir: str) -> dict[str, l
 def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinned) -> list[Step]:
     """What is left of a cell (`remaining`), as the steps that do it, each logged beside the
     cells; an evaluation needs the training's weights. The masking check is in the plan made
-    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack."""
+    after the AutoAttack that triggers it has run, not in the one that runs AutoAttack.
+    LinkRefused where the logs' folder or a log is a symbolic link: no step appends behind one
+    (and a step opens its log so, too)."""
     cell_dir = os.path.join(sweep_dir, cell.name)
     # Logs beside the cells: train.py wants a new run directory empty.
     log_dir = os.path.join(sweep_dir, "logs")
-    os.makedirs(os.path.dirname(os.path.join(log_dir, cell.name)), exist_ok=True)
+    files.make_dirs(os.path.dirname(os.path.join(log_dir, cell.name)), inside=sweep_dir)
     needs = (
         Run(cell_dir).best_weights,
         f"{cell_dir} holds a finished training run but not its weights (a clone holds only "
@@ -81,13 +84,16 @@ def plan(definition: Definition, cell: Cell, sweep_dir: str, code: revision.Pinn
     )
     steps = []
     for part, argv in remaining(definition, cell, sweep_dir).items():
-        if part == "train":
-            log = os.path.join(log_dir, f"{cell.name}.train.log")
-            steps.append(Step("train", program(argv, code), log))
-        else:
-            log = os.path.join(log_dir, f"{cell.name}.evaluate.log")
-            steps.append(Step(part, program(argv, code), log, needs))
+        log = log_path(sweep_dir, cell.name, part)
+        files.refuse_links(log, inside=sweep_dir)
+        steps.append(Step(part, program(argv, code), log, None if part == "train" else needs))
     return steps
+
+
+def log_path(sweep_dir: str, name: str, part: str) -> str:
+    """The log of a cell's training ("train") or of its evaluations (any other part)."""
+    kind = "train" if part == "train" else "evaluate"
+    return os.path.join(sweep_dir, "logs", f"{name}.{kind}.log")
 
 
 def run_cell(

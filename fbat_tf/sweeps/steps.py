@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import errno
 import os
 import shlex
 import signal
@@ -41,7 +42,7 @@ def run_step(step: Step, cwd: str, env: dict[str, str]) -> None:
     fails."""
     if step.needs is not None and not os.path.exists(step.needs[0]):
         raise RuntimeError(step.needs[1])
-    with open(step.log, "a") as log:
+    with _open_log(step.log) as log:
         log.write(f"\n$ {shlex.join(['python', *step.command[1:]])}\n")
         log.flush()
         status = subprocess.run(
@@ -57,6 +58,25 @@ def run_step(step: Step, cwd: str, env: dict[str, str]) -> None:
             tail = log.read()[-2000:]
         program = os.path.basename(step.command[1])
         raise RuntimeError(f"{program} failed (exit {status}); end of {step.log}:\n{tail}")
+
+
+def _open_log(path: str):
+    """The log opened to append, never through a symbolic link: O_NOFOLLOW, as
+    fbat_tf/records/files.py's open_own opens (this module uses the standard library only, for
+    the Ray workers it is sent to), and RuntimeError naming the file where one is there."""
+    try:
+        descriptor = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
+        )
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise RuntimeError(
+            f"{path}: a symbolic link, and fbat-tf writes and removes only what it makes itself, "
+            "never through a link: move the link away (or name another path) and run the "
+            "command again"
+        ) from None
+    return os.fdopen(descriptor, "a")
 
 
 def check_paths(paths: dict[str, str]) -> None:

@@ -55,7 +55,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fbat_tf import catalog, methods
-from fbat_tf.records import RunRecord, write_json_atomic
+from fbat_tf.records import RunRecord, files, write_json_atomic
 from fbat_tf.records.config import FINAL_TEST_FIELDS
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims
@@ -320,7 +320,7 @@ def _locked(sweep_dir: str) -> Iterator[None]:
     import fcntl
 
     os.makedirs(sweep_dir, exist_ok=True)
-    with open(f"{path(sweep_dir)}.lock", "a") as handle:
+    with files.open_own(f"{path(sweep_dir)}.lock", "a") as handle:  # never through a link
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
