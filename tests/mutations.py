@@ -68,8 +68,8 @@ MUTATIONS = [
         "T3",
         "loss_scale=None passed to the method (under mixed_float16)",
         "fbat_tf/trainer.py",
-        "grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)",
-        "grads, logs = self._gradients(x, y, self.step_seed(), None)",
+        "grads, logs = self._gradients(x, y, self.step_seed(), loss_scale, *indices)",
+        "grads, logs = self._gradients(x, y, self.step_seed(), None, *indices)",
         (
             "tests/test_trainer.py::test_the_method_receives_the_dynamic_loss_scale_under_mixed_float16",
         ),
