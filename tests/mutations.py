@@ -495,6 +495,134 @@ MUTATIONS = [
         "pass",
         ("tests/test_trainer.py::test_fit_with_xla_moves_elle_a_s_lambda_state_once_a_step",),
     ),
+    Mutation(
+        "G1",
+        "FGSM-PGI's λ at 9, not the released 10",
+        "fbat_tf/methods/__init__.py",
+        """                    float,
+                    10.0,""",
+        """                    float,
+                    9.0,""",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G2",
+        "FGSM-PGI's momentum decay at 0.25, not the released 0.3",
+        "fbat_tf/methods/__init__.py",
+        """                    0.3,
+                    "FGSM-PGI momentum decay""",
+        """                    0.25,
+                    "FGSM-PGI momentum decay""",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G3",
+        "FGSM-PGI's step at 1.25ε, not the released ε",
+        "fbat_tf/methods/__init__.py",
+        """                    1.0,
+                    "FGSM-PGI signed step""",
+        """                    1.25,
+                    "FGSM-PGI signed step""",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G4",
+        "FGSM-PGI's prior restarts every 41 epochs, not the released 40",
+        "fbat_tf/methods/__init__.py",
+        """                    40,
+                    "FGSM-PGI: each example's prior restarts""",
+        """                    41,
+                    "FGSM-PGI: each example's prior restarts""",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G5",
+        "FGSM-PGI's regularizer holds the logits at the prior constant",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "gap = as_loss_dtype(logits) - as_loss_dtype(start_logits)",
+        "gap = as_loss_dtype(logits) - tf.stop_gradient(as_loss_dtype(start_logits))",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G6",
+        "FGSM-PGI's momentum normalizes each example's gradient, not the batch's",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "tf.math.divide_no_nan(grad, tf.reduce_sum(tf.abs(grad)))",
+        "tf.math.divide_no_nan(grad, tf.reduce_sum(tf.abs(grad), [1, 2, 3], keepdims=True))",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G7",
+        "FGSM-PGI's next prior steps along the gradient, not the momentum",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "start + self.alpha * tf.sign(momentum)",
+        "start + self.alpha * tf.sign(grad)",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
+        ),
+    ),
+    Mutation(
+        "G8",
+        "FGSM-PGI divides a zero gradient by its zero norm (NaN in the momentum)",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "tf.math.divide_no_nan(grad, tf.reduce_sum(tf.abs(grad)))",
+        "grad / tf.reduce_sum(tf.abs(grad))",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_a_zero_input_gradient_adds_nothing_to_the_momentum",
+        ),
+    ),
+    Mutation(
+        "G9",
+        "FGSM-PGI writes its rows during the step, before the trainer knows it is applied",
+        "fbat_tf/methods/fgsm_pgi.py",
+        '        self.pending["indices"].assign(indices)\n',
+        '        self.pending["indices"].assign(indices)\n        self.commit()\n',
+        (
+            "tests/test_fgsm_pgi_reference.py::test_the_trainer_hands_over_the_batch_s_indices_and_writes_only_applied_rows",
+        ),
+    ),
+    Mutation(
+        "G10",
+        "the trainer takes a batch's positions for its examples' indices",
+        "fbat_tf/trainer.py",
+        "(data[2] if len(data) > 2 else tf.range(tf.shape(x)[0], dtype=tf.int64),)",
+        "(tf.range(tf.shape(x)[0], dtype=tf.int64),)",
+        (
+            "tests/test_fgsm_pgi_reference.py::test_the_trainer_hands_over_the_batch_s_indices_and_writes_only_applied_rows",
+        ),
+    ),
+    Mutation(
+        "G11",
+        "the checkpoint leaves out FGSM-PGI's prior",
+        "fbat_tf/methods/fgsm_pgi.py",
+        """    def variables(self) -> dict[str, tf.Variable]:
+        return dict(self.state)""",
+        """    def variables(self) -> dict[str, tf.Variable]:
+        return {}""",
+        (
+            "tests/test_resume.py::test_a_resumed_run_ends_where_an_uninterrupted_one_does[fgsm_pgi-2-options3-8]",
+        ),
+    ),
+    Mutation(
+        "G12",
+        "train.py streams FGSM-PGI's training data without the examples' indices",
+        "fbat_tf/training.py",
+        "            with_indices=with_indices,\n",
+        "            with_indices=False,\n",
+        ("tests/test_train_cli.py::test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist",),
+    ),
 ]
 
 

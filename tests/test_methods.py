@@ -39,6 +39,7 @@ VARIANTS = [
     ("nfgsm", {"clip": 1.0}),
     ("elle", {}),
     ("elle", {"schedule": "constant", "attack": "nfgsm"}),
+    ("fgsm_pgi", {}),
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
 
@@ -135,13 +136,23 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     eager, eager_logs = method.gradients(model, x, y, SEED)
     if state is not None:
         method.delta.assign(state)  # Free-AT moved δ; replay from the same state
+    # FGSM-PGI's rows of the batch, which the step leaves for the trainer to write.
+    rows = [v.numpy().copy() for v in method.step_state()] if method.per_example_state else []
     compiled = tf.function(method.gradients, jit_compile=True)
     xla, xla_logs = compiled(model, x, y, SEED)
     assert _global_relative_error(eager, xla) < 1e-4
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
+    for eager_rows, variable in zip(rows, method.step_state(), strict=True):
+        np.testing.assert_allclose(eager_rows, variable.numpy(), rtol=1e-4, atol=1e-7)
 
 
-POLICY_VARIANTS = [*range(6), 7, IDS.index("nfgsm-default"), IDS.index("elle-default")]
+POLICY_VARIANTS = [
+    *range(6),
+    7,
+    IDS.index("nfgsm-default"),
+    IDS.index("elle-default"),
+    IDS.index("fgsm_pgi-default"),
+]
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -487,6 +498,12 @@ REFUSALS = [
     ("elle", {"sensitivity": -1.0}, {}),
     ("elle", {"step": -1.0}, {}),
     ("elle", {"step": 0.0, "attack": "nfgsm"}, {}),  # its N-FGSM point's step
+    ("fgsm_pgi", {"weight": -1.0}, {}),
+    ("fgsm_pgi", {"decay": -0.1}, {}),
+    ("fgsm_pgi", {"step": 0.0}, {}),
+    ("fgsm_pgi", {"reset": 0}, {}),
+    ("fgsm_pgi", {}, {"norm": "l2", "eps": 0.5}),
+    ("fgsm_pgi", {}, {"strategy": "mirrored"}),
     ("standard", {}, {"norm": "l3"}),
     ("standard", {}, {"eps": 2.0}),
 ]

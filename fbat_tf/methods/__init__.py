@@ -284,6 +284,47 @@ REGISTRY: dict[str, Entry] = {
             cost_options={"attack": "fgsm"},
             rules=rules.ELLE,
         ),
+        Entry(
+            "fgsm_pgi",
+            "fbat_tf.methods.fgsm_pgi:FGSMPGI",
+            (
+                Option(
+                    "weight",
+                    float,
+                    10.0,
+                    "FGSM-PGI regularizer weight λ on the squared gap between the logits at the "
+                    "adversarial example and at the prior (the released 10).",
+                    "fgsm_pgi_lambda",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "decay",
+                    float,
+                    0.3,
+                    "FGSM-PGI momentum decay μ of the per-example prior (the released 0.3).",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "step",
+                    float,
+                    1.0,
+                    "FGSM-PGI signed step alpha as a multiple of eps (the released 1).",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "reset",
+                    int,
+                    40,
+                    "FGSM-PGI: each example's prior restarts from a random corner every this "
+                    "many epochs (its visits; the released 40).",
+                    lower_bound=1,
+                ),
+            ),
+            # The input gradient at the prior, then one weight pass back through both forward
+            # passes (the regularizer reads the logits at the prior as well).
+            passes=lambda c: counts(2, 3),
+            rules=rules.FGSMPGI,
+        ),
     )
 }
 
