@@ -137,12 +137,13 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     if state is not None:
         method.delta.assign(state)  # Free-AT moved δ; replay from the same state
     # FGSM-PGI's rows of the batch, which the step leaves for the trainer to write.
-    rows = [v.numpy().copy() for v in method.step_state()] if method.per_example_state else []
+    pending = method.step_state() if method.per_example_state else []
+    rows = [v.numpy().copy() for v in pending]
     compiled = tf.function(method.gradients, jit_compile=True)
     xla, xla_logs = compiled(model, x, y, SEED)
     assert _global_relative_error(eager, xla) < 1e-4
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
-    for eager_rows, variable in zip(rows, method.step_state(), strict=True):
+    for eager_rows, variable in zip(rows, pending, strict=True):
         np.testing.assert_allclose(eager_rows, variable.numpy(), rtol=1e-4, atol=1e-7)
 
 
