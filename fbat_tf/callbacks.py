@@ -375,10 +375,11 @@ class Divergence(keras.callbacks.Callback):
 
 class ResumeCheckpoint(keras.callbacks.Callback):
     """Saves every piece of training state each epoch: weights and batch-norm statistics, the
-    optimizer, the trainer's seed counter, the method's own state (Free-AT's δ, ELLE-A's λ) and
-    the finished-epoch count (tf.train checkpoints: a partly written one is never the latest), and
-    restores them on resume. An epoch in which `divergence` found the run diverged is not
-    saved: the last checkpoint stays that of the epoch before."""
+    optimizer, the trainer's seed counter, the method's own state (Free-AT's δ, ELLE-A's λ,
+    FGSM-PGI's prior per example) and the finished-epoch count (tf.train checkpoints: a partly
+    written one is never the latest), and restores them on resume. An epoch in which
+    `divergence` found the run diverged is not saved: the last checkpoint stays that of the
+    epoch before."""
 
     def __init__(
         self,

@@ -24,8 +24,11 @@ distributed step draws its own noise.
 
 A batch is applied only if everything it would write is finite: its loss, its weight gradients
 (weight decay included), and the state its passes wrote (batch-norm moving statistics,
-Free-AT's δ, ELLE-A's λ). Otherwise it is skipped on every replica: no optimizer step, no slot
-update, and that state is put back. A finite loss does not make a batch safe: a model whose
+Free-AT's δ, ELLE-A's λ, FGSM-PGI's rows of the batch). Otherwise it is skipped on every
+replica: no optimizer step, no slot update, and that state is put back. A method with state per
+training example (FGSM-PGI's prior) gets the batch's example indices, the third element of a
+training batch, and its rows are written into the split's state only once the batch is applied
+(`Method.commit`). A finite loss does not make a batch safe: a model whose
 activations overflow can give a finite loss with infinite moving variances, and a layer like
 sqrt(relu(·)) a finite loss with NaN gradients. Under a `LossScaleOptimizer` a skipped batch also
 lowers the loss scale, as the optimizer does for its own non-finite gradients: an attack pass
@@ -131,8 +134,9 @@ class AdversarialTrainer(keras.Model):
         classifiers.check_data(self.classifier, x, y)
         return super().evaluate(x, y, *args, **kwargs)
 
-    def _method_gradients(self, x, y, seed, loss_scale):
-        return self.method.gradients(self.classifier, x, y, seed, loss_scale)
+    def _method_gradients(self, x, y, seed, loss_scale, *indices):
+        # A method with state per example also takes the batch's example indices.
+        return self.method.gradients(self.classifier, x, y, seed, loss_scale, *indices)
 
     def call(self, x, training=False):
         return self.classifier(x, training=training)
@@ -175,6 +179,11 @@ class AdversarialTrainer(keras.Model):
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
         x, y = data[0], data[1]
+        # The batch's positions in the training split, for a method with state per example
+        # (a batch without them: its own positions, as for a fixed batch).
+        indices = ()
+        if self.method.per_example_state:
+            indices = (data[2] if len(data) > 2 else tf.range(tf.shape(x)[0], dtype=tf.int64),)
         weights = self.classifier.trainable_variables
         for _ in range(self.method.replays):
             # 1.0 for a plain optimizer, the dynamic scale for LossScaleOptimizer; divided by
@@ -182,10 +191,11 @@ class AdversarialTrainer(keras.Model):
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
             loss_scale = self.optimizer.scale_loss(tf.constant(1.0 / replicas, tf.float32))
             # The state a forward pass or the method writes (batch-norm statistics, Free-AT's
-            # δ, ELLE-A's λ), kept to be put back if the batch turns out non-finite.
-            state = self.classifier.non_trainable_variables + list(self.method.variables().values())
+            # δ, ELLE-A's λ, FGSM-PGI's rows of the batch), kept to be put back if the batch
+            # turns out non-finite.
+            state = self.classifier.non_trainable_variables + self.method.step_state()
             saved = [tf.identity(v) for v in state]
-            grads, logs = self._gradients(x, y, self.step_seed(), loss_scale)
+            grads, logs = self._gradients(x, y, self.step_seed(), loss_scale, *indices)
             self.method.after_gradients(logs)  # ELLE-A's λ; put back with `state` if skipped
             self.seed_counter.assign_add(1)
             if self.weight_decay:
@@ -200,6 +210,8 @@ class AdversarialTrainer(keras.Model):
             self._apply_unless(bad, grads, weights)
 
             tf.cond(bad, functools.partial(_assign, state, saved), lambda: tf.constant(False))
+            if self.method.per_example_state:  # the batch's rows, written once it is applied
+                tf.cond(bad, lambda: tf.constant(False), self._commit)
             self.nonfinite_batches.assign_add(tf.cast(bad, tf.int64))
             self.skipped.update_state(tf.cast(bad, tf.float32))
             loss = tf.cast(logs["loss"], tf.float32)
@@ -211,6 +223,10 @@ class AdversarialTrainer(keras.Model):
         logs = {name: tracker.result() for name, tracker in self.trackers.items()}
         logs["nonfinite_batches"] = self.skipped.result()
         return self._logs(logs)
+
+    def _commit(self) -> tf.Tensor:
+        self.method.commit()
+        return tf.constant(True)
 
     def _apply_unless(self, skip: tf.Tensor, grads, weights) -> None:
         """The optimizer step, or nothing where `skip` (the same on every replica); a loss-scaled

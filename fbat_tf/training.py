@@ -14,9 +14,9 @@ it is not redone.
 
 A workdir that holds a checkpoint is resumed from its last finished epoch, exactly: the
 checkpoint holds every piece of training state (weights, batch-norm statistics, optimizer, seed
-counter, Free-AT's δ), and the training data is a stream whose order is a function of the seed
-and the batch's position alone, read on from where the epoch ended. A resumed run ends with the
-weights of an uninterrupted one.
+counter, Free-AT's δ, ELLE-A's λ, FGSM-PGI's prior per example), and the training data is a
+stream whose order is a function of the seed and the batch's position alone, read on from where
+the epoch ended. A resumed run ends with the weights of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -177,11 +177,11 @@ def _train(
 
 def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _Built:
     """The data, the method, the model, its trainer and optimizer, under the strategy."""
-    stream, validation, steps_per_epoch = _data(config)
     method = methods.create(
         config.method, eps=config.eps, norm=config.norm, **config.method_options
     )
     methods.check_strategy(method, config.strategy)
+    stream, validation, steps_per_epoch, examples = _data(config, method.per_example_state)
     # Free-AT replays each batch m times: it reads ceil(E·S/m) batches, so that its number of
     # gradient steps matches the E·S of the other methods (rounded up to whole batches).
     batches = math.ceil(config.epochs * steps_per_epoch / method.replays)
@@ -190,10 +190,11 @@ def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _
         classifier = _build_classifier(config)
         pairing = {
             "initial_weights": fingerprint(classifier.get_weights()),
-            # The stream's first batch (pass 0), whichever epoch a resumed run starts from.
-            "first_batch": fingerprint(next(iter(stream().take(1)))),
+            # The stream's first batch (pass 0) whichever epoch a resumed run starts from: its
+            # images and labels, whether or not the method reads their indices.
+            "first_batch": fingerprint(next(iter(stream().take(1)))[:2]),
         }
-        method.build((config.batch_size, *data.info(config.dataset).image_shape))
+        method.build((config.batch_size, *data.info(config.dataset).image_shape), **examples)
         trainer = AdversarialTrainer(
             classifier,
             method,
@@ -219,18 +220,20 @@ def _build(config: TrainConfig, strategy: tf.distribute.Strategy, run: Run) -> _
     )
 
 
-def _data(config: TrainConfig) -> tuple[Callable[[int], tf.data.Dataset], tf.data.Dataset, int]:
-    """The training stream (from its n-th batch), the validation split, and the batches of a
-    training epoch."""
+def _data(
+    config: TrainConfig, with_indices: bool = False
+) -> tuple[Callable[[int], tf.data.Dataset], tf.data.Dataset, int, dict[str, int]]:
+    """The training stream (from its n-th batch; with each example's index in the split where
+    `with_indices`), the validation split, the batches of a training epoch, and where
+    `with_indices` the split's size (`build`'s `examples`, for a method's state per example)."""
     load = dict(
         data_dir=config.data_dir,
         batch_size=config.batch_size,
         download=config.download,
         validation_from=config.validation_from,
     )
-    train_epoch = data.load(
-        config.dataset, "train", seed=config.seed, max_examples=config.max_train_examples, **load
-    )
+    train = dict(seed=config.seed, max_examples=config.max_train_examples, **load)
+    train_epoch = data.load(config.dataset, "train", **train)
     steps_per_epoch = config.steps_per_epoch or _batches_per_epoch(train_epoch)
 
     def stream(start_batch: int = 0) -> tf.data.Dataset:
@@ -238,17 +241,17 @@ def _data(config: TrainConfig) -> tuple[Callable[[int], tf.data.Dataset], tf.dat
         return data.load(
             config.dataset,
             "train",
-            seed=config.seed,
-            max_examples=config.max_train_examples,
             repeat=True,
             start_batch=start_batch,
-            **load,
+            with_indices=with_indices,
+            **train,
         )
 
     validation = data.load(
         config.dataset, "validation", max_examples=config.val_examples or None, **load
     )
-    return stream, validation, steps_per_epoch
+    examples = {"examples": data.examples(config.dataset, "train", **train)} if with_indices else {}
+    return stream, validation, steps_per_epoch, examples
 
 
 def _fit(

@@ -1095,3 +1095,31 @@ def test_an_idx_file_that_cannot_be_read_whole_is_refused_naming_it(tmp_path, da
         local.read(found, "test", 10)
     message = str(raised.value)
     assert message.startswith(f"{path} cannot be read whole (") and "\n" not in message
+
+
+def test_a_stream_with_indices_gives_each_example_s_position_in_the_split(tmp_path):
+    """with_indices=True adds each example's position in the split: unaugmented, its image is the
+    split's image there; the stream (images, labels, order) is the one without indices; each pass
+    holds every position at most once; `examples` counts the split."""
+    make_cifar10(str(tmp_path), per_batch=8)  # 40 training images, 36 in "train"
+    options = dict(data_dir=str(tmp_path), batch_size=6, seed=3, augment=False, repeat=True)
+    plain = list(data.load("cifar10", "train", **options).take(12).as_numpy_iterator())
+    indexed = list(
+        data.load("cifar10", "train", with_indices=True, **options).take(12).as_numpy_iterator()
+    )
+    split, _ = collect(
+        data.load(
+            "cifar10", "train", data_dir=str(tmp_path), batch_size=6, shuffle=False, augment=False
+        )
+    )
+    assert data.examples("cifar10", "train", **options) == len(split) == 36
+    assert data.examples("cifar10", "train", max_examples=20, **options) == 20
+    for (x, y), (x_i, y_i, where) in zip(plain, indexed, strict=True):
+        np.testing.assert_array_equal(x, x_i)
+        np.testing.assert_array_equal(y, y_i)
+        assert where.dtype == np.int64
+        np.testing.assert_array_equal(x_i, split[where])
+    for one_pass in (indexed[:6], indexed[6:]):
+        positions = np.concatenate([batch[2] for batch in one_pass])
+        assert sorted(positions) == list(range(36))
+    assert not np.array_equal(indexed[0][2], np.arange(6))  # shuffled

@@ -216,17 +216,19 @@ def test_the_penalty_gradient_matches_finite_differences():
 
 
 def test_elle_a_lambda_follows_the_released_rule_on_a_crafted_sequence():
-    """λ_max = 100, γ = 0.5, s = 2. By hand, with μ, σ over the earlier values (population σ):
-    steps 1–3 decay from 0 (fewer than three earlier values: 9 at step 3 is no jump); step 4,
-    12 > μ + 2σ of {1, 1, 9} = 3.667 + 2·3.771 = 11.21: λ = 100; step 5: 50; step 6, 14.5 >
-    4.8 + 2·4.750 = 14.30 (a sample σ would give 15.42: no jump): 100; step 7: 50."""
-    sequence = [1.0, 1.0, 9.0, 12.0, 1.0, 14.5, 1.0]
-    by_hand = [0.0, 0.0, 0.0, 100.0, 50.0, 100.0, 50.0]
+    """λ_max = 100, γ = 0.5 and the default s, the released 2. By hand, with μ, σ over the
+    earlier values (population σ): steps 1–3 decay from 0 (fewer than three earlier values: 9 at
+    step 3 is no jump); step 4, 12 > μ + 2σ of {1, 1, 9} = 3.667 + 2·3.771 = 11.21 (s = 2.5
+    would give 13.10: no jump): λ = 100; step 5: 50; step 6, 14.5 > 4.8 + 2·4.750 = 14.30 (a
+    sample σ would give 15.42: no jump): 100; step 7: 50; step 8, 15.5 < 5.643 + 2·5.560 =
+    16.76 (s = 1.5 would give 13.98, s = 1 11.20: a jump): 25; step 9: 12.5."""
+    sequence = [1.0, 1.0, 9.0, 12.0, 1.0, 14.5, 1.0, 15.5, 1.0]
+    by_hand = [0.0, 0.0, 0.0, 100.0, 50.0, 100.0, 50.0, 25.0, 12.5]
 
-    def released(values):
+    def released(values, sensitivity=2.0):
         lam, history, out = 0.0, [], []
         for value in values:
-            if len(history) > 2 and value > np.mean(history) + 2 * np.std(history):
+            if len(history) > 2 and value > np.mean(history) + sensitivity * np.std(history):
                 lam = 100.0
             else:
                 lam *= 0.5
@@ -234,8 +236,11 @@ def test_elle_a_lambda_follows_the_released_rule_on_a_crafted_sequence():
             out.append(lam)
         return out
 
+    # The sequence tells the released s from its neighbours.
+    for other in (1.0, 1.5, 2.5):
+        assert released(sequence, other) != by_hand, other
     assert released(sequence) == by_hand
-    method = methods.create("elle", eps=EPS, weight=100.0, decay=0.5, sensitivity=2.0)
+    method = methods.create("elle", eps=EPS, weight=100.0, decay=0.5)  # s at its default
     method.build((2, 12))
     state = method.variables()
     got = []

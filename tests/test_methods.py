@@ -39,6 +39,7 @@ VARIANTS = [
     ("nfgsm", {"clip": 1.0}),
     ("elle", {}),
     ("elle", {"schedule": "constant", "attack": "nfgsm"}),
+    ("fgsm_pgi", {}),
 ]
 IDS = [f"{name}-{'-'.join(map(str, opts.values())) or 'default'}" for name, opts in VARIANTS]
 
@@ -135,13 +136,24 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     eager, eager_logs = method.gradients(model, x, y, SEED)
     if state is not None:
         method.delta.assign(state)  # Free-AT moved δ; replay from the same state
+    # FGSM-PGI's rows of the batch, which the step leaves for the trainer to write.
+    pending = method.step_state() if method.per_example_state else []
+    rows = [v.numpy().copy() for v in pending]
     compiled = tf.function(method.gradients, jit_compile=True)
     xla, xla_logs = compiled(model, x, y, SEED)
     assert _global_relative_error(eager, xla) < 1e-4
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
+    for eager_rows, variable in zip(rows, pending, strict=True):
+        np.testing.assert_allclose(eager_rows, variable.numpy(), rtol=1e-4, atol=1e-7)
 
 
-POLICY_VARIANTS = [*range(6), 7, IDS.index("nfgsm-default"), IDS.index("elle-default")]
+POLICY_VARIANTS = [
+    *range(6),
+    7,
+    IDS.index("nfgsm-default"),
+    IDS.index("elle-default"),
+    IDS.index("fgsm_pgi-default"),
+]
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -279,6 +291,7 @@ def test_free_at_steps_delta_up_its_own_gradient_across_replays():
 
 
 def test_pgd_step_size_defaults():
+    assert make("pgd", {}).steps == 2  # PGD-2-AT, the paper's baseline
     assert make("pgd", {"steps": 2}).alpha == pytest.approx(EPS / 2)
     assert make("pgd", {"steps": 10}).alpha == pytest.approx(2 / 255)
 
@@ -296,11 +309,21 @@ def test_free_carries_delta_across_replays():
 
 
 def test_default_hyper_parameters_follow_the_paper():
-    assert make("fastbat", {}).lambda_inv == pytest.approx(5000 / 255)
+    """The defaults no reference test reads (those tests set each option themselves), against
+    their sources: Fast-BAT's paper settings, GradAlign's and Free-AT's authors' values."""
+    fastbat = make("fastbat", {})
+    assert fastbat.lambda_inv == pytest.approx(5000 / 255)
     assert methods.create("fastbat", eps=16 / 255).lambda_inv == pytest.approx(2500 / 255)
-    assert make("fastbat", {}).ig_coef == 0.1
+    assert fastbat.ig_coef == 0.1
+    assert (fastbat.ig, fastbat.linearization, fastbat.cg_steps) == (
+        "hessian_free",
+        "pgd_nosign",
+        3,
+    )
     assert default_ga_coef(4 / 255) == 0.2 and default_ga_coef(32 / 255) == 2.0
     assert default_ga_coef(12 / 255) == pytest.approx(0.2 * 10**0.5)
+    assert make("fastat_ga", {}).alpha == pytest.approx(1.25 * EPS)
+    assert make("free", {}).replays == 8
 
 
 @pytest.mark.parametrize(
@@ -322,17 +345,23 @@ def test_bad_options_name_the_bad_value(name, options, message):
 
 
 def test_inactive_mask_against_a_brute_force_loop():
+    """The default margin τ = 1e-7: a coordinate 3e-7 inside a bound is inactive, one 3e-8
+    inside is not (τ ten times larger or smaller would tell them otherwise)."""
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (50,)).astype(np.float32)
     x[:10] = 0.0
+    x[20:24] = 0.5  # the ε-ball's bounds bind
     delta = rng.uniform(-EPS, EPS, (50,)).astype(np.float32)
     delta[10:20] = EPS
     delta[:5] = 0.0  # at the lower bound -x = 0
+    delta[20:22] = np.float32(EPS) - np.float32([3e-7, 3e-8])  # just inside the upper bound
+    delta[22:24] = np.float32(-EPS) + np.float32([3e-7, 3e-8])  # and the lower one
     delta = np.clip(delta, -x, 1 - x)
     mask = constraints.inactive_mask(tf.constant(delta), tf.constant(x), EPS).numpy()
     for i in range(50):
         low, high = max(-EPS, -x[i]), min(EPS, 1 - x[i])
         assert mask[i] == float(low + 1e-7 < delta[i] < high - 1e-7), i
+    assert list(mask[20:24]) == [1.0, 0.0, 1.0, 0.0]
     assert 0 < mask.sum() < 50
 
 
@@ -487,6 +516,12 @@ REFUSALS = [
     ("elle", {"sensitivity": -1.0}, {}),
     ("elle", {"step": -1.0}, {}),
     ("elle", {"step": 0.0, "attack": "nfgsm"}, {}),  # its N-FGSM point's step
+    ("fgsm_pgi", {"weight": -1.0}, {}),
+    ("fgsm_pgi", {"decay": -0.1}, {}),
+    ("fgsm_pgi", {"step": 0.0}, {}),
+    ("fgsm_pgi", {"reset": 0}, {}),
+    ("fgsm_pgi", {}, {"norm": "l2", "eps": 0.5}),
+    ("fgsm_pgi", {}, {"strategy": "mirrored"}),
     ("standard", {}, {"norm": "l3"}),
     ("standard", {}, {"eps": 2.0}),
 ]

@@ -89,6 +89,7 @@ VARIANTS = [
     ("elle", {}),
     ("elle", {"schedule": "constant", "attack": "nfgsm"}),
     ("elle", {"attack": "none"}),
+    ("fgsm_pgi", {}),
 ]
 
 
@@ -138,6 +139,7 @@ def test_a_runs_recorded_config_prices_as_the_method_itself():
         ("fastbat", {}),
         ("elle", {"attack": "none"}),
         ("elle", {}),
+        ("fgsm_pgi", {}),
     ]
     totals = [catalog.total_passes(methods.passes(name, config)) for name, config in variants]
-    assert totals == [4, 6, 6, 8, 8, 10]
+    assert totals == [4, 6, 6, 8, 8, 10, 5]

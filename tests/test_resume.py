@@ -1,7 +1,8 @@
 """A run killed after an epoch and resumed ends with exactly the state of an uninterrupted run:
 every variable of the last checkpoint (weights, batch-norm statistics, optimizer slots, the seed
-counter, Free-AT's δ, ELLE-A's λ and E_lin statistic) is equal. Free-AT also takes the promised
-number of gradient steps."""
+counter, Free-AT's δ, ELLE-A's λ and E_lin statistic, FGSM-PGI's prior, momentum and visits per
+example) is equal, and the method's state is restored bit for bit as the killed run saved it.
+Free-AT also takes the promised number of gradient steps."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def _checkpoint_values(workdir: str) -> dict[str, np.ndarray]:
         ("free", 4, {"replays": 3}, 18),
         # A resumed ELLE-A run carries λ and the statistic of every earlier E_lin.
         ("elle", 2, {}, 2 * 4),
+        # A resumed FGSM-PGI run carries every example's prior, momentum and visits.
+        ("fgsm_pgi", 2, {}, 2 * 4),
     ],
 )
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
@@ -63,7 +66,21 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
     with pytest.raises(_Killed):
         train(_config(killed, method, epochs, **options))
     monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save)
+    # The method's state as the resumed run restores it, against the killed run's checkpoint.
+    at_kill = _checkpoint_values(killed)
+    own = sorted({name.split("/")[1] for name in at_kill if name.startswith("method/")})
+    restore, restored = callbacks.ResumeCheckpoint.restore, {}
+
+    def restore_and_read(self, directory=None):
+        epochs = restore(self, directory)
+        restored.update({name: getattr(self.checkpoint.method, name).numpy() for name in own})
+        return epochs
+
+    monkeypatch.setattr(callbacks.ResumeCheckpoint, "restore", restore_and_read)
     resumed = train(_config(killed, method, epochs, **options))
+    for name in own:
+        saved = next(v for key, v in at_kill.items() if key.startswith(f"method/{name}/"))
+        np.testing.assert_array_equal(restored[name], saved, err_msg=name)
     assert resumed.optimizer_steps == steps
     assert [e.epoch for e in resumed.history] == [e.epoch for e in complete.history]
 
@@ -79,6 +96,12 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
         state = {name.split("/")[1]: value for name, value in got.items() if "method/" in name}
         assert state["count"] == steps  # every step's E_lin, the killed run's first epoch's too
         assert state["mean"] > 0 and state["m2"] > 0
+    if method == "fgsm_pgi":
+        state = {name.split("/")[1]: value for name, value in got.items() if "method/" in name}
+        # 256 examples in 4 batches of 64: each of the two passes visits every one once.
+        assert state["visits"].shape == (256,) and np.all(state["visits"] == 2)
+        assert np.abs(state["prior"]).max() > 0 and np.abs(state["momentum"]).max() > 0
+        assert own == ["momentum", "prior", "visits"]
     for name, value in expected.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
     # The same test numbers; only the time they took differs.

@@ -222,6 +222,37 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
+def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path):
+    """train.py --method=fgsm_pgi, its step compiled with XLA: two epochs of real images, each
+    a pass over the 256 training examples, so the second epoch starts from every example's
+    prior; the run records the method and its passes, logs the regularizer, and its checkpoint
+    holds one prior per training example, each visited twice."""
+    workdir = tmp_path / "run"
+    result = run_train(
+        "--method=fgsm_pgi", "--jit_compile=true", "--noexport", f"--workdir={workdir}", *TINY_RUN
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Starting {workdir}: fgsm_pgi at ε = 8/255" in result.stdout
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["status"] == "complete"
+    method = results["method"]
+    assert method["title"] == "FGSM-PGI"
+    assert (method["weight"], method["decay"], method["step"], method["reset"]) == (10, 0.3, 1, 40)
+    assert method["passes"] == {"forward": 2, "backward": 3, "second_order": 0, "tangent": 0}
+    history = results["history"]
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert all(h["pgi_penalty"] > 0 and np.isfinite(h["loss"]) for h in history)
+    assert 0.0 <= results["final"]["robust_accuracy"]["pgd@8"] <= 1.0
+    path = tf.train.latest_checkpoint(str(workdir / "checkpoints" / "last"))
+    reader = tf.train.load_checkpoint(path)
+    visits = reader.get_tensor("method/visits/.ATTRIBUTES/VARIABLE_VALUE")
+    prior = reader.get_tensor("method/prior/.ATTRIBUTES/VARIABLE_VALUE")
+    assert visits.shape == (256,) and np.all(visits == 2)
+    assert prior.shape == (256, 28, 28, 1)
+    assert np.abs(prior).max() == pytest.approx(8 / 255)
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
     """The final evaluation attacks the float32 model evaluate.py loads, and the caller's
     precision policy is back when train returns."""

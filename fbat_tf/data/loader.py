@@ -45,8 +45,11 @@ def load(
     start_batch: int = 0,
     download: bool = True,
     validation_from: str = "train",
+    with_indices: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of (float32 NHWC images in [0, 1], int32 labels) of one split, prefetched.
+    """Batches of (float32 NHWC images in [0, 1], int32 labels) of one split, prefetched;
+    with `with_indices`, (images, labels, int64 positions of the examples in the split), for a
+    training method with state per example (in-memory datasets only).
 
     `shuffle`, `augment` and `drop_remainder` default to True for "train"/"train_full" and to
     False otherwise. `max_examples` keeps the first N examples of the split (after the 90/10
@@ -93,11 +96,59 @@ def load(
     if source.needs_download:
         sources.download(entry, source, data_dir)
     if not entry.in_memory:
+        if with_indices:
+            raise ValueError(_NO_INDICES.format(name=entry.info.name))
         return _load_streamed(entry, source, split, max_examples, augment, options)
 
+    images, labels = _split_arrays(entry, source, split, max_examples, validation_from)
+    _check_batchable(entry.info.name, split, len(labels), options)
+    augment_fn = None
+    if augment and entry.augmentation is not None:
+        augment_fn = getattr(augment_lib, entry.augmentation)
+    return pipeline.from_arrays(
+        images, labels, augment_fn=augment_fn, with_indices=with_indices, **options
+    )
+
+
+_NO_INDICES = (
+    "{name} is streamed, so its batches carry no example indices: a method with state per "
+    "example trains on an in-memory dataset only"
+)
+
+
+def examples(
+    name: str,
+    split: str,
+    *,
+    data_dir: str | None = None,
+    max_examples: int | None = None,
+    download: bool = True,
+    validation_from: str = "train",
+    **batching: Any,
+) -> int:
+    """How many examples `load` with these arguments batches (before dropping a remainder):
+    the size of a state kept per example of the split (in-memory datasets only). `load`'s
+    arguments that only batch the split (`batch_size`, `seed`, ...) are taken and change
+    nothing."""
+    entry = registry.lookup(name)
+    if not entry.in_memory:
+        raise ValueError(_NO_INDICES.format(name=entry.info.name))
+    source = sources.resolve(entry, data_dir, download)
+    if source.needs_download:
+        sources.download(entry, source, data_dir)
+    return len(_split_arrays(entry, source, split, max_examples, validation_from)[1])
+
+
+def _split_arrays(
+    entry: registry.Entry,
+    source: sources.Source,
+    split: str,
+    max_examples: int | None,
+    validation_from: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels of an in-memory split, in the order `load` indexes them."""
     if validation_from == "test":
         images, labels = _held_out_arrays(entry, source, split, max_examples)
-        start, stop = 0, len(labels)
     else:
         images, labels = _arrays(entry, source, "test" if split == "test" else "train")
         start, stop = split_range(len(labels), split, max_examples)
@@ -107,11 +158,7 @@ def load(
             f"{source.description} holds images of shape {images.shape[1:]}, "
             f"but {entry.info.name} images are {entry.info.image_shape}"
         )
-    _check_batchable(entry.info.name, split, stop - start, options)
-    augment_fn = None
-    if augment and entry.augmentation is not None:
-        augment_fn = getattr(augment_lib, entry.augmentation)
-    return pipeline.from_arrays(images, labels, augment_fn=augment_fn, **options)
+    return images, labels
 
 
 def split_range(count: int, split: str, max_examples: int | None = None) -> tuple[int, int]:

@@ -58,8 +58,10 @@ def from_arrays(
     drop_remainder: bool,
     repeat: bool,
     start_batch: int = 0,
+    with_indices: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of an in-memory split, in array order unless `shuffle`."""
+    """Batches of an in-memory split, in array order unless `shuffle`; `with_indices` adds each
+    example's position in the split (int64 [batch]) as a third element."""
     count = len(labels)
     image_shape = images.shape[1:]
     images_tensor = tf.constant(images, tf.uint8)
@@ -86,6 +88,8 @@ def from_arrays(
         if augment_fn is not None:
             x = augment_fn(x, _augment_seed(seed, epoch, position))
             x = tf.ensure_shape(x, [None, *image_shape])
+        if with_indices:
+            return x, tf.gather(labels_tensor, batch_indices), batch_indices
         return x, tf.gather(labels_tensor, batch_indices)
 
     ds = _epochs(seed, repeat, start_batch // per_pass).flat_map(one_pass)

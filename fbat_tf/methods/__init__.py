@@ -19,9 +19,8 @@ options' `from_flag`.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fbat_tf import catalog
@@ -34,6 +33,7 @@ from fbat_tf.catalog import (
     counts,
 )
 from fbat_tf.methods import rules
+from fbat_tf.methods.declarations import Entry, Option
 from fbat_tf.methods.rules import check_strategy
 from fbat_tf.records import units
 
@@ -42,45 +42,6 @@ def _settle_implicit_autodiff(value: str, on_cpu: bool) -> str:
     from fbat_tf import device  # loads TensorFlow where it asks this machine's devices
 
     return device.resolve_implicit_autodiff(value, ["CPU"] if on_cpu else None)
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """A constructor keyword a user may set, as train.py's flag `flag` (default
-    `<method>_<name>`); `from_flag` turns the flag's value into the constructor's units, and
-    `on_device` settles a value the device decides ("auto"; its second argument: as on a CPU)
-    (both applied by fbat_tf/methods/configs.py)."""
-
-    name: str
-    type: type  # float, int or str
-    default: Any
-    help: str
-    flag: str | None = None
-    choices: tuple[str, ...] | None = None
-    lower_bound: float | None = None
-    from_flag: Callable[[Any], Any] | None = None
-    on_device: Callable[[Any, bool], Any] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One method: its name, the class that implements it ("module:Class"), its options, the
-    passes through the model of one optimizer step given its config (options it lacks at their
-    defaults), the options that change that cost with the value its plain name means, and its
-    rules (a `rules.Rules`, which its class inherits; None: `check` creates the method)."""
-
-    name: str
-    target: str
-    options: tuple[Option, ...] = ()
-    passes: Callable[[Mapping[str, Any]], dict[str, int]] = lambda config: counts(1, 1)
-    cost_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    rules: type[rules.Rules] | None = None
-
-    def flag_name(self, option: Option) -> str:
-        return option.flag or f"{self.name}_{option.name}"
-
-    def defaults(self) -> dict[str, Any]:
-        return {option.name: option.default for option in self.options}
 
 
 def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
@@ -322,6 +283,47 @@ REGISTRY: dict[str, Entry] = {
             passes=_elle_passes,
             cost_options={"attack": "fgsm"},
             rules=rules.ELLE,
+        ),
+        Entry(
+            "fgsm_pgi",
+            "fbat_tf.methods.fgsm_pgi:FGSMPGI",
+            (
+                Option(
+                    "weight",
+                    float,
+                    10.0,
+                    "FGSM-PGI regularizer weight λ on the squared gap between the logits at the "
+                    "adversarial example and at the prior (the released 10).",
+                    "fgsm_pgi_lambda",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "decay",
+                    float,
+                    0.3,
+                    "FGSM-PGI momentum decay μ of the per-example prior (the released 0.3).",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "step",
+                    float,
+                    1.0,
+                    "FGSM-PGI signed step alpha as a multiple of eps (the released 1).",
+                    lower_bound=0.0,
+                ),
+                Option(
+                    "reset",
+                    int,
+                    40,
+                    "FGSM-PGI: each example's prior restarts from a random corner every this "
+                    "many epochs (its visits; the released 40).",
+                    lower_bound=1,
+                ),
+            ),
+            # The input gradient at the prior, then one weight pass back through both forward
+            # passes (the regularizer reads the logits at the prior as well).
+            passes=lambda c: counts(2, 3),
+            rules=rules.FGSMPGI,
         ),
     )
 }

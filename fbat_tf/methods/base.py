@@ -92,18 +92,37 @@ class Method(rules.Rules):
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
     #: how reports and model cards name the method ("Fast-AT", "first-order Fast-BAT").
     title: str = ""
+    #: whether it keeps state per training example (FGSM-PGI's prior): `gradients` then takes
+    #: the batch's example indices (`indices=`, positions in the training split), the trainer
+    #: reads them from its training stream, and `commit` writes the step's rows.
+    per_example_state: bool = False
 
     def __init__(self, eps: float, norm: str = "linf"):
         self.norm = self.check_norm(norm)
         self.check_eps(eps, norm)
         self.eps = float(eps)
 
-    def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
-        """Create per-run state (only Free-AT has any); called once before training."""
+    def build(
+        self, batch_shape: tuple[int, ...], dtype: Any = "float32", examples: int | None = None
+    ) -> None:
+        """Create per-run state (Free-AT's δ, ELLE-A's λ, FGSM-PGI's prior); called once before
+        training. `examples`: the training split's size, for state per example (default: the
+        batch's, whose positions are then the examples)."""
 
     def variables(self) -> dict[str, tf.Variable]:
         """The state `build` created, by name, for checkpoints."""
         return {}
+
+    def step_state(self) -> list[tf.Variable]:
+        """The state a step writes before it is known to be applied, which the trainer checks
+        for finiteness and puts back with a skipped step: all of `variables()`, but for state
+        per example, which only `commit` writes (its step's rows wait in batch-sized
+        variables, which are these)."""
+        return list(self.variables().values())
+
+    def commit(self) -> None:
+        """Write the rows of per-example state the last `gradients` computed (FGSM-PGI's prior);
+        the trainer calls it once the step is applied, outside XLA."""
 
     def after_gradients(self, logs: Logs) -> None:
         """Update per-run state from a step's logs (ELLE-A's λ). The trainer calls it in the

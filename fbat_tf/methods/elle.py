@@ -170,7 +170,9 @@ class ELLE(rules.ELLE, Method):
 
     # ------------------------------------------------------------------ state (ELLE-A)
 
-    def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
+    def build(
+        self, batch_shape: tuple[int, ...], dtype: Any = "float32", examples: int | None = None
+    ) -> None:
         if not self.adaptive or self.state:
             return
         # Under a distribution strategy each replica keeps its own copy and writes it without

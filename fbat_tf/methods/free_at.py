@@ -38,7 +38,9 @@ class FreeAT(rules.FreeAT, Method):
         self.alpha = self.eps if alpha is None else float(alpha)
         self.delta: tf.Variable | None = None
 
-    def build(self, batch_shape: tuple[int, ...], dtype: Any = "float32") -> None:
+    def build(
+        self, batch_shape: tuple[int, ...], dtype: Any = "float32", examples: int | None = None
+    ) -> None:
         if self.delta is None:
             self.delta = tf.Variable(
                 tf.zeros(batch_shape, dtype), trainable=False, name="free_at_delta"

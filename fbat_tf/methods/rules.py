@@ -196,3 +196,20 @@ class ELLE(Rules):
             raise ValueError(f"elle step (a multiple of eps) must be >= 0, got {step!r}")
         if attack == "nfgsm":  # its training point is N-FGSM's, with this step
             NFGSM.check_options(noise=NFGSM_NOISE, step=float(step), clip=None)
+
+
+class FGSMPGI(Rules):
+    name = "fgsm_pgi"
+    # Its prior is one perturbation per training example, read and written by each step.
+    single_device = True
+
+    @staticmethod
+    def check_options(*, weight: float, decay: float, step: float, reset: int) -> None:
+        if not weight >= 0:
+            raise ValueError(f"fgsm_pgi weight (λ) must be >= 0, got {weight!r}")
+        if not decay >= 0:
+            raise ValueError(f"fgsm_pgi decay (μ) must be >= 0, got {decay!r}")
+        if not step > 0:
+            raise ValueError(f"fgsm_pgi step (a multiple of eps) must be > 0, got {step!r}")
+        if not reset >= 1:
+            raise ValueError(f"fgsm_pgi reset must be >= 1 epochs, got {reset!r}")
