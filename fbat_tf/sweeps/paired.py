@@ -22,7 +22,10 @@ standard error se with df degrees of freedom from one of two models:
   That estimate can fall below what the data allow (a negative variance component); each
   component is taken as at least 0, i.e. a mean square smaller than MS_resid is replaced by
   MS_resid in the sum. The se is then never below MS_resid/(S·I), nor below the seeds-only se
-  of the same matrix (MS_seed/(S·I)): counting the images can only widen the interval.
+  of the same matrix (MS_seed/(S·I), before the step floor below). The interval can still be
+  narrower than the seeds-only one: its degrees of freedom are Satterthwaite's, not S − 1, and
+  where a component is clipped its stand-in MS_resid brings the residual's (S − 1)(I − 1)
+  (both clipped: the se is MS_resid's alone, with all of them).
   It needs at least CROSSED_MIN_SEEDS = 3 seeds: with two, MS_seed has one degree of freedom,
   and where it falls below MS_resid the replacement gives the seed term the residual's many
   degrees of freedom, so that the 95 % interval held the true difference in 87-93 % of
