@@ -397,11 +397,29 @@ MUTATIONS = [
         "P4",
         "a report's verdicts from the uncorrected p-values, not Holm's",
         "fbat_tf/sweeps/paired.py",
-        'verdict=decide(found["mean"], found["margin"], p, p_equivalence),',
-        'verdict=found["raw_verdict"],',
+        'found["verdict"] = verdict_of(found)',
+        'found["verdict"] = found["raw_verdict"]',
         (
             "tests/test_paired.py::test_holm_s_correction_takes_the_verdicts_from_the_adjusted_p_values",
         ),
+    ),
+    Mutation(
+        "P7",
+        "a verdict over seeds × images from the crossed model alone, not with the seeds-only one",
+        "fbat_tf/sweeps/paired.py",
+        'analyses = [found, *([found["seeds_only"]] if found.get("seeds_only") else [])]',
+        "analyses = [found]",
+        (
+            "tests/test_paired.py::test_clipped_components_narrow_the_interval_and_do_not_make_a_verdict_alone",
+        ),
+    ),
+    Mutation(
+        "P8",
+        "the seeds-only analyses left out of Holm's correction",
+        "fbat_tf/sweeps/paired.py",
+        "    for analyses in (alone, family):",
+        "    for analyses in (family,):",
+        ("tests/test_paired.py::test_the_seeds_only_analyses_are_a_family_of_their_own",),
     ),
     Mutation(
         "P5",

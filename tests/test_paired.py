@@ -340,3 +340,146 @@ def test_holm_s_correction_takes_the_verdicts_from_the_adjusted_p_values():
     assert family[1]["p_holm"] == pytest.approx(2 * raw[1])
     assert family[2]["p_equivalence_holm"] == pytest.approx(min(1, 3 * 0.038958), abs=1e-5)
     assert all(f["correction"] == "holm" and f["family"] == 3 for f in family)
+
+
+# A 3×8 example whose variance components both clip to 0, as in the committed tuned study's
+# Fast-BAT − first-order Fast-BAT at ε = 48 (MS_seed 385.0, MS_image 398.3 < MS_resid 408.0).
+# Differences in units of 100 points:
+#   A 11101010  B 00011010  ->  +1 +1 +1 -1  0  0  0  0     seed mean +1/4
+#   A 10011010  B 11000110  ->   0 -1  0 +1 +1 -1  0  0     seed mean 0
+#   A 01010101  B 11111001  ->  -1  0 -1  0 -1 +1  0  0     seed mean -1/4
+# Every image mean is 0 (MS_image = 0), the grand mean 0. In points²:
+# MS_seed = 8·(25² + 0 + 25²)/2 = 5,000; SS_resid = Σ (d − seed mean)² = (3·75² + 125² + 4·25²)
+# + 4·100² + (3·75² + 125² + 4·25²) = 35,000 + 40,000 + 35,000 = 110,000 over 2·7 = 14 df,
+# MS_resid = 7,857.14. Both below it: Var(d̄) = MS_resid/24 = 327.38, se 18.094, df 14.
+# Seeds only: differences +25, 0, -25 points, s_d = 25, se = 25/√3 = 14.434 (smaller), df 2.
+# With a margin of 35 points the 90 % intervals are ±1.7613·18.094 = ±31.87 (inside: equivalent)
+# and ±2.9200·14.434 = ±42.15 (not); the 95 % ones ±2.1448·18.094 = ±38.81 and
+# ±4.3027·14.434 = ±62.10. The crossed interval is the narrower though its se is the larger.
+CLIPPED_A = outcome_strings(
+    [[1, 1, 1, 0, 1, 0, 1, 0], [1, 0, 0, 1, 1, 0, 1, 0], [0, 1, 0, 1, 0, 1, 0, 1]]
+)
+CLIPPED_B = outcome_strings(
+    [[0, 0, 0, 1, 1, 0, 1, 0], [1, 1, 0, 0, 0, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0, 1]]
+)
+
+
+def test_clipped_components_narrow_the_interval_and_do_not_make_a_verdict_alone():
+    a = {s: CLIPPED_A[s].count("1") / 8 for s in range(3)}
+    b = {s: CLIPPED_B[s].count("1") / 8 for s in range(3)}
+    found = paired.compare(a, b, margin=35.0, resolution=12.5, outcomes=(CLIPPED_A, CLIPPED_B))
+    assert found["model"] == "seeds × images" and found["mean"] == pytest.approx(0.0)
+    squares = found["mean_squares"]
+    assert squares["seed"] == pytest.approx(5000.0)
+    assert squares["image"] == pytest.approx(0.0, abs=1e-9)
+    assert squares["residual"] == pytest.approx(110_000 / 14)
+    se = math.sqrt(110_000 / 14 / 24)
+    assert found["se"] == pytest.approx(se) and found["df"] == pytest.approx(14.0)
+    assert found["interval"] == pytest.approx((-2.144787 * se, 2.144787 * se), abs=1e-4)
+    assert found["interval90"][1] == pytest.approx(1.761310 * se, abs=1e-4) and se > 18.09
+    alone = found["seeds_only"]
+    assert alone["se"] == pytest.approx(25 / math.sqrt(3)) and alone["df"] == 2.0
+    assert alone["interval"] == pytest.approx((-4.302653 * 25 / 3**0.5, 4.302653 * 25 / 3**0.5))
+    assert alone["se"] < found["se"]  # the crossed se is the larger ...
+    assert found["interval"][1] < alone["interval"][1]  # ... and its interval the narrower
+    # Equivalence: the crossed p = P(T₁₄ > 35/se) = 0.0368 (the 90 % interval inside ±35); over
+    # seeds, with 2 df in closed form P(T₂ > t) = 1/2 − t/(2√(t² + 2)), t = 35/14.434 = 2.425.
+    t = 35 / (25 / math.sqrt(3))
+    assert alone["p_equivalence"] == pytest.approx(0.5 - t / (2 * math.sqrt(t * t + 2)))
+    assert alone["p_equivalence"] == pytest.approx(0.0681, abs=1e-4)
+    assert found["p_equivalence"] == pytest.approx(0.0368, abs=1e-4)
+    assert alone["verdict"] == "undecided"
+    assert found["verdict"] == found["raw_verdict"] == "undecided"  # not equivalent: seeds only
+    # Corrected alone (m = 1), the same: the crossed model by itself would say equivalent.
+    assert paired.correct([found]) == 1
+    assert found["crossed_verdict"] == "equivalent"
+    assert found["seeds_only"]["verdict"] == "undecided" and found["verdict"] == "undecided"
+    # Without the outcomes the comparison is the seeds-only analysis itself.
+    plain = paired.compare(a, b, margin=35.0, resolution=12.5)
+    assert plain["seeds_only"] is None and plain["interval"] == alone["interval"]
+
+
+def test_a_verdict_needs_both_analyses_intersection_union():
+    """`verdict_of` on p-values by hand: a side ahead only where both analyses put it ahead,
+    equivalent only where both show equivalence, else undecided; a comparison over seeds only
+    decides by its own p-values."""
+
+    def pair(p, q, p_alone, q_alone, mean=0.5, mean_alone=0.5):
+        return {
+            "mean": mean,
+            "margin": 1.0,
+            "p_holm": p,
+            "p_equivalence_holm": q,
+            "seeds_only": {"mean": mean_alone, "p_holm": p_alone, "p_equivalence_holm": q_alone},
+        }
+
+    assert paired.verdict_of(pair(0.01, 0.9, 0.02, 0.9)) == "a"
+    assert paired.verdict_of(pair(0.01, 0.9, 0.02, 0.9, -0.5, -0.5)) == "b"
+    assert paired.verdict_of(pair(0.01, 0.9, 0.07, 0.9)) == "undecided"  # ahead by one only
+    assert paired.verdict_of(pair(0.01, 0.01, 0.07, 0.03)) == "equivalent"  # both within ±1
+    assert paired.verdict_of(pair(0.3, 0.01, 0.3, 0.06)) == "undecided"  # equivalent by one
+    assert paired.verdict_of(pair(0.01, 0.9, 0.01, 0.9, 0.5, -0.01)) == "undecided"  # two signs
+    alone = pair(0.01, 0.9, None, None)
+    alone["seeds_only"] = None
+    assert paired.verdict_of(alone) == "a"
+
+
+def test_the_committed_equivalence_that_rested_on_clipped_components_is_undecided():
+    """The tuned study's Fast-BAT − first-order Fast-BAT at ε = 48 (results/fashion_mnist_tuned/
+    sweep.json), by hand from the numbers it stores: both components clipped, so the crossed se²
+    is MS_resid/(5·1000) with (5 − 1)(1000 − 1) = 3,996 df and a 95 % interval ±1.960·se; over
+    seeds, se = s_d/√5 with 4 df, ±2.776·se, wider. Equivalent by the crossed model alone,
+    undecided over seeds after Holm's correction, so undecided."""
+    import json
+    import os
+    import statistics
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "results", "fashion_mnist_tuned", "sweep.json")) as f:
+        report = json.load(f)
+    (found,) = [
+        c
+        for c in report["paired_comparisons"]
+        if c["eps"] == 48.0 and {c["a"], c["b"]} == {"fastbat ig=hessian_free", "fastbat ig=none"}
+    ]
+    squares = found["mean_squares"]
+    assert max(squares["seed"], squares["image"]) < squares["residual"]  # both clipped
+    se = math.sqrt(squares["residual"] / 5000)
+    assert found["se"] == pytest.approx(se) and found["df"] == pytest.approx(3996.0)
+    t_many = paired.t_quantile(0.975, 3996.0)
+    assert t_many == pytest.approx(1.9606, abs=1e-4)
+    assert found["interval"] == pytest.approx(
+        (found["mean"] - t_many * se, found["mean"] + t_many * se)
+    )
+    alone = found["seeds_only"]
+    se_alone = statistics.stdev(found["differences"]) / math.sqrt(5)
+    assert alone["se"] == pytest.approx(se_alone) and alone["df"] == 4.0
+    half = T975_4 * se_alone
+    assert alone["interval"] == pytest.approx(
+        (alone["mean"] - half, alone["mean"] + half), abs=1e-4
+    )
+    assert se_alone < se and t_many * se < half  # a larger se, a narrower interval
+    assert [round(v, 2) for v in found["interval"]] == [-0.46, 0.66]
+    assert [round(v, 2) for v in alone["interval"]] == [-0.67, 0.87]
+    assert found["crossed_verdict"] == "equivalent"
+    assert alone["p_equivalence_holm"] >= 0.05 and alone["verdict"] == "undecided"
+    assert found["verdict"] == "undecided"
+
+
+def test_the_seeds_only_analyses_are_a_family_of_their_own():
+    """The clipped comparison above beside one far ahead over seeds only (m = 2): Holm's
+    correction doubles the smaller p-value of equivalence in each family, the crossed one's
+    (0.0368 → 0.0735) among the crossed p-values, its seeds-only one's (0.0681 → 0.136) among
+    the seeds-only ones, where the other comparison stands as itself."""
+    a = {s: CLIPPED_A[s].count("1") / 8 for s in range(3)}
+    b = {s: CLIPPED_B[s].count("1") / 8 for s in range(3)}
+    clipped = paired.compare(a, b, margin=35.0, resolution=12.5, outcomes=(CLIPPED_A, CLIPPED_B))
+    ahead = paired.compare(*records(BASE, [5.0, 5.1, 4.9, 5.0, 5.0]))
+    crossed_p, alone_p = clipped["p_equivalence"], clipped["seeds_only"]["p_equivalence"]
+    assert max(crossed_p, alone_p) < ahead["p_equivalence"]  # the smaller in both families
+    assert paired.correct([clipped, ahead]) == 2
+    assert clipped["p_equivalence_holm"] == pytest.approx(2 * crossed_p)
+    assert clipped["seeds_only"]["p_equivalence_holm"] == pytest.approx(2 * alone_p)
+    assert clipped["seeds_only"]["p"] == clipped["seeds_only"]["p_holm"] == 1.0  # mean 0
+    assert ahead["seeds_only"] is None and ahead["verdict"] == "a"
+    assert clipped["crossed_verdict"] == "undecided" and clipped["verdict"] == "undecided"

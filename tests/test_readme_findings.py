@@ -13,7 +13,8 @@ import statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBER = r"([+-]\d+\.\d)"
 # `A` − `B`, ε = 64: +0.2 [-1.6, +2.0], undecided   (names may be left out after the first
-# quote of a pair: "and at ε = 76: ...")
+# quote of a pair: "and at ε = 76: ..."); where the interval counts the images, the seeds-only
+# one follows it: "+0.1 [-0.5, +0.7] (seeds only [-0.7, +0.9]), undecided"
 QUOTE = re.compile(
     r"(?:`([^`]+)` − `([^`]+)`, )?(?:at )?ε = (\d+): "
     + NUMBER
@@ -21,7 +22,11 @@ QUOTE = re.compile(
     + NUMBER
     + ", "
     + NUMBER
-    + r"\], (.+?)(?=[;.]\s|[;.]$|\s\(|\)|,\s|$)"
+    + r"\](?: \(seeds only \["
+    + NUMBER
+    + ", "
+    + NUMBER
+    + r"\]\))?, (.+?)(?=[;.]\s|[;.]$|\s\(|\)|,\s|$)"
 )
 
 
@@ -60,8 +65,8 @@ def verdicts(sweep: str) -> dict[tuple[str, str, float], dict]:
 
 
 def quotes(text: str):
-    """(report, a, b, ε, mean, low, high, verdict, what follows) of each quote, names carried to
-    unnamed ones.
+    """(report, a, b, ε, mean, low, high, seeds-only low and high or None, verdict, what
+    follows) of each quote, names carried to unnamed ones.
     A quote belongs to the report the section links last before it (its first link if none
     comes before)."""
     links = [(m.start(), m.group(1)) for m in re.finditer(r"results/(\w+)/sweep\.md", text)]
@@ -78,27 +83,38 @@ def quotes(text: str):
             b,
             float(match.group(3)),
             *match.group(4, 5, 6),
-            match.group(7).strip(),
+            None if match.group(7) is None else match.group(7, 8),
+            match.group(9).strip(),
             after,
         )
 
 
+def shown(values) -> tuple[str, ...]:
+    """Numbers as the report writes them: one decimal with its sign; a zero is "+0.0" from
+    either side."""
+    return tuple(f"{value:+.1f}".replace("-0.0", "+0.0") for value in values)
+
+
 def test_every_quoted_paired_verdict_is_the_reports():
-    checked = raw_checked = 0
+    checked = raw_checked = alone_checked = 0
     for heading, text in sections().items():
-        for sweep, a, b, eps, mean, low, high, says, after in quotes(text):
+        for sweep, a, b, eps, mean, low, high, alone, says, after in quotes(text):
             assert sweep, f"README section {heading!r} quotes verdicts without naming its report"
             assert a is not None, (heading, eps)
             report = verdicts(sweep)
-            if (a, b, eps) in report:
-                pair = report[a, b, eps]
-                expected = (pair["mean"], *pair["interval"])
-            else:  # quoted the other way round
-                pair = report[b, a, eps]
-                expected = (-pair["mean"], -pair["interval"][1], -pair["interval"][0])
-            # One decimal with its sign; a zero is "+0.0" from either side.
-            shown = tuple(f"{value:+.1f}".replace("-0.0", "+0.0") for value in expected)
-            assert (mean, low, high) == shown, (heading, a, b, eps)
+            flipped = (a, b, eps) not in report  # quoted the other way round
+            pair = report[b, a, eps] if flipped else report[a, b, eps]
+            sign = -1 if flipped else 1
+            expected = (sign * pair["mean"], *sorted(sign * v for v in pair["interval"]))
+            assert (mean, low, high) == shown(expected), (heading, a, b, eps)
+            # Where the interval counts the images, the seeds-only one is quoted beside it, as
+            # the report shows it; nowhere else.
+            seeds_only = pair.get("seeds_only")
+            assert (alone is None) == (seeds_only is None), (heading, a, b, eps)
+            if seeds_only:
+                expected = sorted(sign * v for v in seeds_only["interval"])
+                assert alone == shown(expected), (heading, a, b, eps)
+                alone_checked += 1
             assert says == pair["says"], (heading, a, b, eps)
             # "(ahead before the correction)" after a quote: a side ahead by the raw p-value,
             # not after Holm's correction.
@@ -109,9 +125,9 @@ def test_every_quoted_paired_verdict_is_the_reports():
             # Every verdict quoted is Holm-corrected in its report's family.
             assert pair["correction"] == "holm" and pair["family"] >= 1, (heading, a, b, eps)
             checked += 1
-    assert (
-        checked >= 27
-    )  # fashion_mnist's findings (2), fashion_mnist_ig's (6), fashion_mnist_fast's (19)
+    # fashion_mnist's findings (2), fashion_mnist_ig's (6), fashion_mnist_fast's (19) and
+    # fashion_mnist_tuned's (12), each of those with its seeds-only interval.
+    assert checked >= 39 and alone_checked >= 12
     assert raw_checked >= 4
 
 
@@ -188,7 +204,7 @@ def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: in
 
 def test_the_family_sizes_quoted_are_the_reports():
     """How many comparisons README says Holm's correction covered in each report."""
-    words = {8: "8", 24: "24", 30: "thirty"}
+    words = {8: "8", 20: "20", 24: "24", 30: "thirty"}
 
     def size(sweep: str) -> int:
         with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
@@ -200,6 +216,7 @@ def test_the_family_sizes_quoted_are_the_reports():
         ("fashion_mnist_fast", "the verdict after Holm's correction over the report's {} "),
         ("fashion_mnist_fast", "before the correction for the report's {} comparisons"),
         ("fashion_mnist_ig", "before Holm's correction over the report's {} (these fourteen"),
+        ("fashion_mnist_tuned", "the verdict after Holm's correction over the report's {} "),
     ):
         assert phrase.format(words[size(sweep)]) in text, sweep
 
@@ -214,7 +231,8 @@ def test_the_paired_study_chooses_pgd_2_at_at_every_eps_as_the_readme_says():
     """'PGD-2-AT has the highest means at every ε of the study, and is ahead of every method but
     GradAlign at 48': the most robust variant at each ε, with no cheaper one shown equivalent to
     it; at ε = 16 the cheaper ones are undecided against it; at 48 every other variant but
-    GradAlign is behind it; at 76 the single-step ones are, neither Fast-BAT (Holm-corrected)."""
+    GradAlign is behind it; at 76 Fast-AT and N-FGSM are, not GradAlign (a single-step method
+    too) nor either Fast-BAT (Holm-corrected)."""
     with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
         by_eps = json.load(f)["robust_vs_cost"]
     assert sorted(by_eps) == ["16", "48", "76"]
@@ -236,7 +254,10 @@ def test_the_paired_study_chooses_pgd_2_at_at_every_eps_as_the_readme_says():
         "**PGD-2-AT has the highest means at every ε of the study, and is ahead of every method "
         "but GradAlign at 48.**"
     ) in text
-    assert "At ε = 76 it is ahead of the single-step methods but, after the correction, of " in text
+    assert (
+        "At ε = 76 it is ahead of Fast-AT and N-FGSM but, after the correction, of neither "
+        "GradAlign nor either Fast-BAT"
+    ) in text
     assert "**At ε = 16 the 4-pass methods cannot be told from it.**" in text
 
 
@@ -415,27 +436,42 @@ def test_the_tuned_study_table_is_the_reports_means_over_seeds():
 
 
 def test_the_tuned_study_s_choices_are_the_reports_as_the_readme_says():
-    """'Fast-BAT is the most robust at 48 and 76'; at 48 first-order Fast-BAT, the cheaper, is
-    shown equivalent to it and so is the report's choice; at 76 no cheaper method is, and
-    first-order Fast-BAT is undecided against it."""
+    """'Fast-BAT is the most robust at 48 and 76, and at both the report's choice': no cheaper
+    method is shown equivalent to it; first-order Fast-BAT is undecided against it at both, at
+    48 equivalent by the seeds × images model alone, whose variance components both clip to 0,
+    and not over seeds."""
     by_eps = tuned_report()["robust_vs_cost"]
     assert sorted(by_eps) == ["48", "76"]
-    against = {}
+    against, versus = {}, {}
     for eps, rows in by_eps.items():
         (best,) = [row for row in rows if row["most_robust"]]
         assert best["key"] == "fastbat ig=hessian_free", eps
-        against[eps] = {
-            row["key"]: row["versus_best"]["verdict"]
-            for row in rows
-            if row["passes"] < best["passes"]
-        }
-    assert against["48"]["fastbat ig=none"] == "equivalent"
-    assert against["76"]["fastbat ig=none"] == "undecided"
-    assert "equivalent" not in against["76"].values()
+        cheaper = [row for row in rows if row["passes"] < best["passes"]]
+        against[eps] = {row["key"]: row["versus_best"]["verdict"] for row in cheaper}
+        versus[eps] = {row["key"]: row["versus_best"] for row in cheaper}
+    for eps in ("48", "76"):
+        assert against[eps]["fastbat ig=none"] == "undecided"
+        assert "equivalent" not in against[eps].values()
+    first_order = versus["48"]["fastbat ig=none"]
+    assert first_order["crossed_verdict"] == "equivalent"
+    assert first_order["seeds_only"]["verdict"] == "undecided"
+    squares = first_order["mean_squares"]
+    assert max(squares["seed"], squares["image"]) < squares["residual"]
+    assert round(first_order["df"]) == 3996
     text = sections()[TUNED]
-    assert "Fast-BAT is the most robust at 48 and 76. At 48 first-order Fast-BAT is shown " in text
-    assert "it is the report's choice there" in text
-    assert "at 76 the report chooses Fast-BAT, first-order Fast-BAT undecided against it" in text
+    assert (
+        "Fast-BAT is the most robust at 48 and 76, and at both the report's choice (the cheapest "
+        "method that is the most robust or shown equivalent to it): no cheaper method is shown "
+        "equivalent to it. First-order Fast-BAT, at 6 passes a step against 8, is undecided "
+        "against it at both"
+    ) in text
+    assert (
+        "(equivalent within a point by the seeds × images interval alone, whose variance "
+        "components both clip to 0; not over seeds)"
+    ) in text
+    implicit = sections()["Where Fast-BAT's implicit term pays (Fashion-MNIST)"]
+    assert "**Tuned, the implicit term's effect is undecided at ε = 48 and 76**" in implicit
+    assert "which leaves it the residual's 3,996 degrees of freedom" in implicit
 
 
 def test_the_tuned_study_s_picks_are_its_tuning_files():
@@ -460,6 +496,86 @@ def test_the_tuned_study_s_picks_are_its_tuning_files():
     for variant, title in titles.items():
         at = by_variant[variant]
         assert f"{title} {at[48.0]} at ε = 48 and {at[76.0]} at 76" in text, variant
+
+
+def test_the_tuned_study_s_picks_at_their_grids_edges_are_all_named():
+    """A pick is at an edge where its value of a tuned option is the largest or the smallest
+    among its unit's candidates that agree with it on the other options (the only one where no
+    other does): README names every such pick of tuning.json, and the interior ones."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
+        picks = json.load(f)["picks"]
+    found = {}
+    for unit, entry in picks.items():
+        chosen = entry["flags"]
+        for flag, value in chosen.items():
+            line = [
+                c["flags"][flag]
+                for c in entry["candidates"]
+                if all(c["flags"][k] == v for k, v in chosen.items() if k != flag)
+            ]
+            if len(line) == 1:
+                found[unit, flag] = "only"
+            elif value >= max(line) or value <= min(line):
+                found[unit, flag] = "largest" if value >= max(line) else "smallest"
+    assert found == {
+        ("fastbat-ignone-eps48", "lambda_inv"): "largest",
+        ("fastbat-ignone-eps76", "lambda_inv"): "largest",
+        ("fastbat-ighessian_free-eps48", "lambda_inv"): "largest",
+        ("fastbat-ighessian_free-eps76", "lambda_inv"): "largest",
+        ("fastbat-ighessian_free-eps48", "ig_coef"): "smallest",
+        ("pgd-eps48", "pgd_step"): "largest",
+        ("pgd-eps76", "pgd_step"): "largest",
+        ("fastat_ga-eps48", "ga_coef"): "smallest",
+        ("nfgsm-eps48", "nfgsm_step"): "smallest",
+        ("nfgsm-eps48", "nfgsm_noise"): "only",
+        ("nfgsm-eps76", "nfgsm_noise"): "smallest",
+        ("nfgsm-eps76", "nfgsm_step"): "largest",
+    }
+    at_edge = {unit for unit, _ in found}
+    interior = sorted(set(picks) - at_edge)
+    assert interior == ["fastat-eps48", "fastat-eps76", "fastat_ga-eps76"]
+    assert (len(at_edge), len(picks)) == (9, 12)
+    text = sections()[TUNED]
+    assert (
+        "Nine of the twelve picks sit at an edge of their grid (an option's largest or smallest "
+        "value among the candidates that agree with the pick on the other options), so that "
+        "they might gain from values beyond it: 1/λ at the largest tried, 10,000/255, for "
+        "first-order Fast-BAT and Fast-BAT at both ε, and Fast-BAT's c = 0.1 at 48 the "
+        "smallest; PGD-2-AT's step at the largest, 0.75ε, at both ε; GradAlign's λ = 2 at 48, "
+        "the smallest; N-FGSM's step at 48 the smallest, 0.67ε (tried with k = 2 only), and at "
+        "76 its k = 2 the smallest and its step ε the largest. Only Fast-AT's picks and "
+        "GradAlign's at 76 are interior."
+    ) in text
+    values = {
+        unit: picks[unit]["flags"]
+        for unit in ("fastbat-ighessian_free-eps48", "pgd-eps48", "fastat_ga-eps48", "nfgsm-eps48")
+    }
+    assert values["fastbat-ighessian_free-eps48"] == {"lambda_inv": 10000, "ig_coef": 0.1}
+    assert values["pgd-eps48"] == {"pgd_step": 0.75} == picks["pgd-eps76"]["flags"]
+    assert values["fastat_ga-eps48"] == {"ga_coef": 2.0}
+    assert values["nfgsm-eps48"] == {"nfgsm_noise": 2, "nfgsm_step": 0.67}
+    assert picks["nfgsm-eps76"]["flags"] == {"nfgsm_noise": 2, "nfgsm_step": 1.0}
+
+
+def test_the_fashion_mnist_sweep_ran_two_seeds_where_readme_says():
+    """'Two seeds ran only at ε = 16 and 76 (one for Fast-BAT's other implicit weights)'."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist", "sweep.json")) as f:
+        cells = json.load(f)["cells"]
+    seeds: dict = {}
+    for c in cells:
+        seeds.setdefault((c["variant"], c["eps"]), set()).add(c["seed"])
+    two = {key for key, found in seeds.items() if len(found) == 2}
+    assert {eps for _, eps in two} == {16.0, 76.0}
+    assert {v for (v, eps), found in seeds.items() if eps in (16.0, 76.0) and len(found) == 1} == {
+        "fastbat ig_coef=0",
+        "fastbat ig_coef=0.3",
+    }
+    assert all(len(found) <= 2 for found in seeds.values())
+    text = sections()["Every method across ε (Fashion-MNIST sweep)"]
+    assert (
+        "Two seeds ran only at ε = 16 and 76 (one for Fast-BAT's other implicit weights), and at "
+        "76 the leads that look clearest decide nothing"
+    ) in text
 
 
 def test_the_tuned_study_s_other_figures_are_its_files():

@@ -190,9 +190,11 @@ def family(report: dict[str, Any]) -> Family:
     for first, *again in hypotheses.values():
         for pair in again:
             pair.update({key: first[key] for key in ADJUSTED})
-            pair["verdict"] = paired.decide(
-                pair["mean"], pair["margin"], pair["p_holm"], pair["p_equivalence_holm"]
-            )
+            if pair.get("seeds_only"):
+                pair["seeds_only"].update(
+                    {key: first["seeds_only"][key] for key in ("p_holm", "p_equivalence_holm")}
+                )
+            paired.settle(pair)
     for pair in [*listed, *versus.values()]:
         _describe(pair)
     return Family(listed, versus, best, size)
@@ -210,7 +212,11 @@ def interval_words(found: dict[str, Any] | None) -> str:
             return "–"
         return f"{paired.signed_points(found['mean'])} (one seed)"
     low, high = (paired.signed_points(value) for value in found["interval"])
-    return f"{paired.signed_points(found['mean'])} [{low}, {high}]"
+    words = f"{paired.signed_points(found['mean'])} [{low}, {high}]"
+    if found.get("seeds_only"):  # the crossed interval, and beside it the seeds-only one
+        low, high = (paired.signed_points(value) for value in found["seeds_only"]["interval"])
+        words += f" (seeds only [{low}, {high}])"
+    return words
 
 
 def margin_words(report: dict[str, Any]) -> str:
@@ -229,9 +235,9 @@ def family_words(found: Sequence[dict[str, Any]]) -> str:
         words += " (those of two seeds or more: one seed gives no p-value)"
     return (
         f"{words}. Holm's step-down correction adjusts the p-values of A ≠ B and, apart, those "
-        "of equivalence within the family; the verdict (Holm) is taken from the adjusted ones, "
-        "the raw verdict from the p-values as computed. The interval is the uncorrected 95 % "
-        "one."
+        "of equivalence within the family, and the seeds-only analyses' apart again (the same "
+        "hypotheses); the verdict (Holm) is taken from the adjusted ones, the raw verdict from "
+        "the p-values as computed. The interval is the uncorrected 95 % one."
     )
 
 
@@ -247,13 +253,17 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "its 95 % interval. Where every cell's evaluation recorded which test points it got "
         "right, on the same points, the interval counts the draw of the test images too (the "
         "seeds × images model: d_si = μ + seed_s + image_i + e_si, ANOVA mean squares and "
-        "Satterthwaite's degrees of freedom); elsewhere it is over seeds only, for the images "
-        "evaluated, and marked so. p (≠): the two-sided p-value of A ≠ B; p (equivalent): that "
-        f"of equivalence within {margin_words(report)} by two one-sided tests at 5 % each (the "
-        "90 % interval within the margin). Verdict: A or B ahead where p (≠) < 0.05, else "
-        "equivalent where p (equivalent) < 0.05, else undecided; one seed decides nothing, and "
-        "the standard error is taken as at least one step of the accuracy (100/test points) "
-        "over √seeds (sweeps/paired.py).",
+        "Satterthwaite's degrees of freedom), and the same comparison over seeds alone stands "
+        "beside it (seeds only: the per-seed differences, S − 1 degrees of freedom); elsewhere "
+        "it is over seeds only, for the images evaluated, and marked so. p (≠): the two-sided "
+        "p-value of A ≠ B; p (equivalent): that of equivalence within "
+        f"{margin_words(report)} by two one-sided tests at 5 % each (the 90 % interval within "
+        "the margin). Verdict: A or B ahead where p (≠) < 0.05, else equivalent where "
+        "p (equivalent) < 0.05, else undecided; where the interval counts the images, each "
+        "only where the seeds-only analysis shows it too (both p-values below 0.05), so that no "
+        "verdict rests on the images' model alone; one seed decides nothing, and the standard "
+        "error is taken as at least one step of the accuracy (100/test points) over √seeds "
+        "(sweeps/paired.py).",
         "",
         family_words(found),
         "",
@@ -263,12 +273,18 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pair in found:
-        tests = [
-            "–"
-            if pair[raw] is None
-            else f"{paired.p_words(pair[raw])}, {paired.p_words(pair[adjusted])}"
-            for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm"))
-        ]
+        alone = pair.get("seeds_only")
+        tests = []
+        for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
+            if pair[raw] is None:
+                tests.append("–")
+                continue
+            words = f"{paired.p_words(pair[raw])}, {paired.p_words(pair[adjusted])}"
+            if alone:
+                words += (
+                    f" (seeds only {paired.p_words(alone[raw])}, {paired.p_words(alone[adjusted])})"
+                )
+            tests.append(words)
         seeds = str(len(pair["seeds"]))
         if pair["model"] == paired.CROSSED:
             seeds += f" × {pair['images']} images"

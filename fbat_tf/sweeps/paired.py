@@ -22,7 +22,12 @@ standard error se with df degrees of freedom from one of two models:
   That estimate can fall below what the data allow (a negative variance component); each
   component is taken as at least 0, i.e. a mean square smaller than MS_resid is replaced by
   MS_resid in the sum. The se is then never below MS_resid/(S·I), nor below the seeds-only se
-  of the same matrix (MS_seed/(S·I)): counting the images can only widen the interval.
+  of the same matrix (MS_seed/(S·I), before the step floor below). The interval can still be
+  narrower than the seeds-only one: its degrees of freedom are Satterthwaite's, not S − 1, and
+  where a component is clipped its stand-in MS_resid brings the residual's (S − 1)(I − 1)
+  (both clipped: the se is MS_resid's alone, with all of them). Such an interval rests on the
+  clipping, so the seeds-only analysis of the same comparison is kept beside it (`seeds_only`)
+  and a verdict stands only where both show it (below).
   It needs at least CROSSED_MIN_SEEDS = 3 seeds: with two, MS_seed has one degree of freedom,
   and where it falls below MS_resid the replacement gives the seed term the residual's many
   degrees of freedom, so that the 95 % interval held the true difference in 87-93 % of
@@ -43,10 +48,19 @@ one-sided p-values; below 5 % exactly when the 90 % interval d̄ ± t(0.95, df)�
 - else "equivalent" where p_equivalence < α: A and B within ±margin points;
 - else "undecided": the seeds cannot tell, which is a finding too.
 
+Where the model is the crossed one, the verdict is that of both analyses by the
+intersection-union rule (`verdict_of`): a side ahead only where the crossed and the seeds-only
+analyses both put it ahead, else equivalent only where both show equivalence, else undecided,
+i.e. the rule above on the larger of each pair of p-values. Each claim is then tested at 5 %
+under either model, whichever holds, and no verdict rests on a clipped variance component.
+
 One seed decides nothing (no interval, no p-value). `correct` applies Holm's step-down
 correction to a family of comparisons: the p-values of "A ≠ B" and those of equivalence are
-adjusted separately within the family, and the verdict is taken again from the adjusted ones;
-the uncorrected verdict is kept beside it (`raw_verdict`). The intervals stay uncorrected.
+adjusted separately within the family, the seeds-only analyses' apart again (the same
+hypotheses, a comparison over seeds only standing as itself), and the verdict is taken again
+from the adjusted ones; the uncorrected verdict is kept beside it (`raw_verdict`), and a
+crossed comparison's verdict from its own p-values alone as `crossed_verdict`. The intervals
+stay uncorrected.
 
 The t distribution is computed here (regularized incomplete beta function by its continued
 fraction), for real degrees of freedom: no SciPy.
@@ -246,6 +260,7 @@ def compare(
         "verdict": "undecided",
         "raw_verdict": "undecided",
         "correction": None,
+        "seeds_only": None,  # where the model is the crossed one: the same over seeds alone
     }
     n = len(differences)
     if n < MIN_SEEDS:
@@ -264,7 +279,6 @@ def compare(
     mean = found["mean"]
     wide, narrow = t_quantile(0.975, df) * se, t_quantile(0.95, df) * se
     p, p_equivalence = _tests(mean, se, df, margin)
-    verdict = decide(mean, margin, p, p_equivalence)
     found.update(
         se=se,
         df=df,
@@ -272,10 +286,39 @@ def compare(
         interval90=(mean - narrow, mean + narrow),
         p=p,
         p_equivalence=p_equivalence,
-        verdict=verdict,
-        raw_verdict=verdict,
     )
+    if found["model"] == CROSSED:
+        # The same comparison over seeds alone: a verdict stands only where both show it.
+        alone = compare(a, b, margin, resolution)
+        found["seeds_only"] = {key: alone[key] for key in SEEDS_ONLY_KEYS}
+    verdict = verdict_of(found, adjusted=False)
+    found.update(verdict=verdict, raw_verdict=verdict)
     return found
+
+
+# What a crossed comparison keeps of its seeds-only analysis (`seeds_only`), beside what Holm's
+# correction adds to it (`p_holm`, `p_equivalence_holm`, its own `verdict`).
+SEEDS_ONLY_KEYS = (
+    *("mean", "se", "df", "interval", "interval90", "p", "p_equivalence"),
+    *("verdict", "raw_verdict"),
+)
+
+
+def verdict_of(found: Mapping[str, Any], adjusted: bool = True) -> str:
+    """The verdict of a comparison from its p-values (Holm-adjusted, or as computed): where it
+    has a seeds-only analysis beside the crossed one (`seeds_only`), by the intersection-union
+    rule: a side ahead only where both analyses show it ahead, else equivalent only where both
+    show equivalence, else undecided; that is, `decide` on the larger of each pair of p-values,
+    with both means of one sign."""
+    names = ("p_holm", "p_equivalence_holm") if adjusted else ("p", "p_equivalence")
+    analyses = [found, *([found["seeds_only"]] if found.get("seeds_only") else [])]
+    tests = [(analysis["mean"], *(analysis.get(name) for name in names)) for analysis in analyses]
+    if any(value is None for test in tests for value in test):
+        return "undecided"
+    p = max(p for _, p, _ in tests)
+    if len({mean > 0 for mean, _, _ in tests}) > 1:
+        p = 1.0  # the two analyses put different sides ahead: neither is shown
+    return decide(found["mean"], found["margin"], p, max(q for _, _, q in tests))
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
@@ -293,20 +336,38 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
 
 def correct(family: Sequence[dict[str, Any]]) -> int:
     """Holm's correction over `family` (comparisons from `compare`, changed in place): each
-    gets `p_holm` and `p_equivalence_holm`, its verdict from them (the uncorrected one stays in
-    `raw_verdict`), and the family's size m (the comparisons with a p-value)."""
-    adjusted = holm([found["p"] for found in family])
-    adjusted_equivalence = holm([found["p_equivalence"] for found in family])
+    gets `p_holm` and `p_equivalence_holm`, its verdict from them (`verdict_of`; the
+    uncorrected one stays in `raw_verdict`), and the family's size m (the comparisons with a
+    p-value). The seeds-only analyses are a family of their own, the same m hypotheses (a
+    comparison over seeds only stands in it as itself), adjusted apart: each crossed
+    comparison's `seeds_only` gets its `p_holm`, `p_equivalence_holm` and `verdict` from them."""
     size = sum(found["p"] is not None for found in family)
-    for found, p, p_equivalence in zip(family, adjusted, adjusted_equivalence, strict=True):
-        found.update(
-            p_holm=p,
-            p_equivalence_holm=p_equivalence,
-            correction="holm",
-            family=size,
-            verdict=decide(found["mean"], found["margin"], p, p_equivalence),
-        )
+    alone = [found.get("seeds_only") or found for found in family]
+    for analyses in (alone, family):  # the comparisons' own last: `verdict_of` reads both
+        adjusted = holm([found["p"] for found in analyses])
+        adjusted_equivalence = holm([found["p_equivalence"] for found in analyses])
+        for found, p, p_equivalence in zip(analyses, adjusted, adjusted_equivalence, strict=True):
+            found.update(p_holm=p, p_equivalence_holm=p_equivalence)
+    for found in family:
+        found.update(correction="holm", family=size)
+        settle(found)
     return size
+
+
+def settle(found: dict[str, Any]) -> None:
+    """The verdicts of a comparison from its Holm-adjusted p-values (changed in place): where it
+    has a seeds-only analysis, that one's own (`seeds_only["verdict"]`) and the crossed model's
+    alone (`crossed_verdict`), then the verdict in force from both (`verdict_of`)."""
+    seeds_only = found.get("seeds_only")
+    if seeds_only:
+        for analysis, key in ((seeds_only, "verdict"), (found, "crossed_verdict")):
+            analysis[key] = decide(
+                analysis["mean"],
+                found["margin"],
+                analysis["p_holm"],
+                analysis["p_equivalence_holm"],
+            )
+    found["verdict"] = verdict_of(found)
 
 
 def describe(found: Mapping[str, Any], a: str, b: str, verdict: str | None = None) -> str:
