@@ -47,6 +47,7 @@ from absl import flags as absl_flags  # noqa: E402
 from fbat_tf import startup, sweeps  # noqa: E402
 from fbat_tf.records import files  # noqa: E402
 from fbat_tf.sweeps import claims, cluster, masking, plots, revision, scheduler, tuning  # noqa: E402
+from fbat_tf.sweeps.definition import is_cell_flag_name  # noqa: E402
 from flags import common, errors, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
@@ -169,6 +170,12 @@ def parse_overrides(words: list[str] | None) -> dict:
         name, sep, text = word.partition("=")
         if not sep or not name:
             raise sweeps.DefinitionError(f"--override={word}: give name=value")
+        if not is_cell_flag_name(name.removeprefix("--")):
+            raise sweeps.DefinitionError(
+                f"--override={word}: {name!r} is not a train.py flag name (lower-case letters, "
+                "digits and '_'); absl's own flags (flagfile, undefok, only_check_args, help...) "
+                "are not a cell's"
+            )
         try:
             value = json.loads(text)
         except json.JSONDecodeError:

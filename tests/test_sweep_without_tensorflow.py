@@ -110,3 +110,18 @@ def test_a_bad_method_option_is_refused_in_one_line_without_tensorflow(tmp_path,
         assert done.returncode != 0, done.stdout[-2000:]
         assert done.stderr.strip().splitlines() == [f"error: {says}"], done.stderr[-3000:]
         assert not out.exists()
+
+
+@pytest.mark.parametrize("override", ["only_check_args=true", "undefok=eps", "--flagfile=x"])
+def test_an_override_of_absl_s_own_flags_is_refused_naming_it(tmp_path, override):
+    """--override once let absl's own flags into every cell (the definition refuses them in its
+    flags and grid): only_check_args made each train.py parse and stop, and the failure named a
+    run directory that did not exist."""
+    path = write_definition(tmp_path, [{"method": ["standard"], "eps": [8]}])
+    out = tmp_path / "out"
+    words = (f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={FASHION_MNIST}")
+    done = sweep_without_tensorflow(*words, f"--override={override}", "--dry_run")
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: --override={override}: "), line
+    assert "absl's own flags" in line and not out.exists()

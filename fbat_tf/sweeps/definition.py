@@ -234,9 +234,15 @@ _FLAG_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _ABSL_FLAGS = ("flagfile", "undefok", "helpfull", "helpshort", "helpxml", "help", "only_check_args")
 
 
+def is_cell_flag_name(key: Any) -> bool:
+    """Whether `key` may name a flag of a cell: train.py's spelling of a flag's name, and none of
+    absl's own flags (which read files or change how the rest is parsed)."""
+    return isinstance(key, str) and bool(_FLAG_NAME.fullmatch(key)) and key not in _ABSL_FLAGS
+
+
 def _check_flag_name(path: str, where: str, key: Any) -> None:
     """A flag key of `flags` or a grid part: train.py's spelling of one of its flags' names."""
-    if not isinstance(key, str) or not _FLAG_NAME.fullmatch(key) or key in _ABSL_FLAGS:
+    if not is_cell_flag_name(key):
         raise DefinitionError(
             f"{path}: {where}: {key!r} is not a train.py flag name (lower-case letters, digits "
             "and '_'; absl's own flags, such as flagfile, are not a cell's)"
