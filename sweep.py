@@ -496,7 +496,10 @@ def main(argv: list[str]) -> None:
     except (sweeps.DefinitionError, revision.RevisionError) as error:
         sys.exit(f"error: {error}")
     if sweep_flags.REPORT_ONLY.value:
-        paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+        report = sweeps.collect(definition, sweep_dir)
+        for line in sweeps.unreadable_cells(report):
+            print(line, file=sys.stderr)
+        paths = sweeps.write_report(report, sweep_dir)
         print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
         return
     if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf import records
-from fbat_tf.records import CellResult
+from fbat_tf.records import CellResult, RunRecord
+from fbat_tf.records.runs import RESTORE
+from fbat_tf.run import RESULTS
 from fbat_tf.sweeps import estimate, masking, readings
 from fbat_tf.sweeps.comparisons import comparison_table, family
 from fbat_tf.sweeps.costs import cost_rows, cost_table
@@ -210,6 +212,24 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", *paper_table(report)]
     lines += plot_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def unreadable_cells(report: dict[str, Any]) -> list[str]:
+    """A warning for each cell whose results.json is there but does not read as a run's record
+    (cut short, edited): the report leaves it out, and says so here, naming the file."""
+    lines = []
+    for cell in report["cells"]:
+        path = os.path.join(cell.run_dir, RESULTS)
+        if cell.train is None and os.path.exists(path):
+            try:
+                RunRecord.load(path)
+            except ValueError as error:
+                found = str(error).removesuffix(RESTORE)
+                lines.append(
+                    f"warning: the report leaves {cell.name} out: {found}; restore the file, "
+                    f"or delete {cell.run_dir} and the sweep trains the cell again"
+                )
+    return lines
 
 
 def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
