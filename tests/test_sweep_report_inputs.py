@@ -136,3 +136,48 @@ def test_a_tuning_pick_of_another_shape_is_one_line_naming_the_file(tmp_path, da
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith(f"error: {sweep_dir}/tuning.json: the pick of fastat-eps48 {said}")
     assert f"delete {sweep_dir}/tuning.json and run the same command again" in lines[-1]
+
+
+# A full disk where the report writes its files: the file opens (an empty one appears) and
+# writing to it fails, naming no file, as the kernel's ENOSPC does.
+FULL_DISK = """
+import builtins, errno
+_open = builtins.open
+class _Full:
+    def __init__(self, f): self.f = f
+    def __enter__(self): return self
+    def __exit__(self, *a): self.f.close()
+    def write(self, text): raise OSError(errno.ENOSPC, "No space left on device")
+def _full_open(path, mode="r", *args, **kwargs):
+    f = _open(path, mode, *args, **kwargs)
+    return _Full(f) if "w" in mode and str(path).endswith(".tmp") else f
+builtins.open = _full_open
+"""
+
+
+def test_a_full_disk_while_writing_the_report_names_the_file_and_leaves_nothing(tmp_path):
+    sweep_dir = _copy(tmp_path, "fashion_mnist", "-eps16-")
+    code = (
+        f"import runpy, sys\nsys.path.insert(0, {ROOT!r})\n{FULL_DISK}\n"
+        f"sys.argv = ['sweep.py', '--sweep=configs/sweeps/fashion_mnist.json', "
+        f"'--sweep_dir={sweep_dir}', '--report_only']\n"
+        f"runpy.run_path({os.path.join(ROOT, 'sweep.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = [line for line in done.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith(
+        f"error: no space left on the device writing {sweep_dir}/sweep.json: free some space "
+        "and run the same command again"
+    ), last
+    assert "training" not in last
+    left = [entry for entry in os.listdir(tmp_path / sweep_dir) if ".tmp" in entry]
+    assert left == []

@@ -258,9 +258,13 @@ def _colours(report: dict[str, Any]) -> dict[str, Any]:
 def _save(figure, path: str) -> None:
     figure.tight_layout()
     tmp = f"{path}.{os.getpid()}.tmp.png"  # several sweep.py processes may write at once
-    figure.savefig(tmp, dpi=120)
-    _pyplot().close(figure)
-    os.replace(tmp, path)
+    try:
+        figure.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        _pyplot().close(figure)
+        if os.path.lexists(tmp):  # a full disk: no temporary file is left
+            os.remove(tmp)
 
 
 # The plots by kind, each drawn by plotter(report, path) into PLOTS[kind] of the sweep folder.

@@ -259,12 +259,23 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         del plotters["robust_vs_cost"]  # no run with a recorded step count
     for kind, plot in plotters.items():
         paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
-        plot(report, paths[kind])
+        try:
+            plot(report, paths[kind])
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, error.filename or paths[kind]) from error
     return paths
 
 
 def _write_text(path: str, text: str) -> None:
+    """`text` at `path`, written whole or not at all: no temporary file is left, and an
+    OSError names `path` (a full disk's names no file)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, error.filename or path) from error
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
