@@ -47,7 +47,10 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
+import socket
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -310,12 +313,50 @@ def add_formats(
     return list(written)
 
 
+# `.partial-<version>-<host>-<pid>-<8 hex digits>`: an export's folder in progress, by whom.
+_PARTIAL = re.compile(r"\.partial-\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}")
+
+
 def _partial_dir(model_root: str, version: int | str) -> str:
     """A new hidden folder beside the versions (TF-Serving ignores it: not an integer) on the
-    same filesystem, so that what is written there is renamed into place atomically."""
-    partial = os.path.join(model_root, f".partial-{version}-{uuid.uuid4().hex[:8]}")
+    same filesystem, so that what is written there is renamed into place atomically. Those an
+    export of this machine left when it was killed go first (_remove_stale_partials)."""
+    _remove_stale_partials(model_root)
+    name = f".partial-{version}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    partial = os.path.join(model_root, name)
     os.mkdir(partial)
     return partial
+
+
+def _remove_stale_partials(model_root: str) -> list[str]:
+    """Remove the folders in `model_root` that an export on this machine made (its name, with
+    this host and a process id) and left behind because that process ended without its
+    cleanup (kill -9): real folders only (os.lstat; a link of that name is left, never
+    followed), whose process is gone. Returns their paths."""
+    removed = []
+    for entry in os.listdir(model_root):
+        found = _PARTIAL.fullmatch(entry)
+        if not found or found["host"] != socket.gethostname() or _alive(int(found["pid"])):
+            continue
+        path = os.path.join(model_root, entry)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            shutil.rmtree(path)  # removes links inside it, never what they point to
+        except FileNotFoundError:
+            continue  # another export removed it
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def training_images(config, count: int, batch_size: int = 32) -> list:
