@@ -35,6 +35,7 @@ The definition format is in fbat_tf/sweeps/definition.py.
 from __future__ import annotations
 
 import copy
+import errno
 import fnmatch
 import json
 import os
@@ -522,7 +523,19 @@ def main(argv: list[str]) -> None:
     except (sweeps.DefinitionError, revision.RevisionError) as error:
         sys.exit(f"error: {error}")
     if sweep_flags.REPORT_ONLY.value:
-        paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+        report = sweeps.collect(definition, sweep_dir)
+        for line in sweeps.unreadable_cells(report):
+            print(line, file=sys.stderr)
+        try:
+            paths = sweeps.write_report(report, sweep_dir)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            sys.exit(
+                f"error: no space left on the device writing {error.filename or sweep_dir}: "
+                "free some space and run the same command again (the report is written anew "
+                "from the cells' files, which it does not change)"
+            )
         print("\n".join(f"{kind}: {path}" for kind, path in paths.items()))
         return
     if sweep_flags.DRY_RUN.value and sweep_flags.PRINT_COMMANDS.value:

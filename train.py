@@ -250,19 +250,49 @@ def export_once(workdir: str) -> None:
         common.DATASET.value, train_flags.MODEL.value, train_flags.METHOD.value
     )
     existing = versions.existing_versions(os.path.join(export_dir, name))
+    formats = train_flags.EXPORT_FORMATS.value
+    int8_examples = train_flags.INT8_EXAMPLES.value
     if existing:
-        print(
-            f"SavedModel for TF-Serving: {os.path.join(export_dir, name, str(max(existing)))} "
-            "exists already, not exported again (python -m export writes a new version)"
-        )
+        path = os.path.join(export_dir, name, str(max(existing)))
+        add_missing_formats(workdir, path, formats, int8_examples)
         return
     from export import savedmodel
 
-    formats = train_flags.EXPORT_FORMATS.value
-    path = savedmodel.export_run(
-        workdir, export_dir, name, None, formats, train_flags.INT8_EXAMPLES.value
-    )
+    path = savedmodel.export_run(workdir, export_dir, name, None, formats, int8_examples)
     print(f"SavedModel for TF-Serving: {path}")
+    say_beside(path)
+
+
+def add_missing_formats(workdir: str, path: str, formats: list[str], int8_examples: int) -> None:
+    """The run's latest export, `path`, completed with the files of `--export_formats` it
+    lacks (its SavedModel left as it is), or said to hold them already."""
+    from export import artifacts
+
+    try:
+        missing = artifacts.missing(path, formats, int8_examples > 0)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    if not missing:
+        print(
+            f"SavedModel for TF-Serving: {path} exists already with the formats asked for, not "
+            "exported again (python -m export writes a new version)"
+        )
+        say_beside(path)
+        return
+    print(f"SavedModel for TF-Serving: {path} exists already; adding {', '.join(missing)}")
+    if not FLAGS["verbosity"].present:
+        startup.load_tensorflow()
+    from export import savedmodel
+
+    try:
+        savedmodel.add_formats(workdir, path, formats, int8_examples)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    say_beside(path)
+
+
+def say_beside(path: str) -> None:
+    """The ONNX and LiteRT files in an export's version directory, if any."""
     extra = sorted(set(os.listdir(path)) & set(run_files.ARTIFACTS.values()))
     if extra:
         print(f"beside it: {', '.join(extra)} (python evaluate.py --model_path=<file> checks each)")

@@ -3,7 +3,8 @@
 from absl import app
 
 from export import cli
-from flags import errors
+from flags import errors, usage
 
 if __name__ == "__main__":
+    usage.own_help(cli.__doc__, {"export.cli": "Export", "flags.errors": "Errors"})
     app.run(errors.guarded(cli.main))

@@ -26,7 +26,16 @@ from fbat_tf import catalog
 from fbat_tf.artifacts import MissingExtra, require
 from fbat_tf.run import ARTIFACTS, MODEL_CARD
 
-__all__ = ["MissingExtra", "check_formats", "record_recheck", "versions_of", "write"]
+__all__ = [
+    "MissingExtra",
+    "check_formats",
+    "file_names",
+    "formats_writing",
+    "missing",
+    "record_recheck",
+    "versions_of",
+    "write",
+]
 
 
 def check_formats(formats: Iterable[str]) -> None:
@@ -45,6 +54,40 @@ def check_formats(formats: Iterable[str]) -> None:
         )
     for name in formats:
         require(catalog.EXPORT_WRITERS.get(name, ()), f"--export_formats={name}")
+
+
+def formats_writing(names: Iterable[str]) -> tuple[list[str], bool]:
+    """The formats that write the files `names` (of file_names), and whether the int8 LiteRT
+    file is among them."""
+    names = set(names)
+    formats = [f for f in ("onnx", "litert") if names & set(file_names([f], int8=True))]
+    return formats, ARTIFACTS["litert_int8"] in names
+
+
+def file_names(formats: Iterable[str], int8: bool) -> list[str]:
+    """The files `formats` write beside the SavedModel (the int8 LiteRT file where `int8`)."""
+    formats = set(formats)
+    names = [ARTIFACTS["onnx"]] if "onnx" in formats else []
+    if "litert" in formats:
+        names += [ARTIFACTS["litert"], *([ARTIFACTS["litert_int8"]] if int8 else [])]
+    return names
+
+
+def missing(version_dir: str, formats: Iterable[str], int8: bool) -> list[str]:
+    """The files of `formats` an exported version directory lacks: not there, or not listed
+    in its model card (a file the card does not describe was not finished). Reads no
+    TensorFlow; ValueError naming the card where it does not read."""
+    from fbat_tf.records import ModelCard
+
+    try:
+        listed = ModelCard.load(os.path.join(version_dir, MODEL_CARD)).artifacts
+    except FileNotFoundError:
+        listed = ()
+    return [
+        name
+        for name in file_names(formats, int8)
+        if name not in listed or not os.path.isfile(os.path.join(version_dir, name))
+    ]
 
 
 @contextlib.contextmanager

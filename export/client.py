@@ -304,7 +304,9 @@ def _named(names: np.ndarray | None, i: int) -> str:
 if __name__ == "__main__":
     from absl import app
 
-    from flags import errors
+    from flags import errors, usage
 
     define_flags()
+    # absl files the flags defined here under the program's path (sys.argv[0]).
+    usage.own_help(__doc__, {sys.argv[0]: "Client", "flags.errors": "Errors"})
     app.run(errors.guarded(main))

@@ -5,6 +5,7 @@
     path = export_run("runs/fmnist-fastbat")    # -> runs/fmnist-fastbat/export/<name>/<N>
     path = export_model(classifier, "/srv/models", "fmnist", version=3, model_card={...})
     card = model_card("runs/fmnist-fastbat")    # what assets.extra/model_card.json records
+    add_formats("runs/fmnist-fastbat", path, ["saved_model", "onnx"])   # files it lacks, added
 
 `export_run` is what train.py calls at the end of a run: it rebuilds the run's best checkpoint
 (`checkpoints/best.weights.h5`) in float32 and writes `<export_dir>/<name>/<version>/` with the
@@ -34,7 +35,10 @@ which TF-Serving ignores, and renamed into place only when complete.
 
 `formats` adds ONNX and LiteRT files of the same classifier to the version directory
 (export/artifacts.py: model.onnx, model.tflite and, calibrated on the first training images of
-the run's dataset, model_int8.tflite); the card lists them under "artifacts".
+the run's dataset, model_int8.tflite); the card lists them under "artifacts". `add_formats`
+writes those an existing version of the run lacks into it (train.py, on a finished run asked
+for formats its export lacks): files of the weights the SavedModel holds, the SavedModel left
+as it is.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
+import socket
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,7 +60,14 @@ import tensorflow as tf
 
 from export import artifacts, modelcard, versions
 from fbat_tf import data, provenance
-from fbat_tf.records import MethodRecord, ModelCard, files, finite_or_null
+from fbat_tf.records import (
+    MethodRecord,
+    ModelCard,
+    files,
+    finite_or_null,
+    read_json,
+    write_json_atomic,
+)
 from fbat_tf.run import FLOAT_SIGNATURE, MODEL_CARD, UINT8_SIGNATURE, Run, file_sha256
 
 INPUT_KEY = "images"
@@ -168,8 +182,7 @@ def export_model(
     created = _make_dirs(model_root)
     # A hidden sibling on the same filesystem: TF-Serving ignores it (not an integer), and the
     # final rename is atomic, so a server never sees a half-written version.
-    partial = os.path.join(model_root, f".partial-{version}-{uuid.uuid4().hex[:8]}")
-    os.mkdir(partial)
+    partial = _partial_dir(model_root, version)
     try:
         build_archive(classifier, class_names).write_out(partial, verbose=False)
         if set(formats) - {"saved_model"}:
@@ -233,8 +246,6 @@ def export_run(
     `formats` as export_model's; with "litert", `int8_examples` > 0 also writes the int8 file,
     calibrated on the first that many images of the run's training split.
     """
-    from fbat_tf import classifiers
-
     artifacts.check_formats(formats)
     card = model_card(workdir)
     if name is None:
@@ -242,16 +253,112 @@ def export_run(
         name = versions.run_name(known.dataset, known.model.name, known.method.name)
     export_dir = export_dir if export_dir is not None else Run(workdir).export_dir
     versions.free_version_dir(export_dir, name, version)
+    classifier = _float32_classifier(workdir)
+    representative = None
+    if "litert" in formats and int8_examples > 0:
+        representative = training_images(Run(workdir).config(), int8_examples)
+    return export_model(classifier, export_dir, name, version, card, formats, representative)
+
+
+def _float32_classifier(workdir: str) -> keras.Model:
+    """The run's best model rebuilt in float32 whatever the global mixed-precision policy
+    (restored afterwards)."""
+    from fbat_tf import classifiers
+
     previous_policy = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("float32")
     try:
         classifier, _ = classifiers.load_classifier(workdir)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+    return classifier
+
+
+def add_formats(
+    workdir: str, version_dir: str, formats: Sequence[str], int8_examples: int = 0
+) -> list[str]:
+    """Write into `version_dir`, a version exported from this run's best weights, the files
+    of `formats` it lacks (artifacts.missing), and list them in its model card; returns their
+    names. The SavedModel there is not touched. Each file is written in a hidden sibling
+    folder first and renamed into place, then the card is replaced whole, so that a version
+    never lists a file half-written. ValueError where the card says other weights were
+    exported than the run's best (a new version is then the way: python -m export)."""
+    artifacts.check_formats(formats)
+    todo = artifacts.missing(version_dir, formats, int8_examples > 0)
+    if not todo:
+        return []
+    card_path = os.path.join(version_dir, MODEL_CARD)
+    weights = Run(workdir).best_weights
+    exported = ModelCard.load(card_path).weights_sha256
+    if exported is not None and exported != file_sha256(weights):
+        raise ValueError(
+            f"{version_dir} holds other weights than {weights} (its card's "
+            "source.weights_sha256 differs): export a new version with python -m export "
+            f"--workdir={workdir} --export_formats={','.join(formats)}"
+        )
+    classifier = _float32_classifier(workdir)
+    wanted, int8 = artifacts.formats_writing(todo)
     representative = None
-    if "litert" in formats and int8_examples > 0:
+    if int8:
         representative = training_images(Run(workdir).config(), int8_examples)
-    return export_model(classifier, export_dir, name, version, card, formats, representative)
+    partial = _partial_dir(os.path.dirname(version_dir), os.path.basename(version_dir))
+    try:
+        written = artifacts.write(classifier, partial, wanted, representative)
+        written = {name: written[name] for name in todo}
+        for file_name in written:
+            os.replace(os.path.join(partial, file_name), os.path.join(version_dir, file_name))
+        card = read_json(card_path, "a model card as fbat-tf exports it", "model")
+        card.setdefault("artifacts", {}).update(written)
+        write_json_atomic(card_path, finite_or_null(card))
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return list(written)
+
+
+# `.partial-<version>-<host>-<pid>-<8 hex digits>`: an export's folder in progress, by whom.
+_PARTIAL = re.compile(r"\.partial-\d+-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}")
+
+
+def _partial_dir(model_root: str, version: int | str) -> str:
+    """A new hidden folder beside the versions (TF-Serving ignores it: not an integer) on the
+    same filesystem, so that what is written there is renamed into place atomically. Those an
+    export of this machine left when it was killed go first (_remove_stale_partials)."""
+    _remove_stale_partials(model_root)
+    name = f".partial-{version}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    partial = os.path.join(model_root, name)
+    os.mkdir(partial)
+    return partial
+
+
+def _remove_stale_partials(model_root: str) -> list[str]:
+    """Remove the folders in `model_root` that an export on this machine made (its name, with
+    this host and a process id) and left behind because that process ended without its
+    cleanup (kill -9): real folders only (os.lstat; a link of that name is left, never
+    followed), whose process is gone. Returns their paths."""
+    removed = []
+    for entry in os.listdir(model_root):
+        found = _PARTIAL.fullmatch(entry)
+        if not found or found["host"] != socket.gethostname() or _alive(int(found["pid"])):
+            continue
+        path = os.path.join(model_root, entry)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            shutil.rmtree(path)  # removes links inside it, never what they point to
+        except FileNotFoundError:
+            continue  # another export removed it
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def training_images(config, count: int, batch_size: int = 32) -> list:

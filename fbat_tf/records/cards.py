@@ -97,6 +97,8 @@ class ModelCard:
     # The SHA-256 of the weights exported (source.weights_sha256: the run's best.weights.h5,
     # the .keras file), None in a card from before it was recorded.
     weights_sha256: str | None = None
+    # The files written beside the SavedModel (its "artifacts"), by file name.
+    artifacts: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> ModelCard:
@@ -120,6 +122,9 @@ class ModelCard:
             not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names)
         ):
             raise ValueError(f"class_names is {names!r}, not a list of names")
+        artifacts = payload.get("artifacts") or {}
+        if not isinstance(artifacts, dict):
+            raise ValueError(f"artifacts is {artifacts!r}, not an object")
         return cls(
             dataset,
             validation_from,
@@ -128,6 +133,7 @@ class ModelCard:
             None if method is None else MethodRecord.from_dict(method),
             None if names is None else tuple(names),
             _digest(payload.get("source")),
+            tuple(artifacts),
         )
 
     @classmethod

@@ -60,7 +60,9 @@ class Epoch:
 _STATUSES = ("running", "complete", "diverged")
 
 # What to do about a record train.py did not write so.
-_RESTORE = "; restore the file train.py wrote, or train again in a new --workdir"
+# What a refused record's message ends with: what to do about it.
+RESTORE = "; restore the file train.py wrote, or train again in a new --workdir"
+_RESTORE = RESTORE
 
 
 def _listed(value: Any, name: str) -> list[Any]:

@@ -31,7 +31,7 @@ from fbat_tf.sweeps.definition import (
 )
 from fbat_tf.sweeps.paper import paper_rows
 from fbat_tf.sweeps.plots import PLOTS
-from fbat_tf.sweeps.report import markdown, write_report
+from fbat_tf.sweeps.report import markdown, unreadable_cells, write_report
 from fbat_tf.sweeps.results import (
     cell_record,
     cell_state,
@@ -69,5 +69,6 @@ __all__ = [
     "evaluation_results",
     "missing_budgets",
     "paper_rows",
+    "unreadable_cells",
     "write_report",
 ]

@@ -55,7 +55,7 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "variant": readings.label(variant, cells),
             "key": variant,
             "passes": statistics.fmean(readings.cell_passes(cell) for cell in priced),
-            "passes_per_step": catalog.total_passes(cells[0].train.passes),
+            "passes_per_step": catalog.total_passes(priced[0].train.passes),
             "robust": statistics.fmean(robust),
             "seeds": len(robust),
             # Its robustness holds masking-checked numbers (sweeps/masking.py).
@@ -64,9 +64,9 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "versus_best": compared.versus.get((eps, variant)),
         }
         if timing:
-            step = timing["step_seconds"].get(cells[0].train.cost_variant)
+            step = timing["step_seconds"].get(priced[0].train.cost_variant)
             steps = [c.train.optimizer_steps for c in priced]
-            rounds = timing["round_step_seconds"].get(cells[0].train.cost_variant)
+            rounds = timing["round_step_seconds"].get(priced[0].train.cost_variant)
             if step is not None:
                 row["seconds"] = step * statistics.fmean(steps)
                 row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]

@@ -259,9 +259,12 @@ def _colours(report: dict[str, Any]) -> dict[str, Any]:
 def _save(figure, path: str) -> None:
     figure.tight_layout()
     drawn = io.BytesIO()
-    figure.savefig(drawn, format="png", dpi=120)
-    _pyplot().close(figure)
-    # Renamed into place (several sweep.py processes may write at once), never through a link.
+    try:
+        figure.savefig(drawn, format="png", dpi=120)
+    finally:
+        _pyplot().close(figure)
+    # Renamed into place (several sweep.py processes may write at once), never through a link;
+    # a full disk leaves no temporary file (records.files.write_atomic).
     write_atomic(path, drawn.getvalue())
 
 

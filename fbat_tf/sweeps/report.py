@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf import records
-from fbat_tf.records import CellResult
-from fbat_tf.records.files import write_atomic
+from fbat_tf.records import CellResult, RunRecord
+from fbat_tf.records.files import LinkRefused, write_atomic
+from fbat_tf.records.runs import RESTORE
+from fbat_tf.run import RESULTS
 from fbat_tf.sweeps import estimate, masking, readings
 from fbat_tf.sweeps.comparisons import comparison_table, family
 from fbat_tf.sweeps.costs import cost_rows, cost_table
@@ -213,6 +215,24 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def unreadable_cells(report: dict[str, Any]) -> list[str]:
+    """A warning for each cell whose results.json is there but does not read as a run's record
+    (cut short, edited): the report leaves it out, and says so here, naming the file."""
+    lines = []
+    for cell in report["cells"]:
+        path = os.path.join(cell.run_dir, RESULTS)
+        if cell.train is None and os.path.exists(path):
+            try:
+                RunRecord.load(path)
+            except ValueError as error:
+                found = str(error).removesuffix(RESTORE)
+                lines.append(
+                    f"warning: the report leaves {cell.name} out: {found}; restore the file, "
+                    f"or delete {cell.run_dir} and the sweep trains the cell again"
+                )
+    return lines
+
+
 def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     """sweep.json, sweep.md and the plots in `sweep_dir`; returns their paths by kind."""
     os.makedirs(sweep_dir, exist_ok=True)
@@ -240,9 +260,19 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         del plotters["robust_vs_cost"]  # no run with a recorded step count
     for kind, plot in plotters.items():
         paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
-        plot(report, paths[kind])
+        try:
+            plot(report, paths[kind])
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, error.filename or paths[kind]) from error
     return paths
 
 
 def _write_text(path: str, text: str) -> None:
-    write_atomic(path, text)  # renamed into place, never through a link
+    """`text` at `path`, written whole or not at all, renamed into place and never through a
+    link: no temporary file is left, and an OSError names `path` (a full disk's names no file)."""
+    try:
+        write_atomic(path, text)
+    except LinkRefused:
+        raise
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, error.filename or path) from error

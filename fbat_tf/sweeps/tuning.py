@@ -305,6 +305,14 @@ def _read(sweep_dir: str) -> dict[str, Any]:
         raise DefinitionError(f"{path(sweep_dir)} is not readable JSON ({error})") from None
     if not isinstance(found, dict) or not isinstance(found.get("picks"), dict):
         raise DefinitionError(f"{path(sweep_dir)} is not a sweep's tuning picks (no 'picks')")
+    for unit, entry in found["picks"].items():
+        problem = _pick_problem(entry)
+        if problem:
+            raise DefinitionError(
+                f"{path(sweep_dir)}: the pick of {unit} {problem} (sweep.py writes an object "
+                f"with its flags, candidates and seeds): delete {path(sweep_dir)} and run the "
+                "same command again, which picks again from the tuning runs"
+            )
     extensions = found.setdefault("extensions", {})
     if not isinstance(extensions, dict) or not all(
         isinstance(v, list) and all(isinstance(c, dict) for c in v) for v in extensions.values()
@@ -313,6 +321,31 @@ def _read(sweep_dir: str) -> dict[str, Any]:
             f"{path(sweep_dir)}: 'extensions' must map units to lists of candidate flags"
         )
     return found
+
+
+def _pick_problem(entry: Any) -> str | None:
+    """What is wrong with a unit's entry of tuning.json as read (`pick`'s shape), or None."""
+    if not isinstance(entry, dict):
+        return f"is {entry!r}"
+    if not isinstance(entry.get("flags"), dict):
+        return "has no 'flags' object"
+    if not isinstance(entry.get("pick"), str) or not isinstance(entry.get("decided_by"), str):
+        return "has no 'pick' or 'decided_by' text"
+    if not isinstance(entry.get("seeds"), list):
+        return "has no list of 'seeds'"
+    found = entry.get("candidates")
+    if not isinstance(found, list) or not all(
+        isinstance(c, dict)
+        and isinstance(c.get("label"), str)
+        and isinstance(c.get("flags"), dict)
+        and isinstance(c.get("runs"), list)
+        and all(isinstance(r, dict) for r in c.get("runs"))
+        for c in found
+    ):
+        return "has 'candidates' that are not objects with a label, flags and runs"
+    if entry.get("pick") not in [c.get("label") for c in found]:
+        return f"picks {entry.get('pick')!r}, none of its candidates"
+    return None
 
 
 @contextlib.contextmanager

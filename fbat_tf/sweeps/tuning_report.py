@@ -5,6 +5,7 @@ scored robustness the test's attacks removed."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,11 +78,12 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
 
 def selected_validation(cell: CellResult) -> float | None:
     """A trained cell's validation robust accuracy at its selected epoch (the number the tuning
-    stage ranks candidates by), or None."""
+    stage ranks candidates by), or None (also where the record holds no number there: NaN)."""
     train = cell.train
     if train is None or train.selected_epoch is None:
         return None
-    return train.val_robust_accuracy[train.selected_epoch - 1]
+    found = train.val_robust_accuracy[train.selected_epoch - 1]
+    return found if found is not None and math.isfinite(found) else None
 
 
 def _validation_words(cells: Sequence[CellResult]) -> str:
