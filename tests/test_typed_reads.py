@@ -79,6 +79,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "readings.evaluations(report)[-1]": EVALUATIONS,
         "found": PAIRED,
         "pair": PAIRED,
+        "first": PAIRED,
+        "found['seeds_only']": "the seeds-only analysis of a paired comparison (paired.compare)",
     },
     f"{SWEEPS}/costs.py": {
         "report": REPORT,
@@ -126,6 +128,8 @@ ALLOWED: dict[str, dict[str, str]] = {
     f"{SWEEPS}/paired.py": {
         "found": "a comparison this module builds (compare)",
         "model": "the crossed model this module computes (crossed)",
+        "analysis": "one analysis of a comparison this module builds: the crossed one or its "
+        "seeds-only twin (compare)",
     },
     f"{SWEEPS}/masking.py": {
         "given": "the definition's masking_check block, as written in its JSON",
@@ -143,6 +147,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "r": "what a tuning run says for the pick (tuning._run)",
         "_run(run, sweep_dir)": "what a tuning run says for the pick (tuning._run)",
         "entry": "a unit's pick in tuning.json",
+        "read": "tuning.json as read (tuning._read): its picks and extensions",
         "found": "tuning.json, as read",
         "kept": "tuning.json, as read",
         "_read(sweep_dir)": "tuning.json, as read",
@@ -198,11 +203,15 @@ ALLOWED: dict[str, dict[str, str]] = {
     "export/robustbench.py": {
         "attacks.entry('autoattack').defaults()": "an attack's declared defaults",
         "result": "EvaluationResult.get(attack, eps, norm): a result by its attack's name",
+        "found": "a RobustBench entry this module builds (entry), RobustBench's own format",
+        "old": "the RobustBench entry already beside the model, RobustBench's own format",
+        "new": "the RobustBench entry this module builds (entry), RobustBench's own format",
     },
     "export/savedmodel.py": {
         "SERVING_CONTRACT": "the serving contract this module declares",
         "card": "the card export_model assembles and writes (the caller's model object, "
         "extended): a writer's merge, not a read of a card's figures",
+        "found": "a leftover folder's name matched by _PARTIAL (its host and process id)",
     },
     "export/modelcard.py": {
         "final": "EvaluationResult.get(attack): the final test's result by its attack's name",
