@@ -118,11 +118,11 @@ class RobustValidation(keras.callbacks.Callback):
         logs["val_clean_accuracy"] = result.clean_accuracy
         logs["val_robust_accuracy"] = robust
         logs["val_fgsm_accuracy"] = single_step
-        # With a black-box part after PGD (the ensemble of training.validation_attack_of),
-        # PGD's own figure beside the criterion's.
-        parts = result.attacked("pgd").parts
-        if "pgd" in parts:
-            logs["val_pgd_accuracy"] = parts["pgd"]
+        # With a black-box part after PGD (the ensemble of evaluation.validation_attack),
+        # PGD's own figure, its first part's, beside the criterion's.
+        parts = [v for part, v in result.attacked("pgd").parts.items() if part != "clean"]
+        if parts:
+            logs["val_pgd_accuracy"] = parts[0]
 
         # The fixed batch is the validation set's first: its own figures come with the whole
         # set's (same examples, same seed), without attacking it a second time.

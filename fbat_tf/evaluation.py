@@ -94,6 +94,34 @@ def registry_attacks(
     }
 
 
+def validation_attack(
+    eps: float,
+    norm: str,
+    steps: int,
+    restarts: int,
+    square_queries: int = 0,
+    jit_compile: bool | None = None,
+) -> Attack:
+    """Robust validation's attack: PGD-K-R, and where `square_queries` is set, Square with
+    that many queries on the points PGD left robust (AutoAttack's "custom" ensemble of the two,
+    its parts "pgd" and "square"), so that a point counts robust only where it survives both."""
+    pgd = registry_attacks(
+        ["pgd"],
+        [eps],
+        norm=norm,
+        options={"pgd": {"steps": steps, "restarts": restarts}},
+        jit_compile=jit_compile,
+    )[("pgd", eps)]
+    if not square_queries:
+        return pgd
+    square = registry_attacks(
+        ["square"], [eps], norm=norm, options={"square": {"n_queries": square_queries}}
+    )[("square", eps)]
+    from fbat_tf.attacks.autoattack import AutoAttack
+
+    return AutoAttack(eps, "custom", {"pgd": pgd, "square": square}, norm=norm)
+
+
 def check_distributable(strategy: tf.distribute.Strategy) -> None:
     """Raise ValueError for a strategy whose replicas cannot run the attacks.
 

@@ -43,8 +43,6 @@ from fbat_tf import (
     provenance,
     schedules,
 )
-from fbat_tf.attacks.autoattack import AutoAttack
-from fbat_tf.attacks.base import Attack
 from fbat_tf.callbacks import (
     Divergence,
     EpochTiming,
@@ -311,29 +309,6 @@ def _describe(
     record.total_steps = built.total_steps
 
 
-def validation_attack_of(config: TrainConfig) -> Attack:
-    """Validation's attack: PGD-K-R (`val_attack_steps`, `val_restarts`), and where
-    `val_square_queries` is set, Square with that many queries on the points PGD left robust
-    (AutoAttack's "custom" ensemble of the two, its parts "pgd" and "square")."""
-    pgd_options = {"steps": config.val_attack_steps, "restarts": config.val_restarts}
-    pgd = evaluation.registry_attacks(
-        ["pgd"],
-        [config.eps],
-        norm=config.norm,
-        options={"pgd": pgd_options},
-        jit_compile=config.jit_compile,
-    )[("pgd", config.eps)]
-    if not config.val_square_queries:
-        return pgd
-    square = evaluation.registry_attacks(
-        ["square"],
-        [config.eps],
-        norm=config.norm,
-        options={"square": {"n_queries": config.val_square_queries}},
-    )[("square", config.eps)]
-    return AutoAttack(config.eps, "custom", {"pgd": pgd, "square": square}, norm=config.norm)
-
-
 def _callbacks(
     config: TrainConfig,
     built: _Built,
@@ -345,7 +320,10 @@ def _callbacks(
     """Order matters: validation writes into the epoch's logs before divergence reads them and
     before they are recorded, the resumable checkpoint comes after them, so an epoch it holds
     is in results.json and TensorBoard too, and the progress line last, to show them all."""
-    validation_attack = validation_attack_of(config)
+    c = config
+    validation_attack = evaluation.validation_attack(
+        c.eps, c.norm, c.val_attack_steps, c.val_restarts, c.val_square_queries, c.jit_compile
+    )
     best_so_far = max(
         (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
         default=-1.0,

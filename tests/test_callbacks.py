@@ -325,8 +325,7 @@ def test_validation_with_square_counts_robust_only_what_survives_pgd_and_square(
     nothing to climb: PGD-10 alone counts every point robust. Its score rises with the image's
     mean, which Square's search, reading only outputs, climbs: with Square after PGD a point
     counts robust only where both leave it, here none, and PGD's own figure is kept beside."""
-    from fbat_tf.records import TrainConfig
-    from fbat_tf.training import validation_attack_of
+    from fbat_tf.evaluation import validation_attack
 
     eps = 0.1
     inputs = keras.Input((5, 5, 1))
@@ -347,8 +346,7 @@ def test_validation_with_square_counts_robust_only_what_survives_pgd_and_square(
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     results = {}
     for queries in (0, 200):
-        config = TrainConfig(workdir="w", eps=eps, val_square_queries=queries, jit_compile=False)
-        attack = validation_attack_of(config)
+        attack = validation_attack(eps, "linf", 10, 1, queries, jit_compile=False)
         callback = RobustValidation(dataset, attack, eps, model)
         callback.set_model(model)
         logs: dict = {}

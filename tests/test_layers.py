@@ -20,16 +20,17 @@ LAYERS = (
         "fbat_tf.distribute",
         "fbat_tf.schedules",
         "fbat_tf.attacks.losses",
-        "fbat_tf.plots",
     ),
     ("fbat_tf.models", "fbat_tf.data"),
     ("fbat_tf.records",),  # a run's record and its config, as types
-    # a run directory's files; an evaluation's running sums; an exported file's runtime
-    ("fbat_tf.run", "fbat_tf.tally", "fbat_tf.artifacts"),
+    # a run directory's files; an evaluation's running sums; an exported file's runtime;
+    # evaluate.py's robustness-vs-ε plot (written as the records write files)
+    ("fbat_tf.run", "fbat_tf.tally", "fbat_tf.artifacts", "fbat_tf.plots"),
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
     # the trainer and the evaluation; older records read as today's, by the method registry
-    ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade"),
+    # and older evaluations re-scored by today's robust definition
+    ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade", "fbat_tf.rescore"),
     ("fbat_tf.callbacks",),
     ("fbat_tf.training", "fbat_tf.sweeps"),
 )
@@ -155,11 +156,19 @@ RUN_FILES = ("results.json", "flags.txt", "best.weights.h5", "checkpoints", "ten
 
 def run_file_literals(path: str) -> list[str]:
     """String literals of a file that name a run directory's file: a word (no spaces, so not
-    prose such as a flag's help) containing one of RUN_FILES."""
+    prose such as a flag's help) containing one of RUN_FILES, and no field of a run's config
+    (`tensorboard_every` names a setting, not the tensorboard/ folder)."""
+    import dataclasses
+
+    from fbat_tf.records import TrainConfig
+
+    settings = {field.name for field in dataclasses.fields(TrainConfig)}
     found = []
     for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             text = node.value
+            if text in settings:
+                continue
             if " " not in text and any(name in text for name in RUN_FILES):
                 found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {text!r}")
     return found

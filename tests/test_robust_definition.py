@@ -194,7 +194,7 @@ def test_no_committed_evaluation_counts_a_point_wrong_clean_as_robust():
 
 def test_rescoring_keeps_a_point_robust_only_where_it_was_right_clean():
     from fbat_tf.records import ATTACKED_ONLY, STANDARD, EvaluationResult
-    from fbat_tf.records.rescore import rescored
+    from fbat_tf.rescore import rescored
 
     old = {
         "examples": 4,
@@ -213,7 +213,7 @@ def test_rescoring_keeps_a_point_robust_only_where_it_was_right_clean():
         },
         "seed": 3,
     }
-    assert EvaluationResult.from_dict(old).robust_definition == ATTACKED_ONLY
+    assert EvaluationResult.from_dict(old).scored_by == ATTACKED_ONLY
     new, changed = rescored(old)
     assert changed == {"pgd@8": 0.5}
     assert new["robust_accuracy"] == {"pgd@8": 0.25, "autoattack@8": 0.25}

@@ -166,7 +166,11 @@ ALLOWED: dict[str, dict[str, str]] = {
         "e": EVALUATIONS,
         "flags": "a cell's train.py flags by name (CellResult.flags), as its definition sets them",
     },
-    f"{SWEEPS}/tuning_groups.py": {"spec": "the definition's tuning block, as written"},
+    f"{SWEEPS}/tuning_groups.py": {
+        "spec": "the definition's tuning block, as written",
+        "c": "a candidate of a tuning unit (tuning.candidates)",
+        "found[best]": "a candidate of a tuning unit",
+    },
     f"{SWEEPS}/claims.py": {"found": "a claim file"},
     f"{SWEEPS}/results.py": {
         "bench": "a bench/step_time.py result (the definition's cost)",

@@ -94,7 +94,7 @@ class BatchResult(_Attacked):
 # evaluation writes. ATTACKED_ONLY: right at the attack's point alone, what evaluations wrote
 # before (a point wrong clean that the attack moved back to its label counted robust; AutoAttack
 # and its parts always started from the clean pass, so only the other attacks' numbers differ).
-# A record without the field is of the older rule; records/rescore.py re-scores those that keep
+# A record without the field is of the older rule; fbat_tf/rescore.py re-scores those that keep
 # per-point outcomes.
 STANDARD = "clean and attacked"
 ATTACKED_ONLY = "attacked only"
@@ -121,8 +121,14 @@ class EvaluationResult(_Attacked):
     # from before they were kept.
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # STANDARD or ATTACKED_ONLY (above); a file that does not say is read as ATTACKED_ONLY.
-    robust_definition: str = STANDARD
+    # How it counted an example robust: STANDARD or ATTACKED_ONLY (above), as written; None
+    # for a file that does not say (`scored_by`: ATTACKED_ONLY), written back without it.
+    robust_definition: str | None = STANDARD
+
+    @property
+    def scored_by(self) -> str:
+        """STANDARD or ATTACKED_ONLY: the rule its robust counts were made by."""
+        return self.robust_definition or ATTACKED_ONLY
 
     # How it was made, as the writers recorded it in `extra` (`describe`); None where not.
     @property
@@ -198,7 +204,7 @@ class EvaluationResult(_Attacked):
                     f"outcomes[{key!r}] has {right} of {len(held)} examples right "
                     f"({right / len(held)!r}), but its recorded accuracy is {accuracy!r}"
                 )
-        if self.robust_definition == STANDARD:
+        if self.scored_by == STANDARD:
             clean = self.outcome("clean")
             for key in self.outcomes:
                 wrong_clean = int(np.sum(self.outcome(key) & ~clean))
@@ -295,7 +301,7 @@ class EvaluationResult(_Attacked):
             per_batch=batches,
             outcomes=dict(payload.get("outcomes") or {}),
             extra={k: v for k, v in payload.items() if k not in written},
-            robust_definition=payload.get("robust_definition") or ATTACKED_ONLY,
+            robust_definition=payload.get("robust_definition"),
         )
         result.check_outcomes()
         return result
@@ -326,8 +332,9 @@ class EvaluationResult(_Attacked):
             "loss": self.loss,
             "robust_accuracy": {r.key: r.robust_accuracy for r in self.robust},
             "time_s": {r.key: r.seconds for r in self.robust},
-            "robust_definition": self.robust_definition,
         }
+        if self.robust_definition is not None:
+            payload["robust_definition"] = self.robust_definition
         if self.per_batch:
             payload["per_batch"] = [batch.to_dict() for batch in self.per_batch]
         payload["replicas"] = self.replicas

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fbat_tf.records import files
 from fbat_tf.run import Run
@@ -29,6 +29,14 @@ from fbat_tf.sweeps.definition import Cell, Definition, commands
 from fbat_tf.sweeps.report import write_report
 from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
 from fbat_tf.sweeps.steps import Step, run_steps
+
+
+def new_runs(definition: Definition, known: Sequence[Cell]) -> list[Cell]:
+    """The tuning runs an extension of a unit's grid added that `known` (a launcher's cells)
+    lacks, for the units of its cells: the launcher queues them."""
+    names = {cell.name for cell in known}
+    units = {cell.unit for cell in known if cell.unit is not None}
+    return [c for c in tuning.tuning_cells(definition) if c.unit in units and c.name not in names]
 
 
 def program(argv: list[str], code: revision.Pinned) -> list[str]:
@@ -263,7 +271,7 @@ def run_cells(
             )
             rewrite_report(definition, sweep_dir)
         # Runs a unit's grid gained where its best sat at an edge (tuning.grow): queued here.
-        fresh = tuning.new_runs(definition, to_run)
+        fresh = new_runs(definition, to_run)
         to_run, waiting = [*to_run, *fresh], [*fresh, *waiting]
         on_tuning = _unblocked(definition, on_tuning, sweep_dir, outcome, waiting)
         if waiting:

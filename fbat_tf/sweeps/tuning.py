@@ -33,15 +33,7 @@ candidates or seeds for a picked unit differ from those it was picked among (del
 to tune again). A final cell of a tuned unit is `pending` until its pick exists; then its flags
 carry the pick's (its name does not change).
 
-Interior optima: a group may say how its grid extends ("extend": {flag: {"factor", "min",
-"max", "why"}}). Once a unit's runs have all finished, where the best candidate's value of such
-a flag is the largest (smallest) among the candidates that agree with it on every other flag,
-the unit gets one candidate more, that value × factor (÷ factor), unless it would leave
-[min, max]; tuning.json keeps it under "extensions", its runs train, and the rule is applied
-again, until the best is interior in every such flag or stands at a stated bound. Only then
-is the pick written, with, per flag, whether it is interior or at which bound and why. Every
-candidate is marked "released" (one the group lists under "released": an author's value) or
-"extrapolated".
+Interior optima (a group's "extend" and "released"): tuning_groups.py.
 """
 
 from __future__ import annotations
@@ -68,7 +60,9 @@ from fbat_tf.sweeps.tuning_groups import (  # noqa: F401 (the stage's names, in 
     Group,
     Tuning,
     Unit,
+    added_words,
     canonical,
+    edges,
     label,
     method_flags,
     parse,
@@ -133,14 +127,6 @@ def _by_candidate(
         )
         for candidate in unit_candidates(definition, unit)
     ]
-
-
-def new_runs(definition: Definition, known: Sequence[Cell]) -> list[Cell]:
-    """The tuning runs an extension of a unit's grid added that `known` (a launcher's cells)
-    lacks, for the units of its cells: the launcher queues them."""
-    names = {cell.name for cell in known}
-    units = {cell.unit for cell in known if cell.unit is not None}
-    return [c for c in tuning_cells(definition) if c.unit in units and c.name not in names]
 
 
 def passes_per_step(cell: Cell) -> int:
@@ -215,46 +201,6 @@ def decide(found: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
     return best, f"a tie on the mean and passes with {found[tied[0]]['label']}: listed first"
 
 
-def edges(
-    group: Group, found: Sequence[Mapping[str, Any]], best: int
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Where the best of the finished candidates `found` sits on each flag the group extends:
-    the candidates to add (one past each edge it is at, inside the bounds) and, per flag, in
-    words, "interior" or the bound it stands at and why."""
-    chosen = found[best]["flags"]
-    have = {canonical(c["flags"]) for c in found}
-    added, where = [], {}
-    for extension in group.extend:
-        flag = extension.flag
-        if flag not in chosen:
-            where[flag] = "not set by the pick"
-            continue
-        line = [
-            c["flags"][flag]
-            for c in found
-            if flag in c["flags"]
-            and {k: v for k, v in c["flags"].items() if k != flag}
-            == {k: v for k, v in chosen.items() if k != flag}
-        ]
-        value, words = chosen[flag], []
-        for up, at_edge in ((True, value >= max(line)), (False, value <= min(line))):
-            if not at_edge:
-                continue
-            further = extension.beyond(value, up)
-            side = "largest" if up else "smallest"
-            if further is None:
-                bound = extension.maximum if up else extension.minimum
-                words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
-                continue
-            candidate = {**chosen, flag: further}
-            if canonical(candidate) not in have:
-                added.append(candidate)
-                have.add(canonical(candidate))
-            words.append(f"the {side} tried: {further:g} added")
-        where[flag] = "; ".join(words) if words else "interior"
-    return added, where
-
-
 def pick(definition: Definition, unit: Unit, sweep_dir: str) -> dict[str, Any] | None:
     """The unit's entry of tuning.json, or None while any of its runs has not finished or its
     grid still grows (`grow`)."""
@@ -282,13 +228,10 @@ def pick(definition: Definition, unit: Unit, sweep_dir: str) -> dict[str, Any] |
 
 
 def grow(definition: Definition, unit: Unit, sweep_dir: str) -> list[dict[str, Any]]:
-    """The candidates the unit's grid gains now: those `edges` adds once every run so far has
-    finished and the best sits at an edge it can move past; [] otherwise."""
+    """The candidates the unit's grid gains now (`edges`), once every run so far finished."""
     found = candidates(definition, unit, sweep_dir)
-    if not all(c["finished"] for c in found) or not unit.group.extend:
-        return []
-    best, _ = decide(found)
-    return edges(unit.group, found, best)[0]
+    finished = all(c["finished"] for c in found) and unit.group.extend
+    return edges(unit.group, found, decide(found)[0])[0] if finished else []
 
 
 def path(sweep_dir: str) -> str:
@@ -408,12 +351,11 @@ def settle(definition: Definition, sweep_dir: str, only: str | None = None) -> l
             if unit.key in kept["picks"] or only not in (None, unit.key):
                 continue
             added = grow(definition, unit, sweep_dir)
-            if added:
+            if added:  # where its best sits at its grid's edge: no pick yet
                 kept["extensions"].setdefault(unit.key, []).extend(added)
                 refresh_extensions(definition, kept)
                 grown = True
-                words = ", ".join(label(c) for c in added)
-                print(f"tuning {unit.key}: its best sits at its grid's edge; added {words}")
+                print(f"tuning {unit.key}: best at its grid's edge; added {added_words(added)}")
                 continue
             entry = pick(definition, unit, sweep_dir)
             if entry is not None:
@@ -427,8 +369,7 @@ def settle(definition: Definition, sweep_dir: str, only: str | None = None) -> l
 
 
 def refresh_extensions(definition: Definition, kept: Mapping[str, Any]) -> None:
-    """`definition.extensions` as tuning.json's `kept` holds them."""
-    definition.extensions = {k: list(v) for k, v in kept.get("extensions", {}).items()}
+    definition.extensions = {k: list(v) for k, v in kept["extensions"].items()}
 
 
 def describe_pick(entry: Mapping[str, Any]) -> str:

@@ -6,6 +6,16 @@
 
 The tuning stage itself (its runs, the pick, tuning.json, the report's section) is tuning.py's;
 this module needs the cells only, so that the definition reads its tuning block through it.
+
+Interior optima: a group may say how its grid extends ("extend": {flag: {"factor", "min",
+"max", "why"}}). Once a unit's runs have all finished, where the best candidate's value of such
+a flag is the largest (smallest) among the candidates that agree with it on every other flag,
+the unit gets one candidate more, that value × factor (÷ factor), unless it would leave
+[min, max]; tuning.json keeps it under "extensions", its runs train, and the rule is applied
+again, until the best is interior in every such flag or stands at a stated bound. Only then
+is the pick written, with, per flag, whether it is interior or at which bound and why. Every
+candidate is marked "released" (one the group lists under "released": an author's value) or
+"extrapolated".
 """
 
 from __future__ import annotations
@@ -103,6 +113,11 @@ class Tuning:
 def label(candidate: Mapping[str, Any]) -> str:
     """A candidate's name in its cells' names: "lambda_inv2500", "lr_max0.1-weight_decay0"."""
     return "-".join(f"{name}{word(value)}" for name, value in candidate.items()).replace("/", "_")
+
+
+def added_words(candidates: Sequence[Mapping[str, Any]]) -> str:
+    """Candidates an extension added, by label: "lr_max0.4, lr_max0.8"."""
+    return ", ".join(label(c) for c in candidates)
 
 
 def _unit_key(cell: Cell) -> str:
@@ -328,6 +343,46 @@ def _extensions(where: str, given: Any, candidates: list[dict[str, Any]]) -> tup
             raise DefinitionError(f"{at}.why: say why the grid stops at its bounds")
         found.append(Extension(flag, float(factor), float(low), float(high), why))
     return tuple(found)
+
+
+def edges(
+    group: Group, found: Sequence[Mapping[str, Any]], best: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Where the best of the finished candidates `found` sits on each flag the group extends:
+    the candidates to add (one past each edge it is at, inside the bounds) and, per flag, in
+    words, "interior" or the bound it stands at and why."""
+    chosen = found[best]["flags"]
+    have = {canonical(c["flags"]) for c in found}
+    added, where = [], {}
+    for extension in group.extend:
+        flag = extension.flag
+        if flag not in chosen:
+            where[flag] = "not set by the pick"
+            continue
+        line = [
+            c["flags"][flag]
+            for c in found
+            if flag in c["flags"]
+            and {k: v for k, v in c["flags"].items() if k != flag}
+            == {k: v for k, v in chosen.items() if k != flag}
+        ]
+        value, words = chosen[flag], []
+        for up, at_edge in ((True, value >= max(line)), (False, value <= min(line))):
+            if not at_edge:
+                continue
+            further = extension.beyond(value, up)
+            side = "largest" if up else "smallest"
+            if further is None:
+                bound = extension.maximum if up else extension.minimum
+                words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
+                continue
+            candidate = {**chosen, flag: further}
+            if canonical(candidate) not in have:
+                added.append(candidate)
+                have.add(canonical(candidate))
+            words.append(f"the {side} tried: {further:g} added")
+        where[flag] = "; ".join(words) if words else "interior"
+    return added, where
 
 
 # ------------------------------------------------------------------------------ the cells

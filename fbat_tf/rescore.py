@@ -4,7 +4,7 @@ outcomes: an example is robust only where it is right both clean and under the a
 attack alone (ATTACKED_ONLY); AutoAttack's numbers, which always started from the clean pass,
 do not change, the others' (PGD, Square run on its own, transfer) may only fall.
 
-    python -m fbat_tf.records.rescore results/          # every eval-*.json and results.json
+    python -m fbat_tf.rescore results/          # every eval-*.json and results.json
 
 A file that keeps outcomes is rewritten: each attack's outcomes become clean AND attacked, its
 accuracy and each batch's follow from them, `robust_definition` says STANDARD, and `rescored`
@@ -21,6 +21,7 @@ import os
 import sys
 from typing import Any
 
+from fbat_tf import run
 from fbat_tf.records.evaluations import ATTACKED_ONLY, STANDARD, EvaluationResult
 from fbat_tf.records.files import write_json_atomic
 
@@ -81,7 +82,7 @@ def rescore_file(path: str) -> dict[str, float] | None:
     the accuracies that changed with their old values, or None where it was left as it is."""
     with open(path) as f:
         payload = json.load(f)
-    if os.path.basename(path) == "results.json":
+    if os.path.basename(path) == run.RESULTS:
         final = payload.get("final")
         done = rescored(final) if isinstance(final, dict) else None
         if done is None:
@@ -101,9 +102,7 @@ def main(folders: list[str]) -> int:
     for folder in folders:
         for top, _, names in sorted(os.walk(folder)):
             for name in sorted(names):
-                if not (
-                    name == "results.json" or (name.startswith("eval-") and name.endswith(".json"))
-                ):
+                if name != run.RESULTS and name not in run.Run(top).eval_files(""):
                     continue
                 path = os.path.join(top, name)
                 changed = rescore_file(path)
