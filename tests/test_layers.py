@@ -30,7 +30,7 @@ LAYERS = (
     ("fbat_tf.methods",),
     # the trainer and the evaluation; older records read as today's, by the method registry
     ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade"),
-    ("fbat_tf.callbacks",),
+    ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
     ("fbat_tf.training", "fbat_tf.sweeps"),
 )
 
