@@ -284,3 +284,42 @@ def test_indicators_read_back_and_say_what_fired(mlp, points):
     quiet = ind.compute(mlp, x, y, pgd(50))
     assert quiet.lines() == [f"indicators pgd@l2:1.5: none fired on {POINTS} points"]
     assert not quiet.touched("pgd@l2:1.5")
+
+
+def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path):
+    """One run: PGD and AutoAttack's gradient parts not applicable, Square run, the robust
+    accuracy from what ran, and the indicator saying why."""
+    from tests.test_train_cli import run_train
+
+    path = str(tmp_path / "rounded.keras")
+    rounded(mlp).save(path)
+    results = tmp_path / "eval.json"
+    done = run_train(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        f"--data_dir={FASHION_MNIST}",
+        "--attacks=pgd,autoattack",
+        "--pgd_steps=2",
+        "--pgd_restarts=1",
+        "--norm=l2",
+        f"--eps={EPS:g}",
+        "--n_examples=8",
+        "--batch_size=8",
+        "--indicator_points=4",
+        "--jit_compile=false",
+        f"--results={results}",
+        program="evaluate.py",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "None values not supported" not in done.stderr
+    assert "| PGD-2-1 | l2:1.5 | not applicable: no input gradients |" in done.stdout or (
+        "| PGD-2-1 | 1.5 | not applicable: no input gradients |" in done.stdout
+    ), done.stdout
+    assert "indicators pgd@l2:1.5: unavailable gradients on 4 of 4 points" in done.stdout
+    assert "indicators autoattack@l2:1.5: unavailable gradients on 4 of 4 points" in done.stdout
+    saved = EvaluationResult.load(str(results))
+    assert saved.robust_accuracy("pgd") is None and "pgd@l2:1.5" in saved.not_applicable
+    assert list(saved.attacked("autoattack").parts) == ["clean", "square"]
+    assert saved.robust_accuracy("autoattack") == saved.attacked("autoattack").parts["square"]
+    assert saved.indicators.fired("pgd@l2:1.5")["unavailable_gradients"].points == 4
+    assert saved.indicators.checks["zero_gradients"].fired
