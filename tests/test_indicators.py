@@ -323,3 +323,15 @@ def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path):
     assert saved.robust_accuracy("autoattack") == saved.attacked("autoattack").parts["square"]
     assert saved.indicators.fired("pgd@l2:1.5")["unavailable_gradients"].points == 4
     assert saved.indicators.checks["zero_gradients"].fired
+
+
+def test_the_model_card_names_the_indicators_that_fired():
+    from export import modelcard
+    from fbat_tf.records import Count
+
+    result = EvaluationResult(32, 0.9, robust=[AttackResult("pgd", 8, 0.5)])
+    assert modelcard._fired(result) is None
+    result.indicators = Indicators(
+        32, {"pgd@8": {"incomplete_optimization": Count(3, 32), "silent_success": Count(0, 32)}}
+    )
+    assert modelcard._fired(result) == {"pgd@8": {"incomplete_optimization": 3}}
