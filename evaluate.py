@@ -539,6 +539,7 @@ def evaluated(model_path, opened, results_path, strategy, named, source: Source,
     # without convolutions).
     jit = {"auto": None, "true": True, "false": False}[common.JIT_COMPILE.value]
     built = build_attacks(names, eps_values, jit, source.model, artifact, threat_model(known), kept)
+    checks = None if artifact else reference_checks(classifier, split, built)
     try:
         result = evaluation.evaluate(
             classifier, split, built, progress=True, strategy=strategy, seed=common.SEED.value
@@ -546,9 +547,42 @@ def evaluated(model_path, opened, results_path, strategy, named, source: Source,
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
     result = described(result, model_path, dataset, validation_from, threat_model(known))
+    if checks is not None:
+        result.indicators = indicated(classifier, split, built, result, checks)
     row = recheck(result, classifier, source.model, split, built, source.path) if artifact else None
     write_outputs(result, results_path, len(eps_values))
     write_records(result, model_path, known, row)
+
+
+def reference_checks(classifier, split, built) -> dict:
+    """The reference AutoAttack's checks on the first batch (at most 64 points), before the
+    attacks: a line for each that fires."""
+    from fbat_tf import indicators
+
+    x, y = next(iter(split))[:2]
+    checks = indicators.reference_checks(classifier, x[:64], y[:64], built, common.SEED.value)
+    for name, check in checks.items():
+        if check.fired:
+            print(f"warning: check {name.replace('_', ' ')}: {check.detail}", flush=True)
+    return checks
+
+
+def indicated(classifier, split, built, result, checks):
+    """The indicators of attack failure on the first --indicator_points clean-correct points,
+    printed one line per attack and ε (None with --indicator_points=0)."""
+    from fbat_tf import indicators
+
+    points = eval_flags.INDICATOR_POINTS.value
+    taken = indicators.sample(split, result.clean_outcomes or "", points) if points else None
+    if taken is None:
+        return None
+    found = indicators.compute(
+        classifier, *taken, built, result, seed=common.SEED.value, checks=checks
+    )
+    print(f"\nindicators of attack failure ({found.seconds:.1f} s):")
+    for line in found.lines():
+        print(f"  {line}")
+    return found
 
 
 def recheck(result, classifier, source, split, built, source_path: str) -> dict:
@@ -571,8 +605,9 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
     if "eps" not in known or not known.get("dataset") or eval_flags.SPLIT.value != "test":
         return
     norm = known.get("norm", "linf")
-    if result.get("autoattack", units.in_flag_units(known["eps"], norm), norm) is None:
-        return
+    found = result.get("autoattack", units.in_flag_units(known["eps"], norm), norm)
+    if found is None or any(key.startswith(f"{found.key}/") for key in result.not_applicable):
+        return  # AutoAttack did not run whole (a model without gradients): no entry
     from export import robustbench
 
     home = model_path if os.path.isdir(model_path) else os.path.dirname(model_path) or "."
@@ -619,12 +654,31 @@ def table(result) -> str:
     for r in result.robust:
         eps = f"{r.eps:g}" if len(norms) == 1 else r.key.partition("@")[2]  # "8", "l2:0.5"
         name = label(r.attack) + (" (the source's, replayed)" if r.key in replayed else "")
-        lines.append(f"| {name} | {eps} | {r.robust_accuracy:.4f} | {r.seconds:.1f} |")
+        if r.robust_accuracy is None:
+            lines.append(f"| {name} | {eps} | not applicable: {not_applicable_reason(r)} | |")
+            continue
+        touched = result.indicators is not None and result.indicators.touched(r.key)
+        mark = " ¶" if touched else ""
+        lines.append(f"| {name} | {eps} | {r.robust_accuracy:.4f}{mark} | {r.seconds:.1f} |")
         for part, value in r.parts.items():
             if part != "clean":
                 spent = r.part_seconds.get(part, 0.0)
                 lines.append(f"| ↳ after {part} | {eps} | {value:.4f} | {spent:.1f} |")
+        for key in result.not_applicable:
+            if key.startswith(f"{r.key}/"):
+                lines.append(f"| ↳ {key.partition('/')[2]} | {eps} | not applicable | |")
+    if result.indicators is not None and any(
+        result.indicators.touched(r.key) for r in result.robust
+    ):
+        lines.append("")
+        lines.append(
+            "¶ an indicator of attack failure fired: the number may overestimate robustness"
+        )
     return "\n".join(lines)
+
+
+def not_applicable_reason(attacked) -> str:
+    return "no input gradients" if attacked.robust_accuracy is None else ""
 
 
 if __name__ == "__main__":

@@ -121,4 +121,17 @@ def robustness(record: RunRecord) -> dict[str, Any]:
         "clean_accuracy": final.clean_accuracy if final else None,
         "pgd": pgd,
         "autoattack": autoattack,
+        # The indicators of attack failure of the test's attacks (DESIGN.md §4.5), by result key:
+        # those that fired and on how many points; null where the test did not compute them.
+        "indicators": _fired(final),
+    }
+
+
+def _fired(final) -> dict[str, dict[str, int]] | None:
+    found = final.indicators if final else None
+    if found is None:
+        return None
+    return {
+        key: {name: count.points for name, count in found.fired(key).items()}
+        for key in found.attacks
     }

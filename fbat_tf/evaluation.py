@@ -136,6 +136,43 @@ def check_distributable(strategy: tf.distribute.Strategy) -> None:
         )
 
 
+def gradient_problem(classifier: Callable, x: tf.Tensor, y: tf.Tensor) -> str | None:
+    """Why the classifier's input gradient is unavailable on the batch (x, y), in one line
+    (losses.UnavailableGradientError: the graph does not differentiate), or None where it
+    exists. Zero or non-finite gradients are the indicators' to tell (fbat_tf/indicators.py)."""
+    try:
+        losses.input_gradient(lambda x: cross_entropy(classifier(x, training=False), y), x)
+    except losses.UnavailableGradientError as error:
+        return str(error)
+    return None
+
+
+def applicable(
+    attacks: Attacks, problem: str | None, key: Callable[[tuple[str, float]], str]
+) -> tuple[dict, dict[str, str]]:
+    """The attacks that can run on a model whose input gradients are unavailable for the reason
+    `problem` (None: all of them), and why the others cannot, by result key (`key` of an
+    attack's name and ε) and "<key>/<part>" for an ensemble's parts: an attack that needs the
+    gradients (`Attack.needs_gradients`, an attack of the user's own is taken to) does not run,
+    and an ensemble runs its parts that need none (`without_gradients`), if it has any."""
+    if problem is None:
+        return dict(attacks), {}
+    running, skipped = {}, {}
+    for name, attack in attacks.items():
+        if not getattr(attack, "needs_gradients", True):
+            running[name] = attack
+            continue
+        reduced = getattr(attack, "without_gradients", lambda: None)()
+        if reduced is None:
+            skipped[key(name)] = problem
+            continue
+        running[name] = reduced
+        for part in attack.attacks:
+            if part not in reduced.attacks:
+                skipped[f"{key(name)}/{part}"] = problem
+    return running, skipped
+
+
 def _pools(attack: Callable) -> bool:
     # An attack is any callable of the interface (attacks/base.py); one that is no Attack
     # does not pool.
@@ -299,6 +336,10 @@ def evaluate(
     are a function of the arguments alone (the same at every call, e.g. every epoch's
     validation), and on one device batch b gets [seed, b].
 
+    On a classifier without input gradients (`gradient_problem` on the first batch), the
+    attacks that need them are not run: their robust accuracy is None and the result's
+    `not_applicable` says why (an ensemble runs its gradient-free parts, `applicable`).
+
     An attack that pools (AutoAttack, `Attack.pools`) is instead given the batches of a pool
     (all of them, up to POOL_BYTES of inputs) joined, in one call per replica, with the seed
     [seed, b·R + r] of the pool's first batch b, as `attack.in_slices(the replica's batch
@@ -316,6 +357,13 @@ def evaluate(
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
     classifiers.check_data(classifier, dataset)  # logits, and labels that are class indices
+    every = Tally(attacks)
+    problem = None
+    if any(getattr(attack, "needs_gradients", True) for attack in attacks.values()):
+        first = next(iter(dataset.take(1)), None)
+        if first is not None:
+            problem = gradient_problem(classifier, first[0], first[1])
+    attacks, not_applicable = applicable(attacks, problem, lambda name: every.named(name).key)
     batches = int(dataset.cardinality())
     bar = progress_bar(batches if batches > 0 else None, unit_name="batch") if progress else None
     tally = Tally(attacks)
@@ -356,7 +404,13 @@ def evaluate(
     for name, pool in pools.items():
         if pool.batches:
             run(name)
-    return tally.result(strategy.num_replicas_in_sync)
+    result = tally.result(strategy.num_replicas_in_sync)
+    if not_applicable:
+        ran = {attacked.key: attacked for attacked in result.robust}
+        # Every attack asked for, in its order; one that could not run has no robust accuracy.
+        result.robust = [ran.get(every.named(name).key, every.named(name)) for name in every.norms]
+        result.not_applicable = not_applicable
+    return result
 
 
 def transfer_robust_accuracy(
@@ -379,13 +433,23 @@ def transfer_robust_accuracy(
 def seconds_per_pass(classifier, x: tf.Tensor, y: tf.Tensor, repeats: int = 3) -> float:
     """The seconds of one forward-backward pass per example (the input gradient of the
     cross-entropy, as an attack step computes it), measured on the batch x after one warm-up
-    call: the unit of an evaluation's time estimate."""
+    call: the unit of an evaluation's time estimate. On a classifier without input gradients,
+    three forward passes (the registry's passes count a forward pass as a third of one)."""
     step = tf.function(
         lambda x, y: losses.input_gradient(
             lambda x: cross_entropy(classifier(x, training=False), y), x
-        )[1]
+        )[1],
+        autograph=False,  # so that UnavailableGradientError comes out as itself
     )
-    step(x, y).numpy()
+    try:
+        step(x, y).numpy()
+    except losses.UnavailableGradientError:
+        forward = tf.function(lambda x, y: classifier(x, training=False))
+        forward(x, y).numpy()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            forward(x, y).numpy()
+        return 3 * (time.perf_counter() - start) / repeats / int(x.shape[0])
     start = time.perf_counter()
     for _ in range(repeats):
         step(x, y).numpy()

@@ -19,6 +19,8 @@ def plot_robustness(result: Any, path: str, labels: Mapping[str, str]) -> None:
 
     curves: dict[str, list[tuple[float, float]]] = {}
     for attacked in result.robust:
+        if attacked.robust_accuracy is None:  # not applicable (the model has no gradients)
+            continue
         start = [(0.0, result.clean_accuracy)]
         curves.setdefault(attacked.attack, start).append((attacked.eps, attacked.robust_accuracy))
     figure, axes = plt.subplots(figsize=(5, 3.5))

@@ -81,6 +81,13 @@ TRUST_MODEL_CODE = flags.DEFINE_bool(
     "for files from a source you trust. A SavedModel is a program whatever this says: evaluate "
     "only SavedModels you trust.",
 )
+INDICATOR_POINTS = flags.DEFINE_integer(
+    "indicator_points",
+    32,
+    "Clean-correct points (the first ones) the indicators of attack failure are computed on, "
+    "per attack and ε, after the attacks (DESIGN.md §4.5); 0: none.",
+    lower_bound=0,
+)
 RESULTS = flags.DEFINE_string(
     "results", None, "JSON output (default <model_path>/eval-<split>.json); never overwritten."
 )

@@ -31,7 +31,7 @@ LAYERS = (
     # the trainer and the evaluation; older records read as today's, by the method registry
     # and older evaluations re-scored by today's robust definition
     ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade", "fbat_tf.rescore"),
-    ("fbat_tf.callbacks",),
+    ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
     ("fbat_tf.training", "fbat_tf.sweeps"),
 )
 

@@ -26,6 +26,7 @@ computed in float32. The 100 iterations are one `tf.while_loop` inside a `tf.fun
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import keras
@@ -161,6 +162,7 @@ class APGD(Attack):
         self._is_checkpoint = tf.constant(is_checkpoint)
         self._window = tf.constant(window)
         self._run = Loop(self._single_run, jit_compile, batched=3)
+        self._trace = Loop(functools.partial(self._single_run, trace=True), False, batched=3)
 
     @property
     def targeted(self) -> bool:
@@ -197,6 +199,17 @@ class APGD(Attack):
                 robust[to_attack[fooled]] = False
         return tf.convert_to_tensor(x_adv)
 
+    def loss_trace(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple:
+        """The first run's (first restart, first target class) loss at its start and each of its
+        iterates, [steps + 1, batch], and whether any iterate misclassifies each example: what
+        the indicator of incomplete optimization reads (fbat_tf/indicators.py)."""
+        x = tf.convert_to_tensor(x)
+        y = tf.cast(tf.convert_to_tensor(y), tf.int32)
+        target = y if not self.targeted else target_class(model(x, training=False), 0)
+        seed = tf.random.experimental.stateless_fold_in(constraints.as_seed(seed), 0)
+        fooled, _, _, losses = self._trace(model, x, y, target, seed)
+        return losses, fooled
+
     def _objective(self, logits: tf.Tensor, y: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         if self.loss == "ce":
             return cross_entropy(logits, y)
@@ -231,9 +244,10 @@ class APGD(Attack):
             )
         return loss, logits, grad / float(self.eot_iter)
 
-    def _single_run(self, model: keras.Model, x: tf.Tensor, y, target, seed):
+    def _single_run(self, model: keras.Model, x: tf.Tensor, y, target, seed, trace=False):
         """One restart on one target: (fooled [batch] bool, the latest misclassified iterate,
-        the step size each example took at each iteration [steps, batch])."""
+        the step size each example took at each iteration [steps, batch]); with `trace`, also
+        the loss at the start and at each iterate [steps + 1, batch]."""
         eps = tf.constant(self.eps, x.dtype)
         if self.norm == "linf":
             # The reference's projection onto x + C, as one clip to bounds computed once.
@@ -279,8 +293,10 @@ class APGD(Attack):
             loss_best_last_check=loss,
         )
         step_sizes = tf.TensorArray(step_size.dtype, size=self.steps, element_shape=loss.shape)
+        losses = tf.TensorArray(tf.float32, size=self.steps + 1, element_shape=loss.shape)
+        losses = losses.write(0, tf.cast(loss, tf.float32))
 
-        def iteration(i, step_sizes, state):
+        def iteration(i, step_sizes, losses, state):
             step_sizes = step_sizes.write(i, state.step_size)
             # The paper's Algorithm 1: a projected step to z (sign(g) for L∞, g/‖g‖₂ for L2),
             # then the momentum average x + α(z − x) + (1 − α)(x − x_previous), projected again;
@@ -294,6 +310,8 @@ class APGD(Attack):
             state = state._replace(x_previous=x_adv, x_adv=x_next)
 
             loss, logits, grad = self._loss_and_gradient(model, state.x_adv, y, target)
+            if trace:
+                losses = losses.write(i + 1, tf.cast(loss, tf.float32))
             # Every iterate counts: a misclassified iterate replaces the kept adversarial point
             # (the reference's x_best_adv).
             fooled_now = correct(logits, y) < 0.5
@@ -347,9 +365,11 @@ class APGD(Attack):
                 ),
                 increases=tf.where(at_checkpoint, tf.zeros_like(state.increases), state.increases),
             )
-            return i + 1, step_sizes, state
+            return i + 1, step_sizes, losses, state
 
-        _, step_sizes, state = tf.while_loop(
-            lambda i, *_: i < self.steps, iteration, (tf.constant(0), step_sizes, start)
+        _, step_sizes, losses, state = tf.while_loop(
+            lambda i, *_: i < self.steps, iteration, (tf.constant(0), step_sizes, losses, start)
         )
+        if trace:
+            return state.fooled, state.x_best_adv, step_sizes.stack(), losses.stack()
         return state.fooled, state.x_best_adv, step_sizes.stack()

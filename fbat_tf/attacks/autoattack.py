@@ -186,6 +186,20 @@ class AutoAttack(Attack):
         self.batch_size = batch_size
         self.progress = progress
 
+    def without_gradients(self) -> AutoAttack | None:
+        """The ensemble of its parts that need no input gradient of the model (Square), in
+        their order, for a model that has none; None where no part is such."""
+        kept = {
+            name: part
+            for name, part in self.attacks.items()
+            if not getattr(part, "needs_gradients", True)
+        }
+        if not kept:
+            return None
+        reduced = copy.copy(self)
+        reduced.attacks = kept
+        return reduced
+
     def in_slices(self, size: int, progress: bool = False) -> AutoAttack:
         sliced = copy.copy(self)
         sliced.batch_size, sliced.progress = size, progress

@@ -44,9 +44,8 @@ def for_any_batch(function: Any, *args: Any, batched: int) -> Any:
     return function(*args)
 
 
-def has_convolutions(model: Callable, x: tf.Tensor) -> bool:
-    """Whether the model's inference graph on inputs like `x` holds a convolution (any op whose
-    type names one: Conv2D, its fused and depthwise forms)."""
+def graph_ops(model: Callable, x: tf.Tensor) -> set[str]:
+    """The op types of the model's inference graph on inputs like `x`, its functions' included."""
     function = getattr(model, "function", None)  # classifiers.InferenceGraph: already a graph
     if not hasattr(function, "graph"):
         spec = tf.TensorSpec([None, *x.shape[1:]], x.dtype)
@@ -55,7 +54,13 @@ def has_convolutions(model: Callable, x: tf.Tensor) -> bool:
     graph = function.graph.as_graph_def()
     ops = {node.op for node in graph.node}
     ops.update(node.op for f in graph.library.function for node in f.node_def)
-    return any("Conv" in op for op in ops)
+    return ops
+
+
+def has_convolutions(model: Callable, x: tf.Tensor) -> bool:
+    """Whether the model's inference graph on inputs like `x` holds a convolution (any op whose
+    type names one: Conv2D, its fused and depthwise forms)."""
+    return any("Conv" in op for op in graph_ops(model, x))
 
 
 def xla_pays(model: Callable, x: tf.Tensor, dense_on_cpu: bool) -> bool:
@@ -159,6 +164,9 @@ class Attack:
     # reference does over its whole set (AutoAttack): an evaluation then gives it many batches
     # joined, in one call of `in_slices(batch size)`.
     pools: bool = False
+    # Whether it needs the input gradients of the model it attacks: on a model without them
+    # (losses.UnavailableGradientError) an evaluation reports it not applicable instead.
+    needs_gradients: bool = True
 
     def __call__(
         self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: int | tf.Tensor

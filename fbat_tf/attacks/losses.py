@@ -23,6 +23,12 @@ from typing import Any
 import tensorflow as tf
 
 
+class UnavailableGradientError(ValueError):
+    """The model's output has no gradient with respect to its input: its graph does not
+    differentiate (an op under `tf.stop_gradient`, a rounding or JPEG layer with no gradient
+    defined). The gradient attacks cannot run on it; the gradient-free ones (Square) can."""
+
+
 def as_loss_dtype(logits: tf.Tensor) -> tf.Tensor:
     """Logits in float32 (or float64 when the model runs in float64)."""
     if logits.dtype in (tf.float16, tf.bfloat16):
@@ -109,7 +115,8 @@ def input_gradient(
     recorded. With `loss_scale` s the sum is multiplied by s before it is differentiated and the
     gradient divided by s again: the same gradient, with 16-bit cotangents kept clear of
     underflow. The gradient has x's dtype and static shape (a frozen graph may lose its batch
-    size).
+    size). UnavailableGradientError where the model's output has no gradient in x (the tape
+    gives none, or an op has no gradient defined).
     """
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(x)
@@ -118,7 +125,19 @@ def input_gradient(
         total = tf.reduce_sum(values)
         if loss_scale is not None:
             total = total * tf.cast(loss_scale, total.dtype)
-    grad = tf.cast(tape.gradient(total, x), x.dtype)
+    try:
+        grad = tape.gradient(total, x)
+    except LookupError as error:  # an op of the graph has no gradient registered
+        raise UnavailableGradientError(
+            f"the model's input gradient is unavailable: {error}"
+        ) from None
+    if grad is None:
+        raise UnavailableGradientError(
+            "the model's input gradient is unavailable: its output does not depend "
+            "differentiably on its input (a layer under tf.stop_gradient, or one without a "
+            "gradient, as input rounding or JPEG compression)"
+        )
+    grad = tf.cast(grad, x.dtype)
     if loss_scale is not None:
         grad = grad / tf.cast(loss_scale, grad.dtype)
     grad.set_shape(x.shape)

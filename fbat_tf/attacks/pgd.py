@@ -60,6 +60,7 @@ class PGD(Attack):
         # Without a random start the attack starts from x (δ = 0).
         self.random_start = bool(random_start)
         self._run = Loop(self._attack, jit_compile, batched=2)
+        self._trace = Loop(self._loss_trace, False, batched=2)
 
     @property
     def survivors_only(self) -> bool:
@@ -69,6 +70,44 @@ class PGD(Attack):
     def perturb(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
         return self._run(model, x, y, seed)
+
+    def loss_trace(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed) -> tuple:
+        """The first restart's CE at each of its iterates δ_0 (its start), ..., δ_K, [K + 1,
+        batch], and whether any of them misclassifies each example: what the indicator of
+        incomplete optimization reads (fbat_tf/indicators.py). Its steps are the attack's."""
+        x, y = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+        return self._trace(model, x, y, constraints.as_seed(seed))
+
+    def _loss_trace(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
+        lower, upper = constraints.delta_bounds(x, self.eps)
+        if self.random_start:
+            start = constraints.random_init(
+                x, self.eps, tf.random.experimental.stateless_fold_in(seed, 0), self.norm
+            )
+        else:
+            start = tf.zeros_like(x)
+        trace = tf.TensorArray(tf.float32, size=self.steps + 1)
+
+        def ascend(step, delta, trace, found):
+            (loss, logits), grad = input_gradient(
+                lambda delta: _loss_and_logits(model, x + delta, y), delta
+            )
+            trace = trace.write(step, tf.cast(loss, tf.float32))
+            found = tf.logical_or(found, correct(logits, y) < 0.5)
+            moved = delta + self.step_size * constraints.normalized(grad, self.norm)
+            if self.norm == "linf":
+                delta = tf.clip_by_value(moved, lower, upper)
+            else:
+                delta = constraints.project(moved, x, self.eps, self.norm)
+            return step + 1, tf.ensure_shape(delta, start.shape), trace, found
+
+        found = tf.zeros([tf.shape(x)[0]], tf.bool)
+        _, delta, trace, found = tf.while_loop(
+            lambda step, *_: step < self.steps, ascend, (tf.constant(0), start, trace, found)
+        )
+        loss, logits = _loss_and_logits(model, x + delta, y)
+        trace = trace.write(self.steps, tf.cast(loss, tf.float32))
+        return trace.stack(), tf.logical_or(found, correct(logits, y) < 0.5)
 
     def _attack(self, model: keras.Model, x: tf.Tensor, y: tf.Tensor, seed: tf.Tensor):
         # Graph loops over restarts and steps: the traced graph holds one gradient step

@@ -71,6 +71,7 @@ def square_side(p: float, height: int, width: int) -> int:
 
 
 class Square(Attack):
+    needs_gradients = False  # it reads the model's outputs only
     """Square Attack, L∞ or L2 (untargeted); see the module docstring.
 
     eps: the radius, in [0, 1]-pixel units. norm: "linf" or "l2" (‖δ‖₂ over all of one image's

@@ -24,6 +24,8 @@ from fbat_tf.attacks.pgd import PGD
 class TransferAttack(Attack):
     """Adversarial examples crafted on a source model, whatever model they are then fed to."""
 
+    needs_gradients = False  # the source's gradients, never those of the model attacked
+
     def __init__(self, source: Callable, attack: Attack):
         self.source = source
         self.attack = attack

@@ -52,6 +52,7 @@ from fbat_tf.records.evaluations import (
     EvaluationResult,
 )
 from fbat_tf.records.files import finite_or_null, read_json, write_json_atomic
+from fbat_tf.records.indicators import Check, Count, Indicators
 from fbat_tf.records.runs import DivergenceOutcome, Epoch, MethodRecord, RunRecord
 
 __all__ = [
@@ -59,6 +60,9 @@ __all__ = [
     "STANDARD",
     "METHOD_LOGS",
     "AttackResult",
+    "Check",
+    "Count",
+    "Indicators",
     "BatchResult",
     "CardBudget",
     "CardModel",

@@ -9,6 +9,7 @@ import numpy as np
 
 from fbat_tf.records import units
 from fbat_tf.records.files import read_json, write_json_atomic
+from fbat_tf.records.indicators import Indicators
 
 
 @dataclasses.dataclass
@@ -17,7 +18,8 @@ class AttackResult:
 
     attack: str  # the name it was evaluated under: the registry's ("pgd", "autoattack")
     eps: float  # in the units of its norm's flag (records/units.py): 1/255 for L∞
-    robust_accuracy: float
+    # None where the attack could not run (EvaluationResult.not_applicable says why).
+    robust_accuracy: float | None
     seconds: float | None = None
     # An ensemble's robust accuracy after each of its parts ("clean" first), and their seconds.
     parts: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -124,6 +126,12 @@ class EvaluationResult(_Attacked):
     # How it counted an example robust: STANDARD or ATTACKED_ONLY (above), as written; None
     # for a file that does not say (`scored_by`: ATTACKED_ONLY), written back without it.
     robust_definition: str | None = STANDARD
+    # Why an attack (its key: robust accuracy None) or an ensemble's part ("<key>/<part>": not
+    # among its parts) did not run: the gradient attacks on a model without input gradients.
+    not_applicable: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The indicators of attack failure and the reference AutoAttack's checks (DESIGN.md §4.5);
+    # None where they were not computed (train.py's test, records from before them).
+    indicators: Indicators | None = None
 
     @property
     def scored_by(self) -> str:
@@ -171,6 +179,8 @@ class EvaluationResult(_Attacked):
         """Every accuracy an outcome string is kept for, by the outcome's key."""
         found = {"clean": self.clean_accuracy}
         for attacked in self.robust:
+            if attacked.robust_accuracy is None:  # not applicable: no outcomes
+                continue
             found[attacked.key] = attacked.robust_accuracy
             for part, value in attacked.parts.items():
                 if part != "clean":  # the ensemble's clean pass: the evaluation's "clean"
@@ -218,7 +228,7 @@ class EvaluationResult(_Attacked):
             stop = start + batch.examples
             here = {
                 "clean": batch.clean_accuracy,
-                **{r.key: r.robust_accuracy for r in batch.robust},
+                **{r.key: r.robust_accuracy for r in batch.robust if r.robust_accuracy is not None},
             }
             for key, accuracy in here.items():
                 right = self.outcomes[key][start:stop].count("1") if key in self.outcomes else None
@@ -293,6 +303,8 @@ class EvaluationResult(_Attacked):
             "autoattack_seconds",
             "outcomes",
             "robust_definition",
+            "not_applicable",
+            "indicators",
             *numbers_,
         )
         result = cls(
@@ -302,7 +314,15 @@ class EvaluationResult(_Attacked):
             outcomes=dict(payload.get("outcomes") or {}),
             extra={k: v for k, v in payload.items() if k not in written},
             robust_definition=payload.get("robust_definition"),
+            not_applicable=dict(payload.get("not_applicable") or {}),
+            indicators=Indicators.from_dict(payload.get("indicators")),
         )
+        unexplained = [r.key for r in robust if r.robust_accuracy is None]
+        unexplained = [key for key in unexplained if key not in result.not_applicable]
+        if unexplained:
+            raise ValueError(
+                f"robust_accuracy of {unexplained} is null, and not_applicable does not say why"
+            )
         result.check_outcomes()
         return result
 
@@ -350,6 +370,10 @@ class EvaluationResult(_Attacked):
             payload["code"] = self.code
         if self.outcomes:
             payload["outcomes"] = dict(self.outcomes)
+        if self.not_applicable:
+            payload["not_applicable"] = dict(self.not_applicable)
+        if self.indicators is not None:
+            payload["indicators"] = self.indicators.to_dict()
         return payload
 
     def save(self, path: str) -> None:

@@ -1,0 +1,436 @@
+"""Signs that an attack failed, so that its robust accuracy may overestimate robustness: the six
+indicators of attack failure of Pintor et al. ("Indicators of Attack Failure: Debugging and
+Improving Optimization of Adversarial Examples", NeurIPS 2022; pralab/IndicatorsOfAttackFailure,
+src/indicators/indicators.py) per attack and ε, and the checks the reference AutoAttack runs
+before it attacks (fra31/auto-attack, autoattack/checks.py). DESIGN.md §4.5.
+
+    x, y = sample(split, result.clean_outcomes, points=32)   # the first clean-correct points
+    checks = reference_checks(model, x, y, attacks)          # before the attacks
+    found = compute(model, x, y, attacks, result, seed=0)    # after them: a records.Indicators
+    found.fired("pgd@8"), found.lines()
+
+Each indicator counts the sample points on which it fires, among those the attack leaves robust
+where it is about the attack's failure (a point the attack breaks is no overestimate):
+
+- unavailable gradients (Pintor: the graph does not differentiate, or a point's gradient of the
+  attack loss is zero): the input gradient is missing, or zero or non-finite, of CE at x or of
+  DLR at APGD's random start (the reference AutoAttack's zero-gradient check). Gradient attacks.
+- unstable predictions (Pintor: the mean over γ = 100 draws of |L(x) − L(x + u)| / |L(x)|, u
+  uniform in [−r/2, r/2] per pixel, r = 8/255, their ε; capped at 1): here r is the attack's ε
+  (for L2, u is rescaled to an L2 norm of ε/2) and a point fires above UNSTABLE_LOSS_CHANGE,
+  this project's threshold (the reference reports the value, not a threshold); a point also
+  fires where two calls on the same input differ (the reference AutoAttack's randomized check).
+- incomplete optimization (Pintor: the attack loss along its iterates, rescaled to [0, 1] and
+  made monotone, still moves by more than 0.05 over its last min(10, steps) values): the loss
+  trace of one run of the attack itself (PGD: its first restart; APGD and AutoAttack: APGD's
+  first run), on the points it leaves robust.
+- silent success (Pintor: an iterate was adversarial, the returned point is not): the attack is
+  run on the sample against a recorder of every point it queries; a point fires where a
+  queried point inside its ball was misclassified and the returned one is not.
+- transfer failure (Pintor: the surrogate's adversarial point is classified otherwise by the
+  target): for attacks crafted on another model (`transfer`, a replayed exported file), points
+  that fool the source and that the model attacked still classifies right.
+- unconstrained attack failure (Pintor: with ε = ∞ the attack still fails on a point): PGD from
+  x (no random start) with the box as its ball (L∞ ε = 1, L2 ε = √d) for a gradient attack,
+  Square with the box as its ball for Square; points still right.
+
+The reference AutoAttack's checks (`reference_checks`, thresholds its defaults): a randomized
+model (5 calls on the same batch: another count of right points, or L2-normalized outputs more
+than 1e-4 apart), softmax outputs (all below 1 + 1e-5, above −1e-5, rows summing to 1 within
+1e-5), zero gradients (a point whose DLR gradient at APGD's random start is all zero), Square
+beating the white-box parts (its robust accuracy more than 0.002 below theirs), a dynamic model
+(the reference watches PyTorch's autograd calls during inference; here: gradient ops in the
+model's inference graph) and the class count (DLR needs 3 classes, targeted DLR 4, and APGD-T's
+and FAB-T's targets one more than they are).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from fbat_tf import constraints, evaluation
+from fbat_tf.attacks import losses
+from fbat_tf.attacks.apgd import APGD
+from fbat_tf.attacks.autoattack import AutoAttack
+from fbat_tf.attacks.masking import BLACK_BOX
+from fbat_tf.attacks.pgd import PGD
+from fbat_tf.attacks.square import Square
+from fbat_tf.attacks.transfer import TransferAttack
+from fbat_tf.records import Check, Count, EvaluationResult, Indicators, units
+from fbat_tf.records.indicators import INDICATORS
+
+# How many clean-correct points of an evaluation the indicators look at (Pintor et al.'s demo
+# runs 10): enough to tell a failing attack, cheap next to AutoAttack's time (bench/indicators.py).
+POINTS = 32
+# Pintor et al. (indicators.py): γ draws of noise for the unstable predictions indicator; the
+# window and change of the incomplete optimization indicator.
+UNSTABLE_DRAWS = 100
+INCOMPLETE_WINDOW = 10
+INCOMPLETE_CHANGE = 0.05
+# This project's threshold on Pintor's unstable-predictions value (its mean relative loss change
+# under noise of the attack's ε): the adversarially trained MLP of tests/data/l2_reference
+# stays far below it at its ε (tests/test_indicators.py), a stochastic layer far above.
+UNSTABLE_LOSS_CHANGE = 0.5
+# The reference AutoAttack's (checks.py) defaults.
+RANDOMIZED_CALLS = 5
+RANDOMIZED_DIFFERENCE = 1e-4
+SOFTMAX_TOLERANCE = 1e-5
+SQUARE_MARGIN = 0.002
+# Queries of the unconstrained Square: with the box as its ball its first stripes move every
+# pixel to 0 or 1.
+UNCONSTRAINED_QUERIES = 100
+
+
+def sample(dataset: tf.data.Dataset, clean_outcomes: str, points: int = POINTS):
+    """The first `points` examples of `dataset` (in evaluation order) that the clean pass got
+    right (`clean_outcomes`, one "1" or "0" an example, EvaluationResult.clean_outcomes), as
+    (x, y) tensors; None where it got none right."""
+    wanted = [i for i, bit in enumerate(clean_outcomes) if bit == "1"][:points]
+    if not wanted:
+        return None
+    xs, ys, at = [], [], 0
+    for batch in dataset:
+        x, y = batch[0], batch[1]
+        size = int(x.shape[0])
+        rows = [i - at for i in wanted if at <= i < at + size]
+        if rows:
+            xs.append(tf.gather(x, rows))
+            ys.append(tf.gather(y, rows))
+        at += size
+        if at > wanted[-1]:
+            break
+    return tf.concat(xs, 0), tf.cast(tf.concat(ys, 0), tf.int32)
+
+
+def _predicted(model: Callable, x: tf.Tensor) -> np.ndarray:
+    return np.argmax(np.asarray(model(x, training=False)), -1)
+
+
+def _right(model: Callable, x: tf.Tensor, y: tf.Tensor) -> np.ndarray:
+    return _predicted(model, x) == np.asarray(y)
+
+
+def _gradient(model: Callable, x: tf.Tensor, loss: Callable) -> np.ndarray | None:
+    """The input gradient of Σ loss(model(x)) per example, flattened; None where unavailable."""
+    try:
+        _, grad = losses.input_gradient(lambda x: loss(model(x, training=False)), x)
+    except losses.UnavailableGradientError:
+        return None
+    return np.asarray(grad).reshape([int(x.shape[0]), -1])
+
+
+def _apgd_start(x: tf.Tensor, eps: float, norm: str, seed: tf.Tensor) -> tf.Tensor:
+    """APGD's random start (the reference's, attacks/apgd.py)."""
+    if norm == "linf":
+        u = constraints.uniform_noise(x, 1.0, seed)
+        top = tf.reduce_max(tf.abs(tf.reshape(u, [tf.shape(u)[0], -1])), axis=1)
+        lower, upper = constraints.ball_bounds(x, eps)
+        return tf.clip_by_value(x + eps * u / (_rows(top, u) + 1e-12), lower, upper)
+    t = tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)
+    return tf.clip_by_value(x + eps * t / (_rows(constraints.l2_norms(t), t) + 1e-12), 0.0, 1.0)
+
+
+def _rows(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    return tf.reshape(values, [-1] + [1] * (len(like.shape) - 1))
+
+
+def _bad(grad: np.ndarray) -> np.ndarray:
+    """Per example: the gradient is all zero, or not finite somewhere."""
+    return (np.abs(grad).sum(1) == 0) | ~np.all(np.isfinite(grad), 1)
+
+
+def unavailable_gradients(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
+    """Per point: the input gradient does not exist, or CE's at x or DLR's at APGD's random start
+    is zero or non-finite (Pintor et al.; the reference AutoAttack's zero-gradient check)."""
+    ce = _gradient(model, x, lambda logits: losses.cross_entropy(logits, y))
+    if ce is None:
+        return np.ones(int(x.shape[0]), bool)
+    bad = _bad(ce)
+    if int(model(x[:1], training=False).shape[-1]) >= 3:
+        start = _apgd_start(x, eps, norm, constraints.as_seed(seed))
+        dlr = _gradient(model, start, lambda logits: losses.dlr(logits, y))
+        bad |= np.ones_like(bad) if dlr is None else _bad(dlr)
+    return bad
+
+
+def _noise(x: tf.Tensor, eps: float, norm: str, seed: tf.Tensor) -> tf.Tensor:
+    """Pintor et al.'s noise: uniform in [−ε/2, ε/2] per pixel; for L2 rescaled to norm ε/2."""
+    u = (tf.random.stateless_uniform(tf.shape(x), seed, dtype=x.dtype) - 0.5) * eps
+    if norm == "l2":
+        u = u / (_rows(constraints.l2_norms(u), u) + 1e-12) * (eps / 2)
+    return u
+
+
+def unstable_values(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
+    """Pintor et al.'s unstable-predictions value per point: the mean over UNSTABLE_DRAWS
+    noisy copies of |CE(x) − CE(x + u)| / |CE(x)| (1 where CE(x) is 0), capped at 1."""
+    reference = np.asarray(losses.cross_entropy(model(x, training=False), y))
+    scale = np.where(reference == 0, 1.0, np.abs(reference))
+    seed = constraints.as_seed(seed)
+    total = np.zeros_like(reference)
+    for draw in range(UNSTABLE_DRAWS):
+        u = _noise(x, eps, norm, tf.random.experimental.stateless_fold_in(seed, draw))
+        noisy = tf.clip_by_value(x + u, 0.0, 1.0)
+        loss = np.asarray(losses.cross_entropy(model(noisy, training=False), y))
+        total += np.abs(reference - loss) / scale
+    return np.minimum(total / UNSTABLE_DRAWS, 1.0)
+
+
+def randomized(model, x, y) -> np.ndarray:
+    """Per point, as the reference AutoAttack's randomized check: RANDOMIZED_CALLS calls on the
+    same input whose outputs, each L2-normalized, differ by more than RANDOMIZED_DIFFERENCE, or
+    whose prediction is right in one call and wrong in another."""
+    outputs = [np.asarray(model(x, training=False), np.float64) for _ in range(RANDOMIZED_CALLS)]
+    normed = [o / (np.linalg.norm(o, axis=1, keepdims=True) + 1e-10) for o in outputs]
+    spread = np.zeros(int(x.shape[0]))
+    for i, a in enumerate(normed):
+        for b in normed[i + 1 :]:
+            spread = np.maximum(spread, np.linalg.norm(a - b, axis=1))
+    right = np.stack([np.argmax(o, -1) == np.asarray(y) for o in outputs])
+    return (spread > RANDOMIZED_DIFFERENCE) | (right.any(0) & ~right.all(0))
+
+
+def incomplete(trace: np.ndarray) -> np.ndarray:
+    """Pintor et al.'s incomplete optimization per point, of a loss the attack maximizes,
+    [steps + 1, points]: rescaled to [0, 1] (left as it is where it is constant at 0), made the
+    running best, its change over the last min(INCOMPLETE_WINDOW, length) values above
+    INCOMPLETE_CHANGE."""
+    best = np.maximum.accumulate(np.asarray(trace, np.float64), axis=0)
+    low, high = best.min(0), best.max(0)
+    span = np.where(high - low > 0, high - low, 1.0)
+    rescaled = (best - low) / span
+    last = rescaled[-min(INCOMPLETE_WINDOW, len(rescaled)) :]
+    return last.max(0) - last.min(0) > INCOMPLETE_CHANGE
+
+
+class Recorder:
+    """The model an attack is given, watching what it is asked: `found[j]` becomes True once a
+    point inside sample point j's ball (ε in `norm`) that the model misclassifies is queried.
+    The attack may query any subset or repetition of the rows, in any order: each query row is
+    matched to the sample points whose ball holds it."""
+
+    def __init__(self, model: Callable, x: tf.Tensor, y: tf.Tensor, eps: float, norm: str):
+        self.model, self.eps, self.norm = model, float(eps), norm
+        self.points = tf.reshape(tf.cast(x, tf.float32), [int(x.shape[0]), -1])
+        self.labels = tf.cast(y, tf.int32)
+        self.found = tf.Variable(tf.zeros([int(x.shape[0])], tf.bool), trainable=False)
+
+    @property
+    def compute_dtype(self):
+        return getattr(self.model, "compute_dtype", "float32")
+
+    def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        logits = self.model(x, training=training)
+        queried = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+        gaps = queried[:, None, :] - self.points[None, :, :]
+        if self.norm == "linf":
+            distance = tf.reduce_max(tf.abs(gaps), -1)
+        else:
+            distance = tf.norm(gaps, axis=-1)
+        inside = distance <= self.eps * (1 + 1e-5) + 1e-6
+        predicted = tf.argmax(logits, -1, output_type=tf.int32)
+        wrong = tf.not_equal(predicted[:, None], self.labels[None, :])
+        self.found.assign(tf.logical_or(self.found, tf.reduce_any(inside & wrong, 0)))
+        return logits
+
+
+def _trace_of(attack) -> Callable | None:
+    """What gives the attack's loss trace (PGD, APGD; AutoAttack: its first APGD part)."""
+    if isinstance(attack, PGD | APGD):
+        return attack.loss_trace
+    if isinstance(attack, AutoAttack):
+        for part in attack.attacks.values():
+            if isinstance(part, APGD):
+                return part.loss_trace
+    return None
+
+
+def _box(x: tf.Tensor, norm: str) -> float:
+    """The radius of a ball that holds the whole [0, 1] box around any point."""
+    return 1.0 if norm == "linf" else float(np.sqrt(np.prod(x.shape[1:])))
+
+
+def _unconstrained(model, crafted_on, x, y, attack, gradients: bool, norm: str, seed):
+    """Per point: still right after the attack's family (PGD for one that reads `gradients`,
+    else Square) with the box as its ball."""
+    radius = _box(x, norm)
+    if not gradients:
+        unbounded = Square(radius, n_queries=UNCONSTRAINED_QUERIES, p_init=0.8, norm=norm)
+    else:
+        steps = attack.steps if isinstance(attack, PGD) else 50
+        if isinstance(attack, TransferAttack) and isinstance(attack.attack, PGD):
+            steps = attack.attack.steps
+        unbounded = PGD(radius, steps, 1, random_start=False, norm=norm)
+    x_adv, _ = unbounded(crafted_on, x, y, seed)
+    return _right(model, x_adv, y)
+
+
+def compute(
+    model: Callable,
+    x: tf.Tensor,
+    y: tf.Tensor,
+    attacks: Mapping[tuple[str, float], Callable],
+    result: EvaluationResult | None = None,
+    seed: int = 0,
+    checks: Mapping[str, Check] | None = None,
+) -> Indicators:
+    """The six indicators for each attack and ε of `attacks` (as evaluation.evaluate was given
+    them) on the sample (x, y) of clean-correct points, and `checks` (reference_checks, with
+    Square's from `result`). An attack the evaluation could not run (no input gradients)
+    fires unavailable gradients on every point, and no other."""
+    start = time.perf_counter()
+    n = int(x.shape[0])
+    problem = evaluation.gradient_problem(model, x, y)
+
+    def key(name):
+        norm = getattr(attacks[name], "norm", "linf")
+        return units.key(name[0], units.in_flag_units(name[1], norm), norm)
+
+    running, _ = evaluation.applicable(attacks, problem, key)
+    found: dict[str, dict[str, Count | None]] = {}
+    unconstrained: dict[str, np.ndarray] = {}
+    for index, (name, attack) in enumerate(attacks.items()):
+        eps, norm = name[1], getattr(attack, "norm", "linf")
+        seeded = tf.constant([seed, index], tf.int32)
+        counts: dict[str, Count | None] = dict.fromkeys(INDICATORS)
+        if name not in running:
+            counts["unavailable_gradients"] = Count(n, n)
+            found[key(name)] = counts
+            continue
+        attack = running[name]
+        transfer = isinstance(attack, TransferAttack)
+        crafted_on = attack.source if transfer else model
+        # An ensemble reduced to its gradient-free parts: every point fires unavailable gradients.
+        reduced = attack is not attacks[name]
+        gradients = (transfer or getattr(attack, "needs_gradients", True)) and not reduced
+        if reduced:
+            counts["unavailable_gradients"] = Count(n, n)
+        elif gradients:
+            bad = unavailable_gradients(crafted_on, x, y, eps, norm, seeded)
+            counts["unavailable_gradients"] = Count(int(bad.sum()), n)
+        unstable = unstable_values(crafted_on, x, y, eps, norm, seeded) > UNSTABLE_LOSS_CHANGE
+        unstable |= randomized(crafted_on, x, y)
+        if transfer:
+            x_adv, _ = attack(model, x, y, seeded)
+            fooled_source = ~_right(crafted_on, x_adv, y)
+            survived = _right(model, x_adv, y)
+            counts["transfer_failure"] = Count(int((fooled_source & survived).sum()), n)
+        else:
+            recorder = Recorder(model, x, y, eps, norm)
+            x_adv, _ = attack(recorder, x, y, seeded)
+            survived = _right(model, x_adv, y)
+            silent = recorder.found.numpy() & survived
+            counts["silent_success"] = Count(int(silent.sum()), n)
+        counts["unstable_predictions"] = Count(int((unstable & survived).sum()), n)
+        trace = _trace_of(attack.attack if transfer else attack)
+        if trace is not None:
+            losses_, broken = trace(crafted_on, x, y, seeded)
+            still = incomplete(np.asarray(losses_)) & ~np.asarray(broken)
+            counts["incomplete_optimization"] = Count(int(still.sum()), n)
+        if name[0] not in unconstrained:
+            unconstrained[name[0]] = _unconstrained(
+                model, crafted_on, x, y, attack, gradients, norm, seeded
+            )
+        counts["unconstrained_attack_failure"] = Count(int(unconstrained[name[0]].sum()), n)
+        found[key(name)] = counts
+    every = dict(checks or {})
+    if result is not None:
+        every["square_beats_white_box"] = square_beats_white_box(result)
+    return Indicators(n, found, every, time.perf_counter() - start)
+
+
+def square_beats_white_box(result: EvaluationResult) -> Check:
+    """The reference AutoAttack's check on its results: Square's robust accuracy more than
+    SQUARE_MARGIN below the least of the parts before it."""
+    fired, said = [], []
+    for attacked in result.robust:
+        parts = {k: v for k, v in attacked.parts.items() if k != "clean"}
+        if BLACK_BOX not in parts or len(parts) < 2:
+            continue
+        before = min(v for k, v in parts.items() if k != BLACK_BOX)
+        gap = before - parts[BLACK_BOX]
+        if gap > SQUARE_MARGIN:
+            fired.append(attacked.key)
+            said.append(f"{attacked.key}: Square took it {100 * gap:.2f} points below the others")
+    return Check(bool(fired), "; ".join(said), tuple(fired))
+
+
+def dynamic(model: Callable, x: tf.Tensor) -> set[str]:
+    """The gradient ops of the model's inference graph on inputs like x: a model that
+    differentiates at inference (a defence that optimizes its input) holds some."""
+    from fbat_tf.attacks.base import graph_ops
+
+    return {
+        op
+        for op in graph_ops(model, x)
+        if op.endswith(("Grad", "GradV2", "Gradient")) or "BackpropFilter" in op
+    }
+
+
+def class_count(classes: int, attacks: Mapping) -> str | None:
+    """The reference's class-count check on the attacks asked for: what cannot work with
+    `classes` classes, in words; None where all can."""
+    parts = []
+    for attack in attacks.values():
+        parts.extend(getattr(attack, "attacks", {}).values() or [attack])
+    problems = []
+    for part in parts:
+        loss, targets = getattr(part, "loss", None), getattr(part, "n_target_classes", None)
+        targeted = loss == "dlr_targeted" or type(part).__name__ == "FAB"
+        if loss in ("dlr", "dlr_targeted") and classes <= 2:
+            problems.append(f"the DLR loss needs 3 classes, the model has {classes}")
+        elif loss == "dlr_targeted" and classes == 3:
+            problems.append("the targeted DLR loss needs 4 classes, the model has 3")
+        elif targeted and targets is not None and targets + 1 > classes:
+            problems.append(
+                f"{type(part).__name__} uses {targets} target classes, {classes - 1} possible"
+            )
+    return "; ".join(dict.fromkeys(problems)) or None
+
+
+def reference_checks(
+    model: Callable, x: tf.Tensor, y: tf.Tensor, attacks: Mapping, seed: int = 0
+) -> dict[str, Check]:
+    """The reference AutoAttack's checks before it attacks, on the batch (x, y) (the reference
+    takes its first batch): randomized, softmax outputs, zero gradients (DLR at APGD's random
+    start at the first ε), dynamic model, class count. Square's is `square_beats_white_box`."""
+    y = tf.cast(y, tf.int32)
+    outputs = np.asarray(model(x, training=False), np.float64)
+    random_points = randomized(model, x, y)
+    softmax = bool(
+        outputs.max() < 1 + SOFTMAX_TOLERANCE
+        and outputs.min() > -SOFTMAX_TOLERANCE
+        and bool(np.all(np.abs(outputs.sum(-1) - 1) < SOFTMAX_TOLERANCE))
+    )
+    checks = {
+        "randomized": Check(
+            bool(random_points.any()),
+            f"{int(random_points.sum())} of {len(random_points)} points give other outputs "
+            "when called again on the same input",
+        ),
+        "softmax_outputs": Check(softmax, "the outputs are probabilities, not logits"),
+    }
+    eps, norm = 0.0, "linf"
+    for (_, value), attack in attacks.items():
+        eps, norm = value, getattr(attack, "norm", "linf")
+        break
+    classes = outputs.shape[-1]
+    if classes >= 3:
+        start = _apgd_start(x, eps, norm, constraints.as_seed(seed))
+        grad = _gradient(model, start, lambda logits: losses.dlr(logits, y))
+        zero = np.ones(len(outputs), bool) if grad is None else np.abs(grad).sum(1) == 0
+        what = "no input gradient exists" if grad is None else "the DLR gradient is zero"
+        checks["zero_gradients"] = Check(
+            bool(zero.any()), f"{int(zero.sum())} of {len(zero)} points: {what}"
+        )
+    ops = dynamic(model, x)
+    checks["dynamic_model"] = Check(
+        bool(ops), f"the inference graph differentiates ({', '.join(sorted(ops))})"
+    )
+    problem = class_count(classes, attacks)
+    checks["class_count"] = Check(problem is not None, problem or "")
+    return checks
