@@ -319,6 +319,15 @@ def compute(
             fooled_source = ~_right(crafted_on, x_adv, y)
             survived = _right(model, x_adv, y)
             counts["transfer_failure"] = Count(int((fooled_source & survived).sum()), n)
+        elif (
+            getattr(attack, "keeps_adversarial", False)
+            and (held := _held(result, key(name), n)) is not None
+        ):
+            # An attack of this project's that returns, per example, an adversarial point
+            # whenever it met one (attacks.base.Attack.keeps_adversarial, each tested so)
+            # cannot succeed silently: not computed, and what survived is the evaluation's own
+            # outcome on the sample's points, without attacking them again.
+            survived = held
         else:
             recorder = Recorder(model, x, y, eps, norm)
             x_adv, _ = attack(recorder, x, y, seeded)
@@ -341,6 +350,16 @@ def compute(
     if result is not None:
         every["square_beats_white_box"] = square_beats_white_box(result)
     return Indicators(n, found, every, time.perf_counter() - start)
+
+
+def _held(result: EvaluationResult | None, key: str, n: int) -> np.ndarray | None:
+    """Whether each of the sample's n points (the first n the clean pass got right, `sample`)
+    survived the attack `key` in the evaluation, from its outcomes; None where not held."""
+    if result is None or key not in result.outcomes or not result.clean_outcomes:
+        return None
+    wanted = [i for i, bit in enumerate(result.clean_outcomes) if bit == "1"][:n]
+    held = result.outcome(key)
+    return held[wanted] if len(wanted) == n else None
 
 
 def square_beats_white_box(result: EvaluationResult) -> Check:

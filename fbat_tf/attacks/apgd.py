@@ -120,6 +120,8 @@ class _Iterate(NamedTuple):
 
 
 class APGD(Attack):
+    keeps_adversarial = True  # its kept point per example is the first or best adversarial one
+
     def __init__(
         self,
         eps: float,

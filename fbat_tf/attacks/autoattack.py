@@ -135,6 +135,7 @@ def _check_in_ball(x_adv: tf.Tensor, x: tf.Tensor, eps: float, name: str, norm: 
 
 
 class AutoAttack(Attack):
+    keeps_adversarial = True  # its kept point per example is the first or best adversarial one
     # evaluate() gives it many batches joined, as in_slices(its batch size).
     pools = True
 

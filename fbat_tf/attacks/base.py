@@ -160,6 +160,10 @@ class Attack:
     eps: float
     # The ball its points lie in, ‖δ‖ ≤ eps in this norm (constraints.NORMS).
     norm: str = "linf"
+    # Whether it returns, per example, an adversarial point whenever one of the points it tried
+    # was one (this project's PGD, APGD, FAB, Square and AutoAttack): such an attack cannot
+    # succeed silently, and the indicators need not attack again to tell (fbat_tf/indicators).
+    keeps_adversarial: bool = False
     # True for an ensemble that re-batches what is still robust before each part, as the
     # reference does over its whole set (AutoAttack): an evaluation then gives it many batches
     # joined, in one call of `in_slices(batch size)`.

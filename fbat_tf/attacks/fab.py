@@ -162,6 +162,7 @@ def project_l2_hyperplane_box(
 
 
 class FAB(Attack):
+    keeps_adversarial = True  # its kept point per example is the first or best adversarial one
     """Targeted FAB for L∞ or L2 (AutoAttack's FAB-T); see the module docstring.
 
     eps: the ε of the threat model; only adversarials with ‖x_adv − x‖ ≤ ε count, and it sets

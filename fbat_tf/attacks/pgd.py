@@ -34,6 +34,8 @@ from fbat_tf.attacks.losses import correct, cross_entropy, input_gradient
 
 
 class PGD(Attack):
+    keeps_adversarial = True  # its kept point per example is the first or best adversarial one
+
     def __init__(
         self,
         eps: float,

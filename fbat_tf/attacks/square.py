@@ -71,6 +71,7 @@ def square_side(p: float, height: int, width: int) -> int:
 
 
 class Square(Attack):
+    keeps_adversarial = True  # its kept point per example is the first or best adversarial one
     needs_gradients = False  # it reads the model's outputs only
     """Square Attack, L∞ or L2 (untargeted); see the module docstring.
 
