@@ -105,21 +105,15 @@ def validation_attack(
     """Robust validation's attack: PGD-K-R, and where `square_queries` is set, Square with
     that many queries on the points PGD left robust (AutoAttack's "custom" ensemble of the two,
     its parts "pgd" and "square"), so that a point counts robust only where it survives both."""
-    pgd = registry_attacks(
-        ["pgd"],
-        [eps],
-        norm=norm,
-        options={"pgd": {"steps": steps, "restarts": restarts}},
-        jit_compile=jit_compile,
-    )[("pgd", eps)]
+    options = {"pgd": {"steps": steps, "restarts": restarts}}
+    pgd = registry_attacks(["pgd"], [eps], norm=norm, options=options, jit_compile=jit_compile)
     if not square_queries:
-        return pgd
-    square = registry_attacks(
-        ["square"], [eps], norm=norm, options={"square": {"n_queries": square_queries}}
-    )[("square", eps)]
+        return pgd[("pgd", eps)]
+    options = {"square": {"n_queries": square_queries}}
+    square = registry_attacks(["square"], [eps], norm=norm, options=options)[("square", eps)]
     from fbat_tf.attacks.autoattack import AutoAttack
 
-    return AutoAttack(eps, "custom", {"pgd": pgd, "square": square}, norm=norm)
+    return AutoAttack(eps, "custom", {"pgd": pgd[("pgd", eps)], "square": square}, norm=norm)
 
 
 def check_distributable(strategy: tf.distribute.Strategy) -> None:

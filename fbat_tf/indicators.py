@@ -323,11 +323,7 @@ def compute(
             getattr(attack, "keeps_adversarial", False)
             and (held := _held(result, key(name), n)) is not None
         ):
-            # An attack of this project's that returns, per example, an adversarial point
-            # whenever it met one (attacks.base.Attack.keeps_adversarial, each tested so)
-            # cannot succeed silently: not computed, and what survived is the evaluation's own
-            # outcome on the sample's points, without attacking them again.
-            survived = held
+            survived = held  # it cannot succeed silently (Attack.keeps_adversarial)
         else:
             recorder = Recorder(model, x, y, eps, norm)
             x_adv, _ = attack(recorder, x, y, seeded)
@@ -353,8 +349,7 @@ def compute(
 
 
 def _held(result: EvaluationResult | None, key: str, n: int) -> np.ndarray | None:
-    """Whether each of the sample's n points (the first n the clean pass got right, `sample`)
-    survived the attack `key` in the evaluation, from its outcomes; None where not held."""
+    """Whether each of the sample's n points survived `key` in the evaluation, or None."""
     if result is None or key not in result.outcomes or not result.clean_outcomes:
         return None
     wanted = [i for i, bit in enumerate(result.clean_outcomes) if bit == "1"][:n]

@@ -300,8 +300,10 @@ MUTATIONS = [
         "O13",
         "PGD evaluation steps leave the ε-ball",
         "fbat_tf/attacks/pgd.py",
-        "delta = tf.clip_by_value(moved, lower, upper)",
-        "delta = moved",
+        'if self.norm == "linf":  # one clip: P_C for the L∞ ball (delta_bounds)\n'
+        "                    delta = tf.clip_by_value(moved, lower, upper)",
+        'if self.norm == "linf":  # one clip: P_C for the L∞ ball (delta_bounds)\n'
+        "                    delta = moved",
         ("tests/test_attacks.py",),
     ),
     Mutation(

@@ -163,7 +163,7 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     passes = attacks.passes("pgd", seven_three)
     assert passes == 7 * 3 == attacks.passes("transfer", seven_three)
     cell = Cell("c", {"val_attack_steps": 7, "val_restarts": 3, "val_examples": 1}, ())
-    assert estimate._validation_seconds({}, cell, 1.0) == passes + 2
+    assert estimate._validation_seconds({}, cell, 1.0, 0.5) == passes + 2
     final = {"eval_pgd_steps": 7, "eval_pgd_restarts": 3, "eval_autoattack": False}
     cell = Cell("c", {**final, "eval_examples": 1}, ())
     assert estimate._final_seconds({}, cell, 1.0, 0.5) == 1 + passes

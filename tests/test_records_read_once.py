@@ -28,6 +28,8 @@ OTHER_JSON = {
     "fbat_tf/sweeps/revision.py": "a sweep's revision.json",
     "fbat_tf/sweeps/tuning.py": "a sweep's tuning.json (its picks)",
     "export/client.py": "TF-Serving's HTTP responses",
+    "export/robustbench.py": "the RobustBench entry already beside a model (RobustBench's format)",
+    "fbat_tf/rescore.py": "an older evaluation's file, re-scored as JSON to keep what it holds",
     "sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",
     "bench/records/deploy_demo.py": "its own deploy_demo.json, to rewrite its table",

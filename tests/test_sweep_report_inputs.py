@@ -152,6 +152,13 @@ def _full_open(path, mode="r", *args, **kwargs):
     f = _open(path, mode, *args, **kwargs)
     return _Full(f) if "w" in mode and str(path).endswith(".tmp") else f
 builtins.open = _full_open
+import os
+_fdopen = os.fdopen
+def _full_fdopen(fd, mode="r", *args, **kwargs):
+    # A file the project opens itself (records.files.open_own: os.open, then os.fdopen).
+    f = _fdopen(fd, mode, *args, **kwargs)
+    return _Full(f) if any(m in mode for m in "wxa") else f
+os.fdopen = _full_fdopen
 """
 
 

@@ -214,15 +214,6 @@ class EvaluationResult(_Attacked):
                     f"outcomes[{key!r}] has {right} of {len(held)} examples right "
                     f"({right / len(held)!r}), but its recorded accuracy is {accuracy!r}"
                 )
-        if self.scored_by == STANDARD:
-            clean = self.outcome("clean")
-            for key in self.outcomes:
-                wrong_clean = int(np.sum(self.outcome(key) & ~clean))
-                if wrong_clean:
-                    raise ValueError(
-                        f"outcomes[{key!r}] count {wrong_clean} examples robust that the clean "
-                        f"pass got wrong, which robust_definition {STANDARD!r} does not allow"
-                    )
         start = 0
         for b, batch in enumerate(self.per_batch):
             stop = start + batch.examples
@@ -240,6 +231,15 @@ class EvaluationResult(_Attacked):
             start = stop
         if self.per_batch and start != self.examples:
             raise ValueError(f"per_batch holds {start} examples, not {self.examples}")
+        if self.scored_by == STANDARD:
+            clean = self.outcome("clean")
+            for key in self.outcomes:
+                wrong_clean = int(np.sum(self.outcome(key) & ~clean))
+                if wrong_clean:
+                    raise ValueError(
+                        f"outcomes[{key!r}] count {wrong_clean} examples robust that the clean "
+                        f"pass got wrong, which robust_definition {STANDARD!r} does not allow"
+                    )
 
     def describe(
         self,
