@@ -238,6 +238,7 @@ def _robust_counts(
     x: tf.Tensor,
     y: tf.Tensor,
     positions: tf.Tensor,
+    clean: tf.Tensor,
 ) -> dict[str, tf.Tensor]:
     """`attack` on this replica's shards of the global batches in `index`, [(batch b, shard
     size per local replica)], given joined: the robust count of each batch, and an ensemble's
@@ -271,12 +272,10 @@ def _robust_counts(
         raise NonFiniteError(
             f"{nonfinite} adversarial examples give non-finite logits (NaN or infinite)", nonfinite
         )
-    # Robust: right at the attack's point and on the clean input (robust_hits).
+    # Robust: right at the attack's point and on the clean input, the clean pass's `clean`
+    # (robust_hits).
     rows = [slice(i * size, (i + 1) * size) for i in range(len(logits))]
-    hits = [
-        robust_hits(classifier(x[r], training=False), v, y[r])
-        for r, v in zip(rows, logits, strict=True)
-    ]
+    hits = [robust_hits(clean[r], v, y[r]) for r, v in zip(rows, logits, strict=True)]
     hits = tf.concat(hits, 0) if hits else tf.zeros([0])
     robust = tf.math.segment_sum(hits, tf.repeat(tf.range(len(shards)), shards))
     counts = {"robust": tf.pad(robust, [[0, len(shards) - robust.shape[0]]])}  # empty last shards
@@ -350,12 +349,12 @@ def evaluate(
     """
     strategy = strategy or tf.distribute.get_strategy()
     check_distributable(strategy)
-    classifiers.check_data(classifier, dataset)  # logits, and labels that are class indices
     every = Tally(attacks)
     problem = None
-    if any(getattr(attack, "needs_gradients", True) for attack in attacks.values()):
-        first = next(iter(dataset.take(1)), None)
-        if first is not None:
+    first = next(iter(dataset.take(1)), None)  # read once for both checks
+    if first is not None:
+        classifiers.check_data(classifier, first[0], first[1])  # logits, class-index labels
+        if any(getattr(attack, "needs_gradients", True) for attack in attacks.values()):
             problem = gradient_problem(classifier, first[0], first[1])
     attacks, not_applicable = applicable(attacks, problem, lambda name: every.named(name).key)
     batches = int(dataset.cardinality())
@@ -390,7 +389,7 @@ def evaluate(
         here = strategy.run(functools.partial(placed, span), args=(positions, {"clean": hits}))
         tally.add_outcomes(span[0], placed_outcomes(span, _reduced(strategy, here)))
         for name, pool in pools.items():
-            pool.add(batch, (x, y, positions), strategy)
+            pool.add(batch, (x, y, positions, hits), strategy)
             if pool.full():
                 run(name)
         if bar is not None:

@@ -5,7 +5,7 @@ example, computed in at least float32 whatever the model's compute dtype (16-bit
 cast first, DESIGN.md §2):
 
     ce = cross_entropy(model(x, training=False), y)        # [batch]
-    robust = robust_hits(model(x), model(x_adv), y)         # right clean and attacked
+    robust = robust_hits(correct(model(x), y), model(x_adv), y)   # right clean and attacked
     margin = dlr(logits, y)                                 # Croce & Hein (2020), APGD-DLR
     targeted = dlr_targeted(logits, y, targets)             # their targeted variant
     aligned = cosine_per_example(grad_a, grad_b)            # GradAlign's per-example cosine
@@ -49,14 +49,15 @@ def correct(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32)
 
 
-def robust_hits(clean_logits: tf.Tensor, adversarial_logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+def robust_hits(clean_right: tf.Tensor, adversarial_logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
     """1.0 where an example is robust, else 0.0 (float32, per example): classified correctly
-    both clean and at the attack's point. δ = 0 lies in every threat model, so an example the
-    model gets wrong clean is not robust whatever an attack returns for it (the definition of
-    Madry et al., AutoAttack and RobustBench). Every robust count of an evaluation
-    (evaluation.evaluate: each attack's, a user's own, a replayed or transferred attack's,
-    training-time validation's) and of the source a file is re-checked against is made here."""
-    return correct(clean_logits, y) * correct(adversarial_logits, y)
+    both clean (`clean_right`: `correct` of its clean logits) and at the attack's point. δ = 0
+    lies in every threat model, so an example the model gets wrong clean is not robust whatever
+    an attack returns for it (the definition of Madry et al., AutoAttack and RobustBench).
+    Every robust count of an evaluation (evaluation.evaluate: each attack's, a user's own, a
+    replayed or transferred attack's, training-time validation's) and of the source a file is
+    re-checked against is made here."""
+    return tf.cast(clean_right, tf.float32) * correct(adversarial_logits, y)
 
 
 def _check_num_classes(logits: tf.Tensor, minimum: int, loss: str) -> int:

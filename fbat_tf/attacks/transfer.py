@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import catalog
 from fbat_tf.attacks.base import Attack, Breakdown
-from fbat_tf.attacks.losses import robust_hits
+from fbat_tf.attacks.losses import correct, robust_hits
 from fbat_tf.attacks.pgd import PGD
 
 
@@ -70,7 +70,7 @@ class ReplayedAttack(TransferAttack):
         target = np.argmax(np.asarray(model(x_adv, training=False)), -1)
         self.agreement.append(source == target)
         clean = self.source(x, training=False)
-        self.source_right.append(np.asarray(robust_hits(clean, source_logits, y)) > 0.5)
+        self.source_right.append(np.asarray(robust_hits(correct(clean, y), source_logits, y)) > 0.5)
         return x_adv, {}
 
 
