@@ -131,6 +131,12 @@ def definition_file(directory, check, grid=None, **extra) -> str:
         ({"of": "autoattack", "attack": STRONG}, "masking_check.threshold"),
         ({**CHECK, "attack": "square"}, "masking_check.attack: give an object"),
         ({**CHECK, "attack": {**STRONG, "examples": 1000}}, "masking_check.attack.examples"),
+        ({**CHECK, "attack": {**STRONG, "examples": 21}}, "first 20 or fewer of them; got 21"),
+        ({**CHECK, "attack": {**STRONG, "examples": 0}}, "masking_check.attack.examples"),
+        ({**CHECK, "attack": {**STRONG, "examples": True}}, "masking_check.attack.examples"),
+        ({**CHECK, "attack": {**STRONG, "examples": 10.0}}, "masking_check.attack.examples"),
+        ({**CHECK, "on": "always"}, "masking_check.on: give one of ['triggered', 'every cell']"),
+        ({**CHECK, "on": True}, "masking_check.on"),
         ({**CHECK, "attack": {**STRONG, "eps": [16]}}, "masking_check.attack: unknown keys"),
         ({**CHECK, "attack": {"attack": "squares"}}, "masking_check.attack: unknown attack"),
         (
@@ -272,6 +278,125 @@ def test_the_check_is_required_only_where_the_finished_autoattack_triggers_it(tm
         "source": os.path.join(cell_dir, "eval-autoattack.json"),
         "state": "not triggered",
     }
+
+
+def write_check(cell: str, eps: float, outcomes: str, clean: str) -> None:
+    """The stronger attack's result on the first len(outcomes) test points, as evaluate.py
+    --n_examples=N saves it."""
+    n = len(outcomes)
+    EvaluationResult(
+        n,
+        clean.count("1") / n,
+        robust=[AttackResult("square", eps, outcomes.count("1") / n, 10.0, {})],
+        code=CODE,
+        outcomes={"clean": clean, f"square@{eps:g}": outcomes},
+    ).save(os.path.join(cell, "eval-masking.json"))
+
+
+EVERY_CELL = {**CHECK, "on": "every cell", "attack": {**STRONG, "examples": 10}}
+
+
+def test_on_every_cell_the_check_runs_on_the_first_points_whatever_autoattack_showed(tmp_path):
+    definition = sweeps.load_definition(definition_file(tmp_path, EVERY_CELL))
+    assert (definition.masking_check.on, definition.masking_check.evaluation.examples) == (
+        "every cell",
+        10,
+    )
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    code = revision.Pinned(tree=ROOT, revision=None)
+    # AutoAttack's Square removed nothing (no trigger), and the check is due all the same.
+    robust = "1" * 10 + "0" * 10
+    found = {**parts(0.50), "apgd-t": 0.50, "fab-t": 0.50}
+    write_evaluation(
+        cell_dir,
+        "eval-autoattack.json",
+        "autoattack",
+        16,
+        0.50,
+        parts=found,
+        outcomes={"clean": CLEAN, "autoattack": robust},
+    )
+    assert sweeps.cell_state(cell_dir, definition) == "check pending"
+    assert sweeps.missing_budgets(definition, cell, cell_dir) == {"masking": [16.0]}
+    (step,) = scheduler.plan(definition, cell, out, code)
+    assert step.part == "masking" and "--n_examples=10" in step.command
+
+    # Square-10000 broke 2 of the first 10 points AutoAttack left robust: by hand, 8 of 20
+    # survive both (the last 10 as AutoAttack left them), and black-box attacks broke
+    # 0 (Square's gap in AutoAttack) + 100 * 2/10 = 20 points beyond the white-box parts.
+    write_check(cell_dir, 16, "1111111100", CLEAN[:10])
+    assert sweeps.cell_state(cell_dir, definition) == "done"
+    record = sweeps.cell_record(definition, cell, out)
+    entry = record.masking_check[16.0]
+    assert (entry.state, entry.triggered, entry.combined_by) == ("checked", False, "per point")
+    assert entry.combined == pytest.approx(8 / 20) and entry.checked_examples == 10
+    assert entry.residual == pytest.approx(20.0) and entry.masked is True
+    assert entry.combined_outcomes == "1111111100" + "0" * 10
+    assert record.evaluation("autoattack").robust_accuracy == {16.0: pytest.approx(0.40)}
+    assert masking.footnote(record, 16.0, entry).endswith(
+        "(Square-10000×5 on the first 10 points alone 80.0; Square removed 0.0 points after the "
+        "white-box parts; black-box attacks broke 20.0 points beyond them, masked §)"
+    )
+    table = sweeps.markdown(sweeps.collect(definition, out))
+    assert f"| fastbat {masking.MARK} {masking.MASKED_MARK} |" in table.replace("  ", " ")
+
+
+@pytest.mark.parametrize(
+    ("threshold", "broke", "masked"),
+    [
+        (15.0, 1, False),
+        (14.999, 1, True),
+        (25.0, 2, False),
+        (24.9, 2, True),
+        (5.0, 0, False),
+        (4.9, 0, True),
+    ],
+)
+def test_masked_is_more_than_the_threshold_with_squares_gap_counted_exactly(
+    tmp_path, threshold, broke, masked
+):
+    """AutoAttack's Square broke 1 of 20 points (5 points), the check `broke` of the first 10
+    AutoAttack left robust (10 points each): masked only beyond the threshold, exactly."""
+    check = {**EVERY_CELL, "threshold": threshold}
+    definition = sweeps.load_definition(definition_file(tmp_path, check))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    found = {**parts(0.50), "apgd-t": 0.55, "fab-t": 0.55}
+    outcomes = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
+    write_evaluation(
+        cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=outcomes
+    )
+    write_check(cell_dir, 16, "1" * (10 - broke) + "0" * broke, CLEAN[:10])
+    entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]
+    assert entry.residual == pytest.approx(5.0 + 10.0 * broke)
+    assert entry.masked is masked
+    assert entry.combined == pytest.approx((10 - broke) / 20)
+    assert masking.residual(
+        masking._Found(0.5, "a", 20, outcomes["autoattack"], CLEAN, found, None),
+        masking._Found(0.8, "b", 10, "1" * (10 - broke) + "0" * broke, CLEAN[:10], {}, None),
+        Fraction(5),
+        masking.PER_POINT,
+    ) == Fraction(5 + 10 * broke)
+
+
+def test_a_check_of_other_points_is_not_combined_point_by_point(tmp_path):
+    definition = sweeps.load_definition(definition_file(tmp_path, EVERY_CELL))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    found = {**parts(0.50), "apgd-t": 0.50, "fab-t": 0.50}
+    outcomes = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
+    write_evaluation(
+        cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=outcomes
+    )
+    # Its clean outcomes are not those of AutoAttack's first 10 points: other test points.
+    write_check(cell_dir, 16, "0111111100", "0" + "1" * 9)
+    entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]
+    assert entry.combined_by.startswith("the lower of the two accuracies: the files' clean")
+    assert entry.combined == pytest.approx(0.5) and entry.combined_outcomes is None
 
 
 def test_a_cell_runs_its_check_after_the_autoattack_that_triggers_it(tmp_path, monkeypatch):
@@ -465,26 +590,36 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     table = open(paths["markdown"]).read()
     rows = {line.split(" | ")[0]: line for line in table.splitlines() if "| 16 | 2/2 |" in line}
     # The main table: fastbat's mean is of 35 and 45, its label marked; the others are not.
-    assert "| 40.0 ± 7.1 |" in rows["| fastbat ‡"]
+    # fastbat seed 0 is masked too: black-box attacks broke 5 points after the white-box parts
+    # inside AutoAttack and the stronger Square 1 of AutoAttack's 8 (5 more): 10 > 1.
+    assert "| 40.0 ± 7.1 |" in rows["| fastbat ‡ §"]
     assert "| fastat" in rows and "| pgd" in rows
     assert (
         "masking check: where Square, run last in AutoAttack, removed more than 1 point beyond"
         in (table)
     )
     assert (
-        "- fastbat-eps16-seed0 at ε = 16: AutoAttack 40.0 → 35.0 (Square-10000×5 alone 45.0; "
-        "Square removed 5.0 points after the white-box parts)"
+        "- fastbat-eps16-seed0 at ε = 16: AutoAttack 40.0 → 35.0 (Square-10000×5 on the first "
+        "20 points alone 45.0; Square removed 5.0 points after the white-box parts; black-box "
+        "attacks broke 10.0 points beyond them, masked §)"
     ) in table
+    assert checked["residual"] == pytest.approx(10.0) and checked["masked"] is True
     assert "not yet run (their AutoAttack numbers stand until it does): pgd-eps16-seed1" in table
 
     # Paired comparisons: the checked number enters fastbat − fastat, marked; pgd − fastat not.
     listed = {(p["a"], p["b"]): p for p in json.load(open(paths["json"]))["paired_comparisons"]}
     assert listed["fastbat", "fastat"]["differences"] == pytest.approx([5.0, 20.0])
     # Only one cell kept per-point outcomes: the comparisons are over the seeds alone, said so.
-    assert listed["fastbat", "fastat"]["marks"] == ["masking check ‡", "seeds only"]
+    assert listed["fastbat", "fastat"]["marks"] == [
+        "masking check ‡",
+        "masked §: fastbat in 1 of 2 runs",
+        "seeds only",
+    ]
     assert listed["pgd", "fastat"]["marks"] == ["seeds only"]
     compared = [line for line in table.splitlines() if line.startswith("| 16 | fastbat | fastat")]
-    assert len(compared) == 1 and compared[0].endswith("| masking check ‡, seeds only |")
+    assert len(compared) == 1 and compared[0].endswith(
+        "| masking check ‡, masked §: fastbat in 1 of 2 runs, seeds only |"
+    )
     assert [line for line in table.splitlines() if line.startswith("| 16 | pgd | fastat")][
         0
     ].endswith("| seeds only |")
@@ -492,13 +627,18 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     # Cost rows: fastbat's own number is checked, and every other row is compared with it.
     rows = {r["key"]: r for r in costs.cost_rows(report)[16.0]}
     assert rows["fastbat"]["robust"] == pytest.approx(0.40) and rows["fastbat"]["most_robust"]
-    assert rows["fastbat"]["marks"] == ["masking check ‡"] and rows["pgd"]["marks"] == []
-    assert rows["pgd"]["versus_best"]["marks"] == ["masking check ‡", "seeds only"]
+    assert rows["fastbat"]["marks"] == ["masking check ‡", "masked §: fastbat in 1 of 2 runs"]
+    assert rows["pgd"]["marks"] == []
+    assert rows["pgd"]["versus_best"]["marks"] == [
+        "masking check ‡",
+        "masked §: fastbat in 1 of 2 runs",
+        "seeds only",
+    ]
     section = table.split("## Robustness against cost")[1].split("## Paired comparisons")[0]
     priced = [line for line in section.splitlines() if line.startswith("| 16 |")]
     assert len(priced) == 3 and all("masking check ‡" in line for line in priced), priced
-    assert "most robust (masking check ‡)" in table
-    assert "most robust fastbat ‡ (40.0%" in table
+    assert "most robust (masking check ‡, masked §: fastbat in 1 of 2 runs)" in table
+    assert "most robust fastbat ‡ § (40.0%" in table
     assert cells["fastat-eps16-seed0"].evaluation("autoattack").checked == ()
 
 

@@ -240,6 +240,12 @@ class MaskingEntry:
     code: dict[str, Any] | None = None
     # The points that survived both attacks, where both files held per-point outcomes.
     combined_outcomes: str | None = None
+    # What black-box attacks broke beyond the white-box parts (points), whether that is more
+    # than the threshold (the cell masked at that ε; None where it cannot be told), and on how
+    # many of the points the stronger attack ran.
+    residual: float | None = None
+    masked: bool | None = None
+    checked_examples: int | None = None
 
     @classmethod
     def from_dict(cls, payload: Any) -> MaskingEntry:
@@ -252,7 +258,11 @@ class MaskingEntry:
         }
         if state not in more:
             raise ValueError(f"masking_check entry {payload!r} has no state of {list(more)}")
-        optional = ("combined_outcomes",) if state == CHECKED else ()
+        optional = (
+            ("combined_outcomes", "residual", "masked", "checked_examples")
+            if state == CHECKED
+            else ()
+        )
         return cls(**_parts(payload, (*head, *more[state]), "masking_check entry", optional))
 
     def to_dict(self) -> dict[str, Any]:
@@ -270,6 +280,9 @@ class MaskingEntry:
             return {**payload, "state": self.state, "strong": None, "combined": None}
         if self.combined_outcomes is not None:
             payload["combined_outcomes"] = self.combined_outcomes
+        for key in ("residual", "masked", "checked_examples"):
+            if getattr(self, key) is not None:
+                payload[key] = getattr(self, key)
         return {
             **payload,
             "state": self.state,

@@ -77,7 +77,8 @@ def _pair_marks(
 ) -> list[str]:
     """What weakens or qualifies a paired comparison: its cells ran different revisions or
     uncommitted code, or two runs of one seed started from different weights or data (their
-    fingerprints); a cell's number that is the masking check's (sweeps/masking.py); and runs
+    fingerprints); a cell's number that is the masking check's (sweeps/masking.py), and cells
+    the check found masked, by side; and runs
     of either side that diverged, whose seeds the comparison leaves out (it speaks only of the
     runs that trained, or of none)."""
     cells_a, cells_b = ({c.seed: c for c in cells} for cells in (a, b))
@@ -93,6 +94,9 @@ def _pair_marks(
         marks.append("not paired")
     if readings.checked(cells, report, name):
         marks.append(readings.CHECKED)
+    masked = readings.masked_words(cells)
+    if masked:
+        marks.append(masked)
     for side in (a, b):
         trained = [cell for cell in side if cell.train is not None]
         diverged = [cell for cell in trained if cell.state == "diverged"]

@@ -126,6 +126,28 @@ def check_mark(
 CHECKED = f"masking check {masking.MARK}"
 
 
+def masked(cells: Sequence[CellResult], eps: float | None = None) -> list[CellResult]:
+    """The cells the masking check found masked at ε (default: each cell's own): black-box
+    attacks broke more than its threshold of points the white-box parts left robust."""
+    found = []
+    for cell in cells:
+        entry = (cell.masking_check or {}).get(cell.eps if eps is None else eps)
+        if entry is not None and entry.masked:
+            found.append(cell)
+    return found
+
+
+def masked_words(cells: Sequence[CellResult], eps: float | None = None) -> str | None:
+    """ "masked §: fastat in 3 of 5 runs, pgd in 1 of 5" for the cells' variants, or None."""
+    parts = []
+    for variant in dict.fromkeys(cell.variant for cell in cells):
+        mine = [cell for cell in cells if cell.variant == variant]
+        hit = masked(mine, eps)
+        if hit:
+            parts.append(f"{variant} in {len(hit)} of {len(mine)} runs")
+    return f"masked {masking.MASKED_MARK}: {', '.join(parts)}" if parts else None
+
+
 def clean(cells: Sequence[CellResult], report: dict[str, Any]) -> list[float]:
     """Clean accuracy from the cells' first evaluation (the one with the most examples when
     the definition says so first)."""

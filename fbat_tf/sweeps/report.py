@@ -173,6 +173,7 @@ def markdown(report: dict[str, Any]) -> str:
         checked = any(readings.checked(done, report, e["name"]) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
+        label += f" {masking.MASKED_MARK}" if readings.masked(done) else ""
         clean = readings.percent(readings.clean(done, report))
         seconds = readings.number(readings.trained(cells, lambda train: train.seconds_per_epoch))
         lines.append(
