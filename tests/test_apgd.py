@@ -253,6 +253,7 @@ def trained_net():
     return model, x, y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["ce", "dlr", "dlr_targeted"])
 def test_every_apgd_point_lies_in_C(trained_net, loss):
     model, x, y = trained_net
@@ -264,6 +265,7 @@ def test_every_apgd_point_lies_in_C(trained_net, loss):
     assert x_adv.min() >= 0.0 and x_adv.max() <= 1.0
 
 
+@pytest.mark.slow
 def test_apgd_is_at_least_as_strong_as_pgd_with_the_same_budget(trained_net):
     model, x, y = trained_net
     eps, steps = 3 / 255, 10

@@ -44,6 +44,7 @@ TOY_LINE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_toy_attack_with_one_option_runs_in_a_sweep_and_through_evaluate_py(tmp_path):
     """In a copy of the project with the toy's module and its registry line, a sweep definition

@@ -232,6 +232,7 @@ def test_check_in_ball_rejects_nan_and_infinite_points():
             check_in_ball(x_adv, x, EPS)
 
 
+@pytest.mark.slow
 def test_each_attack_traces_its_graph_once_for_every_batch_size():
     # The last batch and a restart's survivors come in other sizes than the first batch: each
     # would cost a second trace of the attack's graph.
@@ -329,6 +330,7 @@ def test_under_xla_an_attack_s_subsets_are_padded_to_a_few_sizes():
     assert compiled.padded(model, x, tf.range(0)).shape == [0]
 
 
+@pytest.mark.slow
 def test_fab_and_square_compile_on_a_cpu_only_for_a_model_without_convolutions():
     # XLA's CPU convolutions are far slower than TensorFlow's oneDNN kernels, while it fuses
     # the attacks' element-wise work: the attacks' own choice (jit_compile=None) follows that.

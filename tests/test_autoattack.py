@@ -295,6 +295,7 @@ def test_standard_version_runs_the_reference_order(standard_model):
     assert robust["square"].mean() <= 0.05
 
 
+@pytest.mark.slow
 def test_standard_version_runs_each_attack_on_what_the_previous_ones_left(standard_model):
     # A budget small enough that every attack leaves survivors for the next one; each attack is
     # watched: it must be called, in the reference order, on exactly the examples still robust.

@@ -37,6 +37,7 @@ def _first_difference(written: bytes, committed: bytes) -> str:
     return f"lengths {len(written)} != {len(committed)} bytes"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FINISHED)
 def test_committed_report_is_rewritten_byte_for_byte(tmp_path, name):
     committed = os.path.join(ROOT, "results", name)

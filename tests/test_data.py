@@ -188,6 +188,7 @@ def test_each_augmentation_the_registry_names_is_a_function_of_augment():
         assert callable(getattr(augment, augmentation)), augmentation
 
 
+@pytest.mark.slow
 def test_fashion_mnist_splits_match_independent_decoding(fashion):
     train_images, train_labels = fashion["train"]
     test_images, test_labels = fashion["test"]
@@ -217,6 +218,7 @@ def test_fashion_mnist_max_examples_keeps_the_first_examples_of_the_split(fashio
     np.testing.assert_array_equal(y, fashion["test"][1][:100])
 
 
+@pytest.mark.slow
 def test_fashion_mnist_training_defaults_shuffle_and_drop_the_remainder(fashion):
     train_images, train_labels = fashion["train"]
     ds = data.load("fashion_mnist", "train", batch_size=1000, seed=1, download=False)
@@ -232,6 +234,7 @@ def test_fashion_mnist_training_defaults_shuffle_and_drop_the_remainder(fashion)
     assert ds.cardinality().numpy() == 2  # 3000 // 1024: the partial batch is dropped
 
 
+@pytest.mark.slow
 def test_fashion_mnist_mean_and_std_match_the_registry(fashion):
     pixels = fashion["train"][0].astype(np.float64) / 255.0
     meta = data.info("fashion_mnist")
@@ -366,6 +369,7 @@ def test_local_cifar10_folder_and_tarball(tmp_path, write):
         np.testing.assert_array_equal(y, test_labels)
 
 
+@pytest.mark.slow
 @WRITERS
 def test_local_cifar100_uses_fine_labels(tmp_path, write):
     rng = np.random.default_rng(1)
@@ -654,6 +658,7 @@ def mocked_tfds():
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name,tfds_name,classes",
     [("cifar10", "cifar10", 10), ("cifar100", "cifar100", 100), ("svhn", "svhn_cropped", 10)],
@@ -678,6 +683,7 @@ def test_mocked_tfds_small_datasets(mocked_tfds, tmp_path, name, tfds_name, clas
     assert len(x) == 2
 
 
+@pytest.mark.slow
 def test_mocked_tfds_imagenet(mocked_tfds, tmp_path):
     data_dir = str(tmp_path)
     assert "mock_data" in data.check_available("imagenet", data_dir, download=False)
@@ -760,6 +766,7 @@ def dummy_mnist_tfds():
         yield
 
 
+@pytest.mark.slow
 def test_tfds_download_then_prepared_data(tmp_path, dummy_mnist_tfds):
     """The non-mocked TFDS branches, offline: TFDS's DummyMnist "downloads" by generating data.
 
@@ -905,6 +912,7 @@ def test_imagenet_crops_on_a_coordinate_image():
     assert seen_flips == {False, True}
 
 
+@pytest.mark.slow
 def test_pipeline_augmentation_and_shuffle_follow_the_seed(tmp_path):
     make_cifar10(str(tmp_path), per_batch=8)  # 40 training images, 36 in "train"
 

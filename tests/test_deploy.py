@@ -63,7 +63,7 @@ def _one_line_error(done: subprocess.CompletedProcess, *said: str) -> str:
 
 # The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
 # (--dist loadgroup, pyproject.toml).
-pytestmark = pytest.mark.xdist_group("deploy")
+pytestmark = [pytest.mark.xdist_group("deploy"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,7 @@ def _result(script: str, *args: str) -> list[str]:
     return lines[-1].split()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fastbat", "elle"])
 def test_mirrored_step_equals_single_device_step(method):
     _, one, two, error, _ = _result(SCRIPT, method)
@@ -181,6 +182,7 @@ print("RESULT", seeds[0].tolist() != seeds[1].tolist(), error, other)
 """
 
 
+@pytest.mark.slow
 def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
     _, differ, error, other = _result(REPLICA_NOISE_SCRIPT)
     assert differ == "True"
@@ -188,6 +190,7 @@ def test_each_replica_draws_its_own_noise_and_the_step_matches_one_device():
     assert float(other) > 1e-4  # the noise matters to the step
 
 
+@pytest.mark.slow
 def test_a_non_chief_worker_trains_without_writing_into_the_workdir(tmp_path, monkeypatch):
     """train() on a worker that is not the chief (the chief test patched to say so) resumes
     from the chief's checkpoint in the workdir, runs the rest of the run, callbacks included,
@@ -277,6 +280,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_two_worker_processes_take_the_steps_of_one_process():
     """MultiWorkerMirroredStrategy across two processes on 127.0.0.1 (TF_CONFIG), two steps of
     Fast-AT with real noise: both workers end with the weights one process computes from the

@@ -31,6 +31,7 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(tmp_path):
     workdir = tmp_path / "run"
@@ -86,6 +87,7 @@ def test_a_refused_cifar_batch_through_train_py_is_one_line_and_leaves_no_run(tm
     assert not workdir.exists() and not (tmp_path / "RAN").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
     source = os.path.join(
         ROOT, "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
@@ -140,6 +142,7 @@ def test_a_keras_file_nested_past_reason_is_refused_in_one_line(tmp_path):
     assert "nests" in line
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path):
     """A run killed mid-epoch whose last checkpoint was cut short (a full disk): the resume
@@ -162,6 +165,7 @@ def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path):
     assert json.loads(results.read_text()) == record
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path):
     import gzip
@@ -193,6 +197,7 @@ def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path)
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_a_keras_file_naming_a_function_keras_will_not_rebuild_is_one_line(tmp_path):
     """A Dense layer whose activation names os.system: Keras refuses to rebuild it; evaluate.py
     says so in one line naming the file, and nothing runs."""
@@ -273,6 +278,7 @@ def test_a_mistyped_record_is_one_line_naming_it_in_evaluate_and_export(tmp_path
     assert not (run_dir / "export").exists()
 
 
+@pytest.mark.slow
 def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
     """Evaluating an export whose model card is cut short or holds a number for the dataset's
     name: JSON's message, or "unknown dataset 5", naming no file."""

@@ -43,6 +43,7 @@ def run_evaluate(*args: str) -> subprocess.CompletedProcess:
 ATTACK = ["--attacks=pgd", "--pgd_steps=2", "--pgd_restarts=1", "--n_examples=32", "--eps=8"]
 
 
+@pytest.mark.slow
 def test_dataset_flag_names_the_data_of_a_keras_file(tmp_path):
     path = str(tmp_path / "model.keras")
     small_model(None).save(path)
@@ -55,6 +56,7 @@ def test_dataset_flag_names_the_data_of_a_keras_file(tmp_path):
     assert evaluated["dataset"] == "fashion_mnist" and evaluated["examples"] == 32
 
 
+@pytest.mark.slow
 def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path):
     path = str(tmp_path / "softmax.keras")
     small_model("softmax").save(path)
@@ -68,6 +70,7 @@ def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path)
     assert not results.exists()
 
 
+@pytest.mark.slow
 def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
@@ -126,6 +129,7 @@ def test_check_logits_refuses_softmax_outputs():
         check_logits(small_model("softmax"), x)
 
 
+@pytest.mark.slow
 def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     # Batches of 16 and 14: AutoAttack is given both at once, and says so as each part runs.
     from fbat_tf import data
@@ -199,6 +203,7 @@ def nan_above(threshold_pixel: float = 0.5, shape=(28, 28, 1), pixel: int = CENT
     return model, scale
 
 
+@pytest.mark.slow
 def test_evaluate_py_refuses_a_model_with_non_finite_logits_and_says_how_many(tmp_path):
     from fbat_tf import data
 
@@ -302,6 +307,7 @@ def test_a_finished_evaluation_that_cannot_be_written_is_kept_elsewhere(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["e.json"]
 
 
+@pytest.mark.slow
 def test_long_work_is_announced_with_an_estimate_before_it_starts(tmp_path):
     """AutoAttack on 1,000 images: before the first attack evaluate.py says how long it may
     take, from the attacks' passes and a pass timed here (the run is stopped there)."""
@@ -350,6 +356,7 @@ def test_a_model_path_that_is_no_model_suggests_the_one_that_would_work(tmp_path
         assert f"did you mean {meant}" in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
     """Without TF_CPP_MIN_LOG_LEVEL in the environment, as a user types it: TensorFlow's INFO
     lines after start-up (a graph optimizer's "Starting new session", the GPUs it counted)
@@ -369,6 +376,7 @@ def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
     assert not re.search(r"^I\d{4} ", done.stderr, re.MULTILINE), done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_path):
     """The plot is written after the results: where it fails (a full disk, here a folder in its
     place) the message said to run the same command again, which the saved results refuse."""

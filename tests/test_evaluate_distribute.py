@@ -165,6 +165,7 @@ def _result(process: subprocess.Popen) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+@pytest.mark.slow
 def test_mirrored_evaluation_counts_what_one_device_counts():
     """PGD and a short AutoAttack (APGD-CE, APGD-T) on 10 examples: batches of 4 split 2 + 2
     (the last 1 + 1), batches of 3 split 2 + 1 (the last 1 + an empty shard); the attacked
@@ -231,6 +232,7 @@ runpy.run_path("evaluate.py", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path):
     """evaluate.py end to end on a .keras model (folded weights, PGD and APGD-CE at two ε):

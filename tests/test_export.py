@@ -263,7 +263,7 @@ def _banded_images(rng: np.random.Generator, count: int, bands: int = 6):
 
 # The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
 # (--dist loadgroup, pyproject.toml).
-pytestmark = pytest.mark.xdist_group("export")
+pytestmark = [pytest.mark.xdist_group("export"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -206,6 +206,7 @@ def test_fab_checks_its_arguments():
         FAB(0.1, alpha_max=2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restarts", [1, 2])
 def test_fab_under_xla_finds_the_plain_graph_s_points_up_to_rounding(restarts):
     # FAB-T compiles with XLA by default; its restarts' random starts are drawn outside the

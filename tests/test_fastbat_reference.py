@@ -268,6 +268,7 @@ def test_first_order_fast_bat_is_the_reference_without_the_implicit_term(case, l
     assert ratio > 0.02, ratio
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("autodiff", AUTODIFF)
 @pytest.mark.parametrize("case", ["dense", "conv"])
 def test_xla_step_matches_reference_and_keeps_the_implicit_term(case, autodiff):

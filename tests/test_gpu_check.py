@@ -8,9 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
     output = tmp_path / "gpu_check.json"
     done = subprocess.run(

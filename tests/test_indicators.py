@@ -121,6 +121,7 @@ def counts(found: Indicators, name: str) -> dict[str, int | None]:
 # --- the gradient-free model: not applicable, Square runs -------------------------------------
 
 
+@pytest.mark.slow
 def test_a_model_without_input_gradients_is_evaluated_by_square_alone(mlp, split):
     model = rounded(mlp)
     attacks = evaluation.registry_attacks(
@@ -171,6 +172,7 @@ def test_unavailable_gradients(mlp, points):
     assert not ind.unavailable_gradients(mlp, x, y, EPS, "l2", seed).any()
 
 
+@pytest.mark.slow
 def test_unstable_predictions(mlp, points):
     x, y = points
     noisy = behind(Noisy(), mlp)
@@ -183,6 +185,7 @@ def test_unstable_predictions(mlp, points):
     assert not ind.randomized(mlp, x, y).any()
 
 
+@pytest.mark.slow
 def test_incomplete_optimization(mlp, points):
     x, y = points
     # Three steps leave the loss rising on the points they leave robust; fifty do not.
@@ -198,6 +201,7 @@ def test_incomplete_is_pintors_rule():
     assert ind.incomplete(np.zeros((5, 1))).tolist() == [False]
 
 
+@pytest.mark.slow
 def test_silent_success(mlp, points):
     x, y = points
     forgetful = {("forgetful", EPS): Forgetful(EPS)}
@@ -206,6 +210,7 @@ def test_silent_success(mlp, points):
     assert counts(ind.compute(mlp, x, y, pgd(10)), "silent_success") == 0
 
 
+@pytest.mark.slow
 def test_transfer_failure(mlp, points):
     x, y = points
     keras.utils.set_random_seed(0)
@@ -224,6 +229,7 @@ def test_transfer_failure(mlp, points):
     assert counts(ind.compute(mlp, x, y, transfer(mlp)), "transfer_failure") == 0
 
 
+@pytest.mark.slow
 def test_unconstrained_attack_failure(mlp, points):
     x, y = points
     # Without a bound PGD breaks every point of the trained MLP; with zero gradients none.
@@ -273,6 +279,7 @@ def test_square_beating_the_white_box_parts_is_the_references_margin():
     assert not ind.square_beats_white_box(result(0.449)).fired  # within 0.002
 
 
+@pytest.mark.slow
 def test_indicators_read_back_and_say_what_fired(mlp, points):
     x, y = points
     found = ind.compute(mlp, x, y, pgd(3), checks=ind.reference_checks(mlp, x, y, pgd(3)))
@@ -286,6 +293,7 @@ def test_indicators_read_back_and_say_what_fired(mlp, points):
     assert not quiet.touched("pgd@l2:1.5")
 
 
+@pytest.mark.slow
 def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path):
     """One run: PGD and AutoAttack's gradient parts not applicable, Square run, the robust
     accuracy from what ran, and the indicator saying why."""

@@ -93,7 +93,7 @@ class Messages(logging.Handler):
 
 # The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
 # (--dist loadgroup, pyproject.toml).
-pytestmark = pytest.mark.xdist_group("keras_hub")
+pytestmark = [pytest.mark.xdist_group("keras_hub"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

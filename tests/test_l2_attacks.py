@@ -310,6 +310,7 @@ def test_fab_l2_restart_starts_at_half_eps_in_the_l2_ball():
 # --- AutoAttack ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_autoattack_l2_custom_parts_stay_in_the_l2_ball_and_break_down_as_for_linf(capsys):
     model, x, y, distances = linear_l2_problem(n=48, seed=5)
     y = y.copy()

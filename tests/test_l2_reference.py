@@ -21,7 +21,7 @@ EXAMPLES = 500
 
 # The module's fixtures are built once for all its tests: pytest-xdist runs them on one worker
 # (--dist loadgroup, pyproject.toml).
-pytestmark = pytest.mark.xdist_group("l2_reference")
+pytestmark = [pytest.mark.xdist_group("l2_reference"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

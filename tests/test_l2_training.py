@@ -84,6 +84,7 @@ L2_TESTED = [a for a in L2_RUN if a not in ("--noeval_autoattack", "--eval_examp
 ]
 
 
+@pytest.mark.slow
 def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm(tmp_path):
     workdir = tmp_path / "l2"
     done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_TESTED, f"--workdir={workdir}")

@@ -658,6 +658,7 @@ def test_a_report_says_where_no_cell_triggered_the_check(tmp_path):
 # evaluate.py with the stronger Square -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_evaluate_py_runs_square_with_its_queries_and_restarts(tmp_path):
     import keras

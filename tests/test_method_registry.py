@@ -50,6 +50,7 @@ TOY_LINE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_toy_method_with_one_option_trains_through_train_py_and_a_sweep(tmp_path):
     """In a copy of the project with the toy's module and its registry line, a sweep definition

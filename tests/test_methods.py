@@ -127,6 +127,7 @@ def _same_noise_everywhere(x, eps, seed):
     return tf.constant(rng.uniform(-eps, eps, x.shape).astype(x.dtype.as_numpy_dtype))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "options"), VARIANTS, ids=IDS)
 def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     monkeypatch.setattr(constraints, "uniform_noise", _same_noise_everywhere)
@@ -156,6 +157,7 @@ POLICY_VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize(
     ("name", "options"),

@@ -239,6 +239,7 @@ def test_small_cnn_is_small():
     assert 100_000 <= trainable_parameter_count(model) <= 300_000
 
 
+@pytest.mark.slow
 def test_small_cnn_second_order_gradient_under_xla_is_what_tensorflow_computes_eagerly():
     # (preact_resnet18 gets the same check, and more, in the finite-difference test below.)
     # The reference: the same model and weights with Keras' max pooling, run eagerly, where
@@ -269,6 +270,7 @@ def test_small_cnn_second_order_gradient_under_xla_is_what_tensorflow_computes_e
 POOLS = [(2, 2, "same"), (3, 2, "same"), (2, 2, "valid"), (3, 2, "valid"), (3, 1, "same")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pool,stride,padding", POOLS)
 def test_max_pooling_is_keras_max_pooling_with_exact_second_derivatives_under_xla(
     pool, stride, padding
@@ -321,6 +323,7 @@ def test_max_pooling_is_keras_max_pooling_with_exact_second_derivatives_under_xl
     np.testing.assert_array_equal(unknown(x), keras_own(x))
 
 
+@pytest.mark.slow
 def test_second_order_gradient_matches_finite_differences():
     # Directional derivative of f(θ) = ⟨∇x Σ CE, v⟩ along a random unit direction u, against a
     # central difference, with batch norm in training mode as the training-time attacks run it.
@@ -370,6 +373,7 @@ def test_mixed_precision_logits_are_float32(mixed_policy):
         assert model(random_pixels((2, *input_shape))).dtype == tf.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mixed_policy", ["mixed_float16", "mixed_bfloat16"], indirect=True)
 def test_second_order_gradient_under_mixed_precision(mixed_policy):
     # small_cnn has max pooling, which stays in float32 under the mixed policies.

@@ -77,6 +77,7 @@ def evaluated():
     return model, x, y, evaluation.evaluate(model, dataset, attacks(), seed=SEED)
 
 
+@pytest.mark.slow
 def test_each_point_has_its_own_outcome_in_dataset_order(evaluated):
     model, x, y, result = evaluated
     assert [b.examples for b in result.per_batch] == [8, 8, 8, 8, 5]
@@ -136,6 +137,7 @@ def test_the_outcomes_agree_with_each_other_and_with_the_accuracies(evaluated):
         assert result.outcome("pgd@8")[here].mean() == batch.robust_accuracy("pgd")
 
 
+@pytest.mark.slow
 def test_the_outcomes_do_not_depend_on_how_the_batches_are_pooled(evaluated, monkeypatch):
     """AutoAttack given each batch on its own (a pool too small for two) attacks other subsets
     with other seeds, but the clean and PGD outcomes are the same strings, and every string is

@@ -24,6 +24,7 @@ def tiny(tmp_path, method: str, seed: int):
     return train(dataclasses.replace(config, max_train_examples=64, steps_per_epoch=1))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_runs_of_one_seed_share_initial_weights_and_data_order_whatever_the_method(tmp_path):
     runs = {

@@ -74,6 +74,7 @@ def data_dir(tmp_path_factory):
     return str(root)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kit", KITS)
 def test_each_paper_kit_runs_end_to_end_offline(kit, data_dir, tmp_path, committed_tree):
     out = tmp_path / kit

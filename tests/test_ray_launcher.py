@@ -139,6 +139,7 @@ def _kill_session(session: int) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(tmp_path, ray_env):
     definition = {
@@ -214,6 +215,7 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
             assert _runs_of(f"{logs}.evaluate.log", "evaluate.py") >= 1, cell
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_failing_cell_is_retried_then_reported_and_a_diverged_one_is_not(tmp_path, ray_env):
     definition = {

@@ -68,6 +68,7 @@ def _run(line: str, variables: dict[str, str], cwd: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("deploy")
 def test_readmes_deploying_commands_work_after_its_first_command(tmp_path):
     for name in LINKED:

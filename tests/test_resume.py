@@ -35,6 +35,7 @@ def _checkpoint_values(workdir: str) -> dict[str, np.ndarray]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 @pytest.mark.parametrize(
     ("method", "epochs", "options", "steps"),

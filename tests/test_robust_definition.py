@@ -75,6 +75,7 @@ def registry_attacks(eps: float, norm: str, source: keras.Model) -> dict:
     return built
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_a_point_wrong_clean_counts_as_not_robust_for_every_attack(norm):
     # Width 1e-4 of the band around 0.5: the clean image of 0.5 is wrong, and any point an

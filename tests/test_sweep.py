@@ -175,6 +175,7 @@ def test_bad_definitions_fail_before_any_run_naming_the_problem(tmp_path):
         assert not (tmp_path / name / "out").exists(), name
 
 
+@pytest.mark.slow
 def test_data_dir_given_to_sweep_py_reaches_every_command_and_dry_run_needs_no_data(
     tmp_path, committed_tree
 ):
@@ -465,6 +466,7 @@ def test_an_l2_sweep_s_report_gives_its_budgets_in_pixels(tmp_path):
 # The paper kit --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_paper_kit_reported_from_committed_results(tmp_path, committed_tree):
     """configs/sweeps/paper_table2.json with one of its cells and a small CNN in place of its
     PreActResNet-18, on CIFAR-10 read through mocked TFDS in every program the sweep starts
@@ -1019,6 +1021,7 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     assert per_step == {"first-order Fast-BAT)": {6}, "Fast-BAT)": {8, 20}}
 
 
+@pytest.mark.slow
 def test_a_diverged_cell_is_reported_as_diverged_and_not_run_again(tmp_path, committed_tree):
     """A cell whose training diverges is a finding, not a failure: the sweep says so and ends
     well, the report shows it diverged with no selected epoch, and a second start runs
@@ -1045,6 +1048,7 @@ def test_a_diverged_cell_is_reported_as_diverged_and_not_run_again(tmp_path, com
     assert not (out / "standard-eps8" / "eval-pgd.json").exists()
 
 
+@pytest.mark.slow
 def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_tree):
     """A data folder whose name holds a space, ';', '$()' and backticks reaches sweep.json's
     commands, the dry-run listing and the scheduler's lines quoted: bash reads each back as
@@ -1090,6 +1094,7 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
     assert not os.path.exists(os.path.join(ROOT, "SEMI"))
 
 
+@pytest.mark.slow
 def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
     tmp_path, committed_tree
 ):

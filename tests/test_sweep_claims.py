@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from fbat_tf.sweeps import claims
 from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, write_definition
 
@@ -93,6 +95,7 @@ def _start(definition: str, out, log, tree: str = ROOT):
     )
 
 
+@pytest.mark.slow
 def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(
     tmp_path, committed_tree
 ):

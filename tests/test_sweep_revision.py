@@ -144,6 +144,7 @@ def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path):
     """Two cells; while the first trains, the working tree's train.py and evaluate.py are
     replaced by programs that fail. Both cells still train and evaluate, from the pinned

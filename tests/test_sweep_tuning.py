@@ -34,6 +34,7 @@ needs_data = pytest.mark.skipif(
 # train.py without its final test --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_run_without_its_final_test_never_builds_the_test_split(tmp_path, monkeypatch):
     """final_test=False: the run trains and validates, records no test numbers, and the data
@@ -718,6 +719,7 @@ def test_a_value_of_the_wrong_type_is_refused_before_any_run_naming_its_cell_and
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_tiny_tuned_sweep_end_to_end(tmp_path, committed_tree):
     """Fashion-MNIST, small_cnn at width 4, one epoch on 256 images: Fast-AT's two learning

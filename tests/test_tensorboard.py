@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 
 import numpy as np
+import pytest
 
 from tests.test_train_cli import ROOT, TINY_RUN
 
@@ -90,6 +91,7 @@ class TensorBoardServer:
         self.process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
     """Three runs, at batch cadences 0 (epochs only), 3 and 100, trained side by side and
     served by one server (as runs every0/tensorboard/train, every3/tensorboard/validation, ...)."""

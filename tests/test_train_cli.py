@@ -67,6 +67,7 @@ def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProc
     return finish(start_train(*args, program=program))
 
 
+@pytest.mark.slow
 def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
     """Each bad command (run side by side) fails, names what is wrong, and writes nothing;
     each but the one that looks for data in TFDS before TensorFlow loads (here it cannot)."""
@@ -131,6 +132,7 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
         assert not (tmp_path / name).exists(), name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     workdir = tmp_path / "run"
@@ -221,6 +223,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert again.returncode != 0 and "exists" in again.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path):
     """train.py --method=fgsm_pgi, its step compiled with XLA: two epochs of real images, each
@@ -252,6 +255,7 @@ def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path):
     assert np.abs(prior).max() == pytest.approx(8 / 255)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_final_evaluation_runs_the_float32_model_evaluate_py_loads(tmp_path, monkeypatch):
     """The final evaluation attacks the float32 model evaluate.py loads, and the caller's
@@ -319,6 +323,7 @@ def _cifar_config(workdir: str, eval_autoattack: bool = False) -> TrainConfig:
     )
 
 
+@pytest.mark.slow
 def test_cifar10_mocked_tfds_run_writes_tensorboard(tmp_path):
     with mock_tfds(num_examples=40):
         complete = train(_cifar_config(str(tmp_path / "complete"), eval_autoattack=True))
@@ -433,6 +438,7 @@ DIVERGING = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_diverging_run_says_so_keeps_what_it_had_and_is_not_redone(tmp_path):
     """The command a user typed at lr 1e6: it stops with a message naming divergence and what
@@ -470,6 +476,7 @@ def test_a_diverging_run_says_so_keeps_what_it_had_and_is_not_redone(tmp_path):
     assert before == after
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypatch):
     """In-process: a learning rate that jumps to 1e6 in epoch 2. The run raises Diverged; the
@@ -511,6 +518,7 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
     assert before == after
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     """The same command started twice, the second while the first trains: the second says the
@@ -542,6 +550,7 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     assert again.returncode == 0 and "holds a finished run" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(tmp_path):
     """--validation_from=test: train.py trains on all 60,000 Fashion-MNIST training images and
     tests the selected model on 5,000 test images; evaluate.py tests it on the same half unless
@@ -609,6 +618,7 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
 TERMINAL_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)"
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
     """Ctrl-C printed Python's traceback (43 lines from sweep.py); every entry point now says
     in one line that the same command resumes. The run, stopped after its first epoch, does."""
@@ -633,6 +643,7 @@ def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
     assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_would(tmp_path):
     workdir = tmp_path / "run"
     tiny = [f for f in TINY_RUN if f != "--noeval_autoattack" and "eval_examples" not in f]
@@ -699,6 +710,7 @@ def test_an_l2_eps_sized_like_an_linf_one_is_refused_by_its_share_of_the_image()
     assert done.stderr.strip().splitlines()[-1].startswith("error: --eps=8 under --norm=l2 is")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("behind", ["a file", "nothing"])
 def test_a_train_lock_that_is_a_link_is_refused_and_nothing_behind_it_is_written(tmp_path, behind):
     """train.lock held with open(..., "a+") truncated and rewrote the file a link there points

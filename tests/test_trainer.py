@@ -81,6 +81,7 @@ def test_weight_decay_is_coupled_before_momentum():
         np.testing.assert_allclose(w.numpy(), expected, rtol=2e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fastbat", "free"])
 def test_fit_with_xla_counts_optimizer_steps_and_updates_batch_norm(name):
     classifier = tiny_classifier()
@@ -96,6 +97,7 @@ def test_fit_with_xla_counts_optimizer_steps_and_updates_batch_norm(name):
     assert np.all(np.isfinite(history.history["loss"]))
 
 
+@pytest.mark.slow
 def test_fit_with_xla_moves_elle_a_s_lambda_state_once_a_step():
     """The trainer hands each step's logs to the method after its gradient, outside XLA: ELLE-A's
     statistic counts every optimizer step, and its mean is that of the steps' E_lin."""
@@ -112,6 +114,7 @@ def test_fit_with_xla_moves_elle_a_s_lambda_state_once_a_step():
     assert float(state["mean"].numpy()) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_fit_under_mixed_precision(policy):
     keras.mixed_precision.set_global_policy(policy)
@@ -132,6 +135,7 @@ def test_fit_under_mixed_precision(policy):
         assert float(optimizer.dynamic_scale) > 1.0
 
 
+@pytest.mark.slow
 def test_loss_scaled_step_equals_the_unscaled_step():
     """Under a LossScaleOptimizer (float32, so nothing overflows) the weights move exactly as
     with the plain optimizer: the method's gradients were scaled and the optimizer unscaled them."""
@@ -151,6 +155,7 @@ def test_loss_scaled_step_equals_the_unscaled_step():
         np.testing.assert_allclose(plain, scaled, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_steps_are_reproducible_from_the_seed():
     outcomes = []
     for _ in range(2):
@@ -188,6 +193,7 @@ class Seen(keras.callbacks.Callback):
         self.scales.append(float(self.method.seen_scale.numpy()))
 
 
+@pytest.mark.slow
 def test_each_step_draws_from_its_own_seed_and_the_run_seed_matters():
     method = RecordingFastAT(8 / 255)
     trainer = AdversarialTrainer(tiny_classifier(), method, seed=3, jit_compile=False)

@@ -65,6 +65,7 @@ def finite_difference_term(model, x, y):
     return finite_difference(model, lambda: _implicit_objective(model, x, y, ref.z, u), 1e-5)
 
 
+@pytest.mark.slow
 def test_keras_batch_norm_is_converted_and_then_gives_the_exact_implicit_term(caplog):
     model = functional_model_with_keras_batch_norm()
     x, y = _inputs((4, 6, 6, 2), "float64")
@@ -121,6 +122,7 @@ def second_derivative(model, x, y, v, jit_compile):
     return [np.asarray(g, dtype=np.float64) for g in grads]
 
 
+@pytest.mark.slow
 def test_keras_max_pooling_is_converted_and_then_differentiates_twice_under_xla_exactly(caplog):
     model = model_with_keras_max_pooling()
     x, y = _inputs((4, 16, 16, 2), "float32")
@@ -212,6 +214,7 @@ def test_batch_norm_of_an_unknown_subclass_is_refused_naming_the_fix():
         AdversarialTrainer(model, methods.create("fastat_ga", eps=EPS), jit_compile=False)
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs():
     readme = open(os.path.join(ROOT, "README.md")).read()
     section = readme.split("## Python API", 1)[1]
