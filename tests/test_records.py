@@ -23,6 +23,7 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
+from tests.committed import by_folder, check_each
 from tests.test_upgrade import OLDER_FINAL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,8 +61,12 @@ def _legacy_final_as_evaluation(final: dict, eps_255: float) -> dict:
     }
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: os.path.relpath(p, ROOT))
-def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_path):
+@pytest.mark.parametrize("folder", sorted(by_folder(COMMITTED)))
+def test_every_committed_record_loads_and_is_written_back_as_it_was(folder, tmp_path):
+    check_each(by_folder(COMMITTED)[folder], lambda path: _record_written_back(path, tmp_path))
+
+
+def _record_written_back(path: str, tmp_path) -> None:
     with open(path) as f:
         saved = json.load(f)
     record = RunRecord.load(path)
@@ -88,8 +93,13 @@ def test_every_committed_record_loads_and_is_written_back_as_it_was(path, tmp_pa
     assert written == expected
 
 
-@pytest.mark.parametrize("path", EVALUATIONS, ids=lambda p: os.path.relpath(p, ROOT))
-def test_every_committed_evaluation_loads_and_is_written_back_as_it_was(path, tmp_path):
+@pytest.mark.parametrize("folder", sorted(by_folder(EVALUATIONS)))
+def test_every_committed_evaluation_loads_and_is_written_back_as_it_was(folder, tmp_path):
+    files = by_folder(EVALUATIONS)[folder]
+    check_each(files, lambda path: _evaluation_written_back(path, tmp_path))
+
+
+def _evaluation_written_back(path: str, tmp_path) -> None:
     with open(path) as f:
         saved = json.load(f)
     result = EvaluationResult.load(path)

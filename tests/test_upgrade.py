@@ -26,6 +26,7 @@ from fbat_tf.records import upgrade as records_upgrade
 from fbat_tf.sweeps import evaluations
 from fbat_tf.sweeps.definition import load_definition
 from fbat_tf.sweeps.errors import DefinitionError
+from tests.committed import by_folder, check_each
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
@@ -76,8 +77,12 @@ def test_the_committed_files_hold_each_older_schema_they_are_read_from():
     assert len(older_blocks) == 2
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=lambda p: os.path.relpath(p, ROOT))
-def test_every_committed_record_reads_through_the_upgrade_as_today_s(path):
+@pytest.mark.parametrize("folder", sorted(by_folder(RECORDS)))
+def test_every_committed_record_reads_through_the_upgrade_as_today_s(folder):
+    check_each(by_folder(RECORDS)[folder], _reads_as_today_s)
+
+
+def _reads_as_today_s(path: str) -> None:
     record = upgrade.read_run(path)
     written = record.to_dict()
     # Today's schema: read again, through the records alone or the whole upgrade, it is the
