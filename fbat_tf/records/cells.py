@@ -148,6 +148,9 @@ class EvaluationSummary:
     # The accuracies before the masking check replaced those at `checked`.
     unchecked_robust_accuracy: dict[float, float] | None = None
     checked: tuple[float, ...] = ()
+    # The indicators of attack failure and the reference's checks that fired on the attack at
+    # each ε (records/indicators.py), by name; only the ε where one fired.
+    indicated: dict[float, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def robust(self, eps: float) -> float | None:
         """The robust accuracy at ε, or None where there is none (or none usable)."""
@@ -162,8 +165,10 @@ class EvaluationSummary:
 
     @classmethod
     def from_dict(cls, payload: Any, name: str = "evaluation") -> EvaluationSummary:
-        optional = ("unusable", "outcomes", "unchecked_robust_accuracy", "checked")
+        optional = ("unusable", "outcomes", "unchecked_robust_accuracy", "checked", "indicated")
         values = _parts(payload, _EVALUATION_PARTS, name, optional)
+        indicated = _by_eps(values["indicated"] or {}, f"{name}.indicated")
+        values["indicated"] = {eps: tuple(names) for eps, names in indicated.items()}
         for part in ("robust_accuracy", "sources", "time_s", "per_part", "part_seconds"):
             values[part] = _by_eps(values[part], f"{name}.{part}")
         values["unusable"] = _by_eps(values["unusable"] or {}, f"{name}.unusable")
@@ -201,6 +206,8 @@ class EvaluationSummary:
         if self.checked:
             payload["unchecked_robust_accuracy"] = _texts(self.unchecked_robust_accuracy or {})
             payload["checked"] = [f"{eps:g}" for eps in self.checked]
+        if self.indicated:
+            payload["indicated"] = {f"{e:g}": list(names) for e, names in self.indicated.items()}
         return payload
 
 

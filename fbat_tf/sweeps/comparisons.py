@@ -97,6 +97,9 @@ def _pair_marks(
     masked = readings.masked_words(cells)
     if masked:
         marks.append(masked)
+    touched = readings.indicated_words(cells)
+    if touched:
+        marks.append(touched)
     for side in (a, b):
         trained = [cell for cell in side if cell.train is not None]
         diverged = [cell for cell in trained if cell.state == "diverged"]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fbat_tf import catalog
-from fbat_tf.records import CellResult, TrainSummary, units
+from fbat_tf.records import CellResult, TrainSummary, eps_key, units
 from fbat_tf.sweeps import masking
 
 
@@ -146,6 +146,37 @@ def masked_words(cells: Sequence[CellResult], eps: float | None = None) -> str |
         if hit:
             parts.append(f"{variant} in {len(hit)} of {len(mine)} runs")
     return f"masked {masking.MASKED_MARK}: {', '.join(parts)}" if parts else None
+
+
+# A cell whose evaluation an indicator of attack failure or a reference check touched (as
+# evaluate.py marks such a number).
+INDICATED_MARK = "¶"
+
+
+def indicated(cells: Sequence[CellResult], eps: float | None = None) -> dict[str, list[str]]:
+    """The cells (by name) whose evaluations at ε (default: each cell's own) an indicator or a
+    reference check fired on, with what fired, each name once."""
+    found: dict[str, list[str]] = {}
+    for cell in cells:
+        at = eps_key(cell.eps if eps is None else eps)
+        names = [n for e in cell.evaluations.values() for n in e.indicated.get(at, ())]
+        if names:
+            found[cell.name] = list(dict.fromkeys(names))
+    return found
+
+
+def indicated_words(cells: Sequence[CellResult], eps: float | None = None) -> str | None:
+    """ "indicators ¶: elle in 2 of 5 runs (zero gradients)" for the cells' variants, or None."""
+    hit = indicated(cells, eps)
+    parts = []
+    for variant in dict.fromkeys(cell.variant for cell in cells):
+        mine = [cell for cell in cells if cell.variant == variant]
+        names = [n for cell in mine for n in hit.get(cell.name, ())]
+        touched = [cell for cell in mine if cell.name in hit]
+        if touched:
+            what = ", ".join(n.replace("_", " ") for n in dict.fromkeys(names))
+            parts.append(f"{variant} in {len(touched)} of {len(mine)} runs ({what})")
+    return f"indicators {INDICATED_MARK}: {'; '.join(parts)}" if parts else None
 
 
 def clean(cells: Sequence[CellResult], report: dict[str, Any]) -> list[float]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf import records
-from fbat_tf.records import CellResult, RunRecord
+from fbat_tf.records import CellResult, RunRecord, eps_key
 from fbat_tf.records.files import LinkRefused, write_atomic
 from fbat_tf.records.runs import RESTORE
 from fbat_tf.run import RESULTS
@@ -84,6 +84,29 @@ def unusable_lines(report: dict[str, Any]) -> list[str]:
         "",
         f"{UNUSABLE} Numbers that are no accuracy, left out with their seed (the seeds columns "
         "count what remains):",
+        "",
+        *found,
+    ]
+
+
+def indicated_lines(report: dict[str, Any]) -> list[str]:
+    """Under the main table: each cell and evaluation at the cell's ε that an indicator of
+    attack failure or a reference check touched, with what fired (evaluate.py's `indicators`)."""
+    found = []
+    for cell in report["cells"]:
+        for evaluation in readings.evaluations(report):
+            held = cell.evaluation(evaluation["name"])
+            names = () if held is None else held.indicated.get(eps_key(cell.eps), ())
+            if names:
+                words = ", ".join(name.replace("_", " ") for name in names)
+                found.append(f"- {cell.name}, {evaluation['label']}: {words}")
+    if not found:
+        return []
+    return [
+        "",
+        f"{readings.INDICATED_MARK} An indicator of attack failure (Pintor et al., 2022) or one of "
+        "the reference AutoAttack's checks fired on these cells' evaluations at their ε "
+        "(evaluate.py names each with what to do): their numbers may overestimate robustness.",
         "",
         *found,
     ]
@@ -174,6 +197,7 @@ def markdown(report: dict[str, Any]) -> str:
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
         label += f" {masking.MASKED_MARK}" if readings.masked(done) else ""
+        label += f" {readings.INDICATED_MARK}" if readings.indicated(done) else ""
         clean = readings.percent(readings.clean(done, report))
         seconds = readings.number(readings.trained(cells, lambda train: train.seconds_per_epoch))
         lines.append(
@@ -183,7 +207,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{'–' if not ratio else f'{statistics.fmean(ratio):.2e}'} | "
             f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
         )
-    lines += masking_lines(report) + unusable_lines(report)
+    lines += masking_lines(report) + indicated_lines(report) + unusable_lines(report)
     eps_values = report["eps_values"]
     for evaluation in evaluations:
         if evaluation["eps"] == "own":

@@ -297,7 +297,23 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> EvaluationSumma
         # Which points each ε's attack left right, where the files recorded them: the paired
         # comparisons then count the test images too (sweeps/paired.py).
         outcomes=evaluation_outcomes(cell_dir, evaluation),
+        indicated=_indicated(main),
     )
+
+
+def _indicated(result: EvaluationResult) -> dict[float, tuple[str, ...]]:
+    """The indicators and reference checks that fired on each ε's attack of `result`, by name
+    (none for a result from before the indicators)."""
+    found = result.indicators
+    if found is None:
+        return {}
+    fired: dict[float, tuple[str, ...]] = {}
+    for attacked in result.robust:  # several attacks at one ε: what fired on any of them
+        names = (*found.fired(attacked.key), *found.checks_fired(attacked.key))
+        if names:
+            held = fired.get(eps_key(attacked.eps), ())
+            fired[eps_key(attacked.eps)] = tuple(dict.fromkeys((*held, *names)))
+    return fired
 
 
 def _portable(path: str) -> str:
