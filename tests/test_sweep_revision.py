@@ -402,3 +402,34 @@ def test_files_named_like_a_sweeps_outputs_never_hide_code_edits(repo, sweep_dir
     assert revision.changed_files(str(repo), str(where)) == ["code_folder/module.py"]
     with pytest.raises(revision.RevisionError, match=r"uncommitted changes in 1 .*module\.py"):
         revision.check(str(where), str(repo), repin=True)
+
+
+def test_a_checkout_a_killed_sweep_left_in_the_making_is_removed_by_the_next_pin(repo):
+    """kill -9 between `git worktree add` and the move into place leaves `code/<rev>.<pid>`, a
+    whole worktree; the next pin removes it (and git's record of it), whether or not the
+    checkout itself is there, and touches nothing else in code/."""
+    sweep_dir = repo / "results" / "s"
+    pinned = revision.pin(str(sweep_dir), str(repo))
+    code = os.path.dirname(pinned.tree)
+    for tree_there in (True, False):
+        left = f"{pinned.tree}.{_gone_pid()}"
+        git(repo, "worktree", "add", "--detach", "--quiet", left, pinned.revision)
+        if not tree_there:
+            subprocess.run(["rm", "-rf", pinned.tree], check=True)
+            git(repo, "worktree", "prune")
+        notes = os.path.join(code, "notes.txt")
+        with open(notes, "w") as f:
+            f.write("mine\n")
+        again = revision.pin(str(sweep_dir), str(repo))
+        assert again.tree == pinned.tree and os.path.isfile(os.path.join(again.tree, "code.py"))
+        assert not os.path.lexists(left)
+        assert open(notes).read() == "mine\n"
+        assert left not in git(repo, "worktree", "list")
+
+
+def _gone_pid() -> int:
+    """A process id no process has now."""
+    pid = 999_999
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    return pid

@@ -169,6 +169,17 @@ def _remove_checkout(sweep_dir: str, path: str) -> None:
         raise RevisionError(f"refusing to remove {path}: {error}") from None
 
 
+def _stagings(parent: str) -> list[str]:
+    """The checkouts in the making under code/ (named `<12 digits>.<process id>`)."""
+    if not os.path.isdir(parent):
+        return []
+    return sorted(
+        os.path.join(parent, name)
+        for name in os.listdir(parent)
+        if _CHECKOUT.fullmatch(name) and "." in name
+    )
+
+
 def _is_checkout_of(tree: str, revision: str) -> bool:
     """Whether `tree` is a checkout of its own (not a folder inside another, nor a link) at
     `revision`, unaltered."""
@@ -192,7 +203,7 @@ def checkout(root: str, sweep_dir: str, revision: str) -> str:
     tree = os.path.abspath(os.path.join(parent, revision[:12]))
     try:
         files.refuse_links(parent, inside=sweep_dir)
-        if _is_checkout_of(tree, revision):
+        if _is_checkout_of(tree, revision) and not _stagings(parent):
             return tree
         files.make_dirs(parent, inside=sweep_dir)
         # Checkouts are code, not results: nothing under code/ is ever committed.
@@ -205,6 +216,13 @@ def checkout(root: str, sweep_dir: str, revision: str) -> str:
         raise RevisionError(str(error)) from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # A checkout in the making exists only while its maker holds this lock: one found now
+        # was left by a process killed midway, and goes (with git's record of it).
+        left = _stagings(parent)
+        for staging in left:
+            _remove_checkout(sweep_dir, staging)
+        if left:
+            _git(root, "worktree", "prune")
         if _is_checkout_of(tree, revision):
             return tree
         if os.path.lexists(tree):  # a checkout copied from elsewhere, or one that was edited
@@ -213,9 +231,6 @@ def checkout(root: str, sweep_dir: str, revision: str) -> str:
         # Made aside and moved into place, so that a process killed midway leaves no half a
         # checkout where a later one would take it for whole.
         staging = f"{tree}.{os.getpid()}"
-        if os.path.lexists(staging):
-            _remove_checkout(sweep_dir, staging)
-            _git(root, "worktree", "prune")
         _git(root, "worktree", "add", "--detach", "--quiet", staging, revision)
         _git(root, "worktree", "move", staging, tree)
     return tree
