@@ -19,7 +19,8 @@ from fbat_tf.run import Run, file_sha256
 
 
 def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
-    """The run directory, its weights, its status and the code that trained and exported it."""
+    """The run directory, its weights, its status and the code that trained and exported it.
+    The run directory is absolute here; the export writes it relative to the card (located)."""
     return {
         "workdir": os.path.abspath(workdir),
         "weights": os.path.relpath(run.best_weights, workdir),
@@ -33,6 +34,18 @@ def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
         "trained_by": record.code,
         "exported_by": provenance.code(),
     }
+
+
+def located(card: dict[str, Any], card_file: str) -> dict[str, Any]:
+    """`card` with its run directory (source.workdir) relative to the folder of `card_file`,
+    where the card will be written: a card copied or served elsewhere names no local path,
+    and read beside its export it still leads to the run."""
+    held = card.get("source")
+    if not isinstance(held, dict) or not isinstance(held.get("workdir"), str):
+        return card
+    folder = os.path.dirname(os.path.abspath(card_file))
+    workdir = os.path.relpath(os.path.abspath(held["workdir"]), folder)
+    return {**card, "source": {**held, "workdir": workdir}}
 
 
 def epsilon(config: TrainConfig) -> dict[str, Any]:

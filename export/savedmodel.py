@@ -187,7 +187,10 @@ def export_model(
         build_archive(classifier, class_names).write_out(partial, verbose=False)
         if set(formats) - {"saved_model"}:
             card["artifacts"] = artifacts.write(classifier, partial, formats, representative)
-        _write_model_card(os.path.join(partial, MODEL_CARD), card)
+        _write_model_card(
+            os.path.join(partial, MODEL_CARD),
+            modelcard.located(card, os.path.join(target, MODEL_CARD)),
+        )
         # Checked again: another process may have exported this version in the meantime (a
         # rename onto an existing empty directory would succeed and replace it).
         versions.free_version_dir(export_dir, name, version)

@@ -360,6 +360,18 @@ def test_export_run_writes_a_versioned_saved_model(exported, run_dir):
         assert os.path.exists(os.path.join(exported, path)), path
 
 
+def test_the_card_names_its_run_relative_to_itself(exported, run_dir):
+    """No absolute local path in a card that travels with its export: the run directory is
+    given from the card's own folder, and leads there from the card."""
+    card_file = os.path.join(exported, "assets.extra", "model_card.json")
+    with open(card_file) as f:
+        source = json.load(f)["source"]
+    assert not os.path.isabs(source["workdir"]), source["workdir"]
+    from_card = os.path.join(os.path.dirname(card_file), source["workdir"])
+    assert os.path.samefile(from_card, run_dir)
+    assert os.path.realpath(run_dir) not in json.dumps(source)
+
+
 def _parse_saved_model_cli(text: str) -> dict:
     signatures = {}
     for block in text.split("signature_def['")[1:]:
