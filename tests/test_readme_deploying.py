@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ SHORTER_DEMO = [flag for flag in TINY_RUN if not flag.startswith("--epochs")] + 
     "--epochs=1",
     "--int8_examples=32",
 ]
+SAVED_MODEL_CLI = "tensorflow.python.tools.saved_model_cli"
 SHORTER_EVALUATION = ["--n_examples=32", "--attacks=pgd", "--pgd_steps=2", "--pgd_restarts=1"]
 
 
@@ -98,3 +100,33 @@ def test_readmes_deploying_commands_work_after_its_first_command(tmp_path):
     # train.py said it added the files to the existing version, which is the only one.
     assert "exists already; adding model.onnx, model.tflite, model_int8.tflite" in outputs[0]
     assert sorted(os.listdir(version.parent)) == ["1"]
+
+    # Then "Export and serving" as far as it runs offline (no docker, no server): its variables,
+    # the image file it writes (under runs/, not into the checkout) and saved_model_cli on it.
+    (serving,) = _bash_blocks(_section("Export and serving"))
+    program = shutil.which("saved_model_cli")
+    ran = []
+    for line in _commands(serving):
+        words = shlex.split(line, comments=True)
+        if words[0] == "saved_model_cli":
+            words = [re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], w) for w in words]
+            command = [program] if program else [sys.executable, "-m", SAVED_MODEL_CLI]
+            done = subprocess.run(
+                [*command, *words[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300
+            )
+        elif words[:2] == ["python", "-c"]:
+            done = subprocess.run(
+                [sys.executable, *words[1:]], cwd=tmp_path, capture_output=True, text=True
+            )
+        elif len(words) == 1:  # NAME=value, expanded as bash does when it assigns
+            name, value = words[0].split("=", 1)
+            variables[name] = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], value)
+            continue
+        else:
+            continue  # `python -m export` (done above), docker and the client of a server
+        assert done.returncode == 0, (line, done.stderr[-3000:])
+        ran.append((words[0], done.stdout))
+    assert [name for name, _ in ran] == ["saved_model_cli", "python", "saved_model_cli"]
+    assert (tmp_path / "runs" / "black.npy").is_file()
+    assert not (tmp_path / "black.npy").exists()  # nothing written into the checkout's root
+    assert "classes" in ran[-1][1] and "class_names" in ran[-1][1]
