@@ -197,6 +197,39 @@ def robustbench_entry(config, final) -> None:
     robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name, config.norm)
 
 
+# The evaluation `summary` suggests: evaluate.py's default attacks on this many test images.
+NEXT_EXAMPLES = 1000
+
+
+def evaluation_minutes(record) -> float | None:
+    """Roughly how long the suggested evaluation may take on this machine, at most: its attacks'
+    forward-backward passes per example (the registry's, with the selected epoch's validation
+    robust accuracy as the share AutoAttack's later parts still attack) × the examples × the
+    seconds of one pass per example that training measured (its last epoch's images per second
+    over its method's backward, second-order and tangent passes per step, each with weight
+    gradients: dearer than an attack's). None where the run recorded neither."""
+    last = record.history[-1] if record.history else None
+    per_second = last.get("images_per_second") if last is not None else None
+    held = (record.method.passes or {}) if record.method else {}
+    backward = sum(held.get(kind) or 0 for kind in ("backward", "second_order", "tangent"))
+    if not per_second or not backward:
+        return None
+    chosen = record.selected_epoch()
+    robust = chosen.val_robust_accuracy if chosen is not None else None
+    passes = attacks.passes("pgd") + attacks.passes("autoattack", robust=robust or 1.0)
+    return NEXT_EXAMPLES * passes / (per_second * backward) / 60
+
+
+def _duration_words(minutes: float | None) -> str:
+    if minutes is None:
+        return ""
+    if minutes < 1:
+        return ": under a minute here"
+    if minutes < 120:
+        return f": up to about {minutes:.0f} min here"
+    return f": up to about {minutes / 60:.1f} h here"
+
+
 def summary(workdir: str, record) -> str:
     """Which epoch was selected, where the run's files are, and what to run next."""
     chosen = record.selected_epoch()
@@ -213,7 +246,8 @@ def summary(workdir: str, record) -> str:
         f"{os.path.relpath(run.tensorboard_dir, workdir)}/",
         "next:",
         f"  tensorboard --logdir={shlex.quote(run.tensorboard_dir)}",
-        f"  python evaluate.py --model_path={quoted} --n_examples=1000   # PGD-50-10, AutoAttack",
+        f"  python evaluate.py --model_path={quoted} --n_examples={NEXT_EXAMPLES}   "
+        f"# PGD-50-10, AutoAttack{_duration_words(evaluation_minutes(record))}",
     ]
     if not train_flags.EXPORT.value:
         lines.append(f"  python -m export --workdir={quoted}               # SavedModel")

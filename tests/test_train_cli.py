@@ -155,6 +155,7 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     selected = [h["epoch"] for h in results["history"] if h["val_best"]][-1]
     assert f"selected epoch {selected} of 2 (validation PGD accuracy" in result.stdout
     assert f"python evaluate.py --model_path={workdir}" in result.stdout
+    assert "# PGD-50-10, AutoAttack: " in result.stdout and " here" in result.stdout
     assert f"tensorboard --logdir={workdir / 'tensorboard'}" in result.stdout
     for key in ("val_robust_accuracy", "val_clean_accuracy", "epoch_time", "ig_norm_ratio"):
         assert key in results["history"][-1]
