@@ -18,11 +18,15 @@ from fbat_tf.records import RunRecord, TrainConfig, units
 from fbat_tf.run import Run, file_sha256
 
 
-def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
+def source(
+    workdir: str, run: Run, record: RunRecord, card_file: str | None = None
+) -> dict[str, Any]:
     """The run directory, its weights, its status and the code that trained and exported it.
-    The run directory is absolute here; the export writes it relative to the card (located)."""
+    The run directory is given from the folder of `card_file`, where the card is written (a
+    card copied or served elsewhere names no local path, and read beside its export it still
+    leads to the run); absolute where no card file is named."""
     return {
-        "workdir": os.path.abspath(workdir),
+        "workdir": relative_to_card(workdir, card_file),
         "weights": os.path.relpath(run.best_weights, workdir),
         # Which weights were exported: a re-check against another source says so.
         "weights_sha256": (
@@ -36,16 +40,11 @@ def source(workdir: str, run: Run, record: RunRecord) -> dict[str, Any]:
     }
 
 
-def located(card: dict[str, Any], card_file: str) -> dict[str, Any]:
-    """`card` with its run directory (source.workdir) relative to the folder of `card_file`,
-    where the card will be written: a card copied or served elsewhere names no local path,
-    and read beside its export it still leads to the run."""
-    held = card.get("source")
-    if not isinstance(held, dict) or not isinstance(held.get("workdir"), str):
-        return card
-    folder = os.path.dirname(os.path.abspath(card_file))
-    workdir = os.path.relpath(os.path.abspath(held["workdir"]), folder)
-    return {**card, "source": {**held, "workdir": workdir}}
+def relative_to_card(path: str, card_file: str | None) -> str:
+    """`path` from the folder of `card_file` (absolute where there is none)."""
+    if card_file is None:
+        return os.path.abspath(path)
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(card_file)))
 
 
 def epsilon(config: TrainConfig) -> dict[str, Any]:

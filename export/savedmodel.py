@@ -187,10 +187,7 @@ def export_model(
         build_archive(classifier, class_names).write_out(partial, verbose=False)
         if set(formats) - {"saved_model"}:
             card["artifacts"] = artifacts.write(classifier, partial, formats, representative)
-        _write_model_card(
-            os.path.join(partial, MODEL_CARD),
-            modelcard.located(card, os.path.join(target, MODEL_CARD)),
-        )
+        _write_model_card(os.path.join(partial, MODEL_CARD), card)
         # Checked again: another process may have exported this version in the meantime (a
         # rename onto an existing empty directory would succeed and replace it).
         versions.free_version_dir(export_dir, name, version)
@@ -255,7 +252,8 @@ def export_run(
         known = ModelCard.from_dict(card)
         name = versions.run_name(known.dataset, known.model.name, known.method.name)
     export_dir = export_dir if export_dir is not None else Run(workdir).export_dir
-    versions.free_version_dir(export_dir, name, version)
+    target, _ = versions.free_version_dir(export_dir, name, version)
+    card = model_card(workdir, card_file=os.path.join(target, MODEL_CARD))
     classifier = _float32_classifier(workdir)
     representative = None
     if "litert" in formats and int8_examples > 0:
@@ -410,11 +408,11 @@ def export_keras_file(
     artifacts.check_formats(formats)
     name = name if name is not None else os.path.basename(model_path)[: -len(".keras")]
     export_dir = export_dir or Run(os.path.dirname(os.path.abspath(model_path))).export_dir
-    versions.free_version_dir(export_dir, name, version)
+    target, _ = versions.free_version_dir(export_dir, name, version)
     classifier = classifiers.load_keras_file(model_path, trust_code, compile=False)
     card = {
         "source": {
-            "model_path": os.path.abspath(model_path),
+            "model_path": modelcard.relative_to_card(model_path, os.path.join(target, MODEL_CARD)),
             "weights_sha256": file_sha256(model_path),
         },
         "model": {"name": classifier.name},
@@ -423,8 +421,9 @@ def export_keras_file(
     return export_model(classifier, export_dir, name, version, card, formats)
 
 
-def model_card(workdir: str) -> dict[str, Any]:
-    """What a training run's results.json says about its model, for assets.extra.
+def model_card(workdir: str, card_file: str | None = None) -> dict[str, Any]:
+    """What a training run's results.json says about its model, for assets.extra (at
+    `card_file`, from which the run directory is named; absolute where None).
 
     Figures the run does not hold are null, never estimated: the test numbers before the run
     has finished, RA-AA until the run's final evaluation holds AutoAttack's, the training
@@ -434,7 +433,7 @@ def model_card(workdir: str) -> dict[str, Any]:
     record = run.record()
     config = record.config
     return {
-        "source": modelcard.source(workdir, run, record),
+        "source": modelcard.source(workdir, run, record, card_file),
         "dataset": config.dataset,
         # Label k's name (null where the dataset's names are not kept: class indices only).
         "class_names": list(data.info(config.dataset).class_names) or None,

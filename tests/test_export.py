@@ -671,9 +671,13 @@ def test_cli_exports_a_run_and_a_keras_file(tmp_path, run_dir, classifier):
         assert "cuInit" not in stderr
     assert os.listdir(os.path.join(served, NAME)) == ["3"]
     assert os.listdir(os.path.join(served, "tiny")) == ["1"]
-    with open(os.path.join(served, "tiny", "1", "assets.extra", "model_card.json")) as f:
+    card_file = os.path.join(served, "tiny", "1", "assets.extra", "model_card.json")
+    with open(card_file) as f:
         card = json.load(f)
-    assert card["source"]["model_path"] == keras_file
+    # The file it came from, named from the card's folder (no absolute local path).
+    assert not os.path.isabs(card["source"]["model_path"])
+    named = os.path.join(os.path.dirname(card_file), card["source"]["model_path"])
+    assert os.path.samefile(named, keras_file)
     assert card["robustness"] is None and card["method"] is None
 
     again = _export_cli(f"--workdir={run_dir}", f"--export_dir={served}", "--version=3")
