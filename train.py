@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
     held = hold(config.workdir, state, current) if chief else None  # the lock lasts while held
     print(
         f"{'Resuming' if state == 'resume' else 'Starting'} {config.workdir}: {config.method} at "
-        f"ε = {units.shown(config.eps, config.norm)} ({config.eps:.4g}) on {config.dataset}, "
+        f"ε = {units.shown(config.eps, config.norm)}{_in_pixels(config)} on {config.dataset}, "
         f"{config.model}; {source}"
     )
 
@@ -195,6 +195,12 @@ def robustbench_entry(config, final) -> None:
 
     name = architecture_name(config.model, config.width)
     robustbench.write_and_say(config.workdir, final, config.dataset, config.eps, name, config.norm)
+
+
+def _in_pixels(config) -> str:
+    """ε in [0, 1] pixel units beside the flag's, where they differ (L∞: 8/255 is 0.03137; an
+    L2 ε is given in pixel units already)."""
+    return f" ({config.eps:.4g})" if config.norm == "linf" else ""
 
 
 # The evaluation `summary` suggests: evaluate.py's default attacks on this many test images.

@@ -89,7 +89,7 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     workdir = tmp_path / "l2"
     done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_TESTED, f"--workdir={workdir}")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "at ε = 1.5 (L2)" in done.stdout
+    assert "at ε = 1.5 (L2) on fashion_mnist" in done.stdout  # once, not "(L2) (1.5)"
     with open(workdir / "results.json") as f:
         record = json.load(f)
     assert record["config"]["norm"] == "l2" and record["config"]["eps"] == 1.5
