@@ -247,12 +247,12 @@ def export_run(
     calibrated on the first that many images of the run's training split.
     """
     artifacts.check_formats(formats)
-    card = model_card(workdir)
     if name is None:
-        known = ModelCard.from_dict(card)
+        known = ModelCard.from_dict(model_card(workdir))
         name = versions.run_name(known.dataset, known.model.name, known.method.name)
     export_dir = export_dir if export_dir is not None else Run(workdir).export_dir
     target, _ = versions.free_version_dir(export_dir, name, version)
+    # Made once its place is known: it names the run from there.
     card = model_card(workdir, card_file=os.path.join(target, MODEL_CARD))
     classifier = _float32_classifier(workdir)
     representative = None

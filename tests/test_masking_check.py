@@ -343,6 +343,24 @@ def test_on_every_cell_the_check_runs_on_the_first_points_whatever_autoattack_sh
     assert f"| fastbat {masking.MARK} {masking.MASKED_MARK} |" in table.replace("  ", " ")
 
 
+# AutoAttack left the first 10 of 20 points robust.
+HALF_ROBUST = "1" * 10 + "0" * 10
+
+
+def _half_robust_cell(tmp_path, check, found):
+    """A one-cell sweep with `check`, whose AutoAttack at 16 (parts `found`) left HALF_ROBUST:
+    (definition, cell, sweep folder, cell folder)."""
+    definition = sweeps.load_definition(definition_file(tmp_path, check))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = write_cell(out, cell.name)
+    outcomes = {"clean": CLEAN, "autoattack": HALF_ROBUST}
+    write_evaluation(
+        cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=outcomes
+    )
+    return definition, cell, out, cell_dir
+
+
 @pytest.mark.parametrize(
     ("threshold", "broke", "masked"),
     [
@@ -359,15 +377,9 @@ def test_masked_is_more_than_the_threshold_with_squares_gap_counted_exactly(
 ):
     """AutoAttack's Square broke 1 of 20 points (5 points), the check `broke` of the first 10
     AutoAttack left robust (10 points each): masked only beyond the threshold, exactly."""
-    check = {**EVERY_CELL, "threshold": threshold}
-    definition = sweeps.load_definition(definition_file(tmp_path, check))
-    (cell,) = sweeps.expand(definition)
-    out = str(tmp_path / "out")
-    cell_dir = write_cell(out, cell.name)
     found = {**parts(0.50), "apgd-t": 0.55, "fab-t": 0.55}
-    outcomes = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
-    write_evaluation(
-        cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=outcomes
+    definition, cell, out, cell_dir = _half_robust_cell(
+        tmp_path, {**EVERY_CELL, "threshold": threshold}, found
     )
     write_check(cell_dir, 16, "1" * (10 - broke) + "0" * broke, CLEAN[:10])
     entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]
@@ -375,7 +387,7 @@ def test_masked_is_more_than_the_threshold_with_squares_gap_counted_exactly(
     assert entry.masked is masked
     assert entry.combined == pytest.approx((10 - broke) / 20)
     assert masking.residual(
-        masking._Found(0.5, "a", 20, outcomes["autoattack"], CLEAN, found, None),
+        masking._Found(0.5, "a", 20, HALF_ROBUST, CLEAN, found, None),
         masking._Found(0.8, "b", 10, "1" * (10 - broke) + "0" * broke, CLEAN[:10], {}, None),
         Fraction(5),
         masking.PER_POINT,
@@ -383,15 +395,8 @@ def test_masked_is_more_than_the_threshold_with_squares_gap_counted_exactly(
 
 
 def test_a_check_of_other_points_is_not_combined_point_by_point(tmp_path):
-    definition = sweeps.load_definition(definition_file(tmp_path, EVERY_CELL))
-    (cell,) = sweeps.expand(definition)
-    out = str(tmp_path / "out")
-    cell_dir = write_cell(out, cell.name)
     found = {**parts(0.50), "apgd-t": 0.50, "fab-t": 0.50}
-    outcomes = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
-    write_evaluation(
-        cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=outcomes
-    )
+    definition, cell, out, cell_dir = _half_robust_cell(tmp_path, EVERY_CELL, found)
     # Its clean outcomes are not those of AutoAttack's first 10 points: other test points.
     write_check(cell_dir, 16, "0111111100", "0" + "1" * 9)
     entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]

@@ -58,11 +58,11 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
             "passes_per_step": catalog.total_passes(priced[0].train.passes),
             "robust": statistics.fmean(robust),
             "seeds": len(robust),
-            # Its robustness holds masking-checked numbers, and cells the check found masked
-            # (sweeps/masking.py).
+            # Its robustness holds masking-checked numbers, cells the check found masked
+            # (sweeps/masking.py) and cells an indicator of attack failure touched.
             "marks": [
                 *([readings.CHECKED] if readings.checked(cells, report, name) else []),
-                *filter(None, [readings.masked_words(cells)]),
+                *filter(None, [readings.masked_words(cells), readings.indicated_words(cells)]),
             ],
             "most_robust": variant == compared.best[eps],
             "versus_best": compared.versus.get((eps, variant)),
@@ -90,7 +90,12 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
 def _mark(row: dict[str, Any]) -> str:
     checked = f" {masking.MARK}" if readings.CHECKED in row["marks"] else ""
     masked = any(mark.startswith(f"masked {masking.MASKED_MARK}") for mark in row["marks"])
-    return checked + (f" {masking.MASKED_MARK}" if masked else "")
+    touched = any(mark.startswith(f"indicators {readings.INDICATED_MARK}") for mark in row["marks"])
+    return (
+        checked
+        + (f" {masking.MASKED_MARK}" if masked else "")
+        + (f" {readings.INDICATED_MARK}" if touched else "")
+    )
 
 
 def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:

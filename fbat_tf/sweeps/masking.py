@@ -3,7 +3,7 @@ points, and the cell's robust accuracy the two combined; a cell where black-box 
 break more than a threshold of points the white-box parts left robust is marked masked.
 
     "masking_check": {"of": "autoattack", "threshold": 1.0, "on": "every cell",
-                      "attack": {"attack": "square", "examples": 200,
+                      "attack": {"attack": "square", "examples": 500,
                                  "options": {"n_queries": 10000, "restarts": 1}}}
 
 `of` names the definition's AutoAttack (standard) evaluation (default "autoattack");
