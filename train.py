@@ -91,19 +91,23 @@ def main(argv: list[str]) -> None:
     from fbat_tf.training import Diverged, train
 
     try:
-        record = train(config)
-    except Diverged as error:
-        sys.exit(f"error: {error}")
-    except Exception:
-        if chief and created and not Run(config.workdir).is_run():
-            with contextlib.suppress(OSError):  # the folder it made, never through a link
-                files.remove_tree(config.workdir)
-        raise
-    say_test(config, record.final, chief)
-    if chief:
-        export_once(config.workdir)
-        print(summary(config.workdir, record))
-        Run(config.workdir).release(held)  # a finished run is no one's
+        try:
+            record = train(config)
+        except Diverged as error:
+            sys.exit(f"error: {error}")
+        except Exception:
+            if chief and created and not Run(config.workdir).is_run():
+                with contextlib.suppress(OSError):  # the folder it made, never through a link
+                    files.remove_tree(config.workdir)
+            raise
+        say_test(config, record.final, chief)
+        if chief:
+            export_once(config.workdir)
+            print(summary(config.workdir, record))
+    finally:
+        # However the run ends (finished, diverged, failed, Ctrl-C), it holds the directory no
+        # more, and leaves no train.lock behind.
+        Run(config.workdir).release(held)  # None off the chief
 
 
 def checked_state(workdir: str, current: dict[str, str]) -> str:
@@ -129,7 +133,7 @@ def checked_early(workdir: str) -> None:
         config = config_from_flags(workdir, here=False)
         if not methods.needs_tensorflow(config.method):
             check_method(config)
-        if not data.needs_tensorflow(config.dataset, config.data_dir):
+        if not data.needs_tensorflow(config.dataset, config.data_dir, config.download):
             data.check_available(config.dataset, config.data_dir, config.download)
             data.check_local_files(config.dataset, config.data_dir)
     except (ValueError, FileNotFoundError) as error:

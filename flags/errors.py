@@ -54,7 +54,11 @@ def guarded(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
             if TRACEBACK.value:
                 raise
             # One line, no traceback: what was finished stays (runs resume, results are
-            # written whole or not at all).
+            # written whole or not at all). On a terminal it starts a line of its own, not the
+            # end of a progress bar's.
+            if sys.stdout.isatty():
+                sys.stdout.write("\n")
+                sys.stdout.flush()
             sys.exit(
                 "interrupted: what was finished is kept; the same command again resumes a "
                 "training run or a sweep, and starts an evaluation over"

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf.records import RunRecord
+from fbat_tf.run import Run
 from fbat_tf.training import TrainConfig, train
 from tests.commands import NO_TENSORFLOW, python_command
 from tests.mock_tfds.mocked_tfds import mock_tfds
@@ -70,7 +71,8 @@ def run_train(*args: str, program: str = "train.py") -> subprocess.CompletedProc
 @pytest.mark.slow
 def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
     """Each bad command (run side by side) fails, names what is wrong, and writes nothing;
-    each but the one that looks for data in TFDS before TensorFlow loads (here it cannot)."""
+    before TensorFlow loads: a dataset that is not there (no local files, nothing in TFDS's
+    data dir, no download) is told without asking TFDS, which loads TensorFlow."""
     newline = tmp_path / "data\n--momentum_at_peak=0.5"
     newline.mkdir()
     cases = {
@@ -114,7 +116,7 @@ def test_bad_flags_and_missing_data_fail_before_any_work(tmp_path):
                 os.path.join(ROOT, "train.py"),
                 *args,
                 f"--workdir={tmp_path / name}",
-                prelude="" if name == "missing" else NO_TENSORFLOW,
+                prelude=NO_TENSORFLOW,
             ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -619,27 +621,67 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
 TERMINAL_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)"
 
 
+def on_terminal(command: list[str], interrupt_at: bytes) -> tuple[int, str]:
+    """Run `command` on a pseudo-terminal as a user at a terminal does (its progress bars
+    drawn, stdout and stderr on one screen), press Ctrl-C once `interrupt_at` is on the screen
+    and then a second of work has gone by; its exit status and the screen."""
+    import pty
+    import select
+
+    pid, terminal = pty.fork()
+    if pid == 0:  # the program
+        os.chdir(ROOT)
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        os.execv(command[0], command)
+    screen, pressed, deadline = b"", None, time.time() + 300
+    while time.time() < deadline:
+        if select.select([terminal], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(terminal, 4096)
+            except OSError:  # the program has ended
+                break
+            if not chunk:
+                break
+            screen += chunk
+        if pressed is None and interrupt_at in screen:
+            pressed = time.time() + 1.0
+        if pressed is not None and 0 < pressed <= time.time():
+            os.kill(pid, signal.SIGINT)
+            pressed = -1.0
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), screen.decode(errors="replace")
+
+
 @pytest.mark.slow
-def test_ctrl_c_is_one_line_saying_what_the_same_command_does(tmp_path):
-    """Ctrl-C printed Python's traceback (43 lines from sweep.py); every entry point now says
-    in one line that the same command resumes. The run, stopped after its first epoch, does."""
+def test_ctrl_c_is_one_line_of_its_own_saying_what_the_same_command_does(tmp_path):
+    """Ctrl-C printed Python's traceback (43 lines from sweep.py), then one line glued to the
+    end of the progress bar, and left train.lock behind. On a terminal it now ends the bar's
+    line and says in a line of its own that the same command resumes; the run's directory is
+    no one's, and the run, stopped in its second epoch, resumes."""
     workdir = tmp_path / "run"
-    command = ["--method=standard", *TINY_RUN, "--noexport", f"--workdir={workdir}"]
+    # Progress bars drawn, an epoch long enough to press Ctrl-C inside it.
+    drawn = {"--verbose=0": "--verbose=1", "--max_train_examples=256": "--max_train_examples=8192"}
+    tiny = [drawn.get(flag, flag) for flag in TINY_RUN]
+    command = ["--method=standard", *tiny, "--epochs=3", "--noexport", f"--workdir={workdir}"]
     # Ctrl-C as a terminal sends it, however the suite was started: a background job of a
     # non-interactive shell, and every program it starts, inherits SIGINT ignored.
-    first = start_train(*command, prelude=TERMINAL_SIGINT)
-    deadline = time.time() + 300
-    while not (workdir / "results.json").exists():
-        assert first.poll() is None and time.time() < deadline, first.communicate()
-        time.sleep(0.1)
-    first.send_signal(signal.SIGINT)
-    done = finish(first)
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
+    status, screen = on_terminal(
+        python_command(os.path.join(ROOT, "train.py"), *command, prelude=TERMINAL_SIGINT),
+        interrupt_at=b"Epoch 2/3",
+    )
+    assert status == 1, screen[-2000:]
+    assert "Traceback" not in screen
+    last = screen.rstrip().split("\n")[-1].strip()
+    assert last == (
         "interrupted: what was finished is kept; the same command again resumes a training run "
         "or a sweep, and starts an evaluation over"
-    )
+    ), screen[-2000:]
+    before = screen.rstrip().split("\n")[-2]
+    assert "/step" in before and before.rstrip("\r").endswith(tuple("0123456789")), before
+    assert not (workdir / "train.lock").exists()
+    assert Run(str(workdir)).in_use() is None
     again = run_train(*command)
     assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
 
