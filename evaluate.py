@@ -184,7 +184,7 @@ def checked_data(model_path: str, opened, named: str | None, source_path: str | 
             opened.check_classes(info.num_classes, info.image_shape, dataset)
         except ValueError as error:
             sys.exit(f"error: {model_path}: {error}")
-    if not data.needs_tensorflow(dataset, common.DATA_DIR.value):
+    if not data.needs_tensorflow(dataset, common.DATA_DIR.value, common.DOWNLOAD.value):
         try:
             data.check_available(dataset, common.DATA_DIR.value, common.DOWNLOAD.value)
             # The test split is all it reads but where it evaluates a validation split.

@@ -144,7 +144,7 @@ def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
         (c.config.dataset, c.config.data_dir, c.config.download) for c in to_evaluate
     }:
         try:
-            if data.needs_tensorflow(dataset, data_dir):
+            if data.needs_tensorflow(dataset, data_dir, download):
                 load_tensorflow()
             data.check_available(dataset, data_dir, download)
         except (ValueError, FileNotFoundError) as error:

@@ -153,30 +153,87 @@ def test_fashion_mnist_source_is_the_debian_files(fashion):
     )
 
 
-def test_local_files_are_found_without_tensorflow(fashion, tmp_path):
+def test_local_files_and_data_not_there_are_told_without_tensorflow(fashion, tmp_path):
     """The package, its facts and `check_available` on local files load no TensorFlow (sweep.py
-    checks a definition's data so); with no local files of a dataset that has a TFDS version,
-    `needs_tensorflow` says that TFDS, and so TensorFlow, would be asked."""
+    checks a definition's data so). A dataset with nothing of it on disk and no download
+    possible is told so without TensorFlow too (it took 22 s where TFDS was asked first);
+    `needs_tensorflow` says TFDS, and so TensorFlow, is asked only where TFDS's data dir holds
+    something of it, or a download may work."""
+    prepared = tmp_path / "prepared"
+    (prepared / "cifar10" / "3.0.2").mkdir(parents=True)
+    empty = str(tmp_path / "empty")
     code = (
         f"import sys\n{NO_TENSORFLOW}\n"
         "from fbat_tf import data\n"
         f"print(data.check_available('fashion_mnist', {FASHION_DIR!r}, download=False))\n"
         f"print(data.needs_tensorflow('fashion_mnist', {FASHION_DIR!r}))\n"
-        f"print(data.needs_tensorflow('cifar10', {str(tmp_path)!r}))\n"
-        f"print(data.needs_tensorflow('tiny_imagenet', {str(tmp_path)!r}))\n"
+        f"print(data.needs_tensorflow('cifar10', {str(prepared)!r}, download=False))\n"
+        f"print(data.needs_tensorflow('cifar10', {empty!r}, download=False))\n"
+        f"print(data.needs_tensorflow('imagenet', {empty!r}))\n"
+        f"print(data.needs_tensorflow('tiny_imagenet', {empty!r}))\n"
+        "for name in ('cifar10', 'imagenet'):\n"
+        "    try:\n"
+        f"        data.check_available(name, {empty!r}, download=name == 'imagenet')\n"
+        "    except data.DatasetNotFoundError as error:\n"
+        "        print([line for line in str(error).splitlines() if line[:2] == '  '][-2:])\n"
         "print(data.info('cifar10').num_classes, len(data.names()))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    manual = os.path.join(empty, "downloads", "manual")
     assert done.stdout.splitlines() == [
         f"local IDX files in {FASHION_DIR}",
         "False",
-        "True",
+        "True",  # something there: TFDS tells whether it is prepared
+        "False",  # nothing there, no download
+        "False",  # ImageNet: nothing there and no archives fetched by hand
         "False",  # local only: not found without asking TFDS
+        str(
+            [
+                f"  Looked for prepared TFDS data (cifar10) in: {os.path.join(empty, 'cifar10')}",
+                "  Downloading is disabled (download=False).",
+            ]
+        ),
+        str(
+            [
+                "  Looked for prepared TFDS data (imagenet2012) in: "
+                + os.path.join(empty, "imagenet2012"),
+                "  TFDS cannot download imagenet2012: its archives must be fetched by hand into "
+                f"{manual} (see below).",
+            ]
+        ),
         "10 7",
     ]
+
+
+def test_the_online_probe_answers_within_its_timeout_while_the_name_lookup_hangs(monkeypatch):
+    """`socket.create_connection`'s timeout leaves the name lookup unbounded: a name server
+    that drops the query held the missing-dataset message for 22 s. The probe answers False
+    (offline) while the lookup is still held."""
+    import socket
+    import threading
+
+    from fbat_tf.data import online
+
+    for name in online.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(online, "_answer", None)
+    released, answered = threading.Event(), []
+
+    def held_lookup(*args, **kwargs):
+        released.wait(30)  # a name server that never answers, until the test lets it go
+        answered.append(True)
+        raise socket.gaierror("no answer")
+
+    monkeypatch.setattr(socket, "getaddrinfo", held_lookup)
+    try:
+        assert online.reachable(timeout=0.2) is False
+        assert not answered  # the probe answered while the lookup was still held
+    finally:
+        released.set()
+    assert online.reachable(timeout=0.2) is False  # the first answer holds for the process
 
 
 def test_each_augmentation_the_registry_names_is_a_function_of_augment():

@@ -46,6 +46,8 @@ class Entry:
     # (TensorFlow) when it reads the data, so that looking a dataset up loads no TensorFlow
     augmentation: str | None = None
     in_memory: bool = True  # False: streamed and decoded per example (ImageNet)
+    # TFDS prepares it only from archives fetched by hand (ImageNet), never downloads it
+    tfds_manual: bool = False
 
 
 _CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616))
@@ -87,6 +89,7 @@ _REGISTRY: dict[str, Entry] = {
             tfds_name="imagenet2012",
             tfds_test_split="validation",
             in_memory=False,
+            tfds_manual=True,
         ),
         Entry(
             DatasetInfo(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fbat_tf.data import local, registry
+from fbat_tf.data import local, online, registry
 
 if TYPE_CHECKING:
     from fbat_tf.data.tfds_source import TFDSSource
@@ -132,11 +132,17 @@ def check_local_files(
             local_arrays(entry, found, part)
 
 
-def needs_tensorflow(name: str, data_dir: str | None = None) -> bool:
-    """Whether `check_available(name, data_dir)` asks TFDS, which loads TensorFlow: no local
-    files found, and a TFDS version to look for. Finding local files loads none."""
+def needs_tensorflow(name: str, data_dir: str | None = None, download: bool = True) -> bool:
+    """Whether `check_available(name, data_dir, download)` asks TFDS, which loads TensorFlow:
+    no local files found, a TFDS version to look for, and TFDS not known without it to have
+    none (`_offline_refusal`). Finding local files loads none, nor does telling that nothing
+    can be had."""
     entry = registry.lookup(name)
-    return _find_local(entry, data_dir) is None and entry.tfds_name is not None
+    return (
+        _find_local(entry, data_dir) is None
+        and entry.tfds_name is not None
+        and _offline_refusal(entry, data_dir, download) is None
+    )
 
 
 def _find_local(entry: registry.Entry, data_dir: str | None) -> local.LocalFiles | None:
@@ -157,13 +163,20 @@ def resolve(entry: registry.Entry, data_dir: str | None, download: bool) -> Sour
     if tfds_name is None:
         raise _not_found(entry, searched, f"{entry.info.name} has no TFDS version.")
 
+    refusal = _offline_refusal(entry, data_dir, download)
+    if refusal is not None:  # told without TensorFlow
+        root = _tfds_root(data_dir)
+        raise _not_found(
+            entry, searched, refusal, os.path.join(root, tfds_name), _manual_dir(entry, root)
+        )
     tfds = tfds_source_in_use()
     builder = tfds.builder(tfds_name, os.path.expanduser(data_dir) if data_dir else None)
     if tfds.is_prepared(builder):
         return Source(tfds.describe(tfds_name, builder), tfds=tfds, builder=builder)
     refusal = _download_refusal(tfds, builder, tfds_name, download)
     if refusal is not None:
-        raise _not_found(entry, searched, refusal, tfds, builder)
+        manual = tfds.manual_dir(builder) if tfds.needs_manual_download(builder) else None
+        raise _not_found(entry, searched, refusal, tfds.prepared_path(builder), manual)
     prepared_path = tfds.prepared_path(builder)
     if tfds.needs_manual_download(builder):
         plan = f"prepared in {prepared_path} from {tfds.manual_dir(builder)}"
@@ -181,7 +194,9 @@ def download(entry: registry.Entry, source: Source, data_dir: str | None) -> Non
     except OSError as err:  # ConnectionError, requests' errors and disk errors are OSErrors
         reason = f"Download of {entry.tfds_name} failed: {err}"
         searched = _local_dirs(entry, data_dir)
-        raise _not_found(entry, searched, reason, source.tfds, source.builder) from err
+        tfds, builder = source.tfds, source.builder
+        manual = tfds.manual_dir(builder) if tfds.needs_manual_download(builder) else None
+        raise _not_found(entry, searched, reason, tfds.prepared_path(builder), manual) from err
 
 
 def _local_dirs(entry: registry.Entry, data_dir: str | None) -> list[str]:
@@ -194,6 +209,43 @@ def _local_dirs(entry: registry.Entry, data_dir: str | None) -> list[str]:
         dirs.extend(os.path.join(root, sub) for sub in entry.local_subdirs)
         dirs.append(root)
     return dirs
+
+
+def _tfds_root(data_dir: str | None) -> str:
+    """The data dir TFDS's builder reads: `data_dir`, else TFDS's default (TFDS_DATA_DIR or
+    ~/tensorflow_datasets)."""
+    root = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+    return os.path.expanduser(root)
+
+
+def _manual_dir(entry: registry.Entry, root: str) -> str | None:
+    """Where TFDS looks for a hand-fetched dataset's archives (its default DownloadConfig)."""
+    return os.path.join(root, "downloads", "manual") if entry.tfds_manual else None
+
+
+def _offline_refusal(entry: registry.Entry, data_dir: str | None, download: bool) -> str | None:
+    """Why the default TFDS source cannot have the data, told from the file system and one
+    bounded probe without loading TensorFlow: nothing of it in TFDS's data dir, and no download
+    possible. None where TFDS must be asked, or where another TFDS source is in use (it answers
+    for itself)."""
+    if _tfds_source is not None or entry.tfds_name is None:
+        return None
+    root = _tfds_root(data_dir)
+    if os.path.lexists(os.path.join(root, entry.tfds_name)):
+        return None  # something there: TFDS tells whether it is prepared
+    if not download:
+        return "Downloading is disabled (download=False)."
+    manual = _manual_dir(entry, root)
+    if manual is not None:
+        if os.path.isdir(manual) and os.listdir(manual):
+            return None
+        return (
+            f"TFDS cannot download {entry.tfds_name}: its archives must be fetched by hand "
+            f"into {manual} (see below)."
+        )
+    if not online.reachable():
+        return "No internet connection, so TFDS cannot download it here."
+    return None
 
 
 def _download_refusal(
@@ -218,16 +270,17 @@ def _not_found(
     entry: registry.Entry,
     searched: list[str],
     reason: str,
-    tfds: TFDSSource | None = None,
-    builder: object | None = None,
+    prepared: str | None = None,
+    manual: str | None = None,
 ) -> DatasetNotFoundError:
+    """The error saying where it looked (local folders, TFDS's `prepared` folder) and why it
+    found nothing; `manual`: where a hand-fetched dataset's archives go."""
     name, tfds_name = entry.info.name, entry.tfds_name
     lines = [f"Dataset {name!r} not found."]
     if searched:
         lines.append(f"  Looked for local files in: {', '.join(searched)}")
-    if builder is not None:
-        prepared_path = tfds.prepared_path(builder)
-        lines.append(f"  Looked for prepared TFDS data ({tfds_name}) in: {prepared_path}")
+    if prepared is not None:
+        lines.append(f"  Looked for prepared TFDS data ({tfds_name}) in: {prepared}")
     lines.append(f"  {reason}")
     accepted = []
     if entry.local_format:
@@ -237,10 +290,10 @@ def _not_found(
     lines.append(f"Pass --data_dir=DIR where DIR holds {'; or '.join(accepted)}.")
     if tfds_name is None:
         lines.append(f"{name} is local only: download {_TINY_IMAGENET_URL} and unzip it in DIR.")
-    elif builder is not None and tfds.needs_manual_download(builder):
+    elif manual is not None:
         lines.append(
             f"TFDS prepares {tfds_name} from ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar "
-            f"(from image-net.org) placed in {tfds.manual_dir(builder)}."
+            f"(from image-net.org) placed in {manual}."
         )
     else:
         lines.append(

@@ -25,15 +25,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-# A host TFDS downloads from; reaching it says the machine is online.
-_PROBE_HOST = ("storage.googleapis.com", 443)
-_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy")
+from fbat_tf.data import online
 
 
 @contextlib.contextmanager
@@ -89,18 +86,8 @@ class TFDSSource:
         return os.path.isdir(folder) and bool(os.listdir(folder))
 
     def internet_reachable(self, timeout: float = 3.0) -> bool:
-        """Whether a TCP connection to a TFDS download host opens within `timeout` seconds.
-
-        Behind a proxy a direct connection may be refused while downloads work, so with a proxy
-        configured this answers True and leaves the verdict to the download itself.
-        """
-        if any(os.environ.get(name) for name in _PROXY_VARIABLES):
-            return True
-        try:
-            with socket.create_connection(_PROBE_HOST, timeout=timeout):
-                return True
-        except OSError:
-            return False
+        """Whether a download host answers within `timeout` seconds (`online.reachable`)."""
+        return online.reachable(timeout)
 
     def download_and_prepare(self, dataset_builder: tfds.core.DatasetBuilder) -> None:
         dataset_builder.download_and_prepare()
