@@ -117,10 +117,10 @@ def same_setup(new: dict, old: dict) -> bool:
     return setup_difference(new, old) is None
 
 
-def differences(new: dict, old: dict) -> list[str]:
-    """Where a rerun's results differ from the recorded ones: at all on the same setup, by more
-    than TOLERANCE on another."""
-    exact = same_setup(new, old)
+def differences(new: dict, old: dict, exact: bool | None = None) -> list[str]:
+    """Where a rerun's results differ from the recorded ones: at all on the same setup (or
+    with `exact`), by more than TOLERANCE on another."""
+    exact = same_setup(new, old) if exact is None else exact
 
     def differ(a, b) -> bool:
         if exact or not all(isinstance(v, (int, float)) for v in (a, b)):
@@ -139,6 +139,16 @@ def differences(new: dict, old: dict) -> list[str]:
         if differ(new_final[key], old_final[key]):
             found.append(f"{key}: {new_final[key]!r}, recorded {old_final[key]!r}")
     return found
+
+
+def setup_line(new: dict, old: dict) -> str | None:
+    """How a rerun was compared where its setup is not the recorded one's (None where it is):
+    within TOLERANCE, why, and whether every digit came out as recorded all the same."""
+    why = setup_difference(new, old)
+    if why is None:
+        return None
+    same = "" if differences(new, old, exact=True) else "; every digit is as recorded all the same"
+    return f"compared within {TOLERANCE}, not exactly: {why}{same}"
 
 
 def rerun(name: str, directory: str) -> dict:
@@ -187,7 +197,7 @@ def main() -> int:
             found = differences(new, old)
             why = setup_difference(new, old)
             if why:
-                print(f"{name}: compared within {TOLERANCE}, not exactly: {why}")
+                print(f"{name}: {setup_line(new, old)}")
             elif readme.get(name) != table_row(new):
                 found.append(f"README's row {readme.get(name)}, the run's {table_row(new)}")
             for line in found:

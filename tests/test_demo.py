@@ -137,3 +137,30 @@ def test_processors_of_one_name_with_other_instruction_sets_are_other_setups():
     assert demo.setup_difference({"machine": machine}, older) == (
         "the recorded run names no cpu_isa"
     )
+
+
+def test_a_rerun_on_another_setup_says_when_every_digit_is_as_recorded_anyway():
+    """It said "compared within 0.01, not exactly: the recorded run names no cpu_isa" where
+    every digit matched: it now says that too, and not where a digit moved."""
+    from tests import demo
+
+    run = {
+        "machine": {"cpu": "AMD EPYC", "tensorflow": "2.21.0", "keras": "3", "numpy": "2"},
+        "history": [{"epoch": 1, "loss": 0.5, "val_robust_accuracy": 0.7}],
+        "final": {
+            "test_examples": 1000,
+            "test_clean_accuracy": 0.853,
+            "test_pgd_robust_accuracy": 0.785,
+        },
+    }
+    named = copy.deepcopy(run)
+    named["machine"].update(cpu_isa=["avx2"], kernel_settings={})
+    assert demo.setup_line(named, named) is None  # the same setup: compared exactly
+    assert demo.setup_line(named, run) == (
+        "compared within 0.01, not exactly: the recorded run names no cpu_isa, "
+        "kernel_settings; every digit is as recorded all the same"
+    )
+    named["final"]["test_pgd_robust_accuracy"] = 0.786
+    assert demo.setup_line(named, run) == (
+        "compared within 0.01, not exactly: the recorded run names no cpu_isa, kernel_settings"
+    )
