@@ -206,20 +206,21 @@ class TensorBoard(keras.callbacks.TensorBoard):
     run began, `first_batch` being the batches finished before this process (a resumed run's).
     """
 
-    def __init__(self, *args, first_batch: int = 0, **kwargs):
+    def __init__(self, *args, first_batch: int = 0, names: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.first_batch = first_batch
+        self.names = dict(names or {})  # its tags for logs kept by other names (shown_names)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         super().on_train_begin(logs)
         self._global_train_batch = self.first_batch
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        super().on_train_batch_end(batch, _finite_logs(logs))
+        super().on_train_batch_end(batch, _renamed(_finite_logs(logs), self.names))
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         with tf.summary.record_if(True):
-            super().on_epoch_end(epoch, _finite_logs(logs))
+            super().on_epoch_end(epoch, _renamed(_finite_logs(logs), self.names))
 
 
 def _finite_logs(logs: dict | None) -> dict | None:
@@ -227,6 +228,23 @@ def _finite_logs(logs: dict | None) -> dict | None:
     if logs is None:
         return None
     return {k: v for k, v in logs.items() if not isinstance(v, float) or math.isfinite(v)}
+
+
+def shown_names(adversarial: bool = True) -> dict[str, str]:
+    """What the progress line and TensorBoard call a log that results.json keeps by another
+    name: the epoch's training time with its unit, and where training is not adversarial
+    (standard training) the accuracy of its batches, which are clean."""
+    names = {"epoch_time": "train_seconds"}
+    if not adversarial:
+        names["adv_accuracy"] = "accuracy"
+    return names
+
+
+def _renamed(logs: dict | None, names: dict[str, str]) -> dict | None:
+    """The logs with the keys `names` renames (a copy; the shared dict is left as it is)."""
+    if logs is None or not names:
+        return logs
+    return {names.get(k, k): v for k, v in logs.items()}
 
 
 class EpochTiming(keras.callbacks.Callback):
@@ -293,11 +311,15 @@ class Progress(keras.callbacks.ProgbarLogger):
     )
     WHEN_NOT_ZERO = ("nonfinite_batches", "val_overfitting")
 
+    def __init__(self, names: dict | None = None):
+        super().__init__()
+        self.names = dict(names or {})  # what it calls logs kept by other names (shown_names)
+
     def _shown(self, logs: dict | None) -> dict:
         logs = logs or {}
         shown = {key: logs[key] for key in self.SHOWN if key in logs}
         shown.update({key: logs[key] for key in self.WHEN_NOT_ZERO if logs.get(key)})
-        return shown
+        return _renamed(shown, self.names)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         super().on_train_batch_end(batch, self._shown(logs))

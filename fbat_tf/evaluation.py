@@ -311,6 +311,7 @@ def evaluate(
     progress: bool = False,
     strategy: tf.distribute.Strategy | None = None,
     seed: int = 0,
+    labels: Mapping[tuple[str, float], str] | None = None,
 ) -> EvaluationResult:
     """Clean loss and accuracy, and robust accuracy and time of each attack, given by its name
     and ε (pixel units): {("pgd", 8 / 255): PGD(8 / 255)}.
@@ -320,7 +321,8 @@ def evaluate(
     adversarial batch is checked to lie in C before it counts. An example whose clean
     input, clean logits, adversarial point or adversarial logits are not finite raises
     NonFiniteError, naming how many, before its batch is attacked or counted. `progress` shows a bar
-    over the batches with the running accuracies. For an attack with parts (AutoAttack), its
+    over the batches with the running accuracies, each attack's by its `labels` entry where
+    given ("PGD-20-1"), else by its key ("pgd@8"). For an attack with parts (AutoAttack), its
     AttackResult's `parts` give the accuracy after each part and `part_seconds` the time each
     took. `per_batch` holds each global batch's own examples and accuracies (e.g. the fixed
     first batch the overfitting guard watches).
@@ -359,7 +361,7 @@ def evaluate(
     attacks, not_applicable = applicable(attacks, problem, lambda name: every.named(name).key)
     batches = int(dataset.cardinality())
     bar = progress_bar(batches if batches > 0 else None, unit_name="batch") if progress else None
-    tally = Tally(attacks)
+    tally = Tally(attacks, labels)
     pools = {name: _Pool(attack) for name, attack in attacks.items()}
     clean_counts = functools.partial(_clean_counts, classifier)
 

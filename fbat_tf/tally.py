@@ -32,8 +32,13 @@ class NonFiniteError(ValueError):
 class Tally:
     """Running sums of an evaluation, and its result."""
 
-    def __init__(self, attacks: Mapping[tuple[str, float], Any]):
+    def __init__(
+        self,
+        attacks: Mapping[tuple[str, float], Any],
+        labels: Mapping[tuple[str, float], str] | None = None,
+    ):
         self.clean = self.loss = self.total = 0.0
+        self.labels = dict(labels or {})  # what `running` calls an attack, if not its key
         # Each attack's norm: an attack of the user's own need not say it, and is then L∞.
         self.norms = {name: getattr(attack, "norm", "linf") for name, attack in attacks.items()}
         self.robust = dict.fromkeys(attacks, 0.0)
@@ -109,9 +114,12 @@ class Tally:
         )
 
     def running(self) -> list[tuple[str, float]]:
-        """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far."""
+        """What a progress bar shows: clean accuracy, and each attack's robust accuracy so far,
+        by its label where given ("PGD-20-1"), else by its key ("pgd@8")."""
         counted = [
-            (self.named(name).key, self.robust[name] / n) for name, n in self.covered.items() if n
+            (self.labels.get(name) or self.named(name).key, self.robust[name] / n)
+            for name, n in self.covered.items()
+            if n
         ]
         return [("clean", self.clean / self.total), *counted]
 

@@ -125,8 +125,12 @@ class AdversarialTrainer(keras.Model):
         """Keras' fit, after `classifiers.check_data` refused, in one line, outputs that are
         probabilities and labels that are not class indices (on a dataset's first batch, or
         every label of arrays): cross-entropy on probabilities trains silently, a float label
-        is truncated, and a label out of range makes every batch non-finite, each skipped."""
+        is truncated, and a label out of range makes every batch non-finite, each skipped.
+        A tf.data pipeline is shuffled by its own `shuffle`, never by fit's: fit's default
+        `shuffle=True` is then left unsaid, which Keras would warn is ignored."""
         classifiers.check_data(self.classifier, x, y)
+        if isinstance(x, tf.data.Dataset) and len(args) < 7:  # args[6] is shuffle
+            kwargs.setdefault("shuffle", False)
         return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):

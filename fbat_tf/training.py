@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from fbat_tf import (
+    attacks,
     classifiers,
     data,
     device,
@@ -52,6 +53,7 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
+    shown_names,
 )
 from fbat_tf.methods.base import Method
 from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig, files
@@ -328,6 +330,7 @@ def _callbacks(
         (e.val_robust_accuracy for e in record.history if e.val_robust_accuracy is not None),
         default=-1.0,
     )
+    names = shown_names(built.method.adversarial)  # on screen and in TensorBoard
     callbacks = [
         EpochTiming(config.batch_size * built.method.replays),
         RobustValidation(
@@ -347,9 +350,10 @@ def _callbacks(
             update_freq=config.tensorboard_every or "epoch",
             write_graph=False,
             first_batch=initial_epoch * built.steps_per_epoch,
+            names=names,
         ),
         resume,
-        Progress(),
+        Progress(names),
     ]
     if built.batches < built.epochs * built.steps_per_epoch:
         callbacks.insert(0, StopAfterBatches(built.batches, built.steps_per_epoch))
@@ -425,8 +429,11 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
     # The attacks differentiate the inference graph with the weights folded in (the same
     # function, faster).
     inference = classifiers.InferenceGraph(classifier)
+    # The progress bar names each attack as the line of test numbers after it does.
+    options = final_attack_options(config)
+    labels = {key: attacks.label(key[0], options.get(key[0])) for key in built}
     result = evaluation.evaluate(
-        inference, test_ds, built, progress=config.verbose > 0, seed=config.seed
+        inference, test_ds, built, progress=config.verbose > 0, seed=config.seed, labels=labels
     )
     result.dataset = config.dataset
     points = data.points(

@@ -320,6 +320,27 @@ def test_the_epoch_line_shows_the_numbers_that_matter_and_trouble_only_when_ther
     assert shown["nonfinite_batches"] == 2.0 and shown["val_overfitting"] == 1.0
 
 
+def test_the_epoch_line_names_seconds_as_seconds_and_standard_accuracy_as_clean():
+    """`epoch_time: 50.6810` beside Keras' `61s` had no unit (it is the training part of the
+    epoch), and standard training showed `adv_accuracy` for batches that are clean; results.json
+    keeps both names."""
+    from fbat_tf import methods
+    from fbat_tf.callbacks import Progress, shown_names
+
+    logs = {"loss": 1.0, "adv_accuracy": 0.5, "epoch_time": 50.681}
+    adversarial = shown_names(methods.create("fastat", eps=8 / 255).adversarial)
+    assert Progress(adversarial)._shown(logs) == {
+        "loss": 1.0,
+        "adv_accuracy": 0.5,
+        "train_seconds": 50.681,
+    }
+    clean = shown_names(methods.create("standard").adversarial)
+    assert Progress(clean)._shown(logs) == {"loss": 1.0, "accuracy": 0.5, "train_seconds": 50.681}
+    assert [methods.create(name, eps=8 / 255).adversarial for name in ("pgd", "free", "nfgsm")] == [
+        True
+    ] * 3
+
+
 def test_validation_with_square_counts_robust_only_what_survives_pgd_and_square():
     """A model whose input gradient is zero (its score passes through stop_gradient) shows PGD
     nothing to climb: PGD-10 alone counts every point robust. Its score rises with the image's

@@ -26,6 +26,7 @@ TRAIN_CURVES = (
     "epoch_adv_accuracy",
     "epoch_learning_rate",
     "epoch_images_per_second",
+    "epoch_train_seconds",  # the epoch's training time, not "epoch_epoch_time"
     "epoch_ig_norm_ratio",
     "epoch_inactive_fraction",
     "epoch_nonfinite_batches",
@@ -137,6 +138,7 @@ def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
             history = results["history"]
             train = f"every{every}/tensorboard/train"
             validation = f"every{every}/tensorboard/validation"
+            assert not [tag for tag in tags[train] if tag.startswith("epoch_epoch_")], tags
             for tag in TRAIN_CURVES:
                 assert tag in tags[train], tags
                 assert [s for s, _ in server.scalars(train, tag)] == list(range(EPOCHS))

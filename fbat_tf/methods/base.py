@@ -92,6 +92,9 @@ class Method(rules.Rules):
     log_names: tuple[str, ...] = ("loss", "adv_accuracy")
     #: how reports and model cards name the method ("Fast-AT", "first-order Fast-BAT").
     title: str = ""
+    #: whether it trains on perturbed inputs: its `adv_accuracy` is then on them, and the
+    #: progress line and TensorBoard call it so; standard training's is clean accuracy.
+    adversarial: bool = True
     #: whether it keeps state per training example (FGSM-PGI's prior): `gradients` then takes
     #: the batch's example indices (`indices=`, positions in the training split), the trainer
     #: reads them from its training stream, and `commit` writes the step's rows.

@@ -15,6 +15,7 @@ from fbat_tf.methods.base import Method
 
 class Standard(rules.Standard, Method):
     title = "standard training"
+    adversarial = False
 
     def __init__(self, eps: float = 0.0, norm: str = "linf"):
         super().__init__(eps, norm)
