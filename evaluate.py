@@ -598,6 +598,7 @@ def write_records(result, model_path: str, known: dict, row: dict | None) -> Non
     if row is not None:
         from export import recheck as rechecking
 
+        print(f"\n{rechecking.table(row)}")
         card = rechecking.record(model_path, row)
         if card:
             print(f"model card: {card}")

@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from fbat_tf import catalog
+from fbat_tf import catalog, startup
 from fbat_tf.artifacts import MissingExtra, require
 from fbat_tf.run import ARTIFACTS, MODEL_CARD
 
@@ -110,14 +111,23 @@ def _constants_in_graph(classifier) -> Iterator[None]:
             layer.mean, layer.variance = mean, variance
 
 
+# What TensorFlow's LiteRT converter writes on every conversion, from native code: the
+# options it ignores, the quantizer's settings, the version metadata it leaves to the exporter.
+CONVERTER_NOISE = re.compile(
+    r"^(W\d{4} .*(Ignored output_format|Ignored drop_control_dependency|"
+    r"Skipping runtime version metadata)|fully_quantize: \d+, inference_type: )"
+)
+
+
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """tf2onnx's INFO lines and its numpy-2 FutureWarning, held back."""
+    """tf2onnx's INFO lines and its numpy-2 FutureWarning, and the LiteRT converter's lines
+    (CONVERTER_NOISE), held back; any other line still shows."""
     logger = logging.getLogger("tf2onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), startup.held_back(CONVERTER_NOISE):
             warnings.simplefilter("ignore", FutureWarning)
             yield
     finally:

@@ -49,7 +49,7 @@ def load_tensorflow() -> None:
 
 # File descriptor 2 is the process's: one block at a time redirects it (two threads each
 # saving and restoring it could leave it pointing at the other's closed file).
-_HOLDING = threading.Lock()
+_HOLDING = threading.RLock()  # a block inside another holds back into the outer one
 
 
 @contextlib.contextmanager

@@ -36,13 +36,13 @@ def _env() -> dict[str, str]:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
 
-def _run(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
+def _run(*args: str, prelude: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
     """A command as a user types it; `prelude` (Python) runs first in the same process, e.g.
     to make a package unimportable."""
     return subprocess.run(
         python_command(*args, prelude=prelude),
         cwd=ROOT,
-        env=_env(),
+        env=env or _env(),
         capture_output=True,
         text=True,
         timeout=900,
@@ -77,8 +77,13 @@ def trained(tmp_path_factory) -> dict[str, str]:
         "--epochs=1",
         "--export_formats=saved_model,onnx,litert",
         f"--int8_examples={EXAMPLES}",
+        # As a user runs it, TensorFlow's log level unset: the LiteRT converter's lines
+        # ("Ignored output_format", "fully_quantize: 0, ...") are held back.
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    for line in ("Ignored output_format", "fully_quantize", "Skipping runtime version metadata"):
+        assert line not in done.stderr, done.stderr[-3000:]
     version = os.path.join(workdir, "export", NAME, "1")
     assert "beside it: model.onnx, model.tflite, model_int8.tflite" in done.stdout, done.stdout
     return {"workdir": workdir, "version": version}
@@ -208,7 +213,7 @@ def _runtime_logits(path: str, x: np.ndarray) -> np.ndarray:
     return load_artifact(path).predict(x)
 
 
-def test_several_files_are_checked_with_the_sources_points_crafted_once(rechecked):
+def test_several_files_are_checked_with_the_sources_points_crafted_once(trained, rechecked):
     """The three files in one command: PGD crafts on the source's one batch once, not once a
     file, and each file's table is printed under its path."""
     done, results = rechecked
@@ -219,6 +224,10 @@ def test_several_files_are_checked_with_the_sources_points_crafted_once(rechecke
     at = [done.stdout.index(os.sep + name + "\n") for name in FILES]
     assert at == sorted(at)
     assert done.stdout.count("(the source's, replayed)") == len(FILES)
+    # Under each file's table, the source's figures and the agreement beside the file's.
+    assert done.stdout.count(f"against the source {trained['version']}, on the same") == len(
+        FILES
+    ), done.stdout
 
 
 @pytest.mark.parametrize("name", FILES)

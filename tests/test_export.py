@@ -511,6 +511,34 @@ def test_a_recheck_flags_a_drop_of_more_than_a_point_and_low_agreement():
     assert recheck.flagged_rows(rows(0.865, 0.96)) == []
     # The issue's file: the accuracy of its source, predictions agreeing on 37.5 %.
     assert len(recheck.flagged_rows(rows(0.865, 0.375))) == 1
+    # Exactly one point lost in 100 (0.86 to 0.85) was flagged as more by the floats' rounding.
+    exactly = {"clean": {"accuracy": 0.85, "source_accuracy": 0.86, "agreement": 1.0}}
+    assert recheck.flagged_rows(exactly) == []
+    exactly["clean"]["accuracy"] = 0.849
+    assert len(recheck.flagged_rows(exactly)) == 1
+
+
+def test_a_recheck_table_shows_the_source_and_the_agreement_beside_the_file():
+    """The console showed the file's accuracies alone; the source's and the agreement were in
+    the JSON and the card only."""
+    from export import recheck
+
+    row = {
+        "source": "runs/demo",
+        "examples": 100,
+        "accuracy": {
+            "clean": {"accuracy": 0.85, "source_accuracy": 0.86, "agreement": 0.99},
+            "pgd@8": {"accuracy": 0.7, "source_accuracy": 0.71, "agreement": 0.98},
+            "square@8": {"accuracy": 0.75, "replayed": False},
+        },
+    }
+    assert recheck.table(row).splitlines() == [
+        "against the source runs/demo, on the same 100 points:",
+        "                                file  source   agree",
+        "clean                          85.0%   86.0%   99.0%",
+        "pgd@8                          70.0%   71.0%   98.0%",
+        "square@8                       75.0%       -       -",
+    ]
 
 
 def test_model_card_never_invents_numbers(tmp_path):
