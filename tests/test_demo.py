@@ -8,6 +8,8 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
 
 from tests.demo import (
     FLAGFILE,
@@ -164,3 +166,25 @@ def test_a_rerun_on_another_setup_says_when_every_digit_is_as_recorded_anyway():
     assert demo.setup_line(named, run) == (
         "compared within 0.01, not exactly: the recorded run names no cpu_isa, kernel_settings"
     )
+
+
+def test_the_demo_check_runs_without_pytest():
+    """README: `python tests/demo.py` needs no more than `pip install -e .` installs: with
+    pytest (a `.[dev]` package) unimportable, it reads the recorded runs and README's rows."""
+    code = (
+        "import sys\nsys.modules['pytest'] = None\n"
+        "sys.path.insert(0, 'tests')\nimport demo\n"
+        "rows = demo.readme_rows(open('README.md').read())\n"
+        "for name in demo.RUNS:\n"
+        "    recorded = json.load(open(demo.recorded_path(name)))\n"
+        "    assert rows[name] == demo.table_row(recorded), name\n"
+        "print('read', len(rows))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "read 2", done.stderr[-2000:]
