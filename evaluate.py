@@ -547,9 +547,15 @@ def evaluated(model_path, opened, results_path, strategy, named, source: Source,
     except evaluation.NonFiniteError as error:  # met under attack: nothing is written
         sys.exit(f"\nerror: {model_path}: {error}")
     result = described(result, model_path, dataset, validation_from, threat_model(known))
-    if checks is not None:
-        result.indicators = indicated(classifier, split, built, result, checks)
+    # The re-check first: it reads what the replayed attacks recorded of the evaluation's calls.
     row = recheck(result, classifier, source.model, split, built, source.path) if artifact else None
+    # A file's indicators read the source's gradients (its attacks are the source's, replayed)
+    # and the file's outputs; the reference's checks need the file's own gradients.
+    result.indicators = indicated(classifier, split, built, result, checks)
+    if row is not None:  # the file's row in the model card names them too
+        from export.modelcard import fired_indicators
+
+        row["indicators"] = fired_indicators(result)
     write_outputs(result, results_path, len(eps_values))
     write_records(result, model_path, known, row)
 

@@ -187,6 +187,10 @@ def say_test(config, final, chief: bool) -> None:
         f"test ({final.examples} examples): clean {final.clean_accuracy:.4f}, {robust}; "
         f"results in {Run(config.workdir).results_path}"
     )
+    if final.indicators is not None:  # as evaluate.py says them
+        print(f"indicators of attack failure ({final.indicators.seconds:.1f} s):")
+        for line in final.indicators.lines():
+            print(f"  {line}")
     if chief:
         robustbench_entry(config, final)
 

@@ -135,11 +135,13 @@ def robustness(record: RunRecord) -> dict[str, Any]:
         "autoattack": autoattack,
         # The indicators of attack failure of the test's attacks (DESIGN.md §4.5), by result key:
         # those that fired and on how many points; null where the test did not compute them.
-        "indicators": _fired(final),
+        "indicators": fired_indicators(final),
     }
 
 
-def _fired(final) -> dict[str, dict[str, int]] | None:
+def fired_indicators(final) -> dict[str, dict[str, int]] | None:
+    """The indicators that fired on an evaluation's attacks and on how many points, by result
+    key; None where it computed none."""
     found = final.indicators if final else None
     if found is None:
         return None

@@ -452,4 +452,19 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         config.seed,
         config.norm,
     )
+    result.indicators = test_indicators(inference, test_ds, built, result, config.seed)
     return result
+
+
+def test_indicators(classifier, test_ds, built, result: EvaluationResult, seed: int):
+    """The reference AutoAttack's checks (on the first batch, 64 points at most) and the
+    indicators of attack failure on the first `indicators.POINTS` clean-correct test points,
+    as evaluate.py computes them (DESIGN.md §4.5); None where the model got none right."""
+    from fbat_tf import indicators
+
+    x, y = next(iter(test_ds))[:2]
+    checks = indicators.reference_checks(classifier, x[:64], y[:64], built, seed)
+    taken = indicators.sample(test_ds, result.clean_outcomes or "", indicators.POINTS)
+    if taken is None:
+        return None
+    return indicators.compute(classifier, *taken, built, result, seed=seed, checks=checks)

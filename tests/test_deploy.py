@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -180,7 +181,7 @@ def counted(self, model, x, *args, **kwargs):
     crafted.append(int(x.shape[0]))
     return original(self, model, x, *args, **kwargs)
 pgd.PGD.__call__ = counted
-atexit.register(lambda: print(f"PGD crafted {len(crafted)} batches, {sum(crafted)} examples"))
+atexit.register(lambda: print(f"PGD crafted batches of {crafted} examples"))
 """
 
 
@@ -215,9 +216,14 @@ def _runtime_logits(path: str, x: np.ndarray) -> np.ndarray:
 
 def test_several_files_are_checked_with_the_sources_points_crafted_once(trained, rechecked):
     """The three files in one command: PGD crafts on the source's one batch once, not once a
-    file, and each file's table is printed under its path."""
+    file, and each file's table is printed under its path. The indicators' sample (at most 32
+    clean-correct points) is crafted on once too, and the unconstrained PGD runs on it once a
+    file."""
     done, results = rechecked
-    assert f"PGD crafted 1 batches, {EXAMPLES} examples" in done.stdout
+    said = re.search(r"PGD crafted batches of \[([\d, ]*)\] examples", done.stdout)
+    sizes = [int(n) for n in said.group(1).split(",")]
+    assert sizes[0] == EXAMPLES and sizes.count(EXAMPLES) == 1, sizes
+    assert len(sizes) == 2 + len(FILES) and max(sizes[1:]) <= 32, sizes
     assert set(results) == set(FILES)
     for name in FILES:
         assert results[name]["model_path"].endswith(name)
@@ -261,6 +267,9 @@ def test_evaluate_checks_each_file_against_its_source(
     assert abs(pgd["accuracy"] - np.mean(replayed == y)) <= 1 / EXAMPLES
     assert result["robust_accuracy"]["pgd@8"] == pgd["accuracy"]
     assert row["accuracy"]["square@8"]["replayed"] is False
+    # The file's indicators of attack failure (the source's gradients, the file's outputs), in
+    # its results and its row of the model card.
+    assert set(result["indicators"]["attacks"]) == {"pgd@8", "square@8"}
     assert result["robust_accuracy"]["square@8"] <= result["clean_accuracy"]
     # The runtimes' own notices (LiteRT's "INFO: Created ... XNNPACK delegate", once per batch
     # shape) are not the user's to read.
@@ -270,6 +279,7 @@ def test_evaluate_checks_each_file_against_its_source(
         card = json.load(f)
     assert card["deployment"][name]["accuracy"] == row["accuracy"]
     assert card["deployment"][name]["source"] == trained["version"]
+    assert set(card["deployment"][name]["indicators"]) == {"pgd@8", "square@8"}
 
 
 def test_several_paths_are_refused_unless_exported_files_of_one_source(trained, tmp_path):

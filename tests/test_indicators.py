@@ -338,8 +338,8 @@ def test_the_model_card_names_the_indicators_that_fired():
     from fbat_tf.records import Count
 
     result = EvaluationResult(32, 0.9, robust=[AttackResult("pgd", 8, 0.5)])
-    assert modelcard._fired(result) is None
+    assert modelcard.fired_indicators(result) is None
     result.indicators = Indicators(
         32, {"pgd@8": {"incomplete_optimization": Count(3, 32), "silent_success": Count(0, 32)}}
     )
-    assert modelcard._fired(result) == {"pgd@8": {"incomplete_optimization": 3}}
+    assert modelcard.fired_indicators(result) == {"pgd@8": {"incomplete_optimization": 3}}

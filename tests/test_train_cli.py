@@ -175,6 +175,13 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     with open(os.path.join(exported[0], "assets.extra", "model_card.json")) as f:
         card = json.load(f)
     assert card["method"]["implicit_autodiff"] == "backward_over_backward"
+    # The final test's indicators of attack failure, as evaluate.py computes them: said on the
+    # console, in results.json and in the model card.
+    indicators = final["indicators"]
+    assert 0 < indicators["points"] <= 32 and "pgd@8" in indicators["attacks"]
+    assert "indicators of attack failure (" in result.stdout
+    assert "  indicators pgd@8: " in result.stdout
+    assert set(card["robustness"]["indicators"]) == {"pgd@8"}
     assert card["method"]["title"] == "Fast-BAT"
     # The code that made each file: this checkout's revision.
     head = subprocess.run(
