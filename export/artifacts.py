@@ -208,9 +208,10 @@ def record_recheck(version_dir: str, file_name: str, row: dict[str, Any]) -> str
     """Add evaluate.py's re-check of an artifact to the model card of the export it sits in
     (under "deployment", by file name, replacing an earlier one); returns the card's path, or
     None where the folder holds no card."""
-    from fbat_tf.records import finite_or_null, read_json, write_json_atomic
+    from fbat_tf.records import files, finite_or_null, read_json, write_json_atomic
 
     path = os.path.join(version_dir, MODEL_CARD)
+    files.refuse_links(path, inside=version_dir)  # the card and its folder, never a link's
     if not os.path.isfile(path):
         return None
     # A card cut short or of another shape is named, never rewritten from what was misread.

@@ -20,6 +20,7 @@ from absl import app, flags, logging
 
 from export import artifacts, versions
 from fbat_tf import catalog, run, startup, trust
+from fbat_tf.records import files
 from fbat_tf.run import Run
 
 _WORKDIR = flags.DEFINE_string(
@@ -154,6 +155,10 @@ def _target() -> tuple[str, str]:
     if export_dir is None:
         source = _WORKDIR.value or os.path.dirname(os.path.abspath(_MODEL_PATH.value))
         export_dir = Run(source).export_dir
+        try:  # the run's own export/, never a link to elsewhere (a named one may be)
+            files.refuse_links(export_dir, inside=source)
+        except files.LinkRefused as error:
+            sys.exit(f"error: {error.filename}: {error.strerror} (--export_dir names another)")
     try:
         _, version = versions.free_version_dir(export_dir, name, _VERSION.value)
     except FileExistsError as error:

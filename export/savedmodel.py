@@ -289,6 +289,11 @@ def add_formats(
     if not todo:
         return []
     card_path = os.path.join(version_dir, MODEL_CARD)
+    # What it writes, never behind a link: the version's folder (from the run's export/ on),
+    # its files and its card's folder.
+    files.refuse_links(version_dir, inside=Run(workdir).export_dir)
+    for name in (*todo, MODEL_CARD):
+        files.refuse_links(os.path.join(version_dir, name), inside=version_dir)
     weights = Run(workdir).best_weights
     exported = ModelCard.load(card_path).weights_sha256
     if exported is not None and exported != file_sha256(weights):

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from harness import publish  # noqa: E402
 
-from fbat_tf.records import EvaluationResult  # noqa: E402
+from fbat_tf.records import EvaluationResult, files  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 
 DEMO = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
@@ -149,8 +149,7 @@ def main() -> None:
     if args.markdown_only:
         with open(os.path.join(OUT, "deploy_demo.json")) as f:
             payload = json.load(f)
-        with open(os.path.join(OUT, "deploy_demo.md"), "w") as f:
-            f.write(table(payload) + "\n")
+        files.write_atomic(os.path.join(OUT, "deploy_demo.md"), table(payload) + "\n", OUT)
         return
     evaluations = os.path.join(OUT, "deploy_demo")
     directory = tempfile.mkdtemp(prefix="deploy_demo_")
@@ -173,9 +172,10 @@ def main() -> None:
         ):
             results, kept = (os.path.join(d, f"{name}.json") for d in (written, evaluations))
             payload["recheck"][name] = recheck(path, results, kept)
-        os.makedirs(evaluations, exist_ok=True)
-        for name in os.listdir(written):
-            shutil.move(os.path.join(written, name), os.path.join(evaluations, name))
+        files.make_dirs(evaluations, inside=OUT)  # never a link's folder
+        for name in os.listdir(written):  # each written whole, never through a link
+            with open(os.path.join(written, name), "rb") as f:
+                files.write_atomic(os.path.join(evaluations, name), f.read(), OUT)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     publish(

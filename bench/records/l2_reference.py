@@ -146,8 +146,22 @@ def main(argv: list[str]) -> None:
         if not os.path.isfile(model_path):
             sys.exit(f"error: --keep_model: {model_path} does not exist")
     else:
+        import tempfile
+
+        from fbat_tf.records import files
+
         os.makedirs(out, exist_ok=True)
-        mlp(_EPS.value, _EPOCHS.value, "l2", HIDDEN).save(model_path)
+        # Keras saves by name: into a folder of its own, then renamed into place, never
+        # through a link at mlp.keras.
+        files.refuse_links(model_path)
+        staging = tempfile.mkdtemp(dir=out, prefix=".mlp-")
+        try:
+            staged = os.path.join(staging, "mlp.keras")
+            mlp(_EPS.value, _EPOCHS.value, "l2", HIDDEN).save(staged)
+            files.refuse_links(model_path)
+            os.replace(staged, model_path)
+        finally:
+            files.remove_tree(staging)
     torch = run_child(
         [sys.executable, os.path.abspath(__file__), "--torch_child", *sys.argv[1:]],
         "the PyTorch side",

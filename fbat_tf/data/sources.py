@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import errno
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -188,7 +189,19 @@ def resolve(entry: registry.Entry, data_dir: str | None, download: bool) -> Sour
 
 
 def download(entry: registry.Entry, source: Source, data_dir: str | None) -> None:
-    """Download and prepare what `resolve` found to need it; DatasetNotFoundError if that fails."""
+    """Download and prepare what `resolve` found to need it; DatasetNotFoundError if that fails.
+    TFDS writes by name: the folders it writes in under the data dir (the dataset's and
+    downloads/) are refused first where they are symbolic links (an OSError naming the folder,
+    as records/files.py's LinkRefused does for the project's own writes)."""
+    root = _tfds_root(data_dir)
+    for folder in (os.path.join(root, entry.tfds_name), os.path.join(root, "downloads")):
+        if os.path.islink(folder):
+            raise OSError(
+                errno.ELOOP,
+                "a symbolic link, and TFDS would download and prepare the data through it: move "
+                "the link away (or pass another --data_dir) and run the command again",
+                folder,
+            )
     try:
         source.tfds.download_and_prepare(source.builder)
     except OSError as err:  # ConnectionError, requests' errors and disk errors are OSErrors
