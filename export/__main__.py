@@ -5,6 +5,12 @@ from absl import app
 from export import cli
 from flags import errors, usage
 
-if __name__ == "__main__":
+
+def run_program() -> None:
+    """The program as `python -m export` and `fbat-export` run it: --help, then main."""
     usage.own_help(cli.__doc__, {"export.cli": "Export", "flags.errors": "Errors"})
     app.run(errors.guarded(cli.main))
+
+
+if __name__ == "__main__":
+    run_program()

@@ -301,12 +301,19 @@ def _named(names: np.ndarray | None, i: int) -> str:
     return f' "{name.decode() if isinstance(name, bytes) else name}"'
 
 
-if __name__ == "__main__":
+def run_program() -> None:
+    """The program as `python -m export.client` and `fbat-serve-client` run it."""
     from absl import app
 
     from flags import errors, usage
 
     define_flags()
-    # absl files the flags defined here under the program's path (sys.argv[0]).
-    usage.own_help(__doc__, {sys.argv[0]: "Client", "flags.errors": "Errors"})
+    # absl files the flags defined here under the module that defined them: the program's path
+    # (sys.argv[0]) run as __main__, else this module's name (fbat-serve-client).
+    here = sys.argv[0] if __name__ == "__main__" else __name__
+    usage.own_help(__doc__, {here: "Client", "flags.errors": "Errors"})
     app.run(errors.guarded(main))
+
+
+if __name__ == "__main__":
+    run_program()

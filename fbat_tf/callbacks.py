@@ -37,6 +37,7 @@ from absl import logging
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.evaluation import NonFiniteError, evaluate
+from fbat_tf.log_names import renamed
 from fbat_tf.records import DivergenceOutcome, Epoch, RunRecord, files
 
 
@@ -216,11 +217,11 @@ class TensorBoard(keras.callbacks.TensorBoard):
         self._global_train_batch = self.first_batch
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        super().on_train_batch_end(batch, _renamed(_finite_logs(logs), self.names))
+        super().on_train_batch_end(batch, renamed(_finite_logs(logs), self.names))
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         with tf.summary.record_if(True):
-            super().on_epoch_end(epoch, _renamed(_finite_logs(logs), self.names))
+            super().on_epoch_end(epoch, renamed(_finite_logs(logs), self.names))
 
 
 def _finite_logs(logs: dict | None) -> dict | None:
@@ -228,23 +229,6 @@ def _finite_logs(logs: dict | None) -> dict | None:
     if logs is None:
         return None
     return {k: v for k, v in logs.items() if not isinstance(v, float) or math.isfinite(v)}
-
-
-def shown_names(adversarial: bool = True) -> dict[str, str]:
-    """What the progress line and TensorBoard call a log that results.json keeps by another
-    name: the epoch's training time with its unit, and where training is not adversarial
-    (standard training) the accuracy of its batches, which are clean."""
-    names = {"epoch_time": "train_seconds"}
-    if not adversarial:
-        names["adv_accuracy"] = "accuracy"
-    return names
-
-
-def _renamed(logs: dict | None, names: dict[str, str]) -> dict | None:
-    """The logs with the keys `names` renames (a copy; the shared dict is left as it is)."""
-    if logs is None or not names:
-        return logs
-    return {names.get(k, k): v for k, v in logs.items()}
 
 
 class EpochTiming(keras.callbacks.Callback):
@@ -319,7 +303,7 @@ class Progress(keras.callbacks.ProgbarLogger):
         logs = logs or {}
         shown = {key: logs[key] for key in self.SHOWN if key in logs}
         shown.update({key: logs[key] for key in self.WHEN_NOT_ZERO if logs.get(key)})
-        return _renamed(shown, self.names)
+        return renamed(shown, self.names)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         super().on_train_batch_end(batch, self._shown(logs))

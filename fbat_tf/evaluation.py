@@ -321,11 +321,10 @@ def evaluate(
     adversarial batch is checked to lie in C before it counts. An example whose clean
     input, clean logits, adversarial point or adversarial logits are not finite raises
     NonFiniteError, naming how many, before its batch is attacked or counted. `progress` shows a bar
-    over the batches with the running accuracies, each attack's by its `labels` entry where
-    given ("PGD-20-1"), else by its key ("pgd@8"). For an attack with parts (AutoAttack), its
-    AttackResult's `parts` give the accuracy after each part and `part_seconds` the time each
-    took. `per_batch` holds each global batch's own examples and accuracies (e.g. the fixed
-    first batch the overfitting guard watches).
+    over the batches with the running accuracies, an attack by its `labels` entry ("PGD-20-1")
+    or its key ("pgd@8"). For an attack with parts (AutoAttack), its AttackResult's `parts`
+    give the accuracy after each part and `part_seconds` the time each took. `per_batch` holds
+    each global batch's own examples and accuracies (the first: the overfitting guard's).
 
     Global batch b is attacked with the seed [seed, b·R + r] on replica r of R, so the numbers
     are a function of the arguments alone (the same at every call, e.g. every epoch's

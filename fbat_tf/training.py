@@ -40,6 +40,7 @@ from fbat_tf import (
     device,
     distribute,
     evaluation,
+    indicators,
     methods,
     provenance,
     schedules,
@@ -53,8 +54,8 @@ from fbat_tf.callbacks import (
     RobustValidation,
     StopAfterBatches,
     TensorBoard,
-    shown_names,
 )
+from fbat_tf.log_names import shown_names
 from fbat_tf.methods.base import Method
 from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig, files
 from fbat_tf.run import Run, build_architecture
@@ -405,66 +406,42 @@ def final_attack_options(config: TrainConfig) -> dict[str, dict[str, int]]:
 
 def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationResult:
     """SA, PGD-K-R and AutoAttack (standard) robust accuracy of the selected model on the first
-    N test examples: evaluate.py's evaluation of the run, with the run's settings."""
-    test_ds = data.load(
-        config.dataset,
-        "test",
-        data_dir=config.data_dir,
-        batch_size=config.batch_size,
-        max_examples=config.eval_examples or None,
-        download=config.download,
-        validation_from=config.validation_from,
-    )
+    N test examples, and the indicators of attack failure on its first clean-correct ones
+    (DESIGN.md §4.5): evaluate.py's evaluation of the run, with the run's settings."""
+    where = {"data_dir": config.data_dir, "download": config.download}
+    where["validation_from"] = config.validation_from
+    size = {"batch_size": config.batch_size, "max_examples": config.eval_examples or None}
+    test_ds = data.load(config.dataset, "test", **size, **where)
     names = ["pgd", "autoattack"] if config.eval_autoattack else ["pgd"]
+    options = final_attack_options(config)
     built = evaluation.registry_attacks(
-        names[:1],
-        [config.eps],
-        norm=config.norm,
-        options=final_attack_options(config),
-        jit_compile=config.jit_compile,
+        names[:1], [config.eps], norm=config.norm, options=options, jit_compile=config.jit_compile
     )
     # AutoAttack chooses where to compile with XLA itself (attacks/autoattack.py), as
     # evaluate.py's default leaves it to; in the run's threat model, as PGD.
     built.update(evaluation.registry_attacks(names[1:], [config.eps], norm=config.norm))
     # The attacks differentiate the inference graph with the weights folded in (the same
-    # function, faster).
+    # function, faster); the progress bar names each as the line of test numbers does.
     inference = classifiers.InferenceGraph(classifier)
-    # The progress bar names each attack as the line of test numbers after it does.
-    options = final_attack_options(config)
     labels = {key: attacks.label(key[0], options.get(key[0])) for key in built}
     result = evaluation.evaluate(
         inference, test_ds, built, progress=config.verbose > 0, seed=config.seed, labels=labels
     )
     result.dataset = config.dataset
-    points = data.points(
-        config.dataset,
-        "test",
-        data_dir=config.data_dir,
-        download=config.download,
-        validation_from=config.validation_from,
-    )
     result.describe(
         "test",
         config.validation_from,
-        points,
+        data.points(config.dataset, "test", **where),
         names,
         {"pgd_steps": config.eval_pgd_steps, "pgd_restarts": config.eval_pgd_restarts},
         config.seed,
         config.norm,
     )
-    result.indicators = test_indicators(inference, test_ds, built, result, config.seed)
-    return result
-
-
-def test_indicators(classifier, test_ds, built, result: EvaluationResult, seed: int):
-    """The reference AutoAttack's checks (on the first batch, 64 points at most) and the
-    indicators of attack failure on the first `indicators.POINTS` clean-correct test points,
-    as evaluate.py computes them (DESIGN.md §4.5); None where the model got none right."""
-    from fbat_tf import indicators
-
     x, y = next(iter(test_ds))[:2]
-    checks = indicators.reference_checks(classifier, x[:64], y[:64], built, seed)
+    checks = indicators.reference_checks(inference, x[:64], y[:64], built, config.seed)
     taken = indicators.sample(test_ds, result.clean_outcomes or "", indicators.POINTS)
-    if taken is None:
-        return None
-    return indicators.compute(classifier, *taken, built, result, seed=seed, checks=checks)
+    if taken is not None:  # as evaluate.py computes them
+        result.indicators = indicators.compute(
+            inference, *taken, built, result, seed=config.seed, checks=checks
+        )
+    return result

@@ -176,8 +176,9 @@ MUTATIONS = [
         "epoch-level TensorBoard scalars lost off the batch cadence",
         "fbat_tf/callbacks.py",
         "        with tf.summary.record_if(True):\n"
-        "            super().on_epoch_end(epoch, _finite_logs(logs))",
-        "        if True:\n            super().on_epoch_end(epoch, _finite_logs(logs))",
+        "            super().on_epoch_end(epoch, renamed(_finite_logs(logs), self.names))",
+        "        if True:\n"
+        "            super().on_epoch_end(epoch, renamed(_finite_logs(logs), self.names))",
         ("tests/test_tensorboard.py",),
     ),
     Mutation(

@@ -325,7 +325,8 @@ def test_the_epoch_line_names_seconds_as_seconds_and_standard_accuracy_as_clean(
     epoch), and standard training showed `adv_accuracy` for batches that are clean; results.json
     keeps both names."""
     from fbat_tf import methods
-    from fbat_tf.callbacks import Progress, shown_names
+    from fbat_tf.callbacks import Progress
+    from fbat_tf.log_names import shown_names
 
     logs = {"loss": 1.0, "adv_accuracy": 0.5, "epoch_time": 50.681}
     adversarial = shown_names(methods.create("fastat", eps=8 / 255).adversarial)

@@ -52,6 +52,7 @@ from tests.mock_tfds.mocked_tfds import mock_tfds
 
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CREATE_CONNECTION = socket.create_connection  # before no_network puts a refusal in its place
 
 
 @pytest.fixture(autouse=True)
@@ -227,6 +228,8 @@ def test_the_online_probe_answers_within_its_timeout_while_the_name_lookup_hangs
         answered.append(True)
         raise socket.gaierror("no answer")
 
+    # socket's own create_connection, which looks the name up with socket.getaddrinfo.
+    monkeypatch.setattr(socket, "create_connection", _CREATE_CONNECTION)
     monkeypatch.setattr(socket, "getaddrinfo", held_lookup)
     try:
         assert online.reachable(timeout=0.2) is False

@@ -178,7 +178,9 @@ def test_only_the_run_module_names_the_run_directory_files():
     sources = [
         p for p in module_names().values() if not p.endswith(os.path.join("fbat_tf", "run.py"))
     ]
-    sources += [os.path.join(ROOT, name) for name in ("train.py", "evaluate.py", "sweep.py")]
+    sources += [
+        os.path.join(ROOT, "fbat_cli", name) for name in ("train.py", "evaluate.py", "sweep.py")
+    ]
     sources += [
         os.path.join(ROOT, "export", name)
         for name in os.listdir(os.path.join(ROOT, "export"))
@@ -198,7 +200,7 @@ def test_no_entry_point_imports_another():
     imported = {}
     for name in ENTRY_POINTS:
         found = set()
-        for node in ast.walk(ast.parse(open(os.path.join(ROOT, f"{name}.py")).read())):
+        for node in ast.walk(ast.parse(open(os.path.join(ROOT, "fbat_cli", f"{name}.py")).read())):
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -206,7 +208,7 @@ def test_no_entry_point_imports_another():
         imported[name] = found & (set(ENTRY_POINTS) - {name})
     assert imported == dict.fromkeys(ENTRY_POINTS, set())
     # The check sees an import: the library module the entry points share is found.
-    sweep = ast.parse(open(os.path.join(ROOT, "sweep.py")).read())
+    sweep = ast.parse(open(os.path.join(ROOT, "fbat_cli", "sweep.py")).read())
     assert any(isinstance(n, ast.ImportFrom) and n.module == "flags" for n in ast.walk(sweep))
 
 
@@ -271,9 +273,9 @@ def test_modules_and_orchestration_stay_short():
     assert not long_modules
     for path, names in (
         ("fbat_tf/training.py", None),  # every function of the module
-        ("train.py", ("main",)),
-        ("evaluate.py", ("main",)),
-        ("sweep.py", ("main",)),
+        ("fbat_cli/train.py", ("main",)),
+        ("fbat_cli/evaluate.py", ("main",)),
+        ("fbat_cli/sweep.py", ("main",)),
         ("fbat_tf/sweeps/cluster.py", ("run_cells_on_ray",)),
         ("export/cli.py", ("main",)),
         ("export/savedmodel.py", ("export_model", "model_card")),

@@ -10,7 +10,7 @@ import pytest
 from fbat_tf.records import Epoch, MethodRecord, RunRecord, TrainConfig
 from tests.conftest import ROOT
 
-TRAIN = runpy.run_path(f"{ROOT}/train.py", run_name="train")
+TRAIN = runpy.run_path(f"{ROOT}/fbat_cli/train.py", run_name="train")
 
 
 def _record(per_second, backward, val_robust):

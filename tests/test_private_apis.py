@@ -143,7 +143,13 @@ def _private_names_used(root: str) -> dict[str, set[str]]:
 
     sources = [
         path
-        for pattern in ("fbat_tf/**/*.py", "export/**/*.py", "flags/**/*.py", "*.py")
+        for pattern in (
+            "fbat_tf/**/*.py",
+            "fbat_cli/**/*.py",
+            "export/**/*.py",
+            "flags/**/*.py",
+            "*.py",
+        )
         for path in glob.glob(os.path.join(root, pattern), recursive=True)
     ]
     trees = {path: ast.parse(open(path, encoding="utf-8").read()) for path in sources}

@@ -30,14 +30,14 @@ OTHER_JSON = {
     "export/client.py": "TF-Serving's HTTP responses",
     "export/robustbench.py": "the RobustBench entry already beside a model (RobustBench's format)",
     "fbat_tf/rescore.py": "an older evaluation's file, re-scored as JSON to keep what it holds",
-    "sweep.py": "a --override value and the overrides a sweep first ran with",
+    "fbat_cli/sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",
     "bench/records/deploy_demo.py": "its own deploy_demo.json, to rewrite its table",
 }
 
 
 def _sources() -> list[str]:
-    found = [f"{name}.py" for name in ("train", "evaluate", "sweep")]
+    found = [f"fbat_cli/{name}.py" for name in ("train", "evaluate", "sweep")]
     for folder in ("fbat_tf", "export", "flags", "bench"):
         for top, _, files in os.walk(os.path.join(ROOT, folder)):
             found += [

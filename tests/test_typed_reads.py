@@ -47,7 +47,7 @@ READERS = [
             "results",
         )
     ),
-    "sweep.py",
+    "fbat_cli/sweep.py",
     "fbat_tf/classifiers.py",
     "fbat_tf/upgrade.py",
     *sorted(
@@ -176,7 +176,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "bench": "a bench/step_time.py result (the definition's cost)",
         "m": "a method's entry of a bench/step_time.py result",
     },
-    "sweep.py": {
+    "fbat_cli/sweep.py": {
         "absl_flags.FLAGS": "absl's flags, by name",
         "counts": "cells counted by state",
         "kept": "the sweep's revision.json (revision.recorded)",

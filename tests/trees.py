@@ -17,7 +17,7 @@ def project_copy(directory, definitions: dict[str, dict] | None = None) -> str:
     sweep runs it as it is with --allow_dirty, which its report marks."""
     tree = os.path.join(str(directory), "tree")
     ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("fbat_tf", "flags", "export"):
+    for package in ("fbat_tf", "fbat_cli", "flags", "export"):
         shutil.copytree(os.path.join(ROOT, package), os.path.join(tree, package), ignore=ignore)
     for program in ("train.py", "evaluate.py", "sweep.py"):
         shutil.copy(os.path.join(ROOT, program), os.path.join(tree, program))
