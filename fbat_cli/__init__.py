@@ -17,9 +17,11 @@ CHECKOUT = os.path.dirname(HERE) if os.path.isfile(os.path.join(HERE, "..", "tra
 
 
 def configs() -> str:
-    """The folder of the shipped configurations (flag files, sweeps/ of sweep definitions):
-    fbat_cli/configs, in a clone a link to its configs/, installed a copy of it
-    (pyproject.toml's package data)."""
+    """The folder of the shipped configurations (flag files, sweeps/ of sweep definitions): a
+    clone's configs/, else the copy installed as fbat_cli/configs (pyproject.toml's package
+    data, built through the clone's link fbat_cli/configs to configs/)."""
+    if CHECKOUT is not None:
+        return os.path.join(CHECKOUT, "configs")
     return os.path.join(HERE, "configs")
 
 

@@ -481,10 +481,11 @@ def fake_ray(monkeypatch) -> None:
     ray.init = lambda **kwargs: types.SimpleNamespace(dashboard_url=None)
     ray.cluster_resources = lambda: {"CPU": 1.0}
     ray.remote = lambda **asks: lambda f: types.SimpleNamespace(remote=lambda *a: Ref(f, a))
-    ray.wait = lambda refs, num_returns: (refs[:1], refs[1:])
+    ray.wait = lambda refs, num_returns, timeout=None: (refs[:1], refs[1:])
     ray.get = lambda ref: ref.value
     ray.shutdown = lambda: None
-    ray.exceptions = types.SimpleNamespace(RayError=RuntimeError)
+    ray.exceptions = types.SimpleNamespace(RayError=RuntimeError, NodeDiedError=ConnectionError)
+    ray.nodes = lambda: [{"NodeID": "0" * 56, "NodeManagerAddress": "127.0.0.1", "Alive": True}]
     monkeypatch.setitem(sys.modules, "ray", ray)
 
 
@@ -497,7 +498,7 @@ def test_the_ray_launcher_sends_a_triggered_check_as_a_second_task(tmp_path, mon
     cell_dir = write_cell(out, cell.name)
     tasks = []
 
-    def run_steps(planned, cwd, paths=None):
+    def run_steps(planned, cwd, paths=None, where=None):
         tasks.append([step.part for step in planned])
         for step in planned:
             if step.part == "autoattack":

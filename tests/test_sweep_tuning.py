@@ -616,6 +616,7 @@ class _FakeRay(types.ModuleType):
 
     class exceptions:  # noqa: N801
         RayError = RuntimeError
+        NodeDiedError = ConnectionError
 
     def __init__(self):
         super().__init__("ray")
@@ -628,6 +629,9 @@ class _FakeRay(types.ModuleType):
     def cluster_resources(self):
         return {"CPU": 2.0}
 
+    def nodes(self):
+        return [{"NodeID": "0" * 56, "NodeManagerAddress": "127.0.0.1", "Alive": True}]
+
     def remote(self, **asks):
         def wrap(function):
             def submit(*args):
@@ -639,7 +643,7 @@ class _FakeRay(types.ModuleType):
 
         return wrap
 
-    def wait(self, refs, num_returns=1):
+    def wait(self, refs, num_returns=1, timeout=None):
         first = refs[0]
         try:
             self.results[first] = ("ok", self.results[first]())
@@ -669,7 +673,7 @@ def test_the_ray_launcher_holds_final_cells_in_its_queue_until_their_pick(
     out = str(tmp_path / "out")
     ran = []
 
-    def run_steps(planned, cwd, paths=None):
+    def run_steps(planned, cwd, paths=None, where=None):
         (train,) = [step for step in planned if step.part == "train"]
         workdir = next(w.split("=", 1)[1] for w in train.command if w.startswith("--workdir="))
         words = dict(w[2:].split("=", 1) for w in train.command if "=" in w)

@@ -13,8 +13,11 @@ directory: every worker must see the sweep directory, the working directory and 
 saying so. Results land in the sweep directory as with the sequential launcher, so a driver
 started again finishes the sweep without running a finished cell again (a cell cut short
 resumes from its last epoch). A failed cell is retried `retries` times, then reported with
-the end of its log; a diverged cell is a finding, not retried. The driver holds each running
-cell's claim (claims.py), so that sweep.py processes without Ray leave those cells alone.
+the end of its log; a diverged cell is a finding, not retried. Each cell's log names the node
+each of its steps ran on, and its progress line the node it finished on; a node that leaves the
+cluster is named with the cells it held, which run again on another node (not a retry
+spent). The driver holds each running cell's claim (claims.py), so that sweep.py processes
+without Ray leave those cells alone.
 Tuning runs are queued first; a final cell of a tuned unit stays in the queue, other cells
 passing it, until the last tuning run of its unit has finished and its pick is written
 (tuning.py), then runs with the pick's flags. A tuning run another process holds is looked at
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -154,7 +158,7 @@ def run_cells_on_ray(
     )
     # The worker gets the steps' code with the task, whatever fbat-tf it has installed.
     cloudpickle.register_pickle_by_value(steps)
-    task = ray.remote(max_retries=0, **asks)(steps.run_steps)
+    task = ray.remote(max_retries=0, **asks)(steps.run_steps_on_node)
     paths, cwd = _paths(definition, sweep_dir, code), os.getcwd()
     driver = _Driver(
         definition,
@@ -169,12 +173,14 @@ def run_cells_on_ray(
         queue=sorted(to_run, key=lambda c: c.stage != "tuning"),
         attempts=dict.fromkeys((c.name for c in to_run), 0),
         begin=time.perf_counter(),
+        nodes=_alive_nodes(),
     )
     try:
         while driver.queue or driver.running:
             # Nodes added to the cluster meanwhile take cells too.
             driver.capacity = max(driver.capacity, slots(ray.cluster_resources(), resources)[0])
             driver.fill()
+            driver.watch_nodes()
             if driver.running:
                 driver.collect_one()
             elif driver.queue:  # else every cell left was done, or another process's
@@ -184,6 +190,44 @@ def run_cells_on_ray(
             claim.release()
         ray.shutdown()
     return driver.outcome
+
+
+def _logs(sweep_dir: str, cell: Cell) -> list[str]:
+    return [os.path.join(sweep_dir, "logs", f"{cell.name}.{p}.log") for p in ("train", "evaluate")]
+
+
+def _log_sizes(sweep_dir: str, cell: Cell) -> dict[str, int]:
+    """How long a cell's logs are now: where the lines of its next task begin."""
+    return {
+        path: os.path.getsize(path) if os.path.exists(path) else 0
+        for path in _logs(sweep_dir, cell)
+    }
+
+
+def _ran_on(sweep_dir: str, cell: Cell, since: dict[str, int]) -> set[str]:
+    """The nodes a cell's steps ran on since its task started (`since`: its logs' sizes then),
+    as the logs' "# on" lines name them."""
+    nodes = set()
+    for path in _logs(sweep_dir, cell):
+        try:
+            with open(path, "rb") as f:
+                f.seek(since.get(path, 0))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        nodes.update(line[5:].strip() for line in text.splitlines() if line.startswith("# on "))
+    return nodes
+
+
+def _alive_nodes() -> dict[str, str]:
+    """The cluster's nodes alive now: their names as steps.node_name gives them, by node ID."""
+    import ray
+
+    return {
+        n["NodeID"]: f"node {n['NodeID'][:8]} ({n['NodeManagerAddress']})"
+        for n in ray.nodes()
+        if n.get("Alive")
+    }
 
 
 @dataclasses.dataclass
@@ -208,6 +252,9 @@ class _Driver:
     checking: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     outcome: Outcome = dataclasses.field(default_factory=Outcome)
     finished: int = 0
+    nodes: dict[str, str] = dataclasses.field(default_factory=dict)  # alive, as last seen
+    # Each running cell's logs' sizes when its task started: its task's lines come after.
+    log_sizes: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     def fill(self) -> None:
         """Start queued cells while the cluster has room for them; a cell that is done, or
@@ -233,6 +280,7 @@ class _Driver:
                 self.finished += 1
                 continue
             self.attempts[cell.name] += 1
+            self.log_sizes[cell.name] = _log_sizes(self.sweep_dir, cell)
             self.running[self.start(cell)] = (cell, claim)
         # Runs a unit's grid gained where its best sat at an edge (tuning.grow).
         known = [*self.queue, *waiting, *(cell for cell, _ in self.running.values())]
@@ -263,15 +311,23 @@ class _Driver:
         diverged, queued again for its masking check, or done."""
         import ray
 
-        (ref,), _ = ray.wait(list(self.running), num_returns=1)
+        # A few seconds at most, so that a node that leaves the cluster is said at once.
+        done, _ = ray.wait(list(self.running), num_returns=1, timeout=5.0)
+        if not done:
+            return
+        (ref,) = done
         cell, claim = self.running.pop(ref)
         claim.release()
         counter = f"[{self.finished + 1}/{self.total}] {cell.name}"
         try:
-            spent = ray.get(ref)
+            spent, where = ray.get(ref)
+        except ray.exceptions.NodeDiedError as error:
+            self.lost(cell, str(error))
+            return
         except ray.exceptions.RayError as error:
             self.failed(cell, counter, str(getattr(error, "cause", None) or error))
             return
+        counter = f"{counter} (on {where})"
         if needs_check(self.definition, cell, self.sweep_dir) and cell.name not in self.checking:
             # Its AutoAttack just triggered the masking check: one more task, for it alone.
             self.checking[cell.name] = spent
@@ -280,6 +336,36 @@ class _Driver:
             self.queue.insert(0, cell)
             return
         self.succeeded(cell, counter, spent)
+
+    def watch_nodes(self) -> None:
+        """Say which nodes left the cluster since last looked, and the running cells they held
+        (their logs name the node each step ran on): Ray runs such a cell again on another
+        node, where its training resumes from its last epoch."""
+        now = _alive_nodes()
+        for node, name in self.nodes.items():
+            if node not in now:
+                held = [
+                    c.name
+                    for c, _ in self.running.values()
+                    if name in _ran_on(self.sweep_dir, c, self.log_sizes.get(c.name, {}))
+                ]
+                where = f": {', '.join(held)} run again on another node" if held else ""
+                self.say(f"{name} left the cluster ({len(now)} nodes left){where}")
+        self.nodes = now
+
+    def lost(self, cell: Cell, reason: str) -> None:
+        """A cell whose node left the cluster while it ran (Ray's NodeDiedError, whose `reason`
+        names the node): queued again for another node, where its training resumes from its
+        last epoch, without spending one of its retries."""
+        node = re.search(r"node ID: ([0-9a-f]+)", reason)
+        address = re.search(r"Node IP: (\S+?)[,.]?\s", reason)
+        name = "its node"
+        if node:
+            name = f"node {node.group(1)[:8]} ({address.group(1) if address else '?'})"
+            self.nodes.pop(node.group(1), None)  # said here, not again by watch_nodes
+        self.attempts[cell.name] -= 1
+        self.say(f"{cell.name}: {name} left the cluster while it ran the cell; it runs again")
+        self.queue.insert(0, cell)
 
     def failed(self, cell: Cell, counter: str, reason: str) -> None:
         """A task that raised: a diverged cell is a finding, a failed one is tried again until

@@ -37,12 +37,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def run_step(step: Step, cwd: str, env: dict[str, str]) -> None:
-    """Run one step, its output appended to its log; RuntimeError with the log's end if it
-    fails."""
-    if step.needs is not None and not os.path.exists(step.needs[0]):
+def run_step(step: Step, cwd: str, env: dict[str, str], where: str | None = None) -> None:
+    """Run one step, its output appended to its log (after a line naming `where` it runs,
+    where given); RuntimeError with the log's end if it fails. Its paths are read from `cwd`,
+    as the driver named them: a worker of a cluster has a working directory of its own."""
+    log_path = os.path.join(cwd, step.log)
+    if step.needs is not None and not os.path.exists(os.path.join(cwd, step.needs[0])):
         raise RuntimeError(step.needs[1])
-    with _open_log(step.log) as log:
+    with _open_log(log_path) as log:
+        if where:
+            log.write(f"\n# on {where}")
         log.write(f"\n$ {shlex.join(['python', *step.command[1:]])}\n")
         log.flush()
         status = subprocess.run(
@@ -54,7 +58,7 @@ def run_step(step: Step, cwd: str, env: dict[str, str]) -> None:
             preexec_fn=_die_with_parent,
         ).returncode
     if status != 0:
-        with open(step.log) as log:
+        with open(log_path) as log:
             tail = log.read()[-2000:]
         program = os.path.basename(step.command[1])
         raise RuntimeError(f"{program} failed (exit {status}); end of {step.log}:\n{tail}")
@@ -79,27 +83,51 @@ def _open_log(path: str):
     return os.fdopen(descriptor, "a")
 
 
-def check_paths(paths: dict[str, str]) -> None:
-    """RuntimeError naming this host and the first of `paths` ({what: path}) it does not
-    see: a worker of a cluster must see the sweep's directories at the paths the driver
-    named."""
+def node_name() -> str:
+    """Where this runs: on a Ray worker its node ("node 1a2b3c4d (10.0.0.5)", the node ID's
+    first 8 digits and its address), else this host's name."""
+    ray = sys.modules.get("ray")
+    try:
+        node = ray.get_runtime_context().get_node_id() if ray and ray.is_initialized() else None
+    except Exception:  # no worker context: not on a Ray worker
+        node = None
+    if not node:
+        return socket.gethostname()
+    return f"node {node[:8]} ({ray.util.get_node_ip_address()})"
+
+
+def check_paths(paths: dict[str, str], where: str | None = None) -> None:
+    """RuntimeError naming this node (or host) and the first of `paths` ({what: path}) it
+    does not see: a worker of a cluster must see the sweep's directories at the paths the
+    driver named."""
     for what, path in paths.items():
         if not os.path.exists(path):
             raise RuntimeError(
-                f"{socket.gethostname()}: {what} {path} does not exist here; every worker must "
+                f"{where or node_name()}: {what} {path} does not exist here; every worker must "
                 "see it at the same path (a shared filesystem)"
             )
 
 
-def run_steps(steps: list[Step], cwd: str, paths: dict[str, str] | None = None) -> dict[str, float]:
+def run_steps(
+    steps: list[Step], cwd: str, paths: dict[str, str] | None = None, where: str | None = None
+) -> dict[str, float]:
     """Run a cell's steps in order from `cwd` (where sweep.py was started, so that relative
     paths mean what they mean to it), after checking `paths`; the seconds of its training and
-    of its evaluations."""
-    check_paths({"the working directory": cwd, **(paths or {})})
+    of its evaluations. `where` (a Ray node's name) is written into each step's log."""
+    check_paths({"the working directory": cwd, **(paths or {})}, where)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     spent = {"train": 0.0, "evaluate": 0.0}
     for step in steps:
         start = time.perf_counter()
-        run_step(step, cwd, env)
+        run_step(step, cwd, env, where)
         spent["train" if step.part == "train" else "evaluate"] += time.perf_counter() - start
     return spent
+
+
+def run_steps_on_node(
+    steps: list[Step], cwd: str, paths: dict[str, str] | None = None
+) -> tuple[dict[str, float], str]:
+    """`run_steps` on a Ray worker: its seconds, and the node it ran on (`node_name`), which
+    each step's log also names."""
+    where = node_name()
+    return run_steps(steps, cwd, paths, where), where
