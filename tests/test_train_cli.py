@@ -628,10 +628,11 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(t
 TERMINAL_SIGINT = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)"
 
 
-def on_terminal(command: list[str], interrupt_at: bytes) -> tuple[int, str]:
+def on_terminal(command: list[str], interrupt_at: bytes, timings: dict | None = None):
     """Run `command` on a pseudo-terminal as a user at a terminal does (its progress bars
     drawn, stdout and stderr on one screen), press Ctrl-C once `interrupt_at` is on the screen
-    and then a second of work has gone by; its exit status and the screen."""
+    and then a second of work has gone by; its exit status and the screen. `timings` gets the
+    seconds from the press to the interrupt's line ("said") and to the end ("ended")."""
     import pty
     import select
 
@@ -640,7 +641,7 @@ def on_terminal(command: list[str], interrupt_at: bytes) -> tuple[int, str]:
         os.chdir(ROOT)
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
         os.execv(command[0], command)
-    screen, pressed, deadline = b"", None, time.time() + 300
+    screen, pressed, deadline, at = b"", None, time.time() + 300, 0.0
     while time.time() < deadline:
         if select.select([terminal], [], [], 0.1)[0]:
             try:
@@ -650,14 +651,18 @@ def on_terminal(command: list[str], interrupt_at: bytes) -> tuple[int, str]:
             if not chunk:
                 break
             screen += chunk
+            if at and b"interrupted:" in screen and timings is not None:
+                timings.setdefault("said", time.time() - at)
         if pressed is None and interrupt_at in screen:
             pressed = time.time() + 1.0
         if pressed is not None and 0 < pressed <= time.time():
             os.kill(pid, signal.SIGINT)
-            pressed = -1.0
+            pressed, at = -1.0, time.time()
     else:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    if timings is not None and at:
+        timings["ended"] = time.time() - at
     return os.waitstatus_to_exitcode(status), screen.decode(errors="replace")
 
 
@@ -691,6 +696,35 @@ def test_ctrl_c_is_one_line_of_its_own_saying_what_the_same_command_does(tmp_pat
     assert Run(str(workdir)).in_use() is None
     again = run_train(*command)
     assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_answered_while_tensorflow_holds_the_interpreter(tmp_path):
+    """Ctrl-C during Square's search (thousands of queries in one TensorFlow call, which
+    Python's handler waits for) took 17-45 s with no sign of life. The line comes within a few
+    seconds, and the process ends within errors.INTERRUPT_EXIT_SECONDS, nothing written."""
+    from flags import errors
+
+    results = tmp_path / "eval.json"
+    evaluated = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+    timings: dict = {}
+    command = [f"--model_path={evaluated}", "--n_examples=256", "--attacks=square"]
+    status, screen = on_terminal(
+        python_command(
+            os.path.join(ROOT, "evaluate.py"),
+            *command,
+            "--square_n_queries=10000",
+            f"--results={results}",
+            prelude=TERMINAL_SIGINT,
+        ),
+        interrupt_at=b"estimate: ",  # said before the attacks start
+        timings=timings,
+    )
+    assert status == 1 and "Traceback" not in screen, screen[-2000:]
+    assert screen.rstrip().split("\n")[-1].strip() == errors.INTERRUPTED, screen[-2000:]
+    assert timings["said"] < errors.INTERRUPT_SAY_SECONDS + 3, timings
+    assert timings["ended"] < errors.INTERRUPT_EXIT_SECONDS + 3, timings
+    assert not results.exists()
 
 
 @pytest.mark.slow
