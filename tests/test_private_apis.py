@@ -132,10 +132,15 @@ PINNED = {
 }
 
 
+# Public names of Python's own that begin with an underscore: namedtuple's `_replace`, and
+# `os._exit` (documented: the process ends without cleanup, as after Ctrl-C in flags/errors.py).
+PUBLIC = {"_replace", "_exit"}
+
+
 def _private_names_used(root: str) -> dict[str, set[str]]:
     """Each private Keras or TensorFlow name the code under `root` uses, with the files: an
     attribute `_x` the project does not define (or reads off `super()`), `tf.__internal__`
-    (namedtuple's public `_replace` aside), and an import from a `tensorflow.python` or
+    (Python's public underscored names aside, PUBLIC), and an import from a `tensorflow.python` or
     `keras.src` module."""
     import ast
     import glob
@@ -173,7 +178,7 @@ def _private_names_used(root: str) -> dict[str, set[str]]:
                     used.setdefault("tf.__internal__", set()).add(name)
                 elif node.attr.startswith("_") and not node.attr.startswith("__"):
                     inherited = ast.unparse(node.value) == "super()"  # an override's parent
-                    if (inherited or node.attr not in own) and node.attr != "_replace":
+                    if (inherited or node.attr not in own) and node.attr not in PUBLIC:
                         used.setdefault(node.attr, set()).add(name)
             elif isinstance(node, ast.ImportFrom) and node.module:
                 if node.module.startswith(("tensorflow.python", "keras.src")):
