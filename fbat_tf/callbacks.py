@@ -27,6 +27,7 @@ import errno
 import math
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -169,28 +170,27 @@ _H5_OVERHEAD = 1 << 20
 
 
 def save_weights(classifier: keras.Model, path: str) -> None:
-    """Write `classifier`'s weights to `path` whole or not at all (a sibling file renamed).
-
+    """Write `classifier`'s weights to `path` whole or not at all (a file renamed into place).
     On a disk without room for them, OSError(ENOSPC) naming the file before anything is
     written: h5py, run out of space mid-write, reports it in a RuntimeError and can take the
     process down as it frees what it held."""
-    tmp = path + ".tmp.weights.h5"
+    folder = os.path.dirname(os.path.abspath(path))
     needed = _H5_OVERHEAD + sum(
         math.prod(weight.shape) * tf.as_dtype(weight.dtype).size for weight in classifier.weights
     )
-    if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < needed:
-        raise OSError(errno.ENOSPC, "No space left on device", tmp)
-    # h5py opens the file by name and follows a link there: none is written through, nor is a
-    # link at `path` replaced.
-    files.refuse_links(tmp)
+    if shutil.disk_usage(folder).free < needed:
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+    # h5py opens its file by name: it writes in a folder made here (mkdtemp), where no link
+    # can be, and a link at `path` is never replaced.
     files.refuse_links(path)
+    staging = tempfile.mkdtemp(prefix=".best-", dir=folder)
     try:
+        tmp = os.path.join(staging, os.path.basename(path))
         classifier.save_weights(tmp)
+        files.refuse_links(path)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 class TensorBoard(keras.callbacks.TensorBoard):

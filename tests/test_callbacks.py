@@ -12,6 +12,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from fbat_tf import schedules
@@ -378,3 +379,29 @@ def test_validation_with_square_counts_robust_only_what_survives_pgd_and_square(
     assert results[0]["val_robust_accuracy"] == 1.0 and "val_pgd_accuracy" not in results[0]
     assert results[200]["val_pgd_accuracy"] == 1.0  # the same PGD-10, masked
     assert results[200]["val_robust_accuracy"] == 0.0  # Square broke every point
+
+
+def test_the_best_weights_are_written_in_a_folder_of_their_own_never_through_a_link(tmp_path):
+    """h5py opens its file by name: the weights were written to a fixed, predictable name
+    beside best.weights.h5, through any link planted there. They are now written in a folder
+    made for them and renamed into place; a link at best.weights.h5 is refused."""
+    from fbat_tf.callbacks import save_weights
+    from fbat_tf.records import files
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"someone else's file")
+    path = tmp_path / "best.weights.h5"
+    (tmp_path / "best.weights.h5.tmp.weights.h5").symlink_to(outside)  # the old name
+    save_weights(model, str(path))
+    assert outside.read_bytes() == b"someone else's file"
+    assert sorted(os.listdir(tmp_path)) == [
+        "best.weights.h5",
+        "best.weights.h5.tmp.weights.h5",
+        "outside",
+    ]
+    os.remove(path)
+    path.symlink_to(outside)
+    with pytest.raises(files.LinkRefused):
+        save_weights(model, str(path))
+    assert outside.read_bytes() == b"someone else's file"
