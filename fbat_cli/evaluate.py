@@ -454,6 +454,8 @@ def main(argv: list[str]) -> None:
     onednn.choose(named or (run.config().dataset if run.is_run() else None))
     if not FLAGS["verbosity"].present:
         startup.load_tensorflow()
+    import atexit
+    import shutil
     import tempfile
 
     from fbat_tf import distribute
@@ -462,9 +464,9 @@ def main(argv: list[str]) -> None:
     strategy = distribute.create_strategy(common.STRATEGY.value)
     if not distribute.is_chief(strategy):
         # Every worker computes the same results; only the chief writes them where asked.
-        results_paths = [
-            os.path.join(tempfile.mkdtemp(prefix="fbat_worker_"), "eval.json") for _ in paths
-        ]
+        scratch = tempfile.mkdtemp(prefix="fbat_worker_")
+        atexit.register(shutil.rmtree, scratch, True)  # its own folder, gone when it ends
+        results_paths = [os.path.join(scratch, f"eval-{i}.json") for i, _ in enumerate(paths)]
     elif common.STRATEGY.value == "multi_worker":
         for results_path in results_paths:  # now that it is known
             if os.path.exists(results_path):
