@@ -60,9 +60,10 @@ def installed(tmp_path_factory) -> dict[str, str]:
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], str(where))
     assert made.returncode == 0, made.stderr[-3000:]
     bin_dir = venv / "bin"
-    # Offline: every dependency is already installed beside it.
+    # With the runtime extras of the export (ONNX, LiteRT), offline: every dependency is
+    # already installed beside it.
     done = _run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", str(wheel)],
+        [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", f"{wheel}[export]"],
         str(where),
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -118,13 +119,19 @@ def test_the_demo_trains_evaluates_and_exports_through_the_console_scripts(insta
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert os.path.isfile(os.path.join(work, "run", "eval-test.json"))
-    exported = _run([os.path.join(bin_dir, "fbat-export"), "--workdir=run", "--version=7"], work)
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    assert os.path.isfile(
-        os.path.join(
-            work, "run", "export", "fashion_mnist-small_cnn-fastbat", "7", "saved_model.pb"
-        )
+    exported = _run(
+        [
+            os.path.join(bin_dir, "fbat-export"),
+            "--workdir=run",
+            "--version=7",
+            "--export_formats=saved_model,onnx",  # the export extra, installed with the wheel
+        ],
+        work,
     )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    version = os.path.join(work, "run", "export", "fashion_mnist-small_cnn-fastbat", "7")
+    assert os.path.isfile(os.path.join(version, "saved_model.pb"))
+    assert os.path.isfile(os.path.join(version, "model.onnx"))
     # A sweep pins its cells' code by git revision: from an installed copy it says, in one line,
     # where it runs instead.
     swept = _run([os.path.join(bin_dir, "fbat-sweep"), "--sweep=fashion_mnist", "--dry_run"], work)
