@@ -466,7 +466,7 @@ def main(argv: list[str]) -> None:
         # Every worker computes the same results; only the chief writes them where asked.
         scratch = tempfile.mkdtemp(prefix="fbat_worker_")
         atexit.register(shutil.rmtree, scratch, True)  # its own folder, gone when it ends
-        results_paths = [os.path.join(scratch, f"eval-{i}.json") for i, _ in enumerate(paths)]
+        results_paths = [os.path.join(scratch, f"{i}.json") for i, _ in enumerate(paths)]
     elif common.STRATEGY.value == "multi_worker":
         for results_path in results_paths:  # now that it is known
             if os.path.exists(results_path):
