@@ -303,16 +303,14 @@ def _named(names: np.ndarray | None, i: int) -> str:
 
 def run_program() -> None:
     """The program as `python -m export.client` and `fbat-serve-client` run it."""
-    from absl import app
 
-    from flags import errors, usage
+    from flags import usage
 
     define_flags()
     # absl files the flags defined here under the module that defined them: the program's path
     # (sys.argv[0]) run as __main__, else this module's name (fbat-serve-client).
     here = sys.argv[0] if __name__ == "__main__" else __name__
-    usage.own_help(__doc__, {here: "Client", "flags.errors": "Errors"})
-    app.run(errors.guarded(main))
+    usage.run(__doc__, {here: "Client", "flags.errors": "Errors"}, main)
 
 
 if __name__ == "__main__":

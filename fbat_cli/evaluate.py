@@ -692,15 +692,15 @@ def not_applicable_reason(attacked) -> str:
 
 def run_program() -> None:
     """The program as `python evaluate.py` and `fbat-evaluate` run it: --help, then main."""
-    usage.own_help(
+    usage.run(
         __doc__,
         {
             "flags.evaluate": "Evaluation",
             "flags.common": "Data, device and seed",
             "flags.errors": "Errors",
         },
+        main,
     )
-    app.run(errors.guarded(main))
 
 
 if __name__ == "__main__":

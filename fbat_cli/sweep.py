@@ -50,7 +50,7 @@ from fbat_tf import startup, sweeps  # noqa: E402
 from fbat_tf.records import files  # noqa: E402
 from fbat_tf.sweeps import claims, cluster, masking, plots, revision, scheduler, tuning  # noqa: E402
 from fbat_tf.sweeps.definition import is_cell_flag_name  # noqa: E402
-from flags import common, errors, usage  # noqa: E402
+from flags import common, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
 from flags import sweep as sweep_flags  # noqa: E402
 from flags import train as train_flags  # noqa: E402
@@ -562,8 +562,7 @@ def main(argv: list[str]) -> None:
 
 def run_program() -> None:
     """The program as `python sweep.py` and `fbat-sweep` run it: --help, then main."""
-    usage.own_help(__doc__, {"flags.sweep": "Sweep", "flags.errors": "Errors"})
-    app.run(errors.guarded(main))
+    usage.run(__doc__, {"flags.sweep": "Sweep", "flags.errors": "Errors"}, main)
 
 
 if __name__ == "__main__":

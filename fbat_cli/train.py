@@ -32,7 +32,7 @@ from fbat_tf import attacks, onednn, startup
 from fbat_tf import run as run_files
 from fbat_tf.records import files, units
 from fbat_tf.run import Run, RunInUse
-from flags import common, errors, usage
+from flags import common, usage
 from flags import train as train_flags
 from flags.run import (
     check_final_test,
@@ -351,15 +351,15 @@ def run_program() -> None:
     """The program as `python train.py` and `fbat-train` run it: --help, then main; a shipped
     flag file may be named (--flagfile=fashion_mnist_demo)."""
     sys.argv = fbat_cli.shipped_flagfiles(sys.argv)
-    usage.own_help(
+    usage.run(
         __doc__,
         {
             "flags.train": "Training",
             "flags.common": "Data, device and seed",
             "flags.errors": "Errors",
         },
+        main,
     )
-    app.run(errors.guarded(main))
 
 
 if __name__ == "__main__":

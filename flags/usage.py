@@ -26,3 +26,14 @@ def own_help(description: str, modules: dict[str, str]) -> None:
     lines.append("--helpfull also lists absl's and TensorFlow's own flags.")
     print("\n".join(lines))
     sys.exit(0)
+
+
+def run(description: str, modules: dict[str, str], main) -> None:
+    """An entry point's run: --help answered by `own_help`, else absl runs `main` under
+    errors.guarded (one line for a failure or Ctrl-C)."""
+    from absl import app
+
+    from flags import errors
+
+    own_help(description, modules)
+    app.run(errors.guarded(main))
