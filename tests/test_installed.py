@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,11 +51,16 @@ def installed(tmp_path_factory) -> dict[str, str]:
     """The wheel built from this checkout, installed into a new virtual environment."""
     where = tmp_path_factory.mktemp("installed")
     wheels = where / "wheels"
+    # pip builds in the checkout's build/: a leftover there would be packed into the next wheel,
+    # so the one this build makes is removed after it.
+    made_build = not os.path.exists(os.path.join(ROOT, "build"))
     built = _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", ROOT, "-w", str(wheels)],
         str(where),
     )
     assert built.returncode == 0, built.stderr[-3000:]
+    if made_build:
+        shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
     (wheel,) = wheels.glob("fbat_tf-*.whl")
     venv = where / "venv"
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], str(where))
