@@ -46,9 +46,10 @@ from absl import app  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 import fbat_cli  # noqa: E402
+import study  # noqa: E402
 from fbat_tf import startup, sweeps  # noqa: E402
 from fbat_tf.records import files  # noqa: E402
-from fbat_tf.sweeps import claims, cluster, masking, plots, revision, scheduler, tuning  # noqa: E402
+from fbat_tf.sweeps import claims, cluster, masking, revision, scheduler, tuning  # noqa: E402
 from fbat_tf.sweeps.definition import is_cell_flag_name  # noqa: E402
 from flags import common, usage  # noqa: E402
 from flags import run as flag_words  # noqa: E402
@@ -193,7 +194,7 @@ def check_links(sweep_dir: str, cells: list[sweeps.Cell]) -> None:
     is written: nothing is written or removed behind a link it did not make. A claim that is a
     link is no claim, and is taken over (claims.py)."""
     names = [revision.DIRECTORY, claims.DIRECTORY, "logs", tuning.DIRECTORY, revision.FILE]
-    names += ["sweep.json", "sweep.md", tuning.FILE, OVERRIDES_FILE, *plots.PLOTS.values()]
+    names += ["sweep.json", "sweep.md", tuning.FILE, OVERRIDES_FILE, *study.PLOTS.values()]
     paths = [os.path.join(sweep_dir, name) for name in names]
     for cell in cells:
         paths.append(os.path.join(sweep_dir, cell.name))
@@ -285,7 +286,7 @@ def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -
     for cell in cells:
         if states[cell.name] != "done":
             continue
-        record = sweeps.cell_record(definition, cell, sweep_dir)
+        record = study.cell_record(definition, cell, sweep_dir)
         seconds = record.train.train_seconds
         seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
         spent.append(seconds)
@@ -472,16 +473,17 @@ def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:
                 sweep_dir,
                 code,
                 resources,
+                study.rewrite,
                 wait_seconds=sweep_flags.WAIT_SECONDS.value,
             )
         except cluster.LauncherError as error:
             sys.exit(f"error: {error}")
     else:
         outcome = scheduler.run_cells(
-            definition, to_run, sweep_dir, code, sweep_flags.WAIT_SECONDS.value
+            definition, to_run, sweep_dir, code, study.rewrite, sweep_flags.WAIT_SECONDS.value
         )
     diverged += outcome.diverged
-    paths = sweeps.write_report(sweeps.collect(definition, sweep_dir), sweep_dir)
+    paths = study.rewrite(definition, sweep_dir)
     print(f"report: {paths['markdown']}, {paths['json']} and plots in {sweep_dir}")
     if diverged:
         print(f"{len(diverged)} cells diverged in training: {', '.join(diverged)}")
@@ -532,11 +534,11 @@ def main(argv: list[str]) -> None:
     except (sweeps.DefinitionError, revision.RevisionError) as error:
         sys.exit(f"error: {error}")
     if sweep_flags.REPORT_ONLY.value:
-        report = sweeps.collect(definition, sweep_dir)
-        for line in sweeps.unreadable_cells(report):
+        report = study.collect(definition, sweep_dir)
+        for line in study.unreadable_cells(report):
             print(line, file=sys.stderr)
         try:
-            paths = sweeps.write_report(report, sweep_dir)
+            paths = study.write_report(report, sweep_dir)
         except OSError as error:
             if error.errno != errno.ENOSPC:
                 raise

@@ -373,7 +373,7 @@ MUTATIONS = [
     Mutation(
         "P1",
         "a paired comparison calls a side ahead when its 90 % interval excludes zero",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         "    if p < ALPHA:",
         "    if p < 2 * ALPHA:",
         ("tests/test_paired.py",),
@@ -381,7 +381,7 @@ MUTATIONS = [
     Mutation(
         "P2",
         "equivalence judged from the mean alone, not its 90 % interval",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         "    if p_equivalence < ALPHA:",
         "    if -margin < mean < margin:",
         ("tests/test_paired.py",),
@@ -389,7 +389,7 @@ MUTATIONS = [
     Mutation(
         "P3",
         "equivalence judged from the 95 % interval (one-sided tests at 2.5 % each), not the 90 %",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         "    if p_equivalence < ALPHA:",
         "    if p_equivalence < ALPHA / 2:",
         (
@@ -399,7 +399,7 @@ MUTATIONS = [
     Mutation(
         "P4",
         "a report's verdicts from the uncorrected p-values, not Holm's",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         'found["verdict"] = verdict_of(found)',
         'found["verdict"] = found["raw_verdict"]',
         (
@@ -409,7 +409,7 @@ MUTATIONS = [
     Mutation(
         "P7",
         "a verdict over seeds × images from the crossed model alone, not with the seeds-only one",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         'analyses = [found, *([found["seeds_only"]] if found.get("seeds_only") else [])]',
         "analyses = [found]",
         (
@@ -419,7 +419,7 @@ MUTATIONS = [
     Mutation(
         "P8",
         "the seeds-only analyses left out of Holm's correction",
-        "fbat_tf/sweeps/paired.py",
+        "study/paired.py",
         "    for analyses in (alone, family):",
         "    for analyses in (family,):",
         ("tests/test_paired.py::test_the_seeds_only_analyses_are_a_family_of_their_own",),
@@ -427,7 +427,7 @@ MUTATIONS = [
     Mutation(
         "P5",
         "the comparisons with the most robust variant left out of Holm's family",
-        "fbat_tf/sweeps/comparisons.py",
+        "study/comparisons.py",
         "one_each = [same[0] for same in hypotheses.values()]",
         "one_each = [same[0] for same in hypotheses.values() if same[0] in listed]",
         (
@@ -437,7 +437,7 @@ MUTATIONS = [
     Mutation(
         "P6",
         "a pair both listed and against the most robust, the other way round, counted twice",
-        "fbat_tf/sweeps/comparisons.py",
+        "study/comparisons.py",
         'hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)',
         'hypotheses.setdefault((pair["eps"], pair["a"], pair["b"]), []).append(pair)',
         (

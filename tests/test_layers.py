@@ -1,5 +1,6 @@
 """The library's imports go down the layers of DESIGN.md §1 and never in a loop, read from the
-source with `ast` (every import, also those inside functions)."""
+source with `ast` (every import, also those inside functions). The study's package (study/)
+stands above the library: it reads what the sweeps' cells hold, and nothing below imports it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "fbat_tf")
+STUDY = os.path.join(ROOT, "study")
 
 # Bottom up. A module may import modules of lower layers, and modules of its own package (its
 # siblings in attacks/, data/, methods/ or models/); the longest matching prefix gives a
@@ -33,13 +35,15 @@ LAYERS = (
     ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade", "fbat_tf.rescore"),
     ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
     ("fbat_tf.training", "fbat_tf.sweeps"),
+    # the report on the sweeps' cells: tables, verdicts, plots (the launchers are handed it)
+    ("study",),
 )
 
 
-def module_names() -> dict[str, str]:
-    """Dotted module name -> source path, for every module of the package."""
+def module_names(packages: tuple[str, ...] = (PACKAGE, STUDY)) -> dict[str, str]:
+    """Dotted module name -> source path, for every module of the library and the study."""
     found = {}
-    for top, _, files in os.walk(PACKAGE):
+    for top, _, files in (walked for package in packages for walked in os.walk(package)):
         for name in files:
             if name.endswith(".py"):
                 path = os.path.join(top, name)
@@ -124,6 +128,25 @@ def test_every_import_goes_down_a_layer_or_stays_in_its_package():
     packages = {name: package(name, modules) for name in modules}
     wrong = upward_imports(graph(), packages)
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_library_holds_no_report_and_the_launchers_are_handed_it():
+    """The report lives in study/: no module of fbat_tf/ imports it (the layers above say so
+    too), and sweep.py hands it to both launchers, which call what they are handed."""
+    library = [m for m in module_names((PACKAGE,))]
+    importers = [m for m in library if any(t.startswith("study") for t in graph()[m])]
+    assert not importers, f"the library imports the study: {importers}"
+    assert not [m for m in library if m.split(".")[-1] in ("report", "readings", "comparisons")]
+    sweep = ast.parse(open(os.path.join(ROOT, "fbat_cli", "sweep.py")).read())
+    handed = [
+        node.func.attr
+        for node in ast.walk(sweep)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("run_cells", "run_cells_on_ray")
+        and any(ast.unparse(arg) == "study.rewrite" for arg in node.args)
+    ]
+    assert sorted(handed) == ["run_cells", "run_cells_on_ray"], handed
 
 
 def test_no_import_loop():

@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import pytest
 
+import study
 from fbat_tf import catalog, sweeps
 from fbat_tf.attacks.masking import combined_outcomes, exceeds, gap_points, masking_gap
 from fbat_tf.records import (
@@ -26,8 +27,9 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
-from fbat_tf.sweeps import costs, masking, revision, scheduler
+from fbat_tf.sweeps import masking, revision, scheduler
 from fbat_tf.sweeps.errors import DefinitionError
+from study import costs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -258,7 +260,7 @@ def test_the_check_is_required_only_where_the_finished_autoattack_triggers_it(tm
         f"--results={os.path.join(cell_dir, 'eval-masking.json')}",
     ):
         assert word in words, word
-    checks = sweeps.cell_record(definition, cell, out).masking_check
+    checks = study.cell_record(definition, cell, out).masking_check
     assert checks[16.0].state == "pending" and checks[16.0].gap == 5.0
 
     write_evaluation(cell_dir, "eval-masking.json", "square", 16, 0.40)
@@ -270,7 +272,7 @@ def test_the_check_is_required_only_where_the_finished_autoattack_triggers_it(tm
     os.remove(os.path.join(cell_dir, "eval-autoattack.json"))
     write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.45, parts=parts(0.25))
     assert sweeps.cell_state(cell_dir, definition) == "done"
-    assert sweeps.cell_record(definition, cell, out).to_dict()["masking_check"]["16"] == {
+    assert study.cell_record(definition, cell, out).to_dict()["masking_check"]["16"] == {
         "triggered": False,
         "gap": 0.0,
         "threshold": 1.0,
@@ -328,7 +330,7 @@ def test_on_every_cell_the_check_runs_on_the_first_points_whatever_autoattack_sh
     # 0 (Square's gap in AutoAttack) + 100 * 2/10 = 20 points beyond the white-box parts.
     write_check(cell_dir, 16, "1111111100", CLEAN[:10])
     assert sweeps.cell_state(cell_dir, definition) == "done"
-    record = sweeps.cell_record(definition, cell, out)
+    record = study.cell_record(definition, cell, out)
     entry = record.masking_check[16.0]
     assert (entry.state, entry.triggered, entry.combined_by) == ("checked", False, "per point")
     assert entry.combined == pytest.approx(8 / 20) and entry.checked_examples == 10
@@ -339,7 +341,7 @@ def test_on_every_cell_the_check_runs_on_the_first_points_whatever_autoattack_sh
         "(Square-10000×5 on the first 10 points alone 80.0; Square removed 0.0 points after the "
         "white-box parts; black-box attacks broke 20.0 points beyond them, masked §)"
     )
-    table = sweeps.markdown(sweeps.collect(definition, out))
+    table = study.markdown(study.collect(definition, out))
     assert f"| fastbat {masking.MARK} {masking.MASKED_MARK} |" in table.replace("  ", " ")
 
 
@@ -382,7 +384,7 @@ def test_masked_is_more_than_the_threshold_with_squares_gap_counted_exactly(
         tmp_path, {**EVERY_CELL, "threshold": threshold}, found
     )
     write_check(cell_dir, 16, "1" * (10 - broke) + "0" * broke, CLEAN[:10])
-    entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]
+    entry = study.cell_record(definition, cell, out).masking_check[16.0]
     assert entry.residual == pytest.approx(5.0 + 10.0 * broke)
     assert entry.masked is masked
     assert entry.combined == pytest.approx((10 - broke) / 20)
@@ -399,7 +401,7 @@ def test_a_check_of_other_points_is_not_combined_point_by_point(tmp_path):
     definition, cell, out, cell_dir = _half_robust_cell(tmp_path, EVERY_CELL, found)
     # Its clean outcomes are not those of AutoAttack's first 10 points: other test points.
     write_check(cell_dir, 16, "0111111100", "0" + "1" * 9)
-    entry = sweeps.cell_record(definition, cell, out).masking_check[16.0]
+    entry = study.cell_record(definition, cell, out).masking_check[16.0]
     assert entry.combined_by.startswith("the lower of the two accuracies: the files' clean")
     assert entry.combined == pytest.approx(0.5) and entry.combined_outcomes is None
 
@@ -431,7 +433,7 @@ def test_a_cell_runs_its_check_after_the_autoattack_that_triggers_it(tmp_path, m
     spent = scheduler.run_cell(definition, cell, out, code)
     assert rounds == [["autoattack"], ["masking"]] and spent["evaluate"] == 2.0
     assert sweeps.cell_state(cell_dir, definition) == "done"
-    record = sweeps.cell_record(definition, cell, out)
+    record = study.cell_record(definition, cell, out)
     # Without outcomes in these files: the lower accuracy, said so.
     assert record.evaluation("autoattack").robust_accuracy == {16.0: 0.35}
     assert "holds no per-point outcomes" in record.masking_check[16.0].combined_by
@@ -519,6 +521,7 @@ def test_the_ray_launcher_sends_a_triggered_check_as_a_second_task(tmp_path, mon
         out,
         revision.Pinned(tree=ROOT, revision=None),
         cluster.Resources(),
+        study.rewrite,
         say=said.append,
         complain=said.append,
     )
@@ -575,8 +578,8 @@ def checked_sweep(tmp_path):
 
 def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp_path):
     definition, out = checked_sweep(tmp_path)
-    report = sweeps.collect(definition, out)
-    paths = sweeps.write_report(report, out)
+    report = study.collect(definition, out)
+    paths = study.write_report(report, out)
     cells = {c.name: c for c in report["cells"]}
 
     # sweep.json: each cell's trigger, gap, the stronger attack's and the combined accuracy.
@@ -654,7 +657,7 @@ def test_a_report_says_where_no_cell_triggered_the_check(tmp_path):
     out = str(tmp_path / "out")
     cell_dir = write_cell(out, cell.name)
     write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.24, parts=parts(0.24))
-    table = sweeps.markdown(sweeps.collect(definition, out))
+    table = study.markdown(study.collect(definition, out))
     assert "No cell's AutoAttack triggered the masking check; the largest gap is 1.0 points." in (
         table
     )

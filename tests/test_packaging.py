@@ -17,7 +17,8 @@ import pytest
 tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INSTALLED = ("fbat_tf", "fbat_cli", "export", "flags")  # the wheel's packages (pyproject.toml)
+# The wheel's packages (pyproject.toml).
+INSTALLED = ("fbat_tf", "fbat_cli", "export", "flags", "study")
 
 
 def _name(requirement: str) -> str:

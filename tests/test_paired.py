@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fbat_tf.sweeps import paired
+from study import paired
 
 T975_4, T95_4 = 2.776445, 2.131847
 
@@ -117,7 +117,7 @@ def test_the_accuracy_step_bounds_the_spread_of_the_differences():
 
 
 def test_a_difference_that_rounds_to_zero_is_written_without_a_minus():
-    from fbat_tf.sweeps.paired import signed_points
+    from study.paired import signed_points
 
     assert [signed_points(v) for v in (-0.04, 0.04, 0.0, -0.05, 1.25, -2.0)] == [
         "+0.0",

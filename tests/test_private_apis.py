@@ -153,6 +153,7 @@ def _private_names_used(root: str) -> dict[str, set[str]]:
             "fbat_cli/**/*.py",
             "export/**/*.py",
             "flags/**/*.py",
+            "study/**/*.py",
             "*.py",
         )
         for path in glob.glob(os.path.join(root, pattern), recursive=True)

@@ -919,7 +919,7 @@ def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
         f"held the true difference in {percent_range(two, 'crossed')} of draws with a seed "
         f"effect, against {percent_range(more, 'crossed')} from 3 seeds"
     ) in design
-    docstring = words_of("fbat_tf", "sweeps", "paired.py")
+    docstring = words_of("study", "paired.py")
     assert (
         f"held the true difference in {percent_range(two, 'crossed')} of simulated draws with "
         f"a seed effect (bench/records/interval_coverage.py; "

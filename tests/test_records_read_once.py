@@ -23,7 +23,7 @@ RECORDS = os.path.join(ROOT, "fbat_tf", "records") + os.sep
 OTHER_JSON = {
     "fbat_tf/trust.py": "a .keras archive's config.json",
     "fbat_tf/sweeps/definition.py": "a sweep definition",
-    "fbat_tf/sweeps/results.py": "a paper's numbers and a step-time bench result",
+    "study/cells.py": "a paper's numbers and a step-time bench result",
     "fbat_tf/sweeps/claims.py": "a cell's claim file",
     "fbat_tf/sweeps/revision.py": "a sweep's revision.json",
     "fbat_tf/sweeps/tuning.py": "a sweep's tuning.json (its picks)",
@@ -38,7 +38,7 @@ OTHER_JSON = {
 
 def _sources() -> list[str]:
     found = [f"fbat_cli/{name}.py" for name in ("train", "evaluate", "sweep")]
-    for folder in ("fbat_tf", "export", "flags", "bench"):
+    for folder in ("fbat_tf", "export", "flags", "bench", "study"):
         for top, _, files in os.walk(os.path.join(ROOT, folder)):
             found += [
                 os.path.relpath(os.path.join(top, name), ROOT)
@@ -136,8 +136,8 @@ def test_the_guard_catches_a_read_by_key_outside_the_records(guarded_records, tm
 def test_the_readers_of_committed_results_hold_them_as_types(guarded_records):
     from export import savedmodel
     from fbat_tf.run import Run
-    from fbat_tf.sweeps import results
     from fbat_tf.sweeps.definition import load_definition
+    from study import cells
 
     sys.path.insert(0, os.path.join(ROOT, "bench", "records"))
     try:
@@ -146,7 +146,7 @@ def test_the_readers_of_committed_results_hold_them_as_types(guarded_records):
         sys.path.pop(0)
     definition = load_definition(os.path.join(ROOT, "configs", "sweeps", "fashion_mnist.json"))
     sweep_dir = os.path.join(ROOT, "results", "fashion_mnist")
-    collected = results.collect(definition, sweep_dir)
+    collected = cells.collect(definition, sweep_dir)
     assert sum(cell.state == "done" for cell in collected["cells"]) >= 40
     run_dir = os.path.join(sweep_dir, "fastbat-eps8-seed0")
     card = savedmodel.model_card(run_dir)

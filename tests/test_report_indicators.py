@@ -11,8 +11,8 @@ import os
 import pytest
 
 from fbat_tf.records import CellResult, EvaluationResult
-from fbat_tf.sweeps import readings
-from fbat_tf.sweeps.results import _indicated
+from study import readings
+from study.cells import _indicated
 from tests.conftest import ROOT
 
 SWEEP = os.path.join(ROOT, "results", "fashion_mnist_interior")

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import study
 from fbat_tf import sweeps
 from fbat_tf.records import CellCode, CellResult, EvaluationSummary, TrainSummary, units
 
@@ -376,8 +377,8 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
             overfit=n.get("overfit", ()),
             val_fgsm=n.get("fgsm"),
         )
-    report = sweeps.collect(definition, out)
-    paths = sweeps.write_report(report, out)
+    report = study.collect(definition, out)
+    paths = study.write_report(report, out)
 
     cells = {c.name: c for c in report["cells"]}
     assert cells["fastat-eps8-seed1"].state == "new" and cells["fastat-eps8-seed1"].train is None
@@ -399,7 +400,7 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     assert "| 15.5 ± 20.5 |" in rows[("| fastat", "16")]  # PGD at 16: 1% and 30%
     assert "## PGD-2-2 accuracy (%) across budgets" in table
     assert "robust_vs_cost" not in paths  # no step times given
-    for kind in set(sweeps.PLOTS) - {"robust_vs_cost"}:
+    for kind in set(study.PLOTS) - {"robust_vs_cost"}:
         with open(paths[kind], "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
         assert os.path.getsize(paths[kind]) > 10_000
@@ -408,7 +409,7 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     # The committed report names its definition relative to where the sweep ran, not by the
     # machine's absolute path.
     monkeypatch.chdir(tmp_path)
-    assert sweeps.collect(definition, out)["definition"] == "tiny.json"
+    assert study.collect(definition, out)["definition"] == "tiny.json"
 
 
 def test_a_cell_between_its_attacks_joins_the_main_table_when_its_last_attack_is_in(tmp_path):
@@ -420,8 +421,8 @@ def test_a_cell_between_its_attacks_joins_the_main_table_when_its_last_attack_is
     _fake_cell(out, "fastat-eps8-seed0", clean=0.8, pgd={8: 0.5}, aa=0.4, val_robust=[0.4])
     _fake_cell(out, "fastat-eps8-seed1", clean=0.6, pgd={8: 0.3}, aa=0.2, val_robust=[0.4])
     os.remove(os.path.join(out, "fastat-eps8-seed1", sweeps.EVAL_AUTOATTACK))
-    report = sweeps.collect(sweeps.load_definition(path), out)
-    table = sweeps.markdown(report)
+    report = study.collect(sweeps.load_definition(path), out)
+    table = study.markdown(report)
     assert "| fastat | 8 | 1/2 | 80.0 | 50.0 | 40.0 |" in table
     # The across-budgets table reads each evaluation alone: PGD at 8 over both seeds.
     assert "| fastat | 8 | 40.0 ± 14.1 |" in table
@@ -435,7 +436,7 @@ def test_report_names_each_variant_by_the_title_its_runs_recorded(tmp_path):
     numbers = dict(clean=0.8, pgd={8: 0.5}, aa=0.4, val_robust=[0.4])
     _fake_cell(out, "fastbat-eps8-ig_coef0-seed0", title="first-order Fast-BAT", **numbers)
     _fake_cell(out, "fastbat-eps8-ig_coef0.1-seed0", **numbers)  # from before titles
-    table = sweeps.markdown(sweeps.collect(sweeps.load_definition(path), out))
+    table = study.markdown(study.collect(sweeps.load_definition(path), out))
     assert "| fastbat ig_coef=0 (first-order Fast-BAT) | 8 |" in table
     assert "| fastbat ig_coef=0.1 | 8 |" in table
 
@@ -452,9 +453,9 @@ def test_an_l2_sweep_s_report_gives_its_budgets_in_pixels(tmp_path):
                 pgd = {1.0: robust, 1.5: robust - 0.1}
                 numbers = dict(clean=0.8, pgd=pgd, aa=robust - 0.05, val_robust=[0.4, 0.5])
                 _fake_cell(out, f"{method}-eps{eps}-seed{seed}", norm="l2", **numbers)
-    report = sweeps.collect(sweeps.load_definition(path), out)
+    report = study.collect(sweeps.load_definition(path), out)
     assert {cell.norm for cell in report["cells"]} == {"l2"}
-    table = sweeps.markdown(report)
+    table = study.markdown(report)
     assert "| method | ε (L2, pixels) | seeds | clean |" in table
     # PGD at the cell's own budget and AutoAttack, read at the L2 keys; a cell's ε as given.
     assert "| pgd | 1.5 | 2/2 | 80.0 ± 0.0 | 50.0 ± 0.0 | 55.0 ± 0.0 |" in table
@@ -588,7 +589,7 @@ def test_budgets_added_to_the_grid_are_evaluated_alone_and_merged(tmp_path):
     with open(extra, "w") as f:
         json.dump({"examples": 100, "clean_accuracy": 0.8, "robust_accuracy": {"pgd@24": 0.05}}, f)
     assert sweeps.cell_state(first, grown) == "done"
-    pgd = sweeps.cell_record(grown, cell, out).evaluation("pgd")
+    pgd = study.cell_record(grown, cell, out).evaluation("pgd")
     assert pgd.robust_accuracy == {8.0: 0.5, 16.0: 0.2, 24.0: 0.05}
     assert pgd.sources[24.0] == extra
     assert pgd.sources[8.0] == os.path.join(first, sweeps.EVAL_PGD)
@@ -645,7 +646,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     """Cost = the run's optimizer steps × its method's passes per step; each variant is paired
     over seeds with the most robust, and the cheapest one shown equivalent is named; measured
     time comes second, marked when taken under load. By hand."""
-    from fbat_tf.sweeps import comparisons, costs, plots
+    from study import comparisons, costs, plots
 
     def passes(forward, backward, second=0):
         return {"forward": forward, "backward": backward, "second_order": second, "tangent": 0}
@@ -751,7 +752,7 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
     """Another sweep.py process writes the report when its cell finishes, while a run of the
     same row is still training (its record holds no optimizer steps yet): the report is
     written, and the row is priced by the finished run alone (100 steps × 4 passes, × 0.1 s)."""
-    from fbat_tf.sweeps import costs
+    from study import costs
 
     per_step = {"forward": 2, "backward": 2, "second_order": 0, "tangent": 0}
     finished = made_cell(
@@ -787,7 +788,7 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
     assert (row["passes"], row["seeds"]) == (400, 1)
     assert row["seconds"] == pytest.approx(10.0)
     assert row["seconds_rounds"] == pytest.approx([10.0, 20.0])
-    paths = sweeps.write_report(report, str(tmp_path))
+    paths = study.write_report(report, str(tmp_path))
     assert "| 8 | fastat | 4 | 0.4 | 40.0 | 1 |" in open(paths["markdown"]).read()
 
 
@@ -795,7 +796,7 @@ def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
     """Seeds whose run diverged have no number, so a comparison speaks of the other seeds (or
     of none): its marks say how many of the runs trained so far diverged, in the table as in
     sweep.json."""
-    from fbat_tf.sweeps import comparisons
+    from study import comparisons
 
     def cell(method, seed, eps, robust=None):
         found = {} if robust is None else {eps: robust}
@@ -835,7 +836,7 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
     corrected by Holm, raw and corrected side by side; sweep.json holds both."""
     import random
 
-    from fbat_tf.sweeps import comparisons, paired
+    from study import comparisons, paired
 
     rng = random.Random(0)
     points = 40
@@ -868,7 +869,7 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
         [{"method": ["fastat", "fastbat"], "eps": [8, 16], "seed": [0, 1, 2]}],
         comparisons=[["fastbat", "fastat"]],
     )
-    report = sweeps.collect(sweeps.load_definition(path), out)
+    report = study.collect(sweeps.load_definition(path), out)
     cell = next(c for c in report["cells"] if c.name == "fastat-eps8-seed0")
     assert cell.to_dict()["autoattack"]["outcomes"] == {
         "8": {"points": strings["fastat", 0], "split": "test"}
@@ -893,7 +894,7 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
     assert "m = 2" in table and "Holm" in table
     assert "| 8 | fastbat | fastat | 3 × 40 images |" in table
     assert "| 16 | fastbat | fastat | 3 |" in table and "| seeds only |" in table
-    paths = sweeps.write_report(report, out)
+    paths = study.write_report(report, out)
     saved = json.load(open(paths["json"]))
     assert saved["paired_family"]["size"] == 2
     row = saved["paired_comparisons"][0]
@@ -990,7 +991,7 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     sweep.py writes as in the records it reads."""
     sweep_dir = os.path.join(ROOT, "results", "fashion_mnist_ig")
     definition = sweeps.load_definition(os.path.join(ROOT, "configs/sweeps/fashion_mnist_ig.json"))
-    report = sweeps.collect(definition, sweep_dir)
+    report = study.collect(definition, sweep_dir)
     legacy = 0
     for cell in report["cells"]:
         with open(cell.train.source) as f:
@@ -1063,7 +1064,7 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
     definition.flags["data_dir"] = str(data)
     cell = sweeps.expand(definition)[0]
     expected = sweeps.commands(definition, cell, str(out))
-    record = sweeps.cell_record(definition, cell, str(out))
+    record = study.cell_record(definition, cell, str(out))
     dry = run_sweep(f"--sweep={path}", f"--sweep_dir={out}", f"--data_dir={data}", "--dry_run")
     assert dry.returncode == 0, dry.stderr[-3000:]
     listed = {
@@ -1130,7 +1131,7 @@ def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
 def test_paper_rows_count_only_the_seeds_that_ran():
     """A published row whose setting has three seeds, one of them run: the report names that
     run alone and says n = 1 of 3."""
-    from fbat_tf.sweeps import paper
+    from study import paper
 
     def cell(seed, robust=None):
         flags = {"dataset": "cifar10", "model": "preact_resnet18", "seed": seed}
@@ -1178,7 +1179,7 @@ def test_a_cell_whose_evaluations_have_not_run_is_not_marked_as_unrecorded_code(
             }
         )
     )
-    record = sweeps.cell_record(definition, cell, str(tmp_path / "out"))
+    record = study.cell_record(definition, cell, str(tmp_path / "out"))
     assert record.code == CellCode(("a" * 40,), False)
 
 
@@ -1186,7 +1187,7 @@ def test_a_number_that_is_no_accuracy_is_left_out_with_its_seed_naming_the_file(
     """A NaN robust accuracy (a hand edit, a bug) stopped the report with an AttributeError
     naming nothing. It is left out, marked, its file named, and the comparisons count the seeds
     that remain."""
-    from fbat_tf.sweeps import comparisons
+    from study import comparisons
 
     out = str(tmp_path / "out")
     for method, aa in (("fastat", 0.4), ("fastbat", 0.45)):
@@ -1205,8 +1206,8 @@ def test_a_number_that_is_no_accuracy_is_left_out_with_its_seed_naming_the_file(
         [{"method": ["fastat", "fastbat"], "eps": [8], "seed": [0, 1, 2]}],
         comparisons=[["fastbat", "fastat"]],
     )
-    report = sweeps.collect(sweeps.load_definition(path), out)
-    paths = sweeps.write_report(report, out)
+    report = study.collect(sweeps.load_definition(path), out)
+    paths = study.write_report(report, out)
     text = open(paths["markdown"]).read()
     assert "| fastat | 8 | 3/3 | 80.0 ± 0.0 | 50.0 ± 0.0 | 40.0 ± 0.0 (2 of 3 seeds §) |" in text
     assert (

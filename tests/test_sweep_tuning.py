@@ -22,7 +22,8 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
-from fbat_tf.sweeps import tuning, tuning_report
+from fbat_tf.sweeps import tuning
+from study import tuning_report
 from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, made_cell, run_sweep, write_definition
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
 
@@ -460,12 +461,8 @@ def _finish(cell_dir: str, method: str, seed: int, flags: dict) -> None:
             json.dump(result.to_dict(), f)
 
 
-@pytest.fixture
-def quiet_report(monkeypatch):
-    from fbat_tf.sweeps import scheduler
-
-    # Both launchers rewrite the report through scheduler.rewrite_report.
-    monkeypatch.setattr(scheduler, "write_report", lambda *args: None)
+def quiet_report(definition, sweep_dir):
+    """The report both launchers are handed, here writing nothing."""
 
 
 def _small(tmp_path):
@@ -474,7 +471,7 @@ def _small(tmp_path):
 
 
 def test_the_local_launcher_runs_tuning_first_and_waits_for_another_process_s_run(
-    tmp_path, monkeypatch, quiet_report
+    tmp_path, monkeypatch
 ):
     """One tuning run is held by another live sweep.py process: the final cell of its unit
     waits (the untuned cell does not), and runs with the pick's flags once that run is done."""
@@ -507,7 +504,9 @@ def test_the_local_launcher_runs_tuning_first_and_waits_for_another_process_s_ru
 
         monkeypatch.setattr(scheduler, "run_cell", run_cell)
         to_run = [*sweeps.expand(definition), *runs]  # in any order: tuning runs go first
-        outcome = scheduler.run_cells(definition, to_run, out, None, wait_seconds=0, say=say)
+        outcome = scheduler.run_cells(
+            definition, to_run, out, None, quiet_report, wait_seconds=0, say=say
+        )
     finally:
         holder.kill()
         holder.wait()
@@ -519,9 +518,7 @@ def test_the_local_launcher_runs_tuning_first_and_waits_for_another_process_s_ru
     assert claims.owner(out, other.name) is None
 
 
-def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(
-    tmp_path, monkeypatch, quiet_report
-):
+def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(tmp_path, monkeypatch):
     from fbat_tf.sweeps import scheduler
 
     definition = _small(tmp_path)
@@ -536,7 +533,9 @@ def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(
 
     monkeypatch.setattr(scheduler, "run_cell", run_cell)
     to_run = [*runs, *sweeps.expand(definition)]
-    outcome = scheduler.run_cells(definition, to_run, out, None, wait_seconds=0, say=print)
+    outcome = scheduler.run_cells(
+        definition, to_run, out, None, quiet_report, wait_seconds=0, say=print
+    )
     assert outcome.failed == [runs[0].name, "fastat-eps8-seed0"]
     assert not os.path.exists(os.path.join(out, "fastat-eps8-seed0"))
     assert os.path.exists(os.path.join(out, "standard-eps8-seed0", "eval-pgd.json"))
@@ -582,7 +581,7 @@ def test_a_report_that_fails_after_a_cell_is_a_warning_and_the_cells_go_on(
     runs = tuning.tuning_cells(definition)
     written = []
 
-    def write_report(report, sweep_dir):
+    def report(definition, sweep_dir):
         written.append(len(written))
         if len(written) == 1:
             raise TypeError("must be real number, not NoneType")
@@ -591,10 +590,9 @@ def test_a_report_that_fails_after_a_cell_is_a_warning_and_the_cells_go_on(
         _finish(os.path.join(sweep_dir, cell.name), cell.method, cell.seed, cell.flags)
         return {"train": 1.0, "evaluate": 0.0 if cell.stage == "tuning" else 1.0}
 
-    monkeypatch.setattr(scheduler, "write_report", write_report)
     monkeypatch.setattr(scheduler, "run_cell", run_cell)
     to_run = [*runs, *sweeps.expand(definition)]
-    outcome = scheduler.run_cells(definition, to_run, out, None, wait_seconds=0, say=print)
+    outcome = scheduler.run_cells(definition, to_run, out, None, report, wait_seconds=0, say=print)
     assert outcome.failed == [] and outcome.diverged == []
     assert len(written) == len(to_run)  # tried after every cell, the first attempt failing
     for cell in to_run:
@@ -661,9 +659,7 @@ class _FakeRay(types.ModuleType):
         pass
 
 
-def test_the_ray_launcher_holds_final_cells_in_its_queue_until_their_pick(
-    tmp_path, monkeypatch, quiet_report
-):
+def test_the_ray_launcher_holds_final_cells_in_its_queue_until_their_pick(tmp_path, monkeypatch):
     """Two cells at a time: the untuned cell passes the tuned final cell, which is submitted
     only once its unit's last tuning run finished, with the pick's flags."""
     from fbat_tf.sweeps import cluster, steps
@@ -685,7 +681,7 @@ def test_the_ray_launcher_holds_final_cells_in_its_queue_until_their_pick(
     code = types.SimpleNamespace(tree=str(tmp_path))
     to_run = [*sweeps.expand(definition), *tuning.tuning_cells(definition)]
     outcome = cluster.run_cells_on_ray(
-        definition, to_run, out, code, cluster.Resources(), say=print, wait_seconds=0
+        definition, to_run, out, code, cluster.Resources(), quiet_report, say=print, wait_seconds=0
     )
     assert outcome.failed == []
     names = [name for name, _ in ran]

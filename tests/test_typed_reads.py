@@ -28,9 +28,10 @@ from fbat_tf import records
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SWEEPS = "fbat_tf/sweeps"
+STUDY = "study"
 READERS = [
     *(
-        f"{SWEEPS}/{name}.py"
+        f"{STUDY}/{name}.py"
         for name in (
             "readings",
             "comparisons",
@@ -39,13 +40,13 @@ READERS = [
             "plots",
             "report",
             "paired",
-            "masking",
-            "tuning",
             "tuning_report",
-            "tuning_groups",
-            "claims",
-            "results",
+            "cells",
         )
+    ),
+    *(
+        f"{SWEEPS}/{name}.py"
+        for name in ("masking", "tuning", "tuning_groups", "claims", "results")
     ),
     "fbat_cli/sweep.py",
     "fbat_tf/classifiers.py",
@@ -57,9 +58,9 @@ READERS = [
     ),
 ]
 
-# What the report's own top-level dict (sweeps/results.collect) holds: the definition's parts
+# What the report's own top-level dict (study/cells.collect) holds: the definition's parts
 # and the sections built beside the cells, which stay a dict; its cells are CellResult.
-REPORT = "the report's top-level dict (results.collect), not its cells"
+REPORT = "the report's top-level dict (cells.collect), not its cells"
 # The definition's evaluations as the report records them (definition.evaluation_record).
 EVALUATIONS = "an evaluation of the definition as the report records it (name, label, ε...)"
 COST_ROW = "a row of the robustness-against-cost table, built by costs.cost_rows"
@@ -67,13 +68,13 @@ PAIRED = "a paired comparison, built by paired.compare and comparisons.compariso
 
 # Per module, each receiver a string key may be read from, and what it holds.
 ALLOWED: dict[str, dict[str, str]] = {
-    f"{SWEEPS}/readings.py": {
+    f"{STUDY}/readings.py": {
         "report": REPORT,
         "report['evaluation']": "the definition's evaluations as the report records them",
         "evaluations(report)[0]": EVALUATIONS,
         "check": "the definition's masking check as the report records it (MaskingCheck.record)",
     },
-    f"{SWEEPS}/comparisons.py": {
+    f"{STUDY}/comparisons.py": {
         "report": REPORT,
         "evaluation": EVALUATIONS,
         "readings.evaluations(report)[-1]": EVALUATIONS,
@@ -82,11 +83,11 @@ ALLOWED: dict[str, dict[str, str]] = {
         "first": PAIRED,
         "found['seeds_only']": "the seeds-only analysis of a paired comparison (paired.compare)",
     },
-    f"{SWEEPS}/costs.py": {
+    f"{STUDY}/costs.py": {
         "report": REPORT,
         "evaluation": EVALUATIONS,
         "readings.evaluations(report)[-1]": EVALUATIONS,
-        "cost": "the cost bench's step times as the report holds them (results.load_cost)",
+        "cost": "the cost bench's step times as the report holds them (cells.load_cost)",
         "timing": "the same, with the load it was measured under (costs.measured_time)",
         "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
         "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
@@ -98,7 +99,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "versus": PAIRED,
         "r['versus_best']": PAIRED,
     },
-    f"{SWEEPS}/paper.py": {
+    f"{STUDY}/paper.py": {
         "report": REPORT,
         "report['paper']": "the paper-numbers file (configs/papers/*.json)",
         "paper": "the paper-numbers file",
@@ -106,7 +107,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "e": EVALUATIONS,
         "row": "a row of the paper-against-measured table, built by paper.paper_rows",
     },
-    f"{SWEEPS}/plots.py": {
+    f"{STUDY}/plots.py": {
         "report": REPORT,
         "e": EVALUATIONS,
         "evaluation": EVALUATIONS,
@@ -116,16 +117,16 @@ ALLOWED: dict[str, dict[str, str]] = {
         "r": COST_ROW,
         "row['versus_best']": PAIRED,
     },
-    f"{SWEEPS}/report.py": {
+    f"{STUDY}/report.py": {
         "report": REPORT,
-        "code": "the report's code summary (results.code_summary)",
+        "code": "the report's code summary (cells.code_summary)",
         "e": EVALUATIONS,
         "evaluation": EVALUATIONS,
         "evaluations[0]": EVALUATIONS,
         "payload": "sweep.json as write_report assembles it",
         "paths": "the paths write_report wrote, by kind",
     },
-    f"{SWEEPS}/paired.py": {
+    f"{STUDY}/paired.py": {
         "found": "a comparison this module builds (compare)",
         "model": "the crossed model this module computes (crossed)",
         "analysis": "one analysis of a comparison this module builds: the crossed one or its "
@@ -152,7 +153,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "kept": "tuning.json, as read",
         "_read(sweep_dir)": "tuning.json, as read",
     },
-    f"{SWEEPS}/tuning_report.py": {
+    f"{STUDY}/tuning_report.py": {
         "report": REPORT,
         "report.get('tuning') or {}": "the report's tuning section (tuning.report_section)",
         "section": "the report's tuning section",
@@ -172,7 +173,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "found[best]": "a candidate of a tuning unit",
     },
     f"{SWEEPS}/claims.py": {"found": "a claim file"},
-    f"{SWEEPS}/results.py": {
+    f"{STUDY}/cells.py": {
         "bench": "a bench/step_time.py result (the definition's cost)",
         "m": "a method's entry of a bench/step_time.py result",
     },
@@ -339,7 +340,7 @@ def test_each_allowance_is_used_and_each_shared_key_is_a_record_s():
 def test_the_rule_catches_a_cell_read_by_key_again():
     """readings.groups reading its cells' variant by key, as it did before cells were typed:
     each way of writing it breaks a rule, and both where the key is a record's own."""
-    path = f"{SWEEPS}/readings.py"
+    path = f"{STUDY}/readings.py"
     source = _source(path)
     typed = "        groups.setdefault((cell.variant, cell.eps), []).append(cell)\n"
     assert typed in source and not broken_rules(path, source)

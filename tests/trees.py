@@ -12,12 +12,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def project_copy(directory, definitions: dict[str, dict] | None = None) -> str:
-    """The library, the flags, the export package and the entry points copied to
+    """The library, the flags, the export and study packages and the entry points copied to
     `directory`/tree, with these sweep definitions in its configs/sweeps/. Not a git checkout: a
     sweep runs it as it is with --allow_dirty, which its report marks."""
     tree = os.path.join(str(directory), "tree")
     ignore = shutil.ignore_patterns("__pycache__")
-    for package in ("fbat_tf", "fbat_cli", "flags", "export"):
+    for package in ("fbat_tf", "fbat_cli", "flags", "export", "study"):
         shutil.copytree(os.path.join(ROOT, package), os.path.join(tree, package), ignore=ignore)
     for program in ("train.py", "evaluate.py", "sweep.py"):
         shutil.copy(os.path.join(ROOT, program), os.path.join(tree, program))

@@ -1,5 +1,5 @@
 """How often the paired comparisons' 95 % intervals hold the true difference, by simulation:
-the seeds × images model (sweeps/paired.crossed) against the interval over seeds only, for 2, 3
+the seeds × images model (study/paired.crossed) against the interval over seeds only, for 2, 3
 and 5 seeds of 1,000 test images.
 
     python bench/records/interval_coverage.py              # the committed run, 400 draws a row
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from harness import command_line, machine, publish, table  # noqa: E402
 
-from fbat_tf.sweeps import paired  # noqa: E402
+from study import paired  # noqa: E402
 
 OUT = os.path.join(ROOT, "bench", "results")
 IMAGES = 1000

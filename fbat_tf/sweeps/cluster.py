@@ -2,7 +2,7 @@
 Ray cluster (KubeRay, `ray start` on SLURM nodes).
 
     check_ray()                                    # LauncherError naming the install command
-    outcome = run_cells_on_ray(definition, to_run, sweep_dir, code, Resources(...))
+    outcome = run_cells_on_ray(definition, to_run, sweep_dir, code, Resources(...), report)
 
 Each cell is one task, holding one GPU where the cluster has GPUs (else `cpus_per_cell` CPUs),
 so Ray runs as many cells at once as the cluster holds and gives each its own device
@@ -34,13 +34,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, steps, tuning
 from fbat_tf.sweeps.definition import Cell, Definition
 from fbat_tf.sweeps.results import cell_state
 from fbat_tf.sweeps.scheduler import (
     Outcome,
+    Report,
+    diverged_line,
     duration,
+    finished_line,
     needs_check,
     new_runs,
     plan,
@@ -140,6 +142,7 @@ def run_cells_on_ray(
     sweep_dir: str,
     code: revision.Pinned,
     resources: Resources,
+    report: Report,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
     wait_seconds: float = 20.0,
     complain: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
@@ -164,6 +167,7 @@ def run_cells_on_ray(
         definition,
         sweep_dir,
         resources,
+        report,
         say,
         complain,
         start=lambda cell: task.remote(plan(definition, cell, sweep_dir, code), cwd, paths),
@@ -238,6 +242,7 @@ class _Driver:
     definition: Definition
     sweep_dir: str
     resources: Resources
+    report: Report
     say: Callable[[str], None]
     complain: Callable[[str], None]
     start: Callable[[Cell], Any]  # a cell's task started, its reference
@@ -374,10 +379,7 @@ class _Driver:
         if cell_state(cell_dir) == "diverged":  # a finding, not a failure
             self.outcome.diverged.append(cell.name)
             self.finished += 1
-            self.say(
-                f"{counter}: diverged in training, not evaluated: "
-                f"{Run(cell_dir).divergence_message()}"
-            )
+            self.say(diverged_line(counter, cell_dir))
         elif self.attempts[cell.name] <= self.resources.retries:
             lines = [line for line in reason.splitlines() if line.strip()] or ["failed"]
             first = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
@@ -401,15 +403,10 @@ class _Driver:
         spent_cells = self.spent_cells
         spent_cells.append(sum(spent.values()))
         left = (self.total - self.finished) * sum(spent_cells) / len(spent_cells) / self.capacity
-        done = (
-            "validated (a tuning run: not evaluated)"
-            if cell.stage == "tuning"
-            else f"evaluated in {duration(spent['evaluate'])}"
-        )
         self.say(
-            f"{counter}: trained in {duration(spent['train'])}, {done}; "
+            f"{counter}: {finished_line(cell, spent)}; "
             f"{len(self.running)} running, {len(self.queue)} to run; "
             f"sweep {duration(time.perf_counter() - self.begin)} spent, about "
             f"{duration(left)} left"
         )
-        rewrite_report(self.definition, self.sweep_dir)
+        rewrite_report(self.report, self.definition, self.sweep_dir)

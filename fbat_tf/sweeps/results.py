@@ -1,38 +1,21 @@
-"""What a sweep's cells hold: their state, and every number with the file it came from."""
+"""What a sweep's cells hold: their state, the budgets they lack and their numbers by file."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import shlex
-import statistics
-from collections.abc import Iterable
-from typing import Any
 
-from fbat_tf import run, upgrade
+from fbat_tf import run
 from fbat_tf.records import (
-    METHOD_LOGS,
     AttackResult,
-    CellCode,
-    CellResult,
-    CellTuning,
-    CodeIdentity,
     EvaluationResult,
-    EvaluationSummary,
     Outcomes,
-    RunRecord,
-    TrainSummary,
     eps_key,
 )
-from fbat_tf.sweeps import estimate, masking, tuning
+from fbat_tf.sweeps import masking, tuning
 from fbat_tf.sweeps.definition import (
-    RESULTS,
     Cell,
     Definition,
-    DefinitionError,
     Evaluation,
-    commands,
     expand,
     load_definition,
 )
@@ -97,13 +80,6 @@ def missing_budgets(definition: Definition, cell: Cell, cell_dir: str) -> dict[s
     return missing
 
 
-def _read(path: str) -> dict[str, Any] | None:
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
 def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     """'done' (trained and evaluated), 'check pending', 'trained', 'diverged', 'started' or
     'new'. 'done' once every evaluation of the definition holds every budget it asks for and,
@@ -156,229 +132,3 @@ def study_sweeps(root: str) -> dict[str, bool]:
         if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
             found[sweep_dir] = finished(load_definition(definition), sweep_dir)
     return found
-
-
-def _mean(values: Iterable[float]) -> float | None:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    return statistics.fmean(values) if values else None
-
-
-def cell_record(definition: Definition, cell: Cell, sweep_dir: str) -> CellResult:
-    """Everything the report says of one cell, each number with the file it came from, and
-    the commands that made them."""
-    cell_dir = os.path.join(sweep_dir, cell.name)
-    identity = dict(
-        name=cell.name,
-        run_dir=cell_dir,
-        method=cell.method,
-        variant=cell.variant(),
-        options=cell.options,
-        flags=cell.flags,
-        eps=cell.eps,
-        seed=cell.seed,
-        state=cell_state(cell_dir, definition),
-        # The tuning unit whose pick the cell's flags carry, or None; pending: no pick yet.
-        tuning=None if cell.unit is None else CellTuning(cell.unit, cell.pending),
-        commands={
-            name: shlex.join(["python", *argv])
-            for name, argv in commands(definition, cell, sweep_dir).items()
-        },
-    )
-    found = upgrade.read_run(os.path.join(cell_dir, RESULTS))
-    if found is None:
-        return CellResult(**identity, code=CellCode((), False))
-    train = train_record(found, os.path.join(cell_dir, RESULTS))
-    evaluations = {}
-    for evaluation in definition.evaluations:
-        summary = _evaluation_record(cell_dir, evaluation)
-        if summary is not None:
-            evaluations[evaluation.name] = summary
-    checks = None
-    check = definition.masking_check
-    if check is not None and check.of.name in evaluations:
-        # At every ε of the AutoAttack evaluation: the gap, whether it triggered, and where it
-        # ran the stronger attack's and the combined accuracy, which the tables then read.
-        checks = masking.cell_checks(check, cell_dir)
-        evaluations[check.of.name] = masking.apply(evaluations[check.of.name], checks)
-    checked = [e for e in (checks or {}).values() if e.state == "checked"]
-    return CellResult(
-        **identity,
-        code=cell_code([train, *evaluations.values(), *checked]),
-        train=train,
-        # How the run named its method ("first-order Fast-BAT"); runs before titles have none.
-        title=None if found.method is None else found.method.title,
-        evaluations=evaluations,
-        masking_check=checks,
-    )
-
-
-def train_record(found: RunRecord, source: str) -> TrainSummary:
-    """What the report says of a cell's training run, from its record in today's form
-    (upgrade.read_run)."""
-    history = found.history
-    selected = found.selected_epoch()
-    # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
-    logged = tuple(name for name in METHOD_LOGS if any(name in e.logs for e in history))
-    return TrainSummary(
-        source=source,
-        status=found.status,
-        epochs=found.epochs,
-        epochs_run=len(history),
-        selected_epoch=None if selected is None else selected.epoch,
-        val_clean_accuracy=[e.val_clean_accuracy for e in history],
-        val_robust_accuracy=[e.val_robust_accuracy for e in history],
-        val_fgsm_accuracy=[e.val_fgsm_accuracy for e in history],
-        overfitting_epochs=[e.epoch for e in history if e.overfitting],
-        seconds_per_epoch=_mean(e.seconds for e in history),
-        train_seconds=sum(e.seconds or 0.0 for e in history),
-        optimizer_steps=found.optimizer_steps,
-        code=found.code,
-        cost_variant=found.method.cost_variant,
-        passes=found.method.passes,
-        pairing=found.pairing,
-        ig_norm_ratio=found.mean_log("ig_norm_ratio"),
-        inactive_fraction=found.mean_log("inactive_fraction"),
-        method_logs=logged,
-    )
-
-
-def cell_code(parts: list[Any]) -> CellCode:
-    """Which code made the cell's numbers, from the parts that ran (its training, evaluations
-    and the masking checks that ran): their revisions (None: not a git checkout) and whether
-    any of them ran from uncommitted changes. A part without a code block ran before results
-    recorded one."""
-    ran = [CodeIdentity.of(part.code) for part in parts]
-    return CellCode(
-        tuple(dict.fromkeys(code.revision for code in ran)),
-        any(code.dirty is not False for code in ran),
-    )
-
-
-def code_summary(cells: list[CellResult]) -> dict[str, Any]:
-    """The sweep's code: cells per revision, and the cells run from uncommitted (or unknown)
-    code or from several revisions."""
-    revisions: dict[str | None, int] = {}
-    for cell in cells:
-        for found in cell.code.revisions:
-            revisions[found] = revisions.get(found, 0) + 1
-    return {
-        "revisions": revisions,
-        "dirty_cells": [c.name for c in cells if c.code.dirty],
-        "mixed_cells": [c.name for c in cells if len(c.code.revisions) > 1],
-    }
-
-
-def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> EvaluationSummary | None:
-    """What the evaluation's files say: robust accuracy by ε (with its file), and for an
-    ensemble the accuracy after each part and the seconds each took, by ε."""
-    source = os.path.join(cell_dir, evaluation.file())
-    main = EvaluationResult.read(source)
-    if main is None:
-        return None
-    merged = evaluation_results(cell_dir, evaluation)
-    # A value that is no accuracy (NaN, a hand edit, a bug) is left out, said so, never used.
-    unusable = {
-        eps: f"{path}: robust accuracy {value!r} is not a number from 0 to 1, left out"
-        for eps, (value, path) in merged.items()
-        if not (isinstance(value, (int, float)) and 0 <= value <= 1)
-    }
-    return EvaluationSummary(
-        source=source,
-        label=evaluation.label,
-        examples=main.examples,
-        clean_accuracy=main.clean_accuracy,
-        robust_accuracy={eps: value for eps, (value, _) in merged.items() if eps not in unusable},
-        unusable=unusable,
-        sources={eps: path for eps, (_, path) in merged.items()},
-        time_s={eps_key(r.eps): r.seconds for r in main.robust},
-        per_part={eps_key(r.eps): r.parts for r in main.robust if r.parts},
-        part_seconds={eps_key(r.eps): r.part_seconds for r in main.robust if r.part_seconds},
-        code=main.code,
-        # Which points each ε's attack left right, where the files recorded them: the paired
-        # comparisons then count the test images too (sweeps/paired.py).
-        outcomes=evaluation_outcomes(cell_dir, evaluation),
-        indicated=_indicated(main),
-    )
-
-
-def _indicated(result: EvaluationResult) -> dict[float, tuple[str, ...]]:
-    """The indicators and reference checks that fired on each ε's attack of `result`, by name
-    (none for a result from before the indicators)."""
-    found = result.indicators
-    if found is None:
-        return {}
-    fired: dict[float, tuple[str, ...]] = {}
-    for attacked in result.robust:  # several attacks at one ε: what fired on any of them
-        names = (*found.fired(attacked.key), *found.checks_fired(attacked.key))
-        if names:
-            held = fired.get(eps_key(attacked.eps), ())
-            fired[eps_key(attacked.eps)] = tuple(dict.fromkeys((*held, *names)))
-    return fired
-
-
-def _portable(path: str) -> str:
-    """`path` relative to the working directory when it lies below it, else as given."""
-    relative = os.path.relpath(os.path.abspath(path))
-    return path if relative.startswith(os.pardir) else relative
-
-
-def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
-    """The sweep's report data: every cell's record, the tuning stage and the paper's numbers,
-    if any."""
-    tuning.refresh(definition, sweep_dir)
-    cells = [cell_record(definition, c, sweep_dir) for c in expand(definition)]
-    report = {
-        "sweep": definition.name,
-        # Relative to the working directory, as the cells' run directories are, so that the
-        # committed report does not name the machine it was written on.
-        "definition": _portable(definition.path),
-        "description": definition.description,
-        "flags": definition.flags,
-        "evaluation": definition.evaluation_record(),
-        "overrides": definition.overrides,
-        "estimate": estimate.estimate(definition),
-        "eps_values": definition.eps_values(),
-        "cells": cells,
-        "code": code_summary(cells),
-        "comparisons": [list(pair) for pair in definition.comparisons],
-        "margin": definition.margin,
-    }
-    if definition.tuning is not None:
-        report["tuning"] = tuning.report_section(definition, sweep_dir)
-    if definition.masking_check is not None:
-        report["masking_check"] = definition.masking_check.record()
-    if definition.paper:
-        path = os.path.join(os.path.dirname(definition.path), definition.paper)
-        report["paper"] = load_paper(path)
-    if definition.cost:
-        report["cost"] = load_cost(os.path.join(os.path.dirname(definition.path), definition.cost))
-    return report
-
-
-def load_cost(path: str) -> dict[str, Any]:
-    """A bench/step_time.py result as the report uses it: each variant's step seconds, and
-    the setting and machine they were measured on."""
-    bench = _read(path)
-    if bench is None or "methods" not in bench:
-        raise DefinitionError(f"{path} is not a bench/step_time.py result with 'methods'")
-    return {
-        "source": _portable(path),
-        "setting": bench.get("setting", {}),
-        "command": bench.get("command"),
-        "step_seconds": {name: m["step_seconds"] for name, m in bench["methods"].items()},
-        "round_step_seconds": {
-            name: m.get("round_step_seconds", [m["step_seconds"]])
-            for name, m in bench["methods"].items()
-        },
-    }
-
-
-def load_paper(path: str) -> dict[str, Any]:
-    """Published numbers: {"source": ..., "notes": ..., "rows": [{"table", "label", "method",
-    "eps", "attacked_eps" (where it is not eps), "flags" (the train.py flags of the row's
-    setting), metric: [mean, std]}]} with metrics among clean, pgd, autoattack (percent) and
-    seconds_per_epoch."""
-    paper = _read(path)
-    if paper is None:
-        raise DefinitionError(f"the paper numbers file {path} does not exist")
-    return paper

@@ -3,8 +3,11 @@ evaluate.py commands, from the sweep's pinned code, with a line per cell and the
 rewritten after each. Tuning runs come first; a final cell of a tuned unit starts once its
 unit's pick is written (tuning.settle, after the unit's last tuning run), with the pick's flags.
 
-    outcome = run_cells(definition, to_run, sweep_dir, code, wait_seconds=60)
+    outcome = run_cells(definition, to_run, sweep_dir, code, report, wait_seconds=60)
     outcome.failed, outcome.diverged              # cell names
+
+`report(definition, sweep_dir)` rewrites the sweep's report: the entry point hands it over (the
+report lives in the study package, above the launchers, which never import it).
 
 A cell's masking check (sweeps/masking.py) is decided from its finished AutoAttack file, so
 `run_cell` plans the cell a second time after an AutoAttack that triggered it.
@@ -26,8 +29,7 @@ from fbat_tf.records import files
 from fbat_tf.run import Run
 from fbat_tf.sweeps import claims, revision, tuning
 from fbat_tf.sweeps.definition import Cell, Definition, commands
-from fbat_tf.sweeps.report import write_report
-from fbat_tf.sweeps.results import cell_state, collect, missing_budgets
+from fbat_tf.sweeps.results import cell_state, missing_budgets
 from fbat_tf.sweeps.steps import Step, run_steps
 
 
@@ -191,12 +193,28 @@ def time_left(
     return len(unfinished) * per_cell / (1 + len(others))
 
 
-def rewrite_report(definition: Definition, sweep_dir: str) -> None:
+def diverged_line(counter: str, cell_dir: str) -> str:
+    """Either launcher's line for a cell that diverged in training: a finding, not a failure."""
+    return f"{counter}: diverged in training, not evaluated: {Run(cell_dir).divergence_message()}"
+
+
+def finished_line(cell: Cell, spent: dict[str, float]) -> str:
+    """Either launcher's words for a cell that finished, from the seconds of its parts."""
+    if cell.stage == "tuning":
+        return f"trained in {duration(spent['train'])}, validated (a tuning run: not evaluated)"
+    return f"trained in {duration(spent['train'])}, evaluated in {duration(spent['evaluate'])}"
+
+
+# Rewrites a sweep's report from its files: report(definition, sweep_dir).
+Report = Callable[[Definition, str], None]
+
+
+def rewrite_report(report: Report, definition: Definition, sweep_dir: str) -> None:
     """The report, rewritten after a cell. Where that fails, a warning on standard error says
     why and the cells go on: they are what the sweep is for, and the report is rewritten after
     the next one (`sweep.py --report_only` rewrites it from the files at any time)."""
     try:
-        write_report(collect(definition, sweep_dir), sweep_dir)
+        report(definition, sweep_dir)
     except Exception as error:  # noqa: BLE001 (whatever the report trips on, the cells go on)
         print(
             f"warning: {sweep_dir}: the report was not rewritten after this cell "
@@ -212,6 +230,7 @@ def run_cells(
     to_run: list[Cell],
     sweep_dir: str,
     code: revision.Pinned,
+    report: Report,
     wait_seconds: float,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
 ) -> Outcome:
@@ -248,10 +267,7 @@ def run_cells(
             except RuntimeError as error:
                 if cell_state(cell_dir) == "diverged":  # a finding, not a failure
                     outcome.diverged.append(cell.name)
-                    say(
-                        f"{counter}: diverged in training, not evaluated: "
-                        f"{Run(cell_dir).divergence_message()}"
-                    )
+                    say(diverged_line(counter, cell_dir))
                 else:
                     outcome.failed.append(cell.name)
                     print(f"{counter}: FAILED\n{error}", file=sys.stderr)
@@ -260,16 +276,11 @@ def run_cells(
                 claim.release()
             spent_cells.append(sum(spent.values()))
             left = time_left(definition, to_run, sweep_dir, spent_cells)
-            done = (
-                "validated (a tuning run: not evaluated)"
-                if cell.stage == "tuning"
-                else f"evaluated in {duration(spent['evaluate'])}"
-            )
             say(
-                f"{counter}: trained in {duration(spent['train'])}, {done}; sweep "
+                f"{counter}: {finished_line(cell, spent)}; sweep "
                 f"{duration(time.perf_counter() - begin)} spent, about {duration(left)} left"
             )
-            rewrite_report(definition, sweep_dir)
+            rewrite_report(report, definition, sweep_dir)
         # Runs a unit's grid gained where its best sat at an edge (tuning.grow): queued here.
         fresh = new_runs(definition, to_run)
         to_run, waiting = [*to_run, *fresh], [*fresh, *waiting]

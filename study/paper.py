@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fbat_tf.records import CellResult
-from fbat_tf.sweeps import masking, readings
+from fbat_tf.sweeps import masking
+from study import readings
 
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from fbat_tf.records import CellResult
 from fbat_tf.records.config import TrainConfig
-from fbat_tf.sweeps import readings
 from fbat_tf.sweeps.cells import word
+from study import readings
 
 
 def _percent(value: float | None, run: Mapping[str, Any] | None = None) -> str:

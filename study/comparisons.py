@@ -1,5 +1,5 @@
 """Paired comparisons of a sweep's variants over seeds, and over test images where the cells'
-evaluations recorded which points they got right (sweeps/paired.py), with what weakens each one
+evaluations recorded which points they got right (study/paired.py), with what weakens each one
 (other revisions, uncommitted code, runs of one seed that did not start alike, the images left
 out). The definition's comparisons, at every ε, and each variant's comparison with the most
 robust one at its ε are one family: Holm's correction applies to them together (`family`)."""
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from fbat_tf.records import CellResult, Outcomes
-from fbat_tf.sweeps import paired, readings
+from study import paired, readings
 
 
 def _by_seed(cells: Sequence[CellResult], name: str) -> dict[int, float]:
@@ -270,7 +270,7 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "only where the seeds-only analysis shows it too (both p-values below 0.05), so that no "
         "verdict rests on the images' model alone; one seed decides nothing, and the standard "
         "error is taken as at least one step of the accuracy (100/test points) over √seeds "
-        "(sweeps/paired.py).",
+        "(study/paired.py).",
         "",
         family_words(found),
         "",

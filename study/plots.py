@@ -11,9 +11,9 @@ from typing import Any
 
 from fbat_tf.records import CellResult
 from fbat_tf.records.files import write_atomic
-from fbat_tf.sweeps import readings
-from fbat_tf.sweeps.costs import cost_rows
-from fbat_tf.sweeps.paper import measured_metric
+from study import readings
+from study.costs import cost_rows
+from study.paper import measured_metric
 
 PLOTS = {
     "robust_vs_cost": "robust_vs_cost.png",

@@ -8,8 +8,9 @@ import statistics
 from typing import Any
 
 from fbat_tf import catalog
-from fbat_tf.sweeps import comparisons, masking, readings
-from fbat_tf.sweeps.comparisons import interval_words, margin_words
+from fbat_tf.sweeps import masking
+from study import comparisons, readings
+from study.comparisons import interval_words, margin_words
 
 
 def kilo(passes: float) -> str:
@@ -122,7 +123,7 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "moves. Against the most robust variant at each ε: the paired difference of robust "
         "accuracy over seeds, and images where the evaluations recorded them (points, 95 % "
         "interval, with the seeds-only one beside it where the images are counted; as in the "
-        "paired comparisons, sweeps/paired.py), and its verdict "
+        "paired comparisons, study/paired.py), and its verdict "
         f"(equivalent: within {margin_words(report)} by two one-sided tests; one seed decides "
         "nothing), Holm-corrected in one family with the paired comparisons (below); the "
         "interval is the uncorrected 95 % one. Which variant is the most robust is chosen by "

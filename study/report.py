@@ -16,12 +16,13 @@ from fbat_tf.records import CellResult, RunRecord, eps_key
 from fbat_tf.records.files import LinkRefused, write_atomic
 from fbat_tf.records.runs import RESTORE
 from fbat_tf.run import RESULTS
-from fbat_tf.sweeps import estimate, masking, readings
-from fbat_tf.sweeps.comparisons import comparison_table, family
-from fbat_tf.sweeps.costs import cost_rows, cost_table
-from fbat_tf.sweeps.paper import paper_rows, paper_table
-from fbat_tf.sweeps.plots import PLOTS, PLOTTERS
-from fbat_tf.sweeps.tuning_report import criterion_table, tuned_note, tuning_table
+from fbat_tf.sweeps import estimate, masking
+from study import readings
+from study.comparisons import comparison_table, family
+from study.costs import cost_rows, cost_table
+from study.paper import paper_rows, paper_table
+from study.plots import PLOTS, PLOTTERS
+from study.tuning_report import criterion_table, tuned_note, tuning_table
 
 
 def _short(found: str | None) -> str:
