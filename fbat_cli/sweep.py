@@ -127,18 +127,15 @@ def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_d
 def check_runs(to_train, to_evaluate, data_ok: bool = True) -> str | None:
     """Raise DefinitionError for the method options of the cells still to train or the data of
     the cells still to evaluate (a sweep whose cells are all done checks neither). TensorFlow
-    loads only for a check that needs it: a method registered without its rules, data looked
-    for in TFDS; the built-in methods and local files need none. With `data_ok=False` (a dry
-    run, perhaps on a machine without the data) missing data is returned as a message instead
-    of raised."""
+    loads only for data looked for in TFDS; the methods' checks and local files need none.
+    With `data_ok=False` (a dry run, perhaps on a machine without the data) missing data is
+    returned as a message instead of raised."""
     if not to_evaluate:
         return None
 
-    from fbat_tf import data, methods
+    from fbat_tf import data
 
     for cell in to_train:
-        if methods.needs_tensorflow(cell.config.method):
-            load_tensorflow()
         try:
             flag_words.check_method(cell.config)
         except ValueError as error:

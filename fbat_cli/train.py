@@ -128,12 +128,11 @@ def checked_early(workdir: str) -> None:
     a built-in method's options, threat model and strategy (its rules), and data in local
     files, decoded whole; a bad one exits with its message. What the device settles ("auto")
     is not read."""
-    from fbat_tf import data, methods
+    from fbat_tf import data
 
     try:
         config = config_from_flags(workdir, here=False)
-        if not methods.needs_tensorflow(config.method):
-            check_method(config)
+        check_method(config)
         if not data.needs_tensorflow(config.dataset, config.data_dir, config.download):
             data.check_available(config.dataset, config.data_dir, config.download)
             data.check_local_files(config.dataset, config.data_dir)

@@ -129,8 +129,8 @@ def check_norm(values: absl_flags.FlagValues = FLAGS) -> None:
 
 def check_method(config) -> None:
     """ValueError for the method's options, for a threat model it has no form for, or for a
-    strategy the method cannot run under, before anything is created (the method's rules say
-    which: fbat_tf/methods/rules.py); no TensorFlow, but for a method registered without rules."""
+    strategy the method cannot run under, before anything is created (the method's class says
+    which: its rules, in its module under fbat_tf/methods/); no TensorFlow."""
     from fbat_tf import methods
 
     methods.check(

@@ -520,9 +520,9 @@ MUTATIONS = [
     Mutation(
         "D1",
         "Fast-AT's step at ε, not the paper's 1.25ε",
-        "fbat_tf/methods/__init__.py",
-        '1.25,\n                    "Fast-AT FGSM step',
-        '1.0,\n                    "Fast-AT FGSM step',
+        "fbat_tf/methods/fast_at.py",
+        '1.25,\n        "Fast-AT FGSM step',
+        '1.0,\n        "Fast-AT FGSM step',
         ("tests/test_methods.py::test_fastat_is_one_fgsm_step_from_the_random_start",),
     ),
     Mutation(
@@ -552,9 +552,9 @@ MUTATIONS = [
     Mutation(
         "D5",
         "N-FGSM's noise at 1.5ε, not the released 2ε",
-        "fbat_tf/methods/__init__.py",
-        '2.0,\n                    "N-FGSM noise',
-        '1.5,\n                    "N-FGSM noise',
+        "fbat_tf/methods/n_fgsm.py",
+        '2.0,\n        "N-FGSM noise',
+        '1.5,\n        "N-FGSM noise',
         (
             "tests/test_methods.py::test_nfgsm_is_a_signed_step_of_eps_from_noise_of_twice_eps_without_projection",
         ),
@@ -562,9 +562,9 @@ MUTATIONS = [
     Mutation(
         "D6",
         "N-FGSM's step at 1.25ε, not the released ε",
-        "fbat_tf/methods/__init__.py",
-        '1.0,\n                    "N-FGSM signed step',
-        '1.25,\n                    "N-FGSM signed step',
+        "fbat_tf/methods/n_fgsm.py",
+        '1.0,\n        "N-FGSM signed step',
+        '1.25,\n        "N-FGSM signed step',
         (
             "tests/test_methods.py::test_nfgsm_is_a_signed_step_of_eps_from_noise_of_twice_eps_without_projection",
         ),
@@ -572,9 +572,9 @@ MUTATIONS = [
     Mutation(
         "D7",
         "N-FGSM clips to 2ε by default, where the release does not clip",
-        "fbat_tf/methods/__init__.py",
-        'None,\n                    "N-FGSM: clip',
-        '2.0,\n                    "N-FGSM: clip',
+        "fbat_tf/methods/n_fgsm.py",
+        'None,\n        "N-FGSM: clip',
+        '2.0,\n        "N-FGSM: clip',
         (
             "tests/test_methods.py::test_nfgsm_is_a_signed_step_of_eps_from_noise_of_twice_eps_without_projection",
         ),
@@ -582,7 +582,7 @@ MUTATIONS = [
     Mutation(
         "D8",
         "PGD-AT takes 3 steps by default, not 2",
-        "fbat_tf/methods/__init__.py",
+        "fbat_tf/methods/pgd_at.py",
         'Option("steps", int, 2, "PGD-AT attack steps K."',
         'Option("steps", int, 3, "PGD-AT attack steps K."',
         ("tests/test_methods.py::test_pgd_step_size_defaults",),
@@ -606,7 +606,7 @@ MUTATIONS = [
     Mutation(
         "D11",
         "Free-AT replays a batch 7 times by default, not 8",
-        "fbat_tf/methods/__init__.py",
+        "fbat_tf/methods/free_at.py",
         'Option("replays", int, 8,',
         'Option("replays", int, 7,',
         ("tests/test_methods.py::test_default_hyper_parameters_follow_the_paper",),
@@ -638,7 +638,7 @@ MUTATIONS = [
     Mutation(
         "D15",
         "Fast-BAT's c = 0.2, not the paper's 0.1",
-        "fbat_tf/methods/__init__.py",
+        "fbat_tf/methods/fast_bat.py",
         '0.1,\n        "Fast-BAT implicit-gradient coefficient',
         '0.2,\n        "Fast-BAT implicit-gradient coefficient',
         ("tests/test_methods.py::test_default_hyper_parameters_follow_the_paper",),
@@ -646,7 +646,7 @@ MUTATIONS = [
     Mutation(
         "D16",
         "Hessian-aware Fast-BAT takes 2 conjugate-gradient steps by default, not 3",
-        "fbat_tf/methods/__init__.py",
+        "fbat_tf/methods/fast_bat.py",
         '"cg_steps", int, 3,',
         '"cg_steps", int, 2,',
         ("tests/test_methods.py::test_default_hyper_parameters_follow_the_paper",),
@@ -654,7 +654,7 @@ MUTATIONS = [
     Mutation(
         "D17",
         "Fast-BAT linearizes at the signed PGD step by default, not the unsigned one",
-        "fbat_tf/methods/__init__.py",
+        "fbat_tf/methods/fast_bat.py",
         '"pgd_nosign",\n        "Fast-BAT linearization point z."',
         '"pgd_sign",\n        "Fast-BAT linearization point z."',
         ("tests/test_methods.py::test_default_hyper_parameters_follow_the_paper",),
@@ -686,17 +686,17 @@ MUTATIONS = [
     Mutation(
         "D21",
         "ELLE-A's decay γ = 0.98, not the released 0.99",
-        "fbat_tf/methods/__init__.py",
-        '0.99,\n                    "ELLE-A: λ ← decay',
-        '0.98,\n                    "ELLE-A: λ ← decay',
+        "fbat_tf/methods/elle.py",
+        '0.99,\n        "ELLE-A: λ ← decay',
+        '0.98,\n        "ELLE-A: λ ← decay',
         ("tests/test_elle_reference.py::test_default_lambda_follows_the_released_scripts",),
     ),
     Mutation(
         "D22",
         "ELLE-A's sensitivity s = 1 by default, not the released 2",
-        "fbat_tf/methods/__init__.py",
-        '2.0,\n                    "ELLE-A: a jump is',
-        '1.0,\n                    "ELLE-A: a jump is',
+        "fbat_tf/methods/elle.py",
+        '2.0,\n        "ELLE-A: a jump is',
+        '1.0,\n        "ELLE-A: a jump is',
         (
             "tests/test_elle_reference.py::test_elle_a_lambda_follows_the_released_rule_on_a_crafted_sequence",
         ),
@@ -704,15 +704,15 @@ MUTATIONS = [
     Mutation(
         "D23",
         "ELLE's FGSM step at 0.75ε, not the released ε (from δ = 0 any step above ε is ε's)",
-        "fbat_tf/methods/__init__.py",
-        "1.0,\n                    \"ELLE's attack step",
-        "0.75,\n                    \"ELLE's attack step",
+        "fbat_tf/methods/elle.py",
+        "1.0,\n        \"ELLE's attack step",
+        "0.75,\n        \"ELLE's attack step",
         ("tests/test_elle_reference.py::test_elle_matches_reference",),
     ),
     Mutation(
         "D24",
         "ELLE's N-FGSM point from noise of 1.5ε, not the released 2ε",
-        "fbat_tf/methods/rules.py",
+        "fbat_tf/methods/elle.py",
         "NFGSM_NOISE = 2.0",
         "NFGSM_NOISE = 1.5",
         (
@@ -732,11 +732,9 @@ MUTATIONS = [
     Mutation(
         "G1",
         "FGSM-PGI's λ at 9, not the released 10",
-        "fbat_tf/methods/__init__.py",
-        """                    float,
-                    10.0,""",
-        """                    float,
-                    9.0,""",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "float,\n        10.0,",
+        "float,\n        9.0,",
         (
             "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
         ),
@@ -744,11 +742,9 @@ MUTATIONS = [
     Mutation(
         "G2",
         "FGSM-PGI's momentum decay at 0.25, not the released 0.3",
-        "fbat_tf/methods/__init__.py",
-        """                    0.3,
-                    "FGSM-PGI momentum decay""",
-        """                    0.25,
-                    "FGSM-PGI momentum decay""",
+        "fbat_tf/methods/fgsm_pgi.py",
+        '0.3,\n        "FGSM-PGI momentum decay',
+        '0.25,\n        "FGSM-PGI momentum decay',
         (
             "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
         ),
@@ -756,11 +752,9 @@ MUTATIONS = [
     Mutation(
         "G3",
         "FGSM-PGI's step at 1.25ε, not the released ε",
-        "fbat_tf/methods/__init__.py",
-        """                    1.0,
-                    "FGSM-PGI signed step""",
-        """                    1.25,
-                    "FGSM-PGI signed step""",
+        "fbat_tf/methods/fgsm_pgi.py",
+        '1.0,\n        "FGSM-PGI signed step',
+        '1.25,\n        "FGSM-PGI signed step',
         (
             "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
         ),
@@ -768,11 +762,9 @@ MUTATIONS = [
     Mutation(
         "G4",
         "FGSM-PGI's prior restarts every 41 epochs, not the released 40",
-        "fbat_tf/methods/__init__.py",
-        """                    40,
-                    "FGSM-PGI: each example's prior restarts""",
-        """                    41,
-                    "FGSM-PGI: each example's prior restarts""",
+        "fbat_tf/methods/fgsm_pgi.py",
+        "40,\n        \"FGSM-PGI: each example's prior restarts",
+        "41,\n        \"FGSM-PGI: each example's prior restarts",
         (
             "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
         ),
@@ -781,8 +773,8 @@ MUTATIONS = [
         "G5",
         "FGSM-PGI's regularizer holds the logits at the prior constant",
         "fbat_tf/methods/fgsm_pgi.py",
-        "gap = as_loss_dtype(logits) - as_loss_dtype(start_logits)",
-        "gap = as_loss_dtype(logits) - tf.stop_gradient(as_loss_dtype(start_logits))",
+        "gap = losses.as_loss_dtype(logits) - losses.as_loss_dtype(start_logits)",
+        "gap = losses.as_loss_dtype(logits) - tf.stop_gradient(losses.as_loss_dtype(start_logits))",
         (
             "tests/test_fgsm_pgi_reference.py::test_a_step_and_its_regularizer_match_the_closed_form_at_the_released_defaults",
         ),

@@ -4,7 +4,6 @@ once."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -172,8 +171,7 @@ def test_each_default_is_written_once(tmp_path, monkeypatch):
     declared = 0
     for name in methods.names():
         entry = methods.entry(name)
-        module, attribute = entry.target.split(":")
-        cls = getattr(importlib.import_module(module), attribute)
+        cls = entry.target
         parameters = inspect.signature(cls.__init__).parameters
         for option in entry.options:
             assert absl_flags.FLAGS[entry.flag_name(option)].default == option.default

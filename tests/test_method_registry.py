@@ -21,8 +21,10 @@ FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 TOY_MODULE = '''
 import tensorflow as tf
 
-from fbat_tf import methods
 from fbat_tf.methods.base import Method, train_on
+from fbat_tf.methods.declarations import Entry, Option
+
+OPTIONS = (Option("scale", float, 0.5, "Toy step in units of eps.", lower_bound=0.0),)
 
 
 class Toy(Method):
@@ -32,7 +34,7 @@ class Toy(Method):
     name = "toy"
     log_names = ("loss", "adv_accuracy", "toy_max_shift")
 
-    def __init__(self, eps, scale=methods.defaults("toy")["scale"]):
+    def __init__(self, eps, scale=OPTIONS[0].default):
         super().__init__(eps)
         self.scale = float(scale)
 
@@ -43,11 +45,11 @@ class Toy(Method):
 
     def config(self):
         return {**super().config(), "scale": self.scale}
+
+
+ENTRY = Entry(Toy, OPTIONS)
 '''
-TOY_LINE = (
-    'register(Entry("toy", "fbat_tf.methods.toy:Toy", '
-    '(Option("scale", float, 0.5, "Toy step in units of eps.", lower_bound=0.0),)))\n'
-)
+TOY_LINE = "from fbat_tf.methods import toy  # noqa: E402\nregister(toy.ENTRY)\n"
 
 
 @pytest.mark.slow

@@ -565,28 +565,30 @@ def test_elle_s_fgsm_step_may_be_zero_where_n_fgsm_s_may_not():
         methods.check("elle", {"step": 0.0, "attack": "nfgsm"}, EPS)
 
 
-def test_each_built_in_method_inherits_the_rules_its_entry_declares():
+def test_each_built_in_method_is_declared_whole_in_its_own_module():
+    """One module per method holds its class (with its rules), its options and its cost; the
+    registry names the class itself, never by a string."""
     for name in methods.names():
         found = methods.entry(name)
-        assert found.rules is not None and found.rules.name == name
-        assert not methods.needs_tensorflow(name)
-        module, attribute = found.target.split(":")
-        cls = getattr(importlib.import_module(module), attribute)
-        assert issubclass(cls, found.rules) and cls.name == name
-        for key in ("norms", "single_device", "linf_only_because"):
-            assert getattr(cls, key) == getattr(found.rules, key), (name, key)
+        cls = found.target
+        assert isinstance(cls, type) and cls.name == name and found.rules is cls
+        module = importlib.import_module(cls.__module__)
+        assert module.ENTRY is found and cls.entry is found, name
+        assert module.__name__.startswith("fbat_tf.methods."), name
 
 
-def test_a_method_registered_without_rules_is_checked_by_creating_it(monkeypatch):
-    """A user's method whose entry declares no rules: `check` falls back to creating it (which
-    loads TensorFlow), so its constructor's refusals still stop a run before it starts."""
+def test_a_user_s_method_registered_by_its_class_is_checked_without_creating_it(monkeypatch):
+    """A user's method: its entry names its class, whose rules `check` asks as it does a built-in
+    method's, so its constructor's refusals stop a run before it starts."""
+    from fbat_tf.methods.fast_at import FastAT
+
+    class FastATCopy(FastAT):
+        name = "fastat_copy"
+
     entry = methods.Entry(
-        "fastat_copy",
-        "fbat_tf.methods.fast_at:FastAT",
-        (methods.Option("step", float, 1.25, "A step.", "fastat_copy_step"),),
+        FastATCopy, (methods.Option("step", float, 1.25, "A step.", "fastat_copy_step"),)
     )
     monkeypatch.setitem(methods.REGISTRY, entry.name, entry)
-    assert methods.needs_tensorflow("fastat_copy")
     with pytest.raises(ValueError, match=r"fastat step \(a multiple of eps\) must be > 0"):
         methods.check("fastat_copy", {"step": -1.0})
     methods.check("fastat_copy", {"step": None}, 0.5, "l2", "mirrored")

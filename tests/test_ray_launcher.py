@@ -30,6 +30,7 @@ needs_data = pytest.mark.skipif(
 # A method whose every step fails: a cell that fails however often it runs.
 FAILING_MODULE = """
 from fbat_tf.methods.base import Method
+from fbat_tf.methods.declarations import Entry
 
 
 class Failing(Method):
@@ -37,8 +38,11 @@ class Failing(Method):
 
     def gradients(self, model, x, y, seed, loss_scale=None):
         raise RuntimeError("this method always fails")
+
+
+ENTRY = Entry(Failing)
 """
-FAILING_LINE = 'register(Entry("failing", "fbat_tf.methods.failing:Failing"))\n'
+FAILING_LINE = "from fbat_tf.methods import failing  # noqa: E402\nregister(failing.ENTRY)\n"
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """sweep.py checks every cell of a definition before anything runs, and for the built-in methods
-on local data it does so without TensorFlow: each method's rules (fbat_tf/methods/rules.py) and
-the local files are asked, not a method created nor TFDS imported. Here TensorFlow cannot be
-imported at all, as a user types the commands."""
+on local data it does so without TensorFlow: each method's rules (its class, in its module
+under fbat_tf/methods/) and the local files are asked, not a method created nor TFDS imported.
+Here TensorFlow cannot be imported at all, as a user types the commands."""
 
 from __future__ import annotations
 

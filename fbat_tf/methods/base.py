@@ -15,18 +15,23 @@ from overflow as the weight pass's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
-import tensorflow as tf
-
-from fbat_tf import constraints, methods
-from fbat_tf.attacks import losses
-from fbat_tf.attacks.losses import correct, cross_entropy
+from fbat_tf.lazy import later
 from fbat_tf.methods import rules
 
-Gradients = list[tf.Tensor]
-Logs = dict[str, tf.Tensor]
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from fbat_tf.methods.declarations import Entry
+
+    Gradients = list[tf.Tensor]
+    Logs = dict[str, tf.Tensor]
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
 
 
 def scaled(loss: tf.Tensor, loss_scale: tf.Tensor | None) -> tf.Tensor:
@@ -62,7 +67,7 @@ def input_gradient(
     """
     loss_scale = per_example_scale(loss_scale, x)
     _, grad = losses.input_gradient(
-        lambda delta: cross_entropy(model(x + delta, training=True), y), delta, loss_scale
+        lambda delta: losses.cross_entropy(model(x + delta, training=True), y), delta, loss_scale
     )
     return grad
 
@@ -73,10 +78,10 @@ def train_on(
     """∇θ (1/B) Σ_i CE_i(θ, x_train): the upper-level step shared by the one-level methods."""
     with tf.GradientTape() as tape:
         logits = model(x_train, training=True)
-        loss = tf.reduce_mean(cross_entropy(logits, y))
+        loss = tf.reduce_mean(losses.cross_entropy(logits, y))
         objective = scaled(loss, loss_scale)
     grads = tape.gradient(objective, model.trainable_variables)
-    return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(correct(logits, y))}
+    return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(losses.correct(logits, y))}
 
 
 class Method(rules.Rules):
@@ -99,6 +104,8 @@ class Method(rules.Rules):
     #: the batch's example indices (`indices=`, positions in the training split), the trainer
     #: reads them from its training stream, and `commit` writes the step's rows.
     per_example_state: bool = False
+    #: its declaration (options, passes, cost), set where its module declares it (Entry).
+    entry: Entry
 
     def __init__(self, eps: float, norm: str = "linf"):
         self.norm = self.check_norm(norm)
@@ -159,13 +166,13 @@ class Method(rules.Rules):
         """The method with the options that change what a step costs, as bench/step_time.py
         names its variants ("fastbat ig=none"): a sweep report prices a run by it. The options
         are those its registry entry names, read from the method's attributes of those names."""
-        options = methods.entry(self.name).cost_options
-        return methods.cost_variant(self.name, {name: getattr(self, name) for name in options})
+        options = self.entry.cost_options
+        return self.entry.cost_variant({name: getattr(self, name) for name in options})
 
     @property
     def passes(self) -> dict[str, int]:
         """Passes through the model of one optimizer step, by kind, as its entry declares."""
-        return methods.passes(self.name, self.config())
+        return self.entry.passes(self.config())
 
     def config(self) -> dict[str, Any]:
         """Hyper-parameters, for logs and model cards."""

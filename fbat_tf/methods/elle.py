@@ -53,19 +53,24 @@ optimizer step is taken once per batch (the CIFAR trainer's loop calls `optimize
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import keras
-import tensorflow as tf
-
-from fbat_tf import constraints, methods
-from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.methods import rules
+from fbat_tf.catalog import ELLE_ATTACKS, ELLE_SCHEDULES, counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, fgsm_step, scaled
+from fbat_tf.methods.declarations import Entry, Option, defaults
 from fbat_tf.methods.n_fgsm import NFGSM
-from fbat_tf.methods.rules import NFGSM_NOISE
 
-_DEFAULT = methods.defaults("elle")  # the registry declares the options
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
+
+#: N-FGSM's noise as ELLE's base attack, a multiple of ε (scripts/run_N-FGSM+elle-a_cifar10.sh).
+NFGSM_NOISE = 2.0
 #: λ_max of ELLE-A at every ε (scripts/run_elle-a_cifar10.sh).
 ADAPTIVE_LAMBDA_MAX = 4000.0
 
@@ -118,13 +123,92 @@ def linearity_error(
     through the model as one batch of 3B (batch norm in train mode), recorded on any tape."""
     batch = tf.shape(y)[0]
     logits = model(tf.concat([x_a, x_b, x_c], axis=0), training=True)
-    ce = cross_entropy(logits, tf.tile(y, [3]))
+    ce = losses.cross_entropy(logits, tf.tile(y, [3]))
     ce_a, ce_b, ce_c = ce[:batch], ce[batch : 2 * batch], ce[2 * batch :]
     t = tf.cast(t, ce.dtype)
     return tf.reduce_mean(tf.square(ce_c - ((1.0 - t) * ce_a + t * ce_b)))
 
 
-class ELLE(rules.ELLE, Method):
+OPTIONS = (
+    Option(
+        "weight",
+        float,
+        None,
+        "ELLE penalty weight λ; ELLE-A's λ_max (default: 4000 for ELLE-A; ELLE's "
+        "1000 at eps <= 8, 5000 at eps <= 20, 10000 above).",
+        "elle_lambda",
+        lower_bound=0.0,
+    ),
+    Option(
+        "schedule",
+        str,
+        "adaptive",
+        "ELLE's λ: adaptive (ELLE-A: 0, raised to λ_max when the linearity error "
+        "jumps, else decayed) or constant (ELLE).",
+        choices=ELLE_SCHEDULES,
+    ),
+    Option(
+        "decay",
+        float,
+        0.99,
+        "ELLE-A: λ ← decay·λ on a step without a jump.",
+        lower_bound=0.0,
+    ),
+    Option(
+        "sensitivity",
+        float,
+        2.0,
+        "ELLE-A: a jump is a linearity error above mean + this many std of the earlier ones.",
+        lower_bound=0.0,
+    ),
+    Option(
+        "attack",
+        str,
+        "fgsm",
+        "ELLE's training point: one FGSM step from x, N-FGSM's step (noise 2·eps), "
+        "or none (x itself).",
+        choices=ELLE_ATTACKS,
+    ),
+    Option(
+        "step",
+        float,
+        1.0,
+        "ELLE's attack step alpha as a multiple of eps (the released 1).",
+        lower_bound=0.0,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class ELLE(Method):
+    name = "elle"
+
+    @staticmethod
+    def check_options(
+        *,
+        weight: float | None,
+        schedule: str,
+        decay: float,
+        sensitivity: float,
+        attack: str,
+        step: float,
+    ) -> None:
+        if schedule not in ELLE_SCHEDULES:
+            raise ValueError(f"elle schedule must be one of {ELLE_SCHEDULES}, got {schedule!r}")
+        if attack not in ELLE_ATTACKS:
+            raise ValueError(f"elle attack must be one of {ELLE_ATTACKS}, got {attack!r}")
+        # None: the default for ε and the schedule, which is positive.
+        if weight is not None and not float(weight) >= 0:
+            raise ValueError(f"elle weight (λ) must be >= 0, got {weight!r}")
+        if not 0 < decay <= 1:
+            raise ValueError(f"elle decay (γ) must be in (0, 1], got {decay!r}")
+        if not sensitivity >= 0:
+            raise ValueError(f"elle sensitivity (s) must be >= 0, got {sensitivity!r}")
+        if not step >= 0:
+            raise ValueError(f"elle step (a multiple of eps) must be >= 0, got {step!r}")
+        if attack == "nfgsm":  # its training point is N-FGSM's, with this step
+            NFGSM.check_options(noise=NFGSM_NOISE, step=float(step), clip=None)
+
     log_names = ("loss", "adv_accuracy", "elle_error", "elle_lambda")
 
     def __init__(
@@ -256,14 +340,14 @@ class ELLE(rules.ELLE, Method):
         lam = self.current_lambda()
         with tf.GradientTape() as tape:
             logits = model(x_train, training=True)
-            ce = tf.reduce_mean(cross_entropy(logits, y))
+            ce = tf.reduce_mean(losses.cross_entropy(logits, y))
             error = linearity_error(model, y, x_a, x_b, x_c, t)
             loss = ce + tf.cast(lam, ce.dtype) * tf.cast(error, ce.dtype)
             objective = scaled(loss, loss_scale)
         grads = tape.gradient(objective, model.trainable_variables)
         logs = {
             "loss": loss,
-            "adv_accuracy": tf.reduce_mean(correct(logits, y)),
+            "adv_accuracy": tf.reduce_mean(losses.correct(logits, y)),
             "elle_error": error,
             "elle_lambda": lam,
         }
@@ -280,3 +364,13 @@ class ELLE(rules.ELLE, Method):
             "step": self.step,
             "alpha": self.alpha,
         }
+
+
+def _elle_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    attack = config.get("attack", _DEFAULT["attack"])
+    return counts(4, 4) if attack == ELLE_ATTACKS[2] else counts(5, 5)
+
+
+# The attack's input gradient (none on clean inputs), then one weight pass through
+# the training point's batch and the triplets' batch of 3B examples (3 passes).
+ENTRY = Entry(ELLE, OPTIONS, passes=_elle_passes, cost_options={"attack": "fgsm"})

@@ -12,20 +12,42 @@ exactly onto the L2 ball ∩ box (constraints.py).
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
-from fbat_tf import constraints, methods
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, fgsm_step
+from fbat_tf.methods.declarations import Entry, Option, defaults
+
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+constraints = later("fbat_tf.constraints")
+
+OPTIONS = (
+    Option(
+        "step",
+        float,
+        1.25,
+        "Fast-AT FGSM step alpha as a multiple of eps (the paper's 1.25).",
+        lower_bound=0.0,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
 
 
-class FastAT(rules.FastAT, Method):
+class FastAT(Method):
+    name = "fastat"
     title = "Fast-AT"
+    norms = ("linf", "l2")
 
-    def __init__(
-        self, eps: float, step: float = methods.defaults("fastat")["step"], norm: str = "linf"
-    ):
+    @staticmethod
+    def check_options(*, step: float) -> None:
+        if not step > 0:
+            raise ValueError(f"fastat step (a multiple of eps) must be > 0, got {step!r}")
+
+    def __init__(self, eps: float, step: float = _DEFAULT["step"], norm: str = "linf"):
         super().__init__(eps, norm)
         self.check_options(step=step)
         self.step = float(step)
@@ -38,3 +60,6 @@ class FastAT(rules.FastAT, Method):
 
     def config(self) -> dict:
         return {**super().config(), "step": self.step, "alpha": self.alpha}
+
+
+ENTRY = Entry(FastAT, OPTIONS, passes=lambda c: counts(2, 2))

@@ -11,14 +11,19 @@ The second gradient is differentiated through (double backprop); the first is a 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import keras
-import tensorflow as tf
-
-from fbat_tf import constraints, methods
-from fbat_tf.attacks.losses import correct, cosine_per_example, cross_entropy
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, fgsm_step, input_gradient, per_example_scale, scaled
+from fbat_tf.methods.declarations import Entry, Option, defaults
+
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
 
 
 def default_ga_coef(eps: float) -> float:
@@ -31,7 +36,27 @@ def default_ga_coef(eps: float) -> float:
     return 0.2 * math.pow(10.0, (eps - low) / (high - low))
 
 
-class FastATGradAlign(rules.FastATGradAlign, Method):
+OPTIONS = (
+    Option(
+        "ga_coef",
+        float,
+        None,
+        "GradAlign coefficient (default 0.2 at eps <= 8, 2.0 at eps >= 16).",
+        "ga_coef",
+        lower_bound=0.0,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class FastATGradAlign(Method):
+    name = "fastat_ga"
+
+    @staticmethod
+    def check_options(*, ga_coef: float | None) -> None:
+        if ga_coef is not None and float(ga_coef) < 0:
+            raise ValueError(f"ga_coef must be >= 0, got {ga_coef!r}")
+
     title = "Fast-AT with GradAlign"
     second_order = True
     log_names = ("loss", "adv_accuracy", "ga_cosine", "ga_coef")
@@ -39,7 +64,7 @@ class FastATGradAlign(rules.FastATGradAlign, Method):
     def __init__(
         self,
         eps: float,
-        ga_coef: float | None = methods.defaults("fastat_ga")["ga_coef"],
+        ga_coef: float | None = _DEFAULT["ga_coef"],
         alpha: float | None = None,
     ):
         super().__init__(eps)
@@ -59,20 +84,20 @@ class FastATGradAlign(rules.FastATGradAlign, Method):
             # ∇x CE(x + η), recorded so that its θ-dependence is differentiated (double backprop).
             with tf.GradientTape(watch_accessed_variables=False) as inner:
                 inner.watch(eta)
-                noisy_loss = tf.reduce_sum(cross_entropy(model(x + eta, training=True), y))
+                noisy_loss = tf.reduce_sum(losses.cross_entropy(model(x + eta, training=True), y))
                 # The cosine ignores the scale; scaling only keeps 16-bit gradients from underflow.
                 noisy_loss = scaled(noisy_loss, per_example_scale(loss_scale, x))
             grad_noisy = inner.gradient(noisy_loss, eta)
-            alignment = tf.reduce_mean(cosine_per_example(grad_clean, grad_noisy))
+            alignment = tf.reduce_mean(losses.cosine_per_example(grad_clean, grad_noisy))
             logits = model(x_adv, training=True)
-            ce = tf.reduce_mean(cross_entropy(logits, y))
+            ce = tf.reduce_mean(losses.cross_entropy(logits, y))
             ga_term = self.ga_coef * (1.0 - tf.cast(alignment, ce.dtype))
             loss = ce + ga_term
             objective = scaled(loss, loss_scale)
         grads = tape.gradient(objective, model.trainable_variables)
         logs = {
             "loss": loss,
-            "adv_accuracy": tf.reduce_mean(correct(logits, y)),
+            "adv_accuracy": tf.reduce_mean(losses.correct(logits, y)),
             "ga_cosine": alignment,
             "ga_coef": tf.constant(self.ga_coef, tf.float32),
         }
@@ -80,3 +105,8 @@ class FastATGradAlign(rules.FastATGradAlign, Method):
 
     def config(self) -> dict:
         return {**super().config(), "ga_coef": self.ga_coef, "alpha": self.alpha}
+
+
+# FGSM's, the clean and the noisy (recorded over θ) input gradients and the weight
+# pass, which also runs back through the noisy gradient and its forward.
+ENTRY = Entry(FastATGradAlign, OPTIONS, passes=lambda c: counts(4, 5, 1))

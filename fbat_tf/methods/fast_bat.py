@@ -23,14 +23,29 @@ visible and backward-over-backward on CPUs, where each is the faster one.
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from fbat_tf import constraints, device, methods
-from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.catalog import IMPLICIT_GRADIENTS, implicit_gradient
-from fbat_tf.methods import rules
+from fbat_tf import catalog
+from fbat_tf.catalog import (
+    IMPLICIT_AUTODIFF,
+    IMPLICIT_GRADIENTS,
+    LINEARIZATIONS,
+    counts,
+    implicit_gradient,
+)
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
+from fbat_tf.methods.declarations import Entry, Option, defaults
+from fbat_tf.records import units
+
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
+device = later("fbat_tf.device")
 
 
 def default_lambda_inv(eps: float) -> float:
@@ -47,10 +62,98 @@ def _broadcast_per_example(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(values, shape)
 
 
-_DEFAULT = methods.defaults("fastbat")  # the registry declares the options
+def _settle_implicit_autodiff(value: str, on_cpu: bool) -> str:
+    from fbat_tf import device  # loads TensorFlow where it asks this machine's devices
+
+    return device.resolve_implicit_autodiff(value, ["CPU"] if on_cpu else None)
 
 
-class FastBAT(rules.FastBAT, Method):
+OPTIONS = (
+    Option(
+        "lambda_inv",
+        float,
+        None,
+        "Fast-BAT lower-level step 1/λ in 1/255 units (default 5000 for eps <= 8, 2500 above).",
+        "lambda_inv",
+        lower_bound=0.0,
+        from_flag=lambda value: None if value is None else units.from_per_255(value),
+    ),
+    Option(
+        "ig_coef",
+        float,
+        0.1,
+        "Fast-BAT implicit-gradient coefficient c = α2/(λ·α1).",
+        "ig_coef",
+        lower_bound=0.0,
+    ),
+    Option("ig", str, "hessian_free", "Fast-BAT implicit gradient.", "ig", IMPLICIT_GRADIENTS),
+    Option(
+        "linearization",
+        str,
+        "pgd_nosign",
+        "Fast-BAT linearization point z.",
+        "linearization",
+        LINEARIZATIONS,
+    ),
+    Option(
+        "cg_steps", int, 3, "Conjugate-gradient steps of --ig=hessian_aware.", "cg_steps", None, 1
+    ),
+    Option(
+        "tau",
+        float,
+        None,
+        "Fast-BAT margin of the inactive-constraint mask in pixel units (default: 1e-7 in "
+        "float32).",
+        "tau",
+        lower_bound=0.0,
+    ),
+    Option(
+        "implicit_autodiff",
+        str,
+        "auto",
+        "How Fast-BAT differentiates its implicit term (both exact). auto: "
+        "forward_over_backward on GPU/TPU, backward_over_backward on CPU.",
+        "implicit_autodiff",
+        IMPLICIT_AUTODIFF,
+        on_device=_settle_implicit_autodiff,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class FastBAT(Method):
+    name = "fastbat"
+    linf_only_because = (
+        "its lower-level solution and implicit term are derived for the L∞ ball ∩ box (the "
+        "inactive-constraint mask of its linearized box-constrained problem)"
+    )
+
+    @staticmethod
+    def check_options(
+        *,
+        lambda_inv: float | None,
+        ig_coef: float,
+        ig: str,
+        linearization: str,
+        cg_steps: int,
+        tau: float | None,
+        implicit_autodiff: str,
+    ) -> None:
+        device.check_implicit_autodiff(implicit_autodiff)
+        if ig not in IMPLICIT_GRADIENTS:
+            raise ValueError(f"ig must be one of {IMPLICIT_GRADIENTS}, got {ig!r}")
+        if linearization not in LINEARIZATIONS:
+            raise ValueError(
+                f"linearization must be one of {LINEARIZATIONS}, got {linearization!r}"
+            )
+        # None: the default for ε, which is positive.
+        if lambda_inv is not None and not float(lambda_inv) > 0:
+            raise ValueError(f"lambda_inv must be > 0, got {lambda_inv!r}")
+        if ig_coef < 0:
+            raise ValueError(f"ig_coef must be >= 0, got {ig_coef!r}")
+        if cg_steps < 1:
+            raise ValueError(f"cg_steps must be >= 1, got {cg_steps!r}")
+
     # Its name, why it has no L2 form and the option values it refuses: rules.FastBAT.
 
     def __init__(
@@ -166,7 +269,7 @@ class FastBAT(rules.FastBAT, Method):
         with tf.GradientTape(watch_accessed_variables=not forward) as weight_tape:
             with tf.GradientTape(watch_accessed_variables=False) as input_tape:
                 input_tape.watch(z)
-                lower_loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                lower_loss = tf.reduce_sum(losses.cross_entropy(model(x + z, training=True), y))
                 lower_loss = scaled(lower_loss, sum_scale)
             lower_grad = unscaled(input_tape.gradient(lower_loss, z), sum_scale)
         delta_star = tf.stop_gradient(
@@ -177,7 +280,7 @@ class FastBAT(rules.FastBAT, Method):
         with tf.GradientTape() as upper_tape:
             upper_tape.watch(delta_star)
             logits = model(x + delta_star, training=True)
-            loss = tf.reduce_mean(cross_entropy(logits, y))
+            loss = tf.reduce_mean(losses.cross_entropy(logits, y))
             objective = scaled(loss, loss_scale)
         *upper_grads, delta_grad = upper_tape.gradient(objective, weights + [delta_star])
         v = unscaled(delta_grad, loss_scale) * tf.cast(batch, delta_grad.dtype)
@@ -199,7 +302,7 @@ class FastBAT(rules.FastBAT, Method):
             # at z) of the weight gradient of (1/B) Σ_i CE_i(θ, x + z).
             with tf.autodiff.ForwardAccumulator(z, direction) as accumulator:
                 with tf.GradientTape() as tape:
-                    lower_mean = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                    lower_mean = tf.reduce_sum(losses.cross_entropy(model(x + z, training=True), y))
                     lower_mean = scaled(lower_mean / tf.cast(batch, lower_mean.dtype), loss_scale)
                 weight_grads = tape.gradient(lower_mean, weights)
             implicit_grads = [None if g is None else accumulator.jvp(g) for g in weight_grads]
@@ -214,7 +317,7 @@ class FastBAT(rules.FastBAT, Method):
         _check_second_derivatives(weights, upper_grads, implicit_grads)
         logs.update(
             loss=loss,
-            adv_accuracy=tf.reduce_mean(correct(logits, y)),
+            adv_accuracy=tf.reduce_mean(losses.correct(logits, y)),
             inactive_fraction=tf.cast(tf.reduce_mean(mask), tf.float32),
         )
         return upper_grads, implicit_grads, logs
@@ -235,7 +338,7 @@ class FastBAT(rules.FastBAT, Method):
                 with tf.autodiff.ForwardAccumulator(z, p) as accumulator:
                     with tf.GradientTape(watch_accessed_variables=False) as tape:
                         tape.watch(z)
-                        loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                        loss = tf.reduce_sum(losses.cross_entropy(model(x + z, training=True), y))
                         loss = scaled(loss, loss_scale)
                     grad = tape.gradient(loss, z)
                 return unscaled(accumulator.jvp(grad), loss_scale)
@@ -243,7 +346,7 @@ class FastBAT(rules.FastBAT, Method):
                 outer.watch(z)
                 with tf.GradientTape(watch_accessed_variables=False) as inner:
                     inner.watch(z)
-                    loss = tf.reduce_sum(cross_entropy(model(x + z, training=True), y))
+                    loss = tf.reduce_sum(losses.cross_entropy(model(x + z, training=True), y))
                     loss = scaled(loss, loss_scale)
                 grad = inner.gradient(loss, z)
                 along = tf.reduce_sum(grad * p)
@@ -298,3 +401,25 @@ def _check_second_derivatives(weights, upper_grads, implicit_grads) -> None:
             "switches to an exact one, resize in the data pipeline, or train first-order "
             "Fast-BAT (--ig=none)"
         )
+
+
+def _fastbat_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    config = {**_DEFAULT, "implicit_autodiff": IMPLICIT_AUTODIFF[1], **config}
+    ig = catalog.implicit_gradient(config["ig"], config["ig_coef"])
+    # Step 1's gradient at the random start (none for a uniform or corner z); step 2's
+    # lower-level gradient at z and step 3's upper level at δ*.
+    gradient_start = config["linearization"] in LINEARIZATIONS[:2]
+    parts = [counts(1, 1) if gradient_start else counts(), counts(2, 2)]
+    forward_mode = config["implicit_autodiff"] == IMPLICIT_AUTODIFF[2]
+    # Step 5's mixed derivative along H ⊙ v, and each conjugate-gradient step's Hessian-vector
+    # product: forward and weight passes at z carrying tangents, or back through a recorded
+    # backward pass (and, for a product, the forward and backward pass it records).
+    implicit = counts(1, 1, tangent=2) if forward_mode else counts(backward=1, second_order=1)
+    product = counts(1, 1, tangent=2) if forward_mode else counts(1, 2, 1)
+    products = int(config["cg_steps"]) if ig == IMPLICIT_GRADIENTS[1] else 0
+    if ig != IMPLICIT_GRADIENTS[2]:
+        parts += [implicit, *[product] * products]
+    return catalog.added(*parts)
+
+
+ENTRY = Entry(FastBAT, OPTIONS, passes=_fastbat_passes, cost_options={"ig": "hessian_free"})

@@ -70,19 +70,22 @@ Departures, each to this project's conventions:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
-import tensorflow as tf
-
-from fbat_tf import constraints, methods
-from fbat_tf.attacks.losses import as_loss_dtype, correct, cross_entropy
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, input_gradient, per_example_scale, scaled, unscaled
+from fbat_tf.methods.declarations import Entry, Option, defaults
 
-_DEFAULT = methods.defaults("fgsm_pgi")  # the registry declares the options
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
+
 #: The per-example state over the training split, and its dtype.
-_STATE = {"prior": tf.float32, "momentum": tf.float32, "visits": tf.int32}
+_STATE = {"prior": "float32", "momentum": "float32", "visits": "int32"}
 
 
 def _per_example(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
@@ -90,7 +93,58 @@ def _per_example(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([tf.rank(like) - 1], tf.int32)], 0))
 
 
-class FGSMPGI(rules.FGSMPGI, Method):
+OPTIONS = (
+    Option(
+        "weight",
+        float,
+        10.0,
+        "FGSM-PGI regularizer weight λ on the squared gap between the logits at the "
+        "adversarial example and at the prior (the released 10).",
+        "fgsm_pgi_lambda",
+        lower_bound=0.0,
+    ),
+    Option(
+        "decay",
+        float,
+        0.3,
+        "FGSM-PGI momentum decay μ of the per-example prior (the released 0.3).",
+        lower_bound=0.0,
+    ),
+    Option(
+        "step",
+        float,
+        1.0,
+        "FGSM-PGI signed step alpha as a multiple of eps (the released 1).",
+        lower_bound=0.0,
+    ),
+    Option(
+        "reset",
+        int,
+        40,
+        "FGSM-PGI: each example's prior restarts from a random corner every this "
+        "many epochs (its visits; the released 40).",
+        lower_bound=1,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class FGSMPGI(Method):
+    name = "fgsm_pgi"
+    # Its prior is one perturbation per training example, read and written by each step.
+    single_device = True
+
+    @staticmethod
+    def check_options(*, weight: float, decay: float, step: float, reset: int) -> None:
+        if not weight >= 0:
+            raise ValueError(f"fgsm_pgi weight (λ) must be >= 0, got {weight!r}")
+        if not decay >= 0:
+            raise ValueError(f"fgsm_pgi decay (μ) must be >= 0, got {decay!r}")
+        if not step > 0:
+            raise ValueError(f"fgsm_pgi step (a multiple of eps) must be > 0, got {step!r}")
+        if not reset >= 1:
+            raise ValueError(f"fgsm_pgi reset must be >= 1 epochs, got {reset!r}")
+
     title = "FGSM-PGI"
     log_names = ("loss", "adv_accuracy", "pgi_penalty")
     per_example_state = True
@@ -124,7 +178,7 @@ class FGSMPGI(rules.FGSMPGI, Method):
         batch, image = int(batch_shape[0]), tuple(batch_shape[1:])
         examples = batch if examples is None else int(examples)
         for name, kind in _STATE.items():
-            shape = [examples, *image] if kind.is_floating else [examples]
+            shape = [examples, *image] if kind != "int32" else [examples]
             self.state[name] = tf.Variable(
                 tf.zeros(shape, kind), trainable=False, name=f"fgsm_pgi_{name}"
             )
@@ -191,13 +245,13 @@ class FGSMPGI(rules.FGSMPGI, Method):
             with tf.GradientTape(watch_accessed_variables=False) as inner:
                 inner.watch(start)
                 start_logits = model(x + start, training=True)
-                attack = scaled(tf.reduce_sum(cross_entropy(start_logits, y)), attack_scale)
+                attack = scaled(tf.reduce_sum(losses.cross_entropy(start_logits, y)), attack_scale)
             with tape.stop_recording():
                 grad = unscaled(inner.gradient(attack, start), attack_scale)
                 delta, following, momentum = self.moved(x, start, momentum, grad)
             logits = model(x + tf.stop_gradient(delta), training=True)
-            ce = tf.reduce_mean(cross_entropy(logits, y))
-            gap = as_loss_dtype(logits) - as_loss_dtype(start_logits)
+            ce = tf.reduce_mean(losses.cross_entropy(logits, y))
+            gap = losses.as_loss_dtype(logits) - losses.as_loss_dtype(start_logits)
             penalty = tf.reduce_mean(tf.square(tf.cast(gap, ce.dtype)))
             loss = ce + tf.cast(self.weight, ce.dtype) * penalty
             objective = scaled(loss, loss_scale)
@@ -208,7 +262,7 @@ class FGSMPGI(rules.FGSMPGI, Method):
         self.pending["indices"].assign(indices)
         logs = {
             "loss": loss,
-            "adv_accuracy": tf.reduce_mean(correct(logits, y)),
+            "adv_accuracy": tf.reduce_mean(losses.correct(logits, y)),
             "pgi_penalty": penalty,
         }
         return grads, logs
@@ -222,3 +276,8 @@ class FGSMPGI(rules.FGSMPGI, Method):
             "alpha": self.alpha,
             "reset": self.reset,
         }
+
+
+# The input gradient at the prior, then one weight pass back through both forward
+# passes (the regularizer reads the logits at the prior as well).
+ENTRY = Entry(FGSMPGI, OPTIONS, passes=lambda c: counts(2, 3))

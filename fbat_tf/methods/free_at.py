@@ -11,24 +11,40 @@ become ceil(E·S/m) batches, each replayed m times (the last pass over the data 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
-import tensorflow as tf
-
-from fbat_tf import constraints, methods
-from fbat_tf.attacks.losses import correct, cross_entropy
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, scaled, unscaled
+from fbat_tf.methods.declarations import Entry, Option, defaults
+
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+losses = later("fbat_tf.attacks.losses")
+constraints = later("fbat_tf.constraints")
 
 
-class FreeAT(rules.FreeAT, Method):
+OPTIONS = (Option("replays", int, 8, "Free-AT replays m.", "free_replays", lower_bound=1),)
+_DEFAULT = defaults(OPTIONS)
+
+
+class FreeAT(Method):
+    name = "free"
+    single_device = True
+
+    @staticmethod
+    def check_options(*, replays: int) -> None:
+        if replays < 1:
+            raise ValueError(f"free needs replays >= 1, got {replays!r}")
+
     title = "Free-AT"
 
     def __init__(
         self,
         eps: float,
-        replays: int = methods.defaults("free")["replays"],
+        replays: int = _DEFAULT["replays"],
         alpha: float | None = None,
     ):
         super().__init__(eps)
@@ -63,13 +79,17 @@ class FreeAT(rules.FreeAT, Method):
         with tf.GradientTape() as tape:
             tape.watch(delta)
             logits = model(x + delta, training=True)
-            loss = tf.reduce_mean(cross_entropy(logits, y))
+            loss = tf.reduce_mean(losses.cross_entropy(logits, y))
             objective = scaled(loss, loss_scale)
         grads = tape.gradient(objective, model.trainable_variables + [delta])
         delta_grad = unscaled(grads.pop(), loss_scale)
         new_delta = constraints.project(delta + self.alpha * tf.sign(delta_grad), x, self.eps)
         self.delta.assign(tf.cast(new_delta, self.delta.dtype))
-        return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(correct(logits, y))}
+        return grads, {"loss": loss, "adv_accuracy": tf.reduce_mean(losses.correct(logits, y))}
 
     def config(self) -> dict:
         return {**super().config(), "replays": self.replays, "alpha": self.alpha}
+
+
+# One backward pass gives the weight and the δ gradient.
+ENTRY = Entry(FreeAT, OPTIONS, passes=lambda c: counts(1, 1))

@@ -15,17 +15,59 @@ single-step training from catastrophic overfitting at Fast-AT's cost. `clip=c` c
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
-from fbat_tf import constraints, methods
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, input_gradient
+from fbat_tf.methods.declarations import Entry, Option, defaults
 
-_DEFAULT = methods.defaults("nfgsm")  # the registry declares the options
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+constraints = later("fbat_tf.constraints")
 
 
-class NFGSM(rules.NFGSM, Method):
+OPTIONS = (
+    Option(
+        "noise",
+        float,
+        2.0,
+        "N-FGSM noise: eta ~ U[-k*eps, k*eps] for this k.",
+        lower_bound=0.0,
+    ),
+    Option(
+        "step",
+        float,
+        1.0,
+        "N-FGSM signed step alpha as a multiple of eps (the paper's 1).",
+        lower_bound=0.0,
+    ),
+    Option(
+        "clip",
+        float,
+        None,
+        "N-FGSM: clip the perturbation to [-c*eps, c*eps] for this c (default: no "
+        "clip, as the paper trains).",
+        lower_bound=0.0,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class NFGSM(Method):
+    name = "nfgsm"
+
+    @staticmethod
+    def check_options(*, noise: float, step: float, clip: float | None) -> None:
+        if not noise >= 0:
+            raise ValueError(f"nfgsm noise (a multiple of eps) must be >= 0, got {noise!r}")
+        if clip is not None and not clip > 0:
+            raise ValueError(f"nfgsm clip (a multiple of eps) must be > 0, got {clip!r}")
+        if not step > 0:
+            raise ValueError(f"nfgsm step (a multiple of eps) must be > 0, got {step!r}")
+
     title = "N-FGSM"
 
     def __init__(
@@ -60,3 +102,6 @@ class NFGSM(rules.NFGSM, Method):
             "alpha": self.alpha,
             "clip": self.clip,
         }
+
+
+ENTRY = Entry(NFGSM, OPTIONS, passes=lambda c: counts(2, 2))

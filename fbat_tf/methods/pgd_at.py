@@ -12,20 +12,51 @@ default α for K > 2 is then 2.5ε/K (the rule of Madry et al.'s `robustness` li
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from fbat_tf import constraints, methods
-from fbat_tf.methods import rules
+from fbat_tf.catalog import counts
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, fgsm_step
+from fbat_tf.methods.declarations import Entry, Option, defaults
+
+if TYPE_CHECKING:
+    import keras
+
+tf = later("tensorflow")
+constraints = later("fbat_tf.constraints")
 
 
-class PGDAT(rules.PGDAT, Method):
+OPTIONS = (
+    Option("steps", int, 2, "PGD-AT attack steps K.", "attack_steps", lower_bound=1),
+    Option(
+        "step",
+        float,
+        None,
+        "PGD-AT step alpha as a multiple of eps (default 0.5 for K <= 2; 2/255 "
+        "itself for larger K).",
+        lower_bound=0.0,
+    ),
+)
+_DEFAULT = defaults(OPTIONS)
+
+
+class PGDAT(Method):
+    name = "pgd"
+    norms = ("linf", "l2")
+
+    @staticmethod
+    def check_options(*, steps: int, step: float | None) -> None:
+        if steps < 1:
+            raise ValueError(f"pgd needs steps >= 1, got {steps!r}")
+        if step is not None and not step > 0:
+            raise ValueError(f"pgd step (a multiple of eps) must be > 0, got {step!r}")
+
     def __init__(
         self,
         eps: float,
-        steps: int = methods.defaults("pgd")["steps"],
-        step: float | None = methods.defaults("pgd")["step"],
+        steps: int = _DEFAULT["steps"],
+        step: float | None = _DEFAULT["step"],
         norm: str = "linf",
     ):
         super().__init__(eps, norm)
@@ -52,3 +83,11 @@ class PGDAT(rules.PGDAT, Method):
 
     def config(self) -> dict:
         return {**super().config(), "steps": self.steps, "step": self.step, "alpha": self.alpha}
+
+
+def _pgd_passes(config: Mapping[str, Any]) -> dict[str, int]:
+    steps = int(config.get("steps", _DEFAULT["steps"]))
+    return counts(steps + 1, steps + 1)
+
+
+ENTRY = Entry(PGDAT, OPTIONS, passes=_pgd_passes, cost_options={"steps": 2})

@@ -6,15 +6,21 @@ grads, logs = method.gradients(model, x, y, seed)   # logs["adv_accuracy"] is cl
 
 from __future__ import annotations
 
-import keras
-import tensorflow as tf
+from typing import TYPE_CHECKING
 
-from fbat_tf.methods import rules
 from fbat_tf.methods.base import Method
+from fbat_tf.methods.declarations import Entry
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 
-class Standard(rules.Standard, Method):
+class Standard(Method):
+    name = "standard"
     title = "standard training"
+    # No perturbation to train on: the norm is that of its validation and test.
+    norms = ("linf", "l2")
     adversarial = False
 
     def __init__(self, eps: float = 0.0, norm: str = "linf"):
@@ -22,3 +28,6 @@ class Standard(rules.Standard, Method):
 
     def perturb(self, model: keras.Model, x, y, seed, loss_scale=None) -> tf.Tensor:
         return x
+
+
+ENTRY = Entry(Standard)
