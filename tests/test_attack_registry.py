@@ -38,10 +38,21 @@ class Toy(Attack):
         step = self.strength * self.eps * tf.sign(x - 0.5)
         return tf.clip_by_value(x + step, 0.0, 1.0)
 '''
-TOY_LINE = (
-    'REGISTRY["toy"] = Entry("toy", "fbat_tf.attacks.toy:Toy", "Toy-{strength}", '
-    '(Option("strength", 1.0, "Toy step in units of eps.", lower_bound=0.0),))\n'
+TOY_LINE = """
+
+def _toy():
+    from fbat_tf.attacks.toy import Toy
+
+    return Toy
+
+
+REGISTRY["toy"] = Entry(
+    "toy",
+    _toy,
+    "Toy-{strength}",
+    (Option("strength", 1.0, "Toy step in units of eps.", lower_bound=0.0),),
 )
+"""
 
 
 @pytest.mark.slow

@@ -286,17 +286,35 @@ def test_no_branch_on_a_method_or_attack_name_outside_its_own_package():
 
 
 def test_every_registered_attack_is_built_inside_the_attacks_package():
-    """The registry names each attack's builder by an import string, which the import checks
-    above do not see: each one lies in fbat_tf/attacks, so that the registry (low in the house)
-    never reaches up to a module above it."""
+    """The registry imports each attack's builder inside a function, when the attack is made:
+    each one lies in fbat_tf/attacks, so that the registry (low in the house) never reaches up
+    to a module above it, and none is named by a string."""
     from fbat_tf import attacks
 
+    built = {name: attacks.entry(name).target() for name in attacks.names()}
     outside = [
-        f"{name}: {attacks.entry(name).target}"
-        for name in attacks.names()
-        if not attacks.entry(name).target.startswith("fbat_tf.attacks.")
+        f"{n}: {b.__module__}"
+        for n, b in built.items()
+        if not b.__module__.startswith("fbat_tf.attacks.")
     ]
     assert not outside, outside
+    assert not [n for n in attacks.names() if isinstance(attacks.entry(n).target, str)]
+
+
+def test_no_registry_names_a_class_by_a_string():
+    """The registries list what they hold by importing it: no "module:Class" string in the
+    library (a name in a string is an import no check here can see, and a typo found late)."""
+    import re
+
+    named = [
+        f"{os.path.relpath(path, ROOT)}:{node.lineno}: {node.value!r}"
+        for path in module_names().values()
+        for node in ast.walk(ast.parse(open(path).read()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"fbat_tf(\.\w+)+:\w+", node.value)
+    ]
+    assert not named, "\n".join(named)
 
 
 def test_modules_and_orchestration_stay_short():

@@ -9,9 +9,9 @@ attacks/base.py).
     attacks.label("pgd", {"steps": 50, "restarts": 10})   # "PGD-50-10"
     attack = attacks.create("autoattack", eps=0.5, context={"norm": "l2"})  # the L2 ball
 
-The registry below is the one place an attack is named. Its line gives the attack's class (or
-factory) as a "module:name" string, imported on first use, the options a user may set, from
-which evaluate.py makes its flags (`--<flag_prefix>_<option>`) and a sweep definition takes
+The registry below is the one place an attack is named. Its line gives a function that imports
+the attack's class (or factory) and returns it, called on first use, the options a user may set,
+from which evaluate.py makes its flags (`--<flag_prefix>_<option>`) and a sweep definition takes
 its values, and the label tables print. This module does not import TensorFlow, so that the
 entry points parse their flags at once. APGD-T, FAB-T and Square are AutoAttack standard's own
 configurations of them; Square's `n_queries` and `restarts` (defaults: AutoAttack's 5000 and 1)
@@ -24,7 +24,6 @@ A new attack is its module plus one line here (or `register(Entry(...))` at run 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,14 +45,15 @@ class Option:
 class Entry:
     """One attack: its name, what builds it, its label and its options.
 
-    `target` ("module:callable") is called as target(eps, **options, **context), where
+    `target()` imports and returns what builds the attack (its module loads TensorFlow, so not
+    before the attack is made), called as target()(eps, **options, **context), where
     `context` holds what the caller knows and the attack asks for (`uses`): "jit_compile"
     (True, False, or None for the attack's own choice), "source" (the model a transfer attack
     crafts on), "norm" (the ball of ε, constraints.NORMS; "linf" where the context has none).
     `label` is formatted with the options."""
 
     name: str
-    target: str
+    target: Callable[[], Callable[..., Any]]
     label: str
     options: tuple[Option, ...] = ()
     flag_prefix: str = ""
@@ -94,7 +94,51 @@ _SQUARE_OPTIONS = (
         lower_bound=1,
     ),
 )
-_AUTOATTACK = "fbat_tf.attacks.autoattack"
+
+
+# What builds each attack, imported when the attack is made.
+def _pgd():
+    from fbat_tf.attacks.pgd import PGD
+
+    return PGD
+
+
+def _autoattack():
+    from fbat_tf.attacks.autoattack import AutoAttack
+
+    return AutoAttack
+
+
+def _apgd_ce():
+    from fbat_tf.attacks.autoattack import apgd_ce
+
+    return apgd_ce
+
+
+def _apgd_t():
+    from fbat_tf.attacks.autoattack import apgd_t
+
+    return apgd_t
+
+
+def _fab_t():
+    from fbat_tf.attacks.autoattack import fab_t
+
+    return fab_t
+
+
+def _square():
+    from fbat_tf.attacks.autoattack import square
+
+    return square
+
+
+def _transfer_pgd():
+    from fbat_tf.attacks.transfer import transfer_pgd
+
+    return transfer_pgd
+
+
 # AutoAttack standard's parts: forward-backward passes per attacked example (a forward counts
 # 1/3): APGD-CE 100 iterations and a check, APGD-T 9 × 101, FAB-T 9 × 100 and 910 forward
 # checks, Square 5000 queries.
@@ -105,7 +149,7 @@ REGISTRY: dict[str, Entry] = {
     for entry in (
         Entry(
             "pgd",
-            "fbat_tf.attacks.pgd:PGD",
+            _pgd,
             "PGD-{steps}-{restarts}",
             _PGD_OPTIONS,
             "pgd",
@@ -114,7 +158,7 @@ REGISTRY: dict[str, Entry] = {
         ),
         Entry(
             "autoattack",
-            f"{_AUTOATTACK}:AutoAttack",
+            _autoattack,
             "AutoAttack ({version})",
             (Option("version", "standard", "AutoAttack version.", ("standard", "rand")),),
             "aa",
@@ -130,20 +174,20 @@ REGISTRY: dict[str, Entry] = {
         *(
             Entry(
                 part,
-                f"{_AUTOATTACK}:{part.replace('-', '_')}",
+                load,
                 label,
                 uses=("jit_compile", "norm"),
                 passes=lambda o, robust, part=part: _PART_PASSES[part],
             )
-            for part, label in (
-                ("apgd-ce", "APGD-CE"),
-                ("apgd-t", "APGD-T"),
-                ("fab-t", "FAB-T"),
+            for part, load, label in (
+                ("apgd-ce", _apgd_ce, "APGD-CE"),
+                ("apgd-t", _apgd_t, "APGD-T"),
+                ("fab-t", _fab_t, "FAB-T"),
             )
         ),
         Entry(
             "square",
-            f"{_AUTOATTACK}:square",
+            _square,
             "Square-{n_queries}×{restarts}",
             _SQUARE_OPTIONS,
             uses=("jit_compile", "norm"),
@@ -154,7 +198,7 @@ REGISTRY: dict[str, Entry] = {
         ),
         Entry(
             "transfer",
-            "fbat_tf.attacks.transfer:transfer_pgd",
+            _transfer_pgd,
             "transfer PGD-{steps}-{restarts}",
             _PGD_OPTIONS,
             "pgd",
@@ -214,8 +258,7 @@ def create(name: str, eps: float, context: Mapping[str, Any] | None = None, **op
     missing = [key for key in found.uses if key == "source" and context.get(key) is None]
     if missing:
         raise ValueError(f"attack {name!r} needs {missing[0]!r} (the model to craft on)")
-    module, attribute = found.target.split(":")
-    build = getattr(importlib.import_module(module), attribute)
+    build = found.target()
     return build(eps, **values, **{key: context[key] for key in found.uses if key in context})
 
 
