@@ -39,47 +39,52 @@ from flags.run import (
     check_method,
     check_norm,
     check_workdir,
-    config_from_flags,
     default_workdir,
+    export_plan,
+    run_config,
     run_flags,
 )
 
 FLAGS = absl_flags.FLAGS
 
 
-def quiet_unless_asked() -> None:
+def quiet_unless_asked() -> bool:
     """Without --verbosity, absl's and TensorFlow's INFO lines (absl turns them on once flags
-    are parsed; TensorFlow's C++ logs before TensorFlow loads) are left out."""
+    are parsed; TensorFlow's C++ logs before TensorFlow loads) are left out: whether they are."""
     if FLAGS["verbosity"].present:
-        return
+        return False
     logging.set_verbosity(logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    return True
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    quiet_unless_asked()
+    quiet = quiet_unless_asked()
     onednn.choose(common.DATASET.value)  # before TensorFlow loads
     # The run directory first: a finished run, or one with other flags, is told at once,
     # before TensorFlow loads.
     workdir = train_flags.WORKDIR.value or default_workdir()
     current = run_flags()
     state = checked_state(workdir, current)
+    # The flags read once, into the run's config (as on a CPU), what it asks of the device and
+    # what to export: nothing below reads a flag.
+    config, asked, plan = parsed(workdir)
     if state == "complete":
         print(f"{workdir} holds a finished run with these flags; see {Run(workdir).results_path}.")
-        if _chief():
-            export_once(workdir)
+        if _chief(config):
+            export_once(config, plan, quiet)
         return
     if state == "diverged":
         message = Run(workdir).divergence_message()
         sys.exit(f"error: {workdir} holds a run with these flags that diverged: {message}")
 
-    checked_early(workdir)
-    if not FLAGS["verbosity"].present:
+    checked_early(config)
+    if quiet:
         startup.load_tensorflow()
-    config, source = checked_config(workdir)
-    chief = _chief()
+    config, source = checked_config(config, asked)
+    chief = _chief(config)
     # A new run that fails before its first epoch is recorded leaves no directory behind.
     created = state == "new" and not (os.path.isdir(config.workdir) and os.listdir(config.workdir))
     held = hold(config.workdir, state, current) if chief else None  # the lock lasts while held
@@ -103,8 +108,8 @@ def main(argv: list[str]) -> None:
             raise
         say_test(config, record.final, chief)
         if chief:
-            export_once(config.workdir)
-            print(summary(config.workdir, record))
+            export_once(config, plan, quiet)
+            print(summary(config.workdir, record, plan))
     finally:
         # However the run ends (finished, diverged, failed, Ctrl-C), it holds the directory no
         # more, and leaves no train.lock behind.
@@ -123,7 +128,17 @@ def checked_state(workdir: str, current: dict[str, str]) -> str:
         sys.exit(f"error: {error}")
 
 
-def checked_early(workdir: str) -> None:
+def parsed(workdir: str):
+    """The run's config as on a CPU, what it asks of the device, and the export plan, from the
+    flags; a value of the wrong type exits naming its flag."""
+    try:
+        config, asked = run_config(workdir)
+    except ValueError as error:
+        sys.exit(f"error: {error}")
+    return config, asked, export_plan()
+
+
+def checked_early(config) -> None:
     """What checked_config checks that needs no TensorFlow, before it loads: the flags' types,
     a built-in method's options, threat model and strategy (its rules), and data in local
     files, decoded whole; a bad one exits with its message. What the device settles ("auto")
@@ -131,7 +146,6 @@ def checked_early(workdir: str) -> None:
     from fbat_tf import data
 
     try:
-        config = config_from_flags(workdir, here=False)
         check_method(config)
         if not data.needs_tensorflow(config.dataset, config.data_dir, config.download):
             data.check_available(config.dataset, config.data_dir, config.download)
@@ -140,13 +154,15 @@ def checked_early(workdir: str) -> None:
         sys.exit(f"error: {error}")
 
 
-def checked_config(workdir: str):
-    """The run's config, and where its data comes from: checks that need more than one flag,
-    before anything is created; a bad one exits with its message."""
+def checked_config(config, asked):
+    """The run's config with the device's part settled on this machine, and where its data
+    comes from: checks that need more than one flag, before anything is created; a bad one
+    exits with its message."""
     from fbat_tf import data
+    from fbat_tf.methods import configs
 
     try:
-        config = config_from_flags(workdir)
+        config = configs.on_device(config, asked)
         if config.verbose == 1 and not sys.stdout.isatty():
             # A progress bar redrawn with carriage returns fills a log file: a line an epoch.
             config = dataclasses.replace(config, verbose=2)
@@ -244,7 +260,7 @@ def _duration_words(minutes: float | None) -> str:
     return f": up to about {minutes / 60:.1f} h here"
 
 
-def summary(workdir: str, record) -> str:
+def summary(workdir: str, record, plan) -> str:
     """Which epoch was selected, where the run's files are, and what to run next."""
     chosen = record.selected_epoch()
     selected = (
@@ -263,19 +279,19 @@ def summary(workdir: str, record) -> str:
         f"  python evaluate.py --model_path={quoted} --n_examples={NEXT_EXAMPLES}   "
         f"# PGD-50-10, AutoAttack{_duration_words(evaluation_minutes(record))}",
     ]
-    if not train_flags.EXPORT.value:
+    if not plan.export:
         lines.append(f"  python -m export --workdir={quoted}               # SavedModel")
     return "\n".join(lines)
 
 
-def _chief() -> bool:
+def _chief(config) -> bool:
     """Under multi_worker every worker runs this command; only the chief writes into the
     workdir."""
-    if common.STRATEGY.value != "multi_worker":
+    if config.strategy != "multi_worker":
         return True
     from fbat_tf import distribute
 
-    return distribute.is_chief_process(common.STRATEGY.value)
+    return distribute.is_chief_process(config.strategy)
 
 
 def check_export() -> None:
@@ -287,22 +303,20 @@ def check_export() -> None:
         artifacts.check_formats(train_flags.EXPORT_FORMATS.value)
 
 
-def export_once(workdir: str) -> None:
+def export_once(config, plan, quiet: bool) -> None:
     """Export the run's best model, unless asked not to or a version of it already exists."""
-    if not train_flags.EXPORT.value:
+    if not plan.export:
         return
     from export import versions
 
-    export_dir = train_flags.EXPORT_DIR.value or Run(workdir).export_dir
-    name = versions.run_name(
-        common.DATASET.value, train_flags.MODEL.value, train_flags.METHOD.value
-    )
+    workdir = config.workdir
+    export_dir = plan.export_dir or Run(workdir).export_dir
+    name = versions.run_name(config.dataset, config.model, config.method)
     existing = versions.existing_versions(os.path.join(export_dir, name))
-    formats = train_flags.EXPORT_FORMATS.value
-    int8_examples = train_flags.INT8_EXAMPLES.value
+    formats, int8_examples = list(plan.formats), plan.int8_examples
     if existing:
         path = os.path.join(export_dir, name, str(max(existing)))
-        add_missing_formats(workdir, path, formats, int8_examples)
+        add_missing_formats(workdir, path, formats, int8_examples, quiet)
         return
     from export import savedmodel
 
@@ -311,7 +325,9 @@ def export_once(workdir: str) -> None:
     say_beside(path)
 
 
-def add_missing_formats(workdir: str, path: str, formats: list[str], int8_examples: int) -> None:
+def add_missing_formats(
+    workdir: str, path: str, formats: list[str], int8_examples: int, quiet: bool
+) -> None:
     """The run's latest export, `path`, completed with the files of `--export_formats` it
     lacks (its SavedModel left as it is), or said to hold them already."""
     from export import artifacts
@@ -328,7 +344,7 @@ def add_missing_formats(workdir: str, path: str, formats: list[str], int8_exampl
         say_beside(path)
         return
     print(f"SavedModel for TF-Serving: {path} exists already; adding {', '.join(missing)}")
-    if not FLAGS["verbosity"].present:
+    if quiet:
         startup.load_tensorflow()
     from export import savedmodel
 

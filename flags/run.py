@@ -5,6 +5,9 @@ flags.txt), the check of an existing run directory against them, and the TrainCo
     state = check_workdir("runs/a", words)          # "new", "resume", "complete", "diverged"
     check_final_test(values)                        # ValueError: --eval_* with --nofinal_test
     config = config_from_flags("runs/a", values)    # fbat_tf.records.TrainConfig
+    config, asked = run_config("runs/a")            # the same, as on a CPU, and what it asks of
+                                                    # the device (configs.on_device settles it)
+    plan = export_plan()                            # what train.py exports when the run ends
 
 `values` are parsed flags: this process's own by default; sweep.py parses each cell's. Importing
 this module defines train.py's flags and loads no TensorFlow.
@@ -13,6 +16,7 @@ this module defines train.py's flags and loads no TensorFlow.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 
 from absl import flags as absl_flags
@@ -148,3 +152,32 @@ def config_from_flags(workdir: str, values: absl_flags.FlagValues = FLAGS, here:
     from fbat_tf.methods import configs
 
     return configs.train_config({name: values[name].value for name in values}, workdir, not here)
+
+
+def run_config(workdir: str, values: absl_flags.FlagValues = FLAGS):
+    """The run's TrainConfig as on a CPU (no TensorFlow), and what its flags ask of the device
+    (configs.Requested): train.py reads its flags once, here, and settles the device's part on
+    this machine with configs.on_device once TensorFlow has loaded."""
+    from fbat_tf.methods import configs
+
+    given = {name: values[name].value for name in values}
+    return configs.train_config(given, workdir), configs.requested(given)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+    """What train.py exports when a run ends (its export flags, read once)."""
+
+    export: bool
+    export_dir: str | None
+    formats: tuple[str, ...]
+    int8_examples: int
+
+
+def export_plan(values: absl_flags.FlagValues = FLAGS) -> ExportPlan:
+    return ExportPlan(
+        values["export"].value,
+        values["export_dir"].value,
+        tuple(values["export_formats"].value),
+        values["int8_examples"].value,
+    )
