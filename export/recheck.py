@@ -33,7 +33,7 @@ from fbat_tf.records import units
 # An artifact's accuracy this far below the source's, on the same points, is flagged; so is an
 # agreement of predictions below AGREEMENT_FLAGGED (clean or on a replayed attack's points): a
 # file of the source's own weights agrees on all of them but what rounding moves (the int8 demo
-# file on 98.8-99.2 %, README), another model on far fewer.
+# file on 98.8-99.2 %, BUILD.md), another model on far fewer.
 DROP_FLAGGED = 0.01
 AGREEMENT_FLAGGED = 0.95
 

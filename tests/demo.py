@@ -5,7 +5,7 @@
     python tests/demo.py --record          # after a change that moves them: keep the new ones
     python tests/demo.py --runs=runs       # the run directories in runs/, kept (README's names)
 
-README's "Results" table holds, for Fast-BAT, what its first command (the "Two commands"
+README's "The demo" table holds, for Fast-BAT, what its first command (the "Two commands"
 section) gives, and for standard training what the same flag file with --method=standard gives.
 results/demo/<run>/results.json are those runs' files, each naming the code revision that made
 it; tests/test_demo.py checks, cheaply, that README's table is what these files say. This script
@@ -79,8 +79,8 @@ def table_row(results: dict) -> list[str]:
 
 
 def readme_rows(readme: str) -> dict[str, list[str]]:
-    """The rows of README's Results table, by method."""
-    section = readme.split("\n## Results\n", 1)[1].split("\n### ", 1)[0]
+    """The rows of README's demo table ("The demo"), by method."""
+    section = readme.split("\n## The demo\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

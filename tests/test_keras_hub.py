@@ -1,4 +1,4 @@
-"""A keras-hub image classifier through the library, as README's Python API section shows for a
+"""A keras-hub image classifier through the library, as BUILD.md's "keras-hub" shows for a
 preset: a small `keras_hub.models.ResNetImageClassifier` built from a config (random weights, no
 download), with a preprocessor like a preset's (resize to the backbone's size, standardize
 pixels in [0, 255]) put inside the model so that it takes raw pixels in [0, 1]. It trains a few
@@ -67,7 +67,7 @@ def hub_classifier():
 
 
 def on_pixels(classifier) -> keras.Model:
-    """README's adapter: raw pixels in [0, 1] in, the classifier's preprocessing inside, logits
+    """BUILD.md's adapter: raw pixels in [0, 1] in, the classifier's preprocessing inside, logits
     out. keras-hub runs the preprocessor in its own fit and predict, not in the model's call,
     which is what the trainer and the attacks differentiate."""
     pixels = keras.Input((28, 28, 3))

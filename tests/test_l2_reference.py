@@ -81,10 +81,10 @@ def test_l2_robust_accuracy_is_within_one_point_of_the_reference(reference, eval
 
 
 def test_readme_s_l2_table_is_the_committed_record(reference):
-    """README's figure quotes reference.json: each row's two accuracies and its count of points
-    with the same outcome."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        section = f.read().split("### The L2 threat model against the reference", 1)[1]
+    """The studies' page (study/README.md) quotes reference.json: each row's two accuracies and
+    its count of points with the same outcome."""
+    with open(os.path.join(ROOT, "study", "README.md")) as f:
+        section = f.read().split("## The L2 threat model against the reference", 1)[1]
     section = section.split("\n#", 1)[0]
     rows = {
         "clean": "clean",

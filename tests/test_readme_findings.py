@@ -1,6 +1,6 @@
-"""README's findings quote the committed reports' paired verdicts: every quoted difference, its
-95 % interval and its verdict is the one the report computed (results/<sweep>/sweep.json), so
-that no finding is written by hand."""
+"""The studies' findings (study/README.md, summed up in README's "Findings") quote the committed
+reports' paired verdicts: every quoted difference, its 95 % interval and its verdict is the one
+the report computed (results/<sweep>/sweep.json), so that no finding is written by hand."""
 
 from __future__ import annotations
 
@@ -30,9 +30,16 @@ QUOTE = re.compile(
 )
 
 
-def sections() -> dict[str, str]:
-    """README's sections by heading, each with its text on one line."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+# The pages: the studies' findings are on study/README.md, the deployment figures in BUILD.md.
+README = "README.md"
+STUDY = os.path.join("study", "README.md")
+BUILD = "BUILD.md"
+
+
+def sections(page: str = STUDY) -> dict[str, str]:
+    """A page's sections by heading (the studies' page unless named), each with its text on one
+    line."""
+    with open(os.path.join(ROOT, page)) as f:
         text = f.read()
     parts = re.split(r"^#+ (.+)$", text, flags=re.M)
     return {
@@ -97,9 +104,14 @@ def shown(values) -> tuple[str, ...]:
 
 def test_every_quoted_paired_verdict_is_the_reports():
     checked = raw_checked = alone_checked = 0
-    for heading, text in sections().items():
+    pages = [
+        (page, heading, text)
+        for page in (STUDY, README)
+        for heading, text in sections(page).items()
+    ]
+    for page, heading, text in pages:
         for sweep, a, b, eps, mean, low, high, alone, says, after in quotes(text):
-            assert sweep, f"README section {heading!r} quotes verdicts without naming its report"
+            assert sweep, f"{page} section {heading!r} quotes verdicts without naming its report"
             assert a is not None, (heading, eps)
             report = verdicts(sweep)
             flipped = (a, b, eps) not in report  # quoted the other way round
@@ -152,9 +164,9 @@ DIVERGED = re.compile(r"diverged in (\d+) of (\d+)")
 
 
 def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: int) -> int:
-    """A README table of a study: rows by ε, a column a variant, each cell "clean / PGD-50-10 /
-    AutoAttack ± std" (%), the means over the seeds of each cell's files as the report gathered
-    them and AutoAttack's sample standard deviation; "‡" after it where a seed's AutoAttack
+    """A table of a study on study/README.md: rows by ε, a column a variant, each cell "clean /
+    PGD-50-10 / AutoAttack ± std" (%), the means over the seeds of each cell's files as the report
+    gathered them and AutoAttack's sample standard deviation; "‡" after it where a seed's AutoAttack
     number is the masking check's, and "diverged in k of n" where runs diverged (counted from the
     cells; the others' means follow). Returns the number of table cells checked."""
     with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
@@ -203,7 +215,7 @@ def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: in
 
 
 def test_the_family_sizes_quoted_are_the_reports():
-    """How many comparisons README says Holm's correction covered in each report."""
+    """How many comparisons study/README.md says Holm's correction covered in each report."""
     words = {8: "8", 20: "20", 24: "24", 30: "thirty"}
 
     def size(sweep: str) -> int:
@@ -222,7 +234,7 @@ def test_the_family_sizes_quoted_are_the_reports():
 
 
 def test_the_paired_study_table_is_the_reports_means_over_seeds():
-    """README's table of the paired study, every method and ε over its five seeds."""
+    """study/README.md's table of the paired study, every method and ε over its five seeds."""
     heading = "Which fast method at which ε (Fashion-MNIST, paired seeds)"
     assert check_study_table("fashion_mnist_fast", heading, [16, 48, 76], 5) == 18
 
@@ -384,9 +396,9 @@ def test_the_implicit_term_s_weight_and_the_tuned_lambda_are_as_readme_says():
 
 
 def test_the_paired_study_s_other_figures_are_its_files():
-    """The figures README's paired-study section states outside verdicts and the table: compute
-    hours, the guard in Fast-BAT's runs, and PGD-50-10 against AutoAttack on the same 500 images
-    at ε = 48."""
+    """The figures study/README.md's paired-study section states outside verdicts and the table:
+    compute hours, the guard in Fast-BAT's runs, and PGD-50-10 against AutoAttack on the same 500
+    images at ε = 48."""
     with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
         report = json.load(f)
     cells = report["cells"]
@@ -436,8 +448,8 @@ def tuned_report() -> dict:
 
 
 def test_the_tuned_study_table_is_the_reports_means_over_seeds():
-    """README's table of the tuned study: every method at ε = 48 and 76 over its five seeds, the
-    masking-checked cells marked and ELLE-A's diverged runs counted."""
+    """study/README.md's table of the tuned study: every method at ε = 48 and 76 over its five
+    seeds, the masking-checked cells marked and ELLE-A's diverged runs counted."""
     assert check_study_table("fashion_mnist_tuned", TUNED, [48, 76], 5) == 14
 
 
@@ -481,7 +493,7 @@ def test_the_tuned_study_s_choices_are_the_reports_as_the_readme_says():
 
 
 def test_the_tuned_study_s_picks_are_its_tuning_files():
-    """Each method's pick at each ε, as tuning.json has it, in README's words."""
+    """Each method's pick at each ε, as tuning.json has it, in study/README.md's words."""
     with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
         picks = json.load(f)["picks"]
     titles = {
@@ -507,7 +519,7 @@ def test_the_tuned_study_s_picks_are_its_tuning_files():
 def test_the_tuned_study_s_picks_at_their_grids_edges_are_all_named():
     """A pick is at an edge where its value of a tuned option is the largest or the smallest
     among its unit's candidates that agree with it on the other options (the only one where no
-    other does): README names every such pick of tuning.json, and the interior ones."""
+    other does): study/README.md names every such pick of tuning.json, and the interior ones."""
     with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
         picks = json.load(f)["picks"]
     found = {}
@@ -828,7 +840,7 @@ def test_bench_readme_s_max_pooling_tables_are_the_committed_bench_run():
 
 
 def test_the_step_time_ratios_quoted_are_the_committed_cost_bench():
-    """The step-time ratios bench/README.md, DESIGN.md §3.6 and README quote are those of
+    """The step-time ratios bench/README.md, DESIGN.md §3.6 and study/README.md quote are those of
     bench/results/method_cost_fmnist.json, the run at rest the sweep reports' time column uses,
     and its table in bench/README.md is the bench's own."""
     with open(os.path.join(ROOT, "bench", "results", "method_cost_fmnist.json")) as f:
@@ -928,8 +940,8 @@ def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
 
 
 def test_readme_s_deployment_figures_are_the_committed_bench_run():
-    """README's "Deploying" quotes bench/results/deploy_demo.json, made from the committed run in
-    results/deploy/ (its selected weights are there to export and attack again): each file's
+    """BUILD.md's "ONNX and LiteRT" quotes bench/results/deploy_demo.json, made from the committed
+    run in results/deploy/ (its selected weights are there to export and attack again): each file's
     size, its classes over the whole test split beside the SavedModel's, and the re-check table
     row by row as the bench printed it, each row's evaluation JSON committed."""
     with open(os.path.join(ROOT, "bench", "results", "deploy_demo.json")) as f:
@@ -943,7 +955,7 @@ def test_readme_s_deployment_figures_are_the_committed_bench_run():
     assert found["weights"]["path"] == os.path.relpath(weights, ROOT)
     with open(weights, "rb") as f:
         assert found["weights"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
-    text = sections()["Deploying"]
+    text = sections(BUILD)["ONNX and LiteRT"]
     for size in found["bytes"].values():
         assert f"{size / 1000:.0f} KB" in text, size
     split = found["whole_split"]
@@ -964,8 +976,9 @@ def test_readme_s_deployment_figures_are_the_committed_bench_run():
 
 
 def test_the_recheck_times_quoted_are_the_committed_bench_run():
-    """README's "Deploying" and bench/README.md quote bench/results/recheck_once.json: the three
-    commands' and the one command's wall times, measured with each file's results identical."""
+    """BUILD.md's "ONNX and LiteRT" and bench/README.md quote bench/results/recheck_once.json: the
+    three commands' and the one command's wall times, measured with each file's results
+    identical."""
     with open(os.path.join(ROOT, "bench", "results", "recheck_once.json")) as f:
         found = json.load(f)
     assert found["command"] == "python bench/records/recheck_once.py"
@@ -973,6 +986,8 @@ def test_the_recheck_times_quoted_are_the_committed_bench_run():
     apart, together = (found["ways"][way] for way in ("one command a file", "one command"))
     assert (apart["commands"], together["commands"]) == (3, 1)
     seconds = f"{apart['seconds']:.0f} s", f"{together['seconds']:.0f} s"
-    assert f"{seconds[0]} in three commands, {seconds[1]} in one" in sections()["Deploying"]
+    assert (
+        f"{seconds[0]} in three commands, {seconds[1]} in one" in sections(BUILD)["ONNX and LiteRT"]
+    )
     bench = words_of("bench", "README.md")
     assert f"{seconds[0]} against {seconds[1]} at rest" in bench

@@ -153,10 +153,10 @@ def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
             np.testing.assert_allclose(rate, [h["learning_rate"] for h in history], rtol=1e-6)
             batch_curves = any(tag.startswith("batch_") for tag in tags[train])
             assert batch_curves == (0 < every <= EPOCHS * steps)
-            if batch_curves:  # README: the batch counted from 1 since the run began
+            if batch_curves:  # BUILD.md: the batch counted from 1 since the run began
                 served = [s for s, _ in server.scalars(train, "batch_loss")]
                 assert served == list(range(every, EPOCHS * steps + 1, every))
-            # README: the test numbers at the epoch of the model they measure, epochs from 0.
+            # BUILD.md: the test numbers at the epoch of the model they measure, epochs from 0.
             selected = [h["epoch"] for h in history if h.get("val_best")][-1]
             test = server.scalars(f"every{every}/tensorboard/test", "test_clean_accuracy")
             assert test == [(selected - 1, test[0][1])]

@@ -1,4 +1,4 @@
-"""README's deployment figures, from the demo model: each exported file's size, its classes over
+"""BUILD.md's deployment figures, from the demo model: each exported file's size, its classes over
 the whole test split beside the SavedModel's, and evaluate.py's re-check of it on the first 256
 test images.
 
@@ -114,7 +114,7 @@ def _cell(row: dict | None, accuracy: float) -> str:
 
 
 def table(payload: dict) -> str:
-    """README's re-check table: per model, clean accuracy and each attack's, and for a file its
+    """BUILD.md's re-check table: per model, clean accuracy and each attack's, and for a file its
     agreement with the SavedModel on the same points (replayed attacks), from the evaluations'
     JSONs."""
     lines = [
