@@ -592,3 +592,18 @@ def test_a_user_s_method_registered_by_its_class_is_checked_without_creating_it(
     with pytest.raises(ValueError, match=r"fastat step \(a multiple of eps\) must be > 0"):
         methods.check("fastat_copy", {"step": -1.0})
     methods.check("fastat_copy", {"step": None}, 0.5, "l2", "mirrored")
+
+
+def test_a_user_s_method_that_states_no_rules_refuses_no_option_value(monkeypatch):
+    """A user's class without `check_options` (the toy of test_method_registry): its options
+    pass the pre-run check whatever their value, its norm and ε are still checked."""
+    from fbat_tf.methods.base import Method
+
+    class Toy(Method):
+        name = "toy_rules"
+
+    entry = methods.Entry(Toy, (methods.Option("scale", float, 0.5, "A scale."),))
+    monkeypatch.setitem(methods.REGISTRY, entry.name, entry)
+    methods.check("toy_rules", {"scale": -3.0})
+    with pytest.raises(ValueError, match="has no L2 form"):
+        methods.check("toy_rules", {}, 0.5, "l2")

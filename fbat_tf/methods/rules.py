@@ -46,9 +46,10 @@ class Rules:
             raise ValueError(f"eps must be in [0, 1] (pixel units), got {eps!r}")
 
     @staticmethod
-    def check_options() -> None:
+    def check_options(**options: Any) -> None:
         """ValueError for an option value the method refuses: each method's takes its options
-        by name, as its constructor does (a None one: the constructor's default)."""
+        by name, as its constructor does (a None one: the constructor's default). A method that
+        states none refuses no value."""
 
     @classmethod
     def check(cls, eps: float, norm: str, options: Mapping[str, Any]) -> None:
