@@ -142,7 +142,8 @@ def test_the_library_holds_no_report_and_the_launchers_are_handed_it():
     """The report lives in study/: no module of fbat_tf/ imports it (the layers above say so
     too), and sweep.py hands it to both launchers, which call what they are handed."""
     library = [m for m in module_names((PACKAGE,))]
-    importers = [m for m in library if any(t.startswith("study") for t in graph()[m])]
+    edges = graph()
+    importers = [m for m in library if any(t.startswith("study") for t in edges[m])]
     assert not importers, f"the library imports the study: {importers}"
     assert not [m for m in library if m.split(".")[-1] in ("report", "readings", "comparisons")]
     sweep = ast.parse(open(os.path.join(ROOT, "fbat_cli", "sweep.py")).read())
