@@ -4,6 +4,7 @@ most robust variant at each ε."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Any
 
@@ -16,6 +17,31 @@ from study.comparisons import interval_words, margin_words
 def kilo(passes: float) -> str:
     """Passes in thousands, to three significant digits: never 0.0 for a short run."""
     return f"{passes / 1000:.3g}"
+
+
+@dataclasses.dataclass
+class CostRow:
+    """One variant at one ε in the robustness-against-cost table (cost_rows)."""
+
+    variant: str  # its label in the tables
+    key: str  # its variant key (readings.groups)
+    passes: float  # its runs' mean cost in passes through the model
+    passes_per_step: int
+    robust: float  # the last evaluation's robust accuracy, mean over seeds
+    seeds: int
+    marks: list[str]  # masking-checked, masked, touched by an indicator
+    most_robust: bool
+    versus_best: dict[str, Any] | None  # its paired comparison with the most robust (paired.py)
+    seconds: float | None = None  # measured step time × its steps, where a bench gives one
+    seconds_rounds: list[float] | None = None
+    pareto: bool = False  # no other variant is as cheap and as robust
+
+    def to_json(self) -> dict[str, Any]:
+        """As sweep.json holds it: the time keys only where a cost bench gave a time."""
+        found = dataclasses.asdict(self)
+        if self.seconds is None:
+            del found["seconds"], found["seconds_rounds"]
+        return found
 
 
 def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
@@ -36,7 +62,7 @@ def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
+def cost_rows(report: dict[str, Any]) -> dict[float, list[CostRow]]:
     """Per ε, each variant: its runs' mean cost in passes, its passes per step, its
     robustness (the last evaluation, mean over seeds), whether it is on the Pareto front (no
     other is as cheap and as robust), its paired comparison with the most robust variant
@@ -45,53 +71,53 @@ def cost_rows(report: dict[str, Any]) -> dict[float, list[dict[str, Any]]]:
     name = readings.evaluations(report)[-1]["name"]
     timing = measured_time(report)
     compared = comparisons.family(report)
-    per_eps: dict[float, list[dict[str, Any]]] = {}
+    per_eps: dict[float, list[CostRow]] = {}
     for (variant, eps), cells in readings.groups(report["cells"]).items():
         # Runs still training (no optimizer steps recorded yet) are priced once they finish.
         priced = readings.priced(cells)
         robust = readings.attacked(cells, name)
         if not priced or not robust:
             continue
-        row = {
-            "variant": readings.label(variant, cells),
-            "key": variant,
-            "passes": statistics.fmean(readings.cell_passes(cell) for cell in priced),
-            "passes_per_step": catalog.total_passes(priced[0].train.passes),
-            "robust": statistics.fmean(robust),
-            "seeds": len(robust),
+        row = CostRow(
+            variant=readings.label(variant, cells),
+            key=variant,
+            passes=statistics.fmean(readings.cell_passes(cell) for cell in priced),
+            passes_per_step=catalog.total_passes(priced[0].train.passes),
+            robust=statistics.fmean(robust),
+            seeds=len(robust),
             # Its robustness holds masking-checked numbers, cells the check found masked
             # (sweeps/masking.py) and cells an indicator of attack failure touched.
-            "marks": [
+            marks=[
                 *([readings.CHECKED] if readings.checked(cells, report, name) else []),
                 *filter(None, [readings.masked_words(cells), readings.indicated_words(cells)]),
             ],
-            "most_robust": variant == compared.best[eps],
-            "versus_best": compared.versus.get((eps, variant)),
-        }
+            most_robust=variant == compared.best[eps],
+            versus_best=compared.versus.get((eps, variant)),
+        )
         if timing:
             step = timing["step_seconds"].get(priced[0].train.cost_variant)
             steps = [c.train.optimizer_steps for c in priced]
             rounds = timing["round_step_seconds"].get(priced[0].train.cost_variant)
             if step is not None:
-                row["seconds"] = step * statistics.fmean(steps)
-                row["seconds_rounds"] = [r * statistics.fmean(steps) for r in rounds or []]
+                row.seconds = step * statistics.fmean(steps)
+                row.seconds_rounds = [r * statistics.fmean(steps) for r in rounds or []]
         per_eps.setdefault(eps, []).append(row)
     for rows in per_eps.values():
         for row in rows:
-            row["pareto"] = not any(
-                other["passes"] <= row["passes"]
-                and other["robust"] >= row["robust"]
-                and (other["passes"], other["robust"]) != (row["passes"], row["robust"])
+            row.pareto = not any(
+                other.passes <= row.passes
+                and other.robust >= row.robust
+                and (other.passes, other.robust) != (row.passes, row.robust)
                 for other in rows
             )
-        rows.sort(key=lambda row: row["passes"])
+        rows.sort(key=lambda row: row.passes)
     return dict(sorted(per_eps.items()))
 
 
-def _mark(row: dict[str, Any]) -> str:
-    checked = f" {masking.MARK}" if readings.CHECKED in row["marks"] else ""
-    masked = any(mark.startswith(f"masked {masking.MASKED_MARK}") for mark in row["marks"])
-    touched = any(mark.startswith(f"indicators {readings.INDICATED_MARK}") for mark in row["marks"])
+def _mark(row: CostRow) -> str:
+    checked = f" {masking.MARK}" if readings.CHECKED in row.marks else ""
+    masked = any(mark.startswith(f"masked {masking.MASKED_MARK}") for mark in row.marks)
+    touched = any(mark.startswith(f"indicators {readings.INDICATED_MARK}") for mark in row.marks)
     return (
         checked
         + (f" {masking.MASKED_MARK}" if masked else "")
@@ -99,12 +125,12 @@ def _mark(row: dict[str, Any]) -> str:
     )
 
 
-def cheapest_equivalent(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def cheapest_equivalent(rows: list[CostRow]) -> CostRow:
     """The cheapest variant (in passes) that is the most robust or shown equivalent to it, by
     the Holm-corrected verdicts of the comparisons with the most robust."""
     return min(
-        (r for r in rows if r["most_robust"] or r["versus_best"]["verdict"] == "equivalent"),
-        key=lambda r: r["passes"],
+        (r for r in rows if r.most_robust or r.versus_best["verdict"] == "equivalent"),
+        key=lambda r: r.passes,
     )
 
 
@@ -152,20 +178,20 @@ def cost_table(report: dict[str, Any]) -> list[str]:
     lines += ["", columns, rule]
     for eps, rows in rows_by_eps.items():
         for row in rows:
-            versus = row["versus_best"]
+            versus = row.versus_best
             says = "most robust" if versus is None else versus["says"]
             # Its own cells' marks and those of the comparison (the most robust's cells too).
-            marks = list(dict.fromkeys([*row["marks"], *(versus["marks"] if versus else [])]))
+            marks = list(dict.fromkeys([*row.marks, *(versus["marks"] if versus else [])]))
             if marks:
                 says += f" ({', '.join(marks)})"
             line = (
-                f"| {eps:g} | {row['variant']} | {row['passes_per_step']} | "
-                f"{kilo(row['passes'])} | {100 * row['robust']:.1f} | {row['seeds']} | "
-                f"{interval_words(versus)} | {says} | {'yes' if row['pareto'] else ''} |"
+                f"| {eps:g} | {row.variant} | {row.passes_per_step} | "
+                f"{kilo(row.passes)} | {100 * row.robust:.1f} | {row.seeds} | "
+                f"{interval_words(versus)} | {says} | {'yes' if row.pareto else ''} |"
             )
             if timing:
-                spread = row.get("seconds_rounds") or []
-                time = "–" if "seconds" not in row else f"{row['seconds']:.0f}"
+                spread = row.seconds_rounds or []
+                time = "–" if row.seconds is None else f"{row.seconds:.0f}"
                 if len(spread) > 1:
                     time += f" ({min(spread):.0f}–{max(spread):.0f})"
                 line += f" {time} |"
@@ -178,17 +204,17 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         "",
     ]
     for eps, rows in rows_by_eps.items():
-        best = next(r for r in rows if r["most_robust"])
+        best = next(r for r in rows if r.most_robust)
         cheap = cheapest_equivalent(rows)
         undecided = [
-            r["variant"]
+            r.variant
             for r in rows
-            if r["passes"] < cheap["passes"] and r["versus_best"]["verdict"] == "undecided"
+            if r.passes < cheap.passes and r.versus_best["verdict"] == "undecided"
         ]
         line = (
-            f"- ε = {eps:g}: {cheap['variant']}{_mark(cheap)} ({100 * cheap['robust']:.1f}%, "
-            f"{kilo(cheap['passes'])}k passes); most robust {best['variant']}{_mark(best)} "
-            f"({100 * best['robust']:.1f}%, {kilo(best['passes'])}k passes)"
+            f"- ε = {eps:g}: {cheap.variant}{_mark(cheap)} ({100 * cheap.robust:.1f}%, "
+            f"{kilo(cheap.passes)}k passes); most robust {best.variant}{_mark(best)} "
+            f"({100 * best.robust:.1f}%, {kilo(best.passes)}k passes)"
         )
         if undecided:
             line += f"; undecided: {', '.join(undecided)}"

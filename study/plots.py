@@ -54,24 +54,24 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
     for axes, eps in zip(grid.flat, panels, strict=False):
         rows = rows_by_eps.get(eps, [])
         for row in rows:
-            colour = colours.get(row["key"])
-            behind = row["versus_best"] is not None and row["versus_best"]["verdict"] == "b"
-            values = [100 * v for v in readings.attacked(groups[row["key"], eps], name)]
-            axes.vlines(row["passes"], min(values), max(values), color=colour, linewidth=1)
+            colour = colours.get(row.key)
+            behind = row.versus_best is not None and row.versus_best["verdict"] == "b"
+            values = [100 * v for v in readings.attacked(groups[row.key, eps], name)]
+            axes.vlines(row.passes, min(values), max(values), color=colour, linewidth=1)
             axes.scatter(
-                row["passes"],
-                100 * row["robust"],
+                row.passes,
+                100 * row.robust,
                 facecolors="none" if behind else colour,
                 edgecolors=colour,
                 s=28,
-                label=row["variant"],
+                label=row.variant,
                 zorder=3,
             )
-        front = [r for r in rows if r["pareto"]]
+        front = [r for r in rows if r.pareto]
         if front:
             axes.step(
-                [r["passes"] for r in front],
-                [100 * r["robust"] for r in front],
+                [r.passes for r in front],
+                [100 * r.robust for r in front],
                 where="post",
                 color="grey",
                 linewidth=1,

@@ -267,7 +267,9 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     payload["cells"] = [cell.to_dict() for cell in report["cells"]]
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
-    payload["robust_vs_cost"] = {f"{eps:g}": rows for eps, rows in cost_rows(report).items()}
+    payload["robust_vs_cost"] = {
+        f"{eps:g}": [row.to_json() for row in rows] for eps, rows in cost_rows(report).items()
+    }
     compared = family(report)
     payload["paired_comparisons"] = compared.listed
     # The family Holm's correction covers: the rows of paired_comparisons and the comparisons

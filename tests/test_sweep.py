@@ -694,19 +694,19 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
             *[cell("fastbat", passes(3, 4, 1), fastbat[s], s) for s in seeds],
         ],
     }
-    rows = {r["variant"]: r for r in costs.cost_rows(report)[8.0]}
-    assert [rows[v]["passes"] for v in ("fastat", "pgd", "fastbat")] == [400, 600, 800]
-    assert rows["fastbat"]["most_robust"]  # mean 0.5064 against pgd's 0.5062
+    rows = {r.variant: r for r in costs.cost_rows(report)[8.0]}
+    assert [rows[v].passes for v in ("fastat", "pgd", "fastbat")] == [400, 600, 800]
+    assert rows["fastbat"].most_robust  # mean 0.5064 against pgd's 0.5062
     # Paired differences pgd − fastbat, in points: -0.2, 0.3, -0.2, -0.1, 0.1; mean -0.02.
-    versus = rows["pgd"]["versus_best"]
+    versus = rows["pgd"].versus_best
     assert versus["differences"] == pytest.approx([-0.2, 0.3, -0.2, -0.1, 0.1])
     s_d = math.sqrt(sum((d + 0.02) ** 2 for d in versus["differences"]) / 4)
     half = 2.776445 * s_d / math.sqrt(5)
     assert versus["interval"] == pytest.approx((-0.02 - half, -0.02 + half), abs=1e-4)
     assert versus["verdict"] == "equivalent"
-    assert rows["fastat"]["versus_best"]["verdict"] == "b"  # 5 points behind at every seed
-    assert costs.cheapest_equivalent(list(rows.values()))["variant"] == "pgd"
-    assert [rows[v]["pareto"] for v in ("fastat", "pgd", "fastbat")] == [True, True, True]
+    assert rows["fastat"].versus_best["verdict"] == "b"  # 5 points behind at every seed
+    assert costs.cheapest_equivalent(list(rows.values())).variant == "pgd"
+    assert [rows[v].pareto for v in ("fastat", "pgd", "fastbat")] == [True, True, True]
 
     # What the reader of sweep.md sees: passes first, time second and marked.
     table = "\n".join(costs.cost_table(report))
@@ -719,7 +719,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert "equivalent within ±1 point" in table
     # One family, Holm-corrected: pgd − fastbat (listed, and against the most robust: one
     # hypothesis) and fastat − fastbat, m = 2. Equivalence: pgd's p is the smaller, times 2.
-    assert versus["family"] == rows["fastat"]["versus_best"]["family"] == 2
+    assert versus["family"] == rows["fastat"].versus_best["family"] == 2
     assert versus["p_equivalence_holm"] == pytest.approx(2 * versus["p_equivalence"])
     (listed_pair,) = comparisons.listed_comparisons(report)
     assert (listed_pair["a"], listed_pair["b"]) == ("fastbat", "pgd")
@@ -785,9 +785,9 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
         "cells": [finished, training],
     }
     (row,) = costs.cost_rows(report)[8.0]
-    assert (row["passes"], row["seeds"]) == (400, 1)
-    assert row["seconds"] == pytest.approx(10.0)
-    assert row["seconds_rounds"] == pytest.approx([10.0, 20.0])
+    assert (row.passes, row.seeds) == (400, 1)
+    assert row.seconds == pytest.approx(10.0)
+    assert row.seconds_rounds == pytest.approx([10.0, 20.0])
     paths = study.write_report(report, str(tmp_path))
     assert "| 8 | fastat | 4 | 0.4 | 40.0 | 1 |" in open(paths["markdown"]).read()
 

@@ -63,7 +63,6 @@ READERS = [
 REPORT = "the report's top-level dict (cells.collect), not its cells"
 # The definition's evaluations as the report records them (definition.evaluation_record).
 EVALUATIONS = "an evaluation of the definition as the report records it (name, label, ε...)"
-COST_ROW = "a row of the robustness-against-cost table, built by costs.cost_rows"
 PAIRED = "a paired comparison, built by paired.compare and comparisons.comparison"
 
 # Per module, each receiver a string key may be read from, and what it holds.
@@ -91,13 +90,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "timing": "the same, with the load it was measured under (costs.measured_time)",
         "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
         "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
-        "row": COST_ROW,
-        "r": COST_ROW,
-        "best": COST_ROW,
-        "cheap": COST_ROW,
-        "other": COST_ROW,
         "versus": PAIRED,
-        "r['versus_best']": PAIRED,
+        "r.versus_best": PAIRED,
     },
     f"{STUDY}/paper.py": {
         "report": REPORT,
@@ -113,9 +107,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "evaluation": EVALUATIONS,
         "last": EVALUATIONS,
         "readings.evaluations(report)[-1]": EVALUATIONS,
-        "row": COST_ROW,
-        "r": COST_ROW,
-        "row['versus_best']": PAIRED,
+        "row.versus_best": PAIRED,
     },
     f"{STUDY}/report.py": {
         "report": REPORT,
@@ -256,7 +248,6 @@ SHARED = {
     "method": "paper rows and tuning groups",
     "model": "the cost bench's setting, paired comparisons, the card export_model writes",
     "name": "the definition's evaluations",
-    "passes": "cost rows",
     "revision": "the sweep's revision.json (sweep.py)",
     "revisions": "the report's code summary (report)",
     "seed": "what a tuning run says for the pick (tuning)",
@@ -266,7 +257,7 @@ SHARED = {
     "tuning": "the report's top-level dict",
     "unit": "a unit's pick in tuning.json",
     "val_robust_accuracy": "what a tuning run says for the pick (tuning)",
-    "variant": "cost rows and tuning units",
+    "variant": "tuning units",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
     "width": "the cost bench's setting (costs)",
 }
