@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests import in_process
 from tests.commands import NO_TENSORFLOW, python_command
 from tests.test_train_cli import TINY_RUN
 
@@ -33,10 +34,17 @@ def one_line(done: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(tmp_path):
+def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(
+    tmp_path, monkeypatch
+):
     workdir = tmp_path / "run"
-    first = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}", "--verbose=2")
-    assert first.returncode == 0, first.stderr[-3000:]
+
+    def train(*args: str) -> in_process.Ran:
+        common = ("--dataset=fashion_mnist", *TINY, f"--workdir={workdir}")
+        return in_process.train(*common, *args, monkeypatch=monkeypatch)
+
+    first = train("--verbose=2")
+    assert first.code == 0, first.stderr[-3000:]
     # The epoch line as a user reads it: the numbers that matter; the rest are in results.json.
     (line,) = [x for x in first.stdout.splitlines() if "val_robust_accuracy" in x]
     assert "loss:" in line and "val_fgsm_accuracy" in line and "train_seconds: " in line
@@ -45,11 +53,11 @@ def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(
     assert "images_per_second" in json.loads((workdir / "results.json").read_text())["history"][0]
     results = workdir / "results.json"
     results.write_text(results.read_text()[:100])  # a disk that filled up, a killed copy
-    line = one_line(run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}"))
+    line = train().one_line()
     assert line.startswith(f"error: {results} is not readable JSON") and "--workdir" in line
     assert results.read_text().__len__() == 100  # nothing rewritten
-    loud = run("train.py", "--dataset=fashion_mnist", *TINY, f"--workdir={workdir}", "--traceback")
-    assert loud.returncode != 0 and "Traceback" in loud.stderr
+    loud = train("--traceback")
+    assert loud.code != 0 and "Traceback" in loud.stderr
 
 
 def test_a_workdir_that_is_a_file_is_refused_before_any_work(tmp_path):
@@ -144,15 +152,16 @@ def test_a_keras_file_nested_past_reason_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path):
+def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path, monkeypatch):
     """A run killed mid-epoch whose last checkpoint was cut short (a full disk): the resume
     says which checkpoint cannot be read, in one line, and rewrites nothing."""
     import glob
     import json
 
     workdir = tmp_path / "run"
-    first = run("train.py", *TINY, "--dataset=fashion_mnist", f"--workdir={workdir}")
-    assert first.returncode == 0, first.stderr[-3000:]
+    words = (*TINY, "--dataset=fashion_mnist", f"--workdir={workdir}")
+    first = in_process.train(*words, monkeypatch=monkeypatch)
+    assert first.code == 0, first.stderr[-3000:]
     results = workdir / "results.json"
     record = json.loads(results.read_text())
     record["status"] = "running"  # as a run killed before its end leaves it
@@ -160,7 +169,7 @@ def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path):
     (data,) = glob.glob(str(workdir / "checkpoints" / "last" / "*.data-*"))
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
-    line = one_line(run("train.py", *TINY, "--dataset=fashion_mnist", f"--workdir={workdir}"))
+    line = in_process.train(*words, monkeypatch=monkeypatch).one_line()
     assert line.startswith("error: ") and "checkpoint" in line.lower()
     assert json.loads(results.read_text()) == record
 
