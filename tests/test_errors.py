@@ -174,9 +174,8 @@ def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path, monkeypatch):
     assert json.loads(results.read_text()) == record
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path):
+def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path, monkeypatch):
     import gzip
     import struct
 
@@ -193,15 +192,8 @@ def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path)
         write(f"{part}-images-idx3-ubyte", np.zeros((10, 20, 20), np.uint8))
         write(f"{part}-labels-idx1-ubyte", np.zeros(10, np.uint8))
     workdir = tmp_path / "run"
-    line = one_line(
-        run(
-            "train.py",
-            *TINY,
-            "--dataset=fashion_mnist",
-            f"--data_dir={tmp_path / 'data'}",
-            f"--workdir={workdir}",
-        )
-    )
+    words = (*TINY, "--dataset=fashion_mnist", f"--data_dir={tmp_path / 'data'}")
+    line = in_process.train(*words, f"--workdir={workdir}", monkeypatch=monkeypatch).one_line()
     assert "images of shape (20, 20, 1), but fashion_mnist images are (28, 28, 1)" in line
     assert not workdir.exists()
 
