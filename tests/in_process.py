@@ -13,26 +13,34 @@ import contextlib
 import dataclasses
 import io
 import os
+import subprocess
 import threading
 import traceback
 
 
 @dataclasses.dataclass
 class Ran:
-    code: int  # the exit status the program would end with
+    """What a run of main gave, under subprocess.CompletedProcess's names."""
+
+    returncode: int  # the exit status the program would end with
     stdout: str
     stderr: str  # what it wrote, and the line sys.exit(message) prints
 
     def one_line(self) -> str:
-        """The last line of a failure: the one line a user reads."""
-        assert self.code != 0, self.stdout[-2000:]
-        assert "Traceback" not in self.stderr, self.stderr[-3000:]
-        return self.stderr.strip().splitlines()[-1]
+        return one_line(self)
+
+
+def one_line(done: Ran | subprocess.CompletedProcess) -> str:
+    """The last line of a failure, of a program or of main in-process: the one line a user
+    reads (non-zero exit, no traceback)."""
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1]
 
 
 def train(*args: str, monkeypatch) -> Ran:
     """`python train.py *args` in this process. The program's process-wide settings are put
-        back afterwards: the environment as it was, absl's flags unparsed, Ctrl-C's handling
+    back afterwards: the environment as it was, absl's flags unparsed, Ctrl-C's handling
     untouched (monkeypatch)."""
     from absl import flags as absl_flags
     from absl import logging

@@ -12,6 +12,7 @@ import pytest
 
 from tests import in_process
 from tests.commands import NO_TENSORFLOW, python_command
+from tests.in_process import one_line
 from tests.test_train_cli import TINY_RUN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,12 +27,6 @@ def run(program: str, *args: str, prelude: str = "") -> subprocess.CompletedProc
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
-def one_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    return done.stderr.strip().splitlines()[-1]
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(
@@ -44,7 +39,7 @@ def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(
         return in_process.train(*common, *args, monkeypatch=monkeypatch)
 
     first = train("--verbose=2")
-    assert first.code == 0, first.stderr[-3000:]
+    assert first.returncode == 0, first.stderr[-3000:]
     # The epoch line as a user reads it: the numbers that matter; the rest are in results.json.
     (line,) = [x for x in first.stdout.splitlines() if "val_robust_accuracy" in x]
     assert "loss:" in line and "val_fgsm_accuracy" in line and "train_seconds: " in line
@@ -57,7 +52,7 @@ def test_a_truncated_results_file_on_resume_is_one_line_and_traceback_on_demand(
     assert line.startswith(f"error: {results} is not readable JSON") and "--workdir" in line
     assert results.read_text().__len__() == 100  # nothing rewritten
     loud = train("--traceback")
-    assert loud.code != 0 and "Traceback" in loud.stderr
+    assert loud.returncode != 0 and "Traceback" in loud.stderr
 
 
 def test_a_workdir_that_is_a_file_is_refused_before_any_work(tmp_path):
@@ -161,7 +156,7 @@ def test_a_truncated_checkpoint_on_resume_is_one_line(tmp_path, monkeypatch):
     workdir = tmp_path / "run"
     words = (*TINY, "--dataset=fashion_mnist", f"--workdir={workdir}")
     first = in_process.train(*words, monkeypatch=monkeypatch)
-    assert first.code == 0, first.stderr[-3000:]
+    assert first.returncode == 0, first.stderr[-3000:]
     results = workdir / "results.json"
     record = json.loads(results.read_text())
     record["status"] = "running"  # as a run killed before its end leaves it
