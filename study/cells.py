@@ -105,6 +105,7 @@ def train_record(found: RunRecord, source: str) -> TrainSummary:
     selected = found.selected_epoch()
     # The implicit term's logs, where the method wrote them (Fast-BAT's full method).
     logged = tuple(name for name in METHOD_LOGS if any(name in e.logs for e in history))
+    pgd = [e.val_pgd_accuracy for e in history]
     return TrainSummary(
         source=source,
         status=found.status,
@@ -125,6 +126,7 @@ def train_record(found: RunRecord, source: str) -> TrainSummary:
         ig_norm_ratio=found.mean_log("ig_norm_ratio"),
         inactive_fraction=found.mean_log("inactive_fraction"),
         method_logs=logged,
+        val_pgd_accuracy=pgd if any(v is not None for v in pgd) else None,
     )
 
 

@@ -412,6 +412,18 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
     )
     assert row in table, table
     assert "PGD-10 on 1000 validation images" in table  # train.py's defaults: no flags set
+    assert "alone" not in table  # validation was PGD alone: one criterion, one gap
+
+    # Validation with a black-box part after PGD: PGD's own figure at the same selected epoch
+    # (seed 0's second, 0.8; seed 1's first, 0.6; not their last) is the criterion without it,
+    # and its gap stands last: 70.0 − 35.0 = +35.0.
+    for i, pgd_alone in ((0, [0.7, 0.8, 0.5]), (1, [0.6, 0.55])):
+        found = report["cells"][i]
+        train = dataclasses.replace(found.train, val_pgd_accuracy=pgd_alone)
+        report["cells"][i] = dataclasses.replace(found, train=train)
+    table = "\n".join(tuning_report.criterion_table(report))
+    assert row + " 70.0 ± 14.1 | +35.0 |" in table, table
+    assert "PGD-10 alone (final cells) | PGD-10 alone − lowest test (points) |" in table
     unit["pick"] = None
     assert tuning_report.criterion_table(report) == []
     assert tuning_report.criterion_table({"cells": []}) == []

@@ -89,11 +89,17 @@ class TrainSummary:
     ig_norm_ratio: float | None = None
     inactive_fraction: float | None = None
     method_logs: tuple[str, ...] = ()
+    # PGD's own validation accuracy by epoch, where validation ran a black-box part after it
+    # (val_robust_accuracy is then the two combined); None, and not written, where it did not.
+    val_pgd_accuracy: list[float | None] | None = None
 
     @classmethod
     def from_dict(cls, payload: Any) -> TrainSummary:
-        names = [f.name for f in dataclasses.fields(cls)]
-        values = _parts(payload, names[: -len(METHOD_LOGS) - 1], "train", METHOD_LOGS)
+        optional = (*METHOD_LOGS, "val_pgd_accuracy")
+        names = [
+            f.name for f in dataclasses.fields(cls) if f.name not in (*optional, "method_logs")
+        ]
+        values = _parts(payload, names, "train", optional)
         logs = tuple(name for name in METHOD_LOGS if name in payload)
         return cls(**values, method_logs=logs)
 
@@ -101,8 +107,10 @@ class TrainSummary:
         payload = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in (*METHOD_LOGS, "method_logs")
+            if f.name not in (*METHOD_LOGS, "method_logs", "val_pgd_accuracy")
         }
+        if self.val_pgd_accuracy is not None:
+            payload["val_pgd_accuracy"] = self.val_pgd_accuracy
         if "ig_norm_ratio" in self.method_logs:
             payload["ig_norm_ratio"] = self.ig_norm_ratio
         if "inactive_fraction" in self.method_logs:

@@ -40,6 +40,12 @@ class Epoch:
         return self.logs.get("val_fgsm_accuracy")
 
     @property
+    def val_pgd_accuracy(self) -> float | None:
+        """PGD's own validation accuracy where a black-box part followed it (the criterion,
+        val_robust_accuracy, is then the two combined); None where validation was PGD alone."""
+        return self.logs.get("val_pgd_accuracy")
+
+    @property
     def seconds(self) -> float | None:
         return self.logs.get("epoch_time")
 
