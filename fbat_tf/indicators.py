@@ -426,7 +426,12 @@ def reference_checks(
             f"{int(random_points.sum())} of {len(random_points)} points give other outputs "
             "when called again on the same input",
         ),
-        "softmax_outputs": Check(softmax, "the outputs are probabilities, not logits"),
+        "softmax_outputs": Check(
+            softmax,
+            "the outputs are probabilities, not logits"
+            if softmax
+            else "the outputs are logits (not probabilities summing to 1)",
+        ),
     }
     eps, norm = 0.0, "linf"
     for (_, value), attack in attacks.items():
@@ -443,7 +448,10 @@ def reference_checks(
         )
     ops = dynamic(model, x)
     checks["dynamic_model"] = Check(
-        bool(ops), f"the inference graph differentiates ({', '.join(sorted(ops))})"
+        bool(ops),
+        f"the inference graph differentiates ({', '.join(sorted(ops))})"
+        if ops
+        else "the inference graph holds no gradient op",
     )
     problem = class_count(classes, attacks)
     checks["class_count"] = Check(problem is not None, problem or "")
