@@ -411,7 +411,9 @@ def reference_checks(
 ) -> dict[str, Check]:
     """The reference AutoAttack's checks before it attacks, on the batch (x, y) (the reference
     takes its first batch): randomized, softmax outputs, zero gradients (DLR at APGD's random
-    start at the first ε), dynamic model, class count. Square's is `square_beats_white_box`."""
+    start at the first ε, on the points the model classifies right: the reference checks the
+    points APGD attacks, and on a point whose label ranks third the DLR loss is the constant
+    1), dynamic model, class count. Square's is `square_beats_white_box`."""
     y = tf.cast(y, tf.int32)
     outputs = np.asarray(model(x, training=False), np.float64)
     random_points = randomized(model, x, y)
@@ -441,10 +443,18 @@ def reference_checks(
     if classes >= 3:
         start = _apgd_start(x, eps, norm, constraints.as_seed(seed))
         grad = _gradient(model, start, lambda logits: losses.dlr(logits, y))
-        zero = np.ones(len(outputs), bool) if grad is None else np.abs(grad).sum(1) == 0
-        what = "no input gradient exists" if grad is None else "the DLR gradient is zero"
+        if grad is None:
+            zero, of = np.ones(len(outputs), bool), len(outputs)
+            what = "no input gradient exists"
+        else:
+            right = outputs.argmax(-1) == y.numpy()
+            zero, of = right & (np.abs(grad).sum(1) == 0), int(right.sum())
+            what = "the DLR gradient is zero"
         checks["zero_gradients"] = Check(
-            bool(zero.any()), f"{int(zero.sum())} of {len(zero)} points: {what}"
+            bool(zero.any()),
+            f"{int(zero.sum())} of the {of} points the model classifies right: {what}"
+            if grad is not None
+            else f"{int(zero.sum())} of {of} points: {what}",
         )
     ops = dynamic(model, x)
     checks["dynamic_model"] = Check(

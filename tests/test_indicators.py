@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import data, evaluation
+from fbat_tf import constraints, data, evaluation
 from fbat_tf import indicators as ind
+from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.records import AttackResult, EvaluationResult, Indicators
@@ -256,6 +257,23 @@ def test_the_reference_checks_stay_quiet_on_the_trained_mlp(mlp, points):
         == "the outputs are logits (not probabilities summing to 1)"
     )
     assert checks["dynamic_model"].detail == "the inference graph holds no gradient op"
+
+
+def test_the_zero_gradient_check_leaves_out_points_the_model_gets_wrong(mlp, points):
+    """On a point whose label ranks third among the logits, DLR = −(z_π3 − z_π1)/(z_π1 − z_π3)
+    is the constant 1 and its gradient zero: the reference checks only the points APGD
+    attacks, those classified right, and so does this check."""
+    x, _ = points
+    logits = mlp(x).numpy()
+    third = np.argsort(logits, -1)[:, -3].astype(np.int32)
+    attacks = evaluation.registry_attacks(["autoattack"], [EPS], norm="l2")
+    start = ind._apgd_start(x, EPS, "l2", constraints.as_seed(0))
+    grad = ind._gradient(mlp, start, lambda z: losses.dlr(z, third))
+    constant = np.abs(grad).sum(1) == 0
+    assert constant.any()  # the case exists at APGD's start: the loss is 1 there
+    check = ind.reference_checks(mlp, x, tf.constant(third), attacks)["zero_gradients"]
+    assert not check.fired, check.detail
+    assert check.detail.startswith("0 of the 0 points the model classifies right")
 
 
 def test_each_reference_check_fires_on_its_model(mlp, points):
