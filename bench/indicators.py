@@ -30,6 +30,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from fbat_tf import classifiers, data, evaluation, indicators
+    from fbat_tf.checks import reference_checks
 
     classifier, config = classifiers.load_classifier(_MODEL_PATH.value)
     classifier = classifiers.fold_weights(classifier)
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> None:
         result = evaluation.evaluate(classifier, split, attacks)
         start = time.perf_counter()
         x, y = next(iter(split))[:2]
-        checks = indicators.reference_checks(classifier, x[:64], y[:64], attacks)
+        checks = reference_checks(classifier, x[:64], y[:64], attacks)
         checks_seconds = time.perf_counter() - start
         sample = indicators.sample(split, result.clean_outcomes, _POINTS.value)
         found = indicators.compute(classifier, *sample, attacks, result, checks=checks)

@@ -565,10 +565,10 @@ def evaluated(model_path, opened, results_path, strategy, named, source: Source,
 def reference_checks(classifier, split, built) -> dict:
     """The reference AutoAttack's checks on the first batch (at most 64 points), before the
     attacks: a line for each that fires."""
-    from fbat_tf import indicators
+    from fbat_tf import checks as reference
 
     x, y = next(iter(split))[:2]
-    checks = indicators.reference_checks(classifier, x[:64], y[:64], built, common.SEED.value)
+    checks = reference.reference_checks(classifier, x[:64], y[:64], built, common.SEED.value)
     for name, check in checks.items():
         if check.fired:
             print(f"warning: check {name.replace('_', ' ')}: {check.detail}", flush=True)

@@ -1,11 +1,11 @@
 """Signs that an attack failed, so that its robust accuracy may overestimate robustness: the six
 indicators of attack failure of Pintor et al. ("Indicators of Attack Failure: Debugging and
 Improving Optimization of Adversarial Examples", NeurIPS 2022; pralab/IndicatorsOfAttackFailure,
-src/indicators/indicators.py) per attack and ε, and the checks the reference AutoAttack runs
-before it attacks (fra31/auto-attack, autoattack/checks.py). DESIGN.md §4.5.
+src/indicators/indicators.py) per attack and ε, beside the reference AutoAttack's checks
+(fbat_tf/checks.py). DESIGN.md §4.5.
 
     x, y = sample(split, result.clean_outcomes, points=32)   # the first clean-correct points
-    checks = reference_checks(model, x, y, attacks)          # before the attacks
+    checks = reference_checks(model, x, y, attacks)          # fbat_tf/checks.py: before them
     found = compute(model, x, y, attacks, result, seed=0)    # after them: a records.Indicators
     found.fired("pgd@8"), found.lines()
 
@@ -34,14 +34,8 @@ where it is about the attack's failure (a point the attack breaks is no overesti
   x (no random start) with the box as its ball (L∞ ε = 1, L2 ε = √d) for a gradient attack,
   Square with the box as its ball for Square; points still right.
 
-The reference AutoAttack's checks (`reference_checks`, thresholds its defaults): a randomized
-model (5 calls on the same batch: another count of right points, or L2-normalized outputs more
-than 1e-4 apart), softmax outputs (all below 1 + 1e-5, above −1e-5, rows summing to 1 within
-1e-5), zero gradients (a point whose DLR gradient at APGD's random start is all zero), Square
-beating the white-box parts (its robust accuracy more than 0.002 below theirs), a dynamic model
-(the reference watches PyTorch's autograd calls during inference; here: gradient ops in the
-model's inference graph) and the class count (DLR needs 3 classes, targeted DLR 4, and APGD-T's
-and FAB-T's targets one more than they are).
+The reference AutoAttack's checks before it attacks, and Square's on its results, are in
+fbat_tf/checks.py; `compute` records them beside the indicators.
 """
 
 from __future__ import annotations
@@ -56,10 +50,10 @@ from fbat_tf import constraints, evaluation
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.autoattack import AutoAttack
-from fbat_tf.attacks.masking import BLACK_BOX
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.attacks.square import Square
 from fbat_tf.attacks.transfer import TransferAttack
+from fbat_tf.checks import apgd_start, input_gradients, randomized, rows, square_beats_white_box
 from fbat_tf.records import Check, Count, EvaluationResult, Indicators, units
 from fbat_tf.records.indicators import INDICATORS
 
@@ -75,11 +69,6 @@ INCOMPLETE_CHANGE = 0.05
 # under noise of the attack's ε): the adversarially trained MLP of tests/data/l2_reference
 # stays far below it at its ε (tests/test_indicators.py), a stochastic layer far above.
 UNSTABLE_LOSS_CHANGE = 0.5
-# The reference AutoAttack's (checks.py) defaults.
-RANDOMIZED_CALLS = 5
-RANDOMIZED_DIFFERENCE = 1e-4
-SOFTMAX_TOLERANCE = 1e-5
-SQUARE_MARGIN = 0.002
 # Queries of the unconstrained Square: with the box as its ball its first stripes move every
 # pixel to 0 or 1.
 UNCONSTRAINED_QUERIES = 100
@@ -114,30 +103,6 @@ def _right(model: Callable, x: tf.Tensor, y: tf.Tensor) -> np.ndarray:
     return _predicted(model, x) == np.asarray(y)
 
 
-def _gradient(model: Callable, x: tf.Tensor, loss: Callable) -> np.ndarray | None:
-    """The input gradient of Σ loss(model(x)) per example, flattened; None where unavailable."""
-    try:
-        _, grad = losses.input_gradient(lambda x: loss(model(x, training=False)), x)
-    except losses.UnavailableGradientError:
-        return None
-    return np.asarray(grad).reshape([int(x.shape[0]), -1])
-
-
-def _apgd_start(x: tf.Tensor, eps: float, norm: str, seed: tf.Tensor) -> tf.Tensor:
-    """APGD's random start (the reference's, attacks/apgd.py)."""
-    if norm == "linf":
-        u = constraints.uniform_noise(x, 1.0, seed)
-        top = tf.reduce_max(tf.abs(tf.reshape(u, [tf.shape(u)[0], -1])), axis=1)
-        lower, upper = constraints.ball_bounds(x, eps)
-        return tf.clip_by_value(x + eps * u / (_rows(top, u) + 1e-12), lower, upper)
-    t = tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)
-    return tf.clip_by_value(x + eps * t / (_rows(constraints.l2_norms(t), t) + 1e-12), 0.0, 1.0)
-
-
-def _rows(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
-    return tf.reshape(values, [-1] + [1] * (len(like.shape) - 1))
-
-
 def _bad(grad: np.ndarray) -> np.ndarray:
     """Per example: the gradient is all zero, or not finite somewhere."""
     return (np.abs(grad).sum(1) == 0) | ~np.all(np.isfinite(grad), 1)
@@ -146,13 +111,13 @@ def _bad(grad: np.ndarray) -> np.ndarray:
 def unavailable_gradients(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
     """Per point: the input gradient does not exist, or CE's at x or DLR's at APGD's random start
     is zero or non-finite (Pintor et al.; the reference AutoAttack's zero-gradient check)."""
-    ce = _gradient(model, x, lambda logits: losses.cross_entropy(logits, y))
+    ce = input_gradients(model, x, lambda logits: losses.cross_entropy(logits, y))
     if ce is None:
         return np.ones(int(x.shape[0]), bool)
     bad = _bad(ce)
     if int(model(x[:1], training=False).shape[-1]) >= 3:
-        start = _apgd_start(x, eps, norm, constraints.as_seed(seed))
-        dlr = _gradient(model, start, lambda logits: losses.dlr(logits, y))
+        start = apgd_start(x, eps, norm, constraints.as_seed(seed))
+        dlr = input_gradients(model, start, lambda logits: losses.dlr(logits, y))
         bad |= np.ones_like(bad) if dlr is None else _bad(dlr)
     return bad
 
@@ -161,7 +126,7 @@ def _noise(x: tf.Tensor, eps: float, norm: str, seed: tf.Tensor) -> tf.Tensor:
     """Pintor et al.'s noise: uniform in [−ε/2, ε/2] per pixel; for L2 rescaled to norm ε/2."""
     u = (tf.random.stateless_uniform(tf.shape(x), seed, dtype=x.dtype) - 0.5) * eps
     if norm == "l2":
-        u = u / (_rows(constraints.l2_norms(u), u) + 1e-12) * (eps / 2)
+        u = u / (rows(constraints.l2_norms(u), u) + 1e-12) * (eps / 2)
     return u
 
 
@@ -178,20 +143,6 @@ def unstable_values(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
         loss = np.asarray(losses.cross_entropy(model(noisy, training=False), y))
         total += np.abs(reference - loss) / scale
     return np.minimum(total / UNSTABLE_DRAWS, 1.0)
-
-
-def randomized(model, x, y) -> np.ndarray:
-    """Per point, as the reference AutoAttack's randomized check: RANDOMIZED_CALLS calls on the
-    same input whose outputs, each L2-normalized, differ by more than RANDOMIZED_DIFFERENCE, or
-    whose prediction is right in one call and wrong in another."""
-    outputs = [np.asarray(model(x, training=False), np.float64) for _ in range(RANDOMIZED_CALLS)]
-    normed = [o / (np.linalg.norm(o, axis=1, keepdims=True) + 1e-10) for o in outputs]
-    spread = np.zeros(int(x.shape[0]))
-    for i, a in enumerate(normed):
-        for b in normed[i + 1 :]:
-            spread = np.maximum(spread, np.linalg.norm(a - b, axis=1))
-    right = np.stack([np.argmax(o, -1) == np.asarray(y) for o in outputs])
-    return (spread > RANDOMIZED_DIFFERENCE) | (right.any(0) & ~right.all(0))
 
 
 def incomplete(trace: np.ndarray) -> np.ndarray:
@@ -355,114 +306,3 @@ def _held(result: EvaluationResult | None, key: str, n: int) -> np.ndarray | Non
     wanted = [i for i, bit in enumerate(result.clean_outcomes) if bit == "1"][:n]
     held = result.outcome(key)
     return held[wanted] if len(wanted) == n else None
-
-
-def square_beats_white_box(result: EvaluationResult) -> Check:
-    """The reference AutoAttack's check on its results: Square's robust accuracy more than
-    SQUARE_MARGIN below the least of the parts before it."""
-    fired, said = [], []
-    for attacked in result.robust:
-        parts = {k: v for k, v in attacked.parts.items() if k != "clean"}
-        if BLACK_BOX not in parts or len(parts) < 2:
-            continue
-        before = min(v for k, v in parts.items() if k != BLACK_BOX)
-        gap = before - parts[BLACK_BOX]
-        if gap > SQUARE_MARGIN:
-            fired.append(attacked.key)
-            said.append(f"{attacked.key}: Square took it {100 * gap:.2f} points below the others")
-    return Check(bool(fired), "; ".join(said), tuple(fired))
-
-
-def dynamic(model: Callable, x: tf.Tensor) -> set[str]:
-    """The gradient ops of the model's inference graph on inputs like x: a model that
-    differentiates at inference (a defence that optimizes its input) holds some."""
-    from fbat_tf.attacks.base import graph_ops
-
-    return {
-        op
-        for op in graph_ops(model, x)
-        if op.endswith(("Grad", "GradV2", "Gradient")) or "BackpropFilter" in op
-    }
-
-
-def class_count(classes: int, attacks: Mapping) -> str | None:
-    """The reference's class-count check on the attacks asked for: what cannot work with
-    `classes` classes, in words; None where all can."""
-    parts = []
-    for attack in attacks.values():
-        parts.extend(getattr(attack, "attacks", {}).values() or [attack])
-    problems = []
-    for part in parts:
-        loss, targets = getattr(part, "loss", None), getattr(part, "n_target_classes", None)
-        targeted = loss == "dlr_targeted" or type(part).__name__ == "FAB"
-        if loss in ("dlr", "dlr_targeted") and classes <= 2:
-            problems.append(f"the DLR loss needs 3 classes, the model has {classes}")
-        elif loss == "dlr_targeted" and classes == 3:
-            problems.append("the targeted DLR loss needs 4 classes, the model has 3")
-        elif targeted and targets is not None and targets + 1 > classes:
-            problems.append(
-                f"{type(part).__name__} uses {targets} target classes, {classes - 1} possible"
-            )
-    return "; ".join(dict.fromkeys(problems)) or None
-
-
-def reference_checks(
-    model: Callable, x: tf.Tensor, y: tf.Tensor, attacks: Mapping, seed: int = 0
-) -> dict[str, Check]:
-    """The reference AutoAttack's checks before it attacks, on the batch (x, y) (the reference
-    takes its first batch): randomized, softmax outputs, zero gradients (DLR at APGD's random
-    start at the first ε, on the points the model classifies right: the reference checks the
-    points APGD attacks, and on a point whose label ranks third the DLR loss is the constant
-    1), dynamic model, class count. Square's is `square_beats_white_box`."""
-    y = tf.cast(y, tf.int32)
-    outputs = np.asarray(model(x, training=False), np.float64)
-    random_points = randomized(model, x, y)
-    softmax = bool(
-        outputs.max() < 1 + SOFTMAX_TOLERANCE
-        and outputs.min() > -SOFTMAX_TOLERANCE
-        and bool(np.all(np.abs(outputs.sum(-1) - 1) < SOFTMAX_TOLERANCE))
-    )
-    checks = {
-        "randomized": Check(
-            bool(random_points.any()),
-            f"{int(random_points.sum())} of {len(random_points)} points give other outputs "
-            "when called again on the same input",
-        ),
-        "softmax_outputs": Check(
-            softmax,
-            "the outputs are probabilities, not logits"
-            if softmax
-            else "the outputs are logits (not probabilities summing to 1)",
-        ),
-    }
-    eps, norm = 0.0, "linf"
-    for (_, value), attack in attacks.items():
-        eps, norm = value, getattr(attack, "norm", "linf")
-        break
-    classes = outputs.shape[-1]
-    if classes >= 3:
-        start = _apgd_start(x, eps, norm, constraints.as_seed(seed))
-        grad = _gradient(model, start, lambda logits: losses.dlr(logits, y))
-        if grad is None:
-            zero, of = np.ones(len(outputs), bool), len(outputs)
-            what = "no input gradient exists"
-        else:
-            right = outputs.argmax(-1) == y.numpy()
-            zero, of = right & (np.abs(grad).sum(1) == 0), int(right.sum())
-            what = "the DLR gradient is zero"
-        checks["zero_gradients"] = Check(
-            bool(zero.any()),
-            f"{int(zero.sum())} of the {of} points the model classifies right: {what}"
-            if grad is not None
-            else f"{int(zero.sum())} of {of} points: {what}",
-        )
-    ops = dynamic(model, x)
-    checks["dynamic_model"] = Check(
-        bool(ops),
-        f"the inference graph differentiates ({', '.join(sorted(ops))})"
-        if ops
-        else "the inference graph holds no gradient op",
-    )
-    problem = class_count(classes, attacks)
-    checks["class_count"] = Check(problem is not None, problem or "")
-    return checks

@@ -55,6 +55,7 @@ from fbat_tf.callbacks import (
     StopAfterBatches,
     TensorBoard,
 )
+from fbat_tf.checks import reference_checks
 from fbat_tf.log_names import shown_names
 from fbat_tf.methods.base import Method
 from fbat_tf.records import EvaluationResult, MethodRecord, RunRecord, TrainConfig, files
@@ -438,7 +439,7 @@ def evaluate_test(classifier: keras.Model, config: TrainConfig) -> EvaluationRes
         config.norm,
     )
     x, y = next(iter(test_ds))[:2]
-    checks = indicators.reference_checks(inference, x[:64], y[:64], built, config.seed)
+    checks = reference_checks(inference, x[:64], y[:64], built, config.seed)
     taken = indicators.sample(test_ds, result.clean_outcomes or "", indicators.POINTS)
     if taken is not None:  # as evaluate.py computes them
         result.indicators = indicators.compute(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import constraints, data, evaluation
+from fbat_tf import checks, constraints, data, evaluation
 from fbat_tf import indicators as ind
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack
@@ -180,10 +180,10 @@ def test_unstable_predictions(mlp, points):
     assert counts(ind.compute(noisy, x, y, pgd(5)), "unstable_predictions") > POINTS // 2
     values = ind.unstable_values(noisy, x, y, EPS, "l2", 0)
     assert np.median(values) > ind.UNSTABLE_LOSS_CHANGE, values
-    assert ind.randomized(noisy, x, y).all()
+    assert checks.randomized(noisy, x, y).all()
     quiet = ind.unstable_values(mlp, x, y, EPS, "l2", 0)
     assert quiet.max() < ind.UNSTABLE_LOSS_CHANGE / 2, quiet.max()
-    assert not ind.randomized(mlp, x, y).any()
+    assert not checks.randomized(mlp, x, y).any()
 
 
 @pytest.mark.slow
@@ -242,21 +242,20 @@ def test_unconstrained_attack_failure(mlp, points):
 # --- the reference AutoAttack's checks ---------------------------------------------------------
 
 
-def fired(checks) -> set[str]:
-    return {name for name, check in checks.items() if check.fired}
+def fired(found) -> set[str]:
+    return {name for name, check in found.items() if check.fired}
 
 
 def test_the_reference_checks_stay_quiet_on_the_trained_mlp(mlp, points):
     x, y = points
     attacks = evaluation.registry_attacks(["autoattack"], [EPS], norm="l2")
-    checks = ind.reference_checks(mlp, x, y, attacks)
-    assert fired(checks) == set()
+    found = checks.reference_checks(mlp, x, y, attacks)
+    assert fired(found) == set()
     # A check that did not fire says what it saw, not what it looks for (results keep both).
     assert (
-        checks["softmax_outputs"].detail
-        == "the outputs are logits (not probabilities summing to 1)"
+        found["softmax_outputs"].detail == "the outputs are logits (not probabilities summing to 1)"
     )
-    assert checks["dynamic_model"].detail == "the inference graph holds no gradient op"
+    assert found["dynamic_model"].detail == "the inference graph holds no gradient op"
 
 
 def test_the_zero_gradient_check_leaves_out_points_the_model_gets_wrong(mlp, points):
@@ -267,11 +266,11 @@ def test_the_zero_gradient_check_leaves_out_points_the_model_gets_wrong(mlp, poi
     logits = mlp(x).numpy()
     third = np.argsort(logits, -1)[:, -3].astype(np.int32)
     attacks = evaluation.registry_attacks(["autoattack"], [EPS], norm="l2")
-    start = ind._apgd_start(x, EPS, "l2", constraints.as_seed(0))
-    grad = ind._gradient(mlp, start, lambda z: losses.dlr(z, third))
+    start = checks.apgd_start(x, EPS, "l2", constraints.as_seed(0))
+    grad = checks.input_gradients(mlp, start, lambda z: losses.dlr(z, third))
     constant = np.abs(grad).sum(1) == 0
     assert constant.any()  # the case exists at APGD's start: the loss is 1 there
-    check = ind.reference_checks(mlp, x, tf.constant(third), attacks)["zero_gradients"]
+    check = checks.reference_checks(mlp, x, tf.constant(third), attacks)["zero_gradients"]
     assert not check.fired, check.detail
     assert check.detail.startswith("0 of the 0 points the model classifies right")
 
@@ -279,17 +278,17 @@ def test_the_zero_gradient_check_leaves_out_points_the_model_gets_wrong(mlp, poi
 def test_each_reference_check_fires_on_its_model(mlp, points):
     x, y = points
     attacks = evaluation.registry_attacks(["autoattack"], [EPS], norm="l2")
-    assert "randomized" in fired(ind.reference_checks(behind(Noisy(), mlp), x, y, attacks))
+    assert "randomized" in fired(checks.reference_checks(behind(Noisy(), mlp), x, y, attacks))
     softmax = behind(keras.layers.Identity(), keras.Sequential([mlp, keras.layers.Softmax()]))
-    assert "softmax_outputs" in fired(ind.reference_checks(softmax, x, y, attacks))
+    assert "softmax_outputs" in fired(checks.reference_checks(softmax, x, y, attacks))
     masked = behind(ZeroGradient(), mlp)
-    assert "zero_gradients" in fired(ind.reference_checks(masked, x, y, attacks))
+    assert "zero_gradients" in fired(checks.reference_checks(masked, x, y, attacks))
     dynamic = behind(OneStepAtInference(mlp), mlp)
-    assert "dynamic_model" in fired(ind.reference_checks(dynamic, x, y, attacks))
+    assert "dynamic_model" in fired(checks.reference_checks(dynamic, x, y, attacks))
     three = keras.Sequential(
         [keras.Input((28, 28, 1)), keras.layers.Flatten(), keras.layers.Dense(3)]
     )
-    assert "class_count" in fired(ind.reference_checks(three, x, y % 3, attacks))
+    assert "class_count" in fired(checks.reference_checks(three, x, y % 3, attacks))
 
 
 def test_square_beating_the_white_box_parts_is_the_references_margin():
@@ -299,15 +298,15 @@ def test_square_beating_the_white_box_parts_is_the_references_margin():
             1000, 0.8, robust=[AttackResult("autoattack", 8, square, parts=parts)]
         )
 
-    assert ind.square_beats_white_box(result(0.44)).fired  # 1 point below
-    assert ind.square_beats_white_box(result(0.44)).keys == ("autoattack@8",)
-    assert not ind.square_beats_white_box(result(0.449)).fired  # within 0.002
+    assert checks.square_beats_white_box(result(0.44)).fired  # 1 point below
+    assert checks.square_beats_white_box(result(0.44)).keys == ("autoattack@8",)
+    assert not checks.square_beats_white_box(result(0.449)).fired  # within 0.002
 
 
 @pytest.mark.slow
 def test_indicators_read_back_and_say_what_fired(mlp, points):
     x, y = points
-    found = ind.compute(mlp, x, y, pgd(3), checks=ind.reference_checks(mlp, x, y, pgd(3)))
+    found = ind.compute(mlp, x, y, pgd(3), checks=checks.reference_checks(mlp, x, y, pgd(3)))
     again = Indicators.from_dict(found.to_dict())
     assert again == found
     (line,) = found.lines()

@@ -31,8 +31,15 @@ LAYERS = (
     ("fbat_tf.attacks", "fbat_tf.classifiers"),  # the attacks, and the classifiers they attack
     ("fbat_tf.methods",),
     # the trainer and the evaluation; older records read as today's, by the method registry
-    # and older evaluations re-scored by today's robust definition
-    ("fbat_tf.trainer", "fbat_tf.evaluation", "fbat_tf.upgrade", "fbat_tf.rescore"),
+    # and older evaluations re-scored by today's robust definition; the reference AutoAttack's
+    # checks, which read the attacks' losses and graphs
+    (
+        "fbat_tf.trainer",
+        "fbat_tf.evaluation",
+        "fbat_tf.upgrade",
+        "fbat_tf.rescore",
+        "fbat_tf.checks",
+    ),
     ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
     ("fbat_tf.training", "fbat_tf.sweeps"),
     # the report on the sweeps' cells: tables, verdicts, plots (the launchers are handed it)
