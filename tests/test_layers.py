@@ -40,7 +40,8 @@ LAYERS = (
         "fbat_tf.rescore",
         "fbat_tf.checks",
     ),
-    ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
+    # the indicators run an evaluation's attacks; committed checks computed again from models
+    ("fbat_tf.callbacks", "fbat_tf.indicators", "fbat_tf.recheck_gradients"),
     ("fbat_tf.training", "fbat_tf.sweeps"),
     # the report on the sweeps' cells: tables, verdicts, plots (the launchers are handed it)
     ("study",),
