@@ -40,9 +40,9 @@ LAYERS = (
         "fbat_tf.rescore",
         "fbat_tf.checks",
     ),
-    # the indicators run an evaluation's attacks; committed checks computed again from models
-    ("fbat_tf.callbacks", "fbat_tf.indicators", "fbat_tf.recheck_gradients"),
-    ("fbat_tf.training", "fbat_tf.sweeps"),
+    ("fbat_tf.callbacks", "fbat_tf.indicators"),  # the indicators run an evaluation's attacks
+    # one run; the sweeps; committed evaluations given today's indicators from their models
+    ("fbat_tf.training", "fbat_tf.sweeps", "fbat_tf.indicate"),
     # the report on the sweeps' cells: tables, verdicts, plots (the launchers are handed it)
     ("study",),
 )
