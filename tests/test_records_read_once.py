@@ -30,6 +30,7 @@ OTHER_JSON = {
     "export/client.py": "TF-Serving's HTTP responses",
     "export/robustbench.py": "the RobustBench entry already beside a model (RobustBench's format)",
     "fbat_tf/rescore.py": "an older evaluation's file, re-scored as JSON to keep what it holds",
+    "fbat_tf/indicate.py": "an older evaluation's file, given indicators as JSON to keep the rest",
     "fbat_cli/sweep.py": "a --override value and the overrides a sweep first ran with",
     "bench/harness.py": "a child's RESULT line",
     "bench/records/deploy_demo.py": "its own deploy_demo.json, to rewrite its table",
