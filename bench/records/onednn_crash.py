@@ -3,10 +3,13 @@ run again and again on small Tiny-ImageNet and CIFAR-10 folders with the kernels
 counting the runs that crash (a signal instead of an exit code).
 
     python bench/records/onednn_crash.py --runs=5 --json=bench/results/onednn_crash.json
+    python bench/records/onednn_crash.py --method=fastbat --configurations=cifar10:1,cifar10:0 \
+        --runs=10 --json=bench/results/onednn_crash_fastbat.json
 
-Each run: PreActResNet-18 at width 2, Fast-AT, one step of batch 4, validation and the final
-PGD evaluation on 4 images, in a process of its own, `TF_ENABLE_ONEDNN_OPTS` set for it. The
-configurations take turns, so a drift in the machine's load hits each alike.
+Each run: PreActResNet-18 at width 2, Fast-AT (or `--method`), one step of batch 4, validation
+and the final PGD evaluation on 4 images, in a process of its own, `TF_ENABLE_ONEDNN_OPTS` set
+for it. The configurations (dataset:TF_ENABLE_ONEDNN_OPTS) take turns, so a drift in the
+machine's load hits each alike.
 """
 
 from __future__ import annotations
@@ -28,8 +31,12 @@ from harness import ROOT, command_line, load_average, machine, publish, table  #
 
 _RUNS = flags.DEFINE_integer("runs", 5, "Runs per configuration.", lower_bound=1)
 _JSON = flags.DEFINE_string("json", None, "Write the results here as JSON.")
-
-CONFIGURATIONS = (("tiny_imagenet", "1"), ("tiny_imagenet", "0"), ("cifar10", "1"))
+_METHOD = flags.DEFINE_string("method", "fastat", "train.py's --method for every run.")
+_CONFIGURATIONS = flags.DEFINE_list(
+    "configurations",
+    ["tiny_imagenet:1", "tiny_imagenet:0", "cifar10:1"],
+    "dataset:TF_ENABLE_ONEDNN_OPTS pairs, run in turn.",
+)
 
 
 def write_data(root: str) -> None:
@@ -72,8 +79,9 @@ def write_data(root: str) -> None:
         tar.add(batches, arcname="cifar-10-batches-py")
 
 
-def run_once(data_dir: str, dataset: str, onednn: str, workdir: str) -> int:
-    """train.py's exit code, negative for the signal that ended it."""
+def run_once(data_dir: str, dataset: str, onednn: str, workdir: str, method: str):
+    """train.py's exit code, negative for the signal that ended it, and the last line it wrote
+    to stderr where it failed."""
     command = [
         sys.executable,
         os.path.join(ROOT, "train.py"),
@@ -82,7 +90,7 @@ def run_once(data_dir: str, dataset: str, onednn: str, workdir: str) -> int:
         "--nodownload",
         "--model=preact_resnet18",
         "--width=2",
-        "--method=fastat",
+        f"--method={method}",
         "--epochs=1",
         "--steps_per_epoch=1",
         "--batch_size=4",
@@ -96,18 +104,30 @@ def run_once(data_dir: str, dataset: str, onednn: str, workdir: str) -> int:
         f"--workdir={workdir}",
     ]
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run(command, env=env, capture_output=True).returncode
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    return done.returncode, (said[-1] if done.returncode and said else None)
 
 
 def main(argv):
     del argv
-    counts = {f"{d} oneDNN {'on' if o == '1' else 'off'}": [] for d, o in CONFIGURATIONS}
+    configurations = []
+    for given in _CONFIGURATIONS.value:
+        dataset, _, onednn = given.partition(":")
+        if dataset not in ("tiny_imagenet", "cifar10") or onednn not in ("0", "1"):
+            raise app.UsageError(f"--configurations: {given!r} is not dataset:0 or dataset:1")
+        configurations.append((dataset, onednn))
+    counts = {f"{d} oneDNN {'on' if o == '1' else 'off'}": [] for d, o in configurations}
+    failures: dict[str, list[str]] = {name: [] for name in counts}
     with tempfile.TemporaryDirectory() as data_dir, load_average() as load:
         write_data(data_dir)
         for i in range(_RUNS.value):
-            for (dataset, onednn), name in zip(CONFIGURATIONS, counts, strict=True):
+            for (dataset, onednn), name in zip(configurations, counts, strict=True):
                 workdir = os.path.join(data_dir, f"run-{dataset}-{onednn}-{i}")
-                counts[name].append(run_once(data_dir, dataset, onednn, workdir))
+                code, said = run_once(data_dir, dataset, onednn, workdir, _METHOD.value)
+                counts[name].append(code)
+                if said is not None:
+                    failures[name].append(f"run {i + 1}: {said}")
     rows = []
     for name, codes in counts.items():
         crashes = [c for c in codes if c < 0]
@@ -116,9 +136,11 @@ def main(argv):
     markdown = table(None, ["configuration", "runs", "crashed", "signals"], rows)
     payload = {
         "command": command_line(),
+        "method": _METHOD.value,
         "machine": machine(),
         "load_average_1min": load,
         "exit_codes": counts,
+        "failures": failures,
     }
     publish(markdown, payload, _JSON.value)
 
