@@ -399,7 +399,9 @@ def test_each_method_option_comes_from_the_flag_of_its_name(tmp_path):
     assert elle["weight"] is None and elle["schedule"] == "adaptive"
 
 
-def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value(tmp_path):
+def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value(
+    tmp_path, monkeypatch
+):
     """In-process: a run directory whose flags.txt predates a flag (written before
     --implicit_autodiff existed) is the same run at that flag's default, and another run at any
     other value, named in the error."""
@@ -430,7 +432,9 @@ def test_a_run_older_than_a_flag_resumes_at_its_default_and_not_at_another_value
     # As a user meets it: the same command on that finished run is told it is done.
     finished = {"config": {"workdir": str(tmp_path)}, "status": "complete", "history": []}
     (tmp_path / "results.json").write_text(json.dumps(finished))
-    again = run_train("--method=fastbat", "--noexport", f"--workdir={tmp_path}")
+    again = in_process.train(
+        "--method=fastbat", "--noexport", f"--workdir={tmp_path}", monkeypatch=monkeypatch
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "finished run" in again.stdout
 
@@ -528,7 +532,7 @@ def test_a_run_diverging_in_its_second_epoch_keeps_the_first(tmp_path, monkeypat
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
+def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path, monkeypatch):
     """The same command started twice, the second while the first trains: the second says the
     directory is in use and by whom, and writes nothing; the first ends as if alone, with one
     TensorBoard event stream per curve. Once it ends the directory is free again."""
@@ -543,7 +547,7 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     # the second starts however fast the machine trains it.
     first.send_signal(signal.SIGSTOP)
     try:
-        second = run_train(*command)
+        second = in_process.train(*command, monkeypatch=monkeypatch)
     finally:
         first.send_signal(signal.SIGCONT)
     assert second.returncode != 0 and "Traceback" not in second.stderr
@@ -554,7 +558,8 @@ def test_a_second_train_py_in_a_run_directory_in_use_is_refused(tmp_path):
     for curve in ("train", "validation"):
         assert len(glob.glob(str(workdir / "tensorboard" / curve / "events.out.tfevents.*"))) == 1
     assert not (workdir / "train.lock").exists()  # a finished run is no one's
-    again = run_train(*command)  # finished: not redone, and not refused as in use
+    # Finished: not redone, and not refused as in use.
+    again = in_process.train(*command, monkeypatch=monkeypatch)
     assert again.returncode == 0 and "holds a finished run" in again.stdout
 
 
@@ -665,7 +670,7 @@ def on_terminal(command: list[str], interrupt_at: bytes, timings: dict | None = 
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_one_line_of_its_own_saying_what_the_same_command_does(tmp_path):
+def test_ctrl_c_is_one_line_of_its_own_saying_what_the_same_command_does(tmp_path, monkeypatch):
     """Ctrl-C printed Python's traceback (43 lines from sweep.py), then one line glued to the
     end of the progress bar, and left train.lock behind. On a terminal it now ends the bar's
     line and says in a line of its own that the same command resumes; the run's directory is
@@ -692,7 +697,7 @@ def test_ctrl_c_is_one_line_of_its_own_saying_what_the_same_command_does(tmp_pat
     assert "/step" in before and before.rstrip("\r").endswith(tuple("0123456789")), before
     assert not (workdir / "train.lock").exists()
     assert Run(str(workdir)).in_use() is None
-    again = run_train(*command)
+    again = in_process.train(*command, monkeypatch=monkeypatch)
     assert again.returncode == 0 and "Resuming" in again.stdout, again.stderr[-2000:]
 
 
@@ -792,9 +797,10 @@ def test_an_l2_eps_sized_like_an_linf_one_is_refused_by_its_share_of_the_image()
     assert done.stderr.strip().splitlines()[-1].startswith("error: --eps=8 under --norm=l2 is")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("behind", ["a file", "nothing"])
-def test_a_train_lock_that_is_a_link_is_refused_and_nothing_behind_it_is_written(tmp_path, behind):
+def test_a_train_lock_that_is_a_link_is_refused_and_nothing_behind_it_is_written(
+    tmp_path, behind, monkeypatch
+):
     """train.lock held with open(..., "a+") truncated and rewrote the file a link there points
     at (outside the run directory), or made one where it pointed nowhere. train.py now stops in
     one line naming the link, before anything is written, and leaves what is behind it as it
@@ -807,7 +813,13 @@ def test_a_train_lock_that_is_a_link_is_refused_and_nothing_behind_it_is_written
         (outside / "notes.txt").write_text("a user's notes, not a lock\n")
     os.symlink(outside / "notes.txt", workdir / "train.lock")
     before = snapshot(outside)
-    done = run_train("--method=standard", *TINY_RUN, "--epochs=1", f"--workdir={workdir}")
+    done = in_process.train(
+        "--method=standard",
+        *TINY_RUN,
+        "--epochs=1",
+        f"--workdir={workdir}",
+        monkeypatch=monkeypatch,
+    )
     assert snapshot(outside) == before
     lines = done.stderr.strip().splitlines()
     assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
