@@ -991,3 +991,59 @@ def test_the_recheck_times_quoted_are_the_committed_bench_run():
     )
     bench = words_of("bench", "README.md")
     assert f"{seconds[0]} against {seconds[1]} at rest" in bench
+
+
+def test_the_tuned_study_s_indicators_are_its_files():
+    """What study/README.md says the indicators, computed afterwards from the committed weights,
+    found on the tuned study's final cells: from each evaluation's `indicators` (the report's
+    `indicated`), and each computed later by one clean revision."""
+    import glob
+
+    for path in glob.glob(os.path.join(ROOT, "results", "fashion_mnist_tuned", "*", "eval-*.json")):
+        with open(path) as f:
+            later = json.load(f)["indicators"]["computed_later"]
+        assert later["dirty"] is False, path
+    done = [c for c in tuned_report()["cells"] if c["state"] == "done"]
+
+    def fired(c) -> set[str]:
+        at = f"{c['eps']:g}"
+        return {n for e in ("pgd", "autoattack") for n in (c[e].get("indicated") or {}).get(at, [])}
+
+    def seeds(variant: str, eps: float, name: str) -> int:
+        return sum(name in fired(c) for c in done if c["variant"] == variant and c["eps"] == eps)
+
+    square = [c for c in done if "square_beats_white_box" in fired(c)]
+    assert all(
+        "square_beats_white_box" in c["autoattack"]["indicated"][f"{c['eps']:g}"] for c in square
+    )
+    text = sections()[TUNED]
+    assert (
+        f"AutoAttack's Square broke more than 0.2 points beyond its white-box parts (the "
+        f"reference's check) in {len(square)} of the {len(done)} trained final cells"
+    ) in text
+    for variant in ("pgd", "fastat"):
+        assert seeds(variant, 76.0, "incomplete_optimization") == 5, variant
+    unconstrained = [seeds(v, 76.0, "unconstrained_attack_failure") for v in ("pgd", "fastat")]
+    assert (
+        f"and in {unconstrained[0]} and {unconstrained[1]} of their 5 seeds PGD with no bound on "
+        "ε left points unbroken"
+    ) in text
+    assert seeds("fastat_ga", 76.0, "unconstrained_attack_failure") == 5
+    assert seeds("fastat_ga", 76.0, "unavailable_gradients") == 4
+    assert "no usable gradient (in 4 of 5)" in text
+    for eps in (48.0, 76.0):
+        only = {
+            n
+            for c in done
+            if c["variant"] == "fastbat ig=hessian_free" and c["eps"] == eps
+            for n in fired(c)
+        }
+        assert only == {"square_beats_white_box"}, eps
+    assert seeds("fastbat ig=none", 48.0, "incomplete_optimization") == 1
+    assert seeds("fastbat ig=none", 76.0, "unavailable_gradients") == 1
+    others = {n for c in done if c["variant"] == "fastbat ig=none" for n in fired(c)}
+    assert others == {"square_beats_white_box", "incomplete_optimization", "unavailable_gradients"}
+    assert (
+        "Fast-BAT shows only Square's check, at both ε; first-order Fast-BAT besides it one "
+        "seed's incomplete optimization at 48 and one seed's unavailable gradients at 76"
+    ) in text
