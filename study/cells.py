@@ -186,6 +186,7 @@ def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> EvaluationSumma
         # comparisons then count the test images too (study/paired.py).
         outcomes=evaluation_outcomes(cell_dir, evaluation),
         indicated=_indicated(main),
+        indicators_later=() if main.indicators is None else main.indicators.later,
     )
 
 

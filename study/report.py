@@ -93,7 +93,7 @@ def unusable_lines(report: dict[str, Any]) -> list[str]:
 def indicated_lines(report: dict[str, Any]) -> list[str]:
     """Under the main table: each cell and evaluation at the cell's ε that an indicator of
     attack failure or a reference check touched, with what fired (evaluate.py's `indicators`)."""
-    found = []
+    found, later, revisions = [], 0, {}
     for cell in report["cells"]:
         for evaluation in readings.evaluations(report):
             held = cell.evaluation(evaluation["name"])
@@ -101,16 +101,29 @@ def indicated_lines(report: dict[str, Any]) -> list[str]:
             if names:
                 words = ", ".join(name.replace("_", " ") for name in names)
                 found.append(f"- {cell.name}, {evaluation['label']}: {words}")
-    if not found:
-        return []
-    return [
-        "",
-        f"{readings.INDICATED_MARK} An indicator of attack failure (Pintor et al., 2022) or one of "
-        "the reference AutoAttack's checks fired on these cells' evaluations at their ε "
-        "(evaluate.py names each with what to do): their numbers may overestimate robustness.",
-        "",
-        *found,
-    ]
+            if held is not None and held.indicators_later:
+                later += 1
+                revisions.update(dict.fromkeys(held.indicators_later))
+    lines = []
+    if found:
+        lines += [
+            "",
+            f"{readings.INDICATED_MARK} An indicator of attack failure (Pintor et al., 2022) or "
+            "one of the reference AutoAttack's checks fired on these cells' evaluations at their ε "
+            "(evaluate.py names each with what to do): their numbers may overestimate robustness.",
+            "",
+            *found,
+        ]
+    if later:
+        lines += [
+            "",
+            f"The indicators of {later} of the cells' evaluations, or their zero-gradient check, "
+            "were computed after the evaluation, from the committed weights on the same points "
+            f"(`python -m fbat_tf.indicate`, revision {', '.join(r[:12] for r in revisions)}): "
+            "those evaluations predate the indicators, or their check counted points the model "
+            "gets wrong. The attacks' numbers are the evaluations' own.",
+        ]
+    return lines
 
 
 def _unusable(cell: CellResult, name: str) -> list[str]:

@@ -159,6 +159,9 @@ class EvaluationSummary:
     # The indicators of attack failure and the reference's checks that fired on the attack at
     # each ε (records/indicators.py), by name; only the ε where one fired.
     indicated: dict[float, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # The revisions that computed the indicators, or a check of them, after the evaluation
+    # (records.Indicators.later); none where the evaluation computed its own.
+    indicators_later: tuple[str, ...] = ()
 
     def robust(self, eps: float) -> float | None:
         """The robust accuracy at ε, or None where there is none (or none usable)."""
@@ -173,8 +176,12 @@ class EvaluationSummary:
 
     @classmethod
     def from_dict(cls, payload: Any, name: str = "evaluation") -> EvaluationSummary:
-        optional = ("unusable", "outcomes", "unchecked_robust_accuracy", "checked", "indicated")
+        optional = (
+            *("unusable", "outcomes", "unchecked_robust_accuracy", "checked", "indicated"),
+            "indicators_later",
+        )
         values = _parts(payload, _EVALUATION_PARTS, name, optional)
+        values["indicators_later"] = tuple(values["indicators_later"] or ())
         indicated = _by_eps(values["indicated"] or {}, f"{name}.indicated")
         values["indicated"] = {eps: tuple(names) for eps, names in indicated.items()}
         for part in ("robust_accuracy", "sources", "time_s", "per_part", "part_seconds"):
@@ -216,6 +223,8 @@ class EvaluationSummary:
             payload["checked"] = [f"{eps:g}" for eps in self.checked]
         if self.indicated:
             payload["indicated"] = {f"{e:g}": list(names) for e, names in self.indicated.items()}
+        if self.indicators_later:
+            payload["indicators_later"] = list(self.indicators_later)
         return payload
 
 

@@ -75,6 +75,9 @@ class Check:
     fired: bool
     detail: str = ""
     keys: tuple[str, ...] = ()
+    # Where the check was computed again after the evaluation (python -m fbat_tf.indicate):
+    # {"before": the check as the evaluation computed it, "code": the code that checked again}.
+    rechecked: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -86,6 +89,17 @@ class Indicators:
     attacks: dict[str, dict[str, Count | None]] = dataclasses.field(default_factory=dict)
     checks: dict[str, Check] = dataclasses.field(default_factory=dict)
     seconds: float | None = None
+    # The code that computed these after the evaluation (python -m fbat_tf.indicate), or None.
+    computed_later: dict[str, Any] | None = None
+
+    @property
+    def later(self) -> tuple[str, ...]:
+        """The code revisions that computed these, or one of the checks again, after the
+        evaluation."""
+        notes = [self.computed_later] + [
+            (check.rechecked or {}).get("code") for check in self.checks.values()
+        ]
+        return tuple(dict.fromkeys(n["revision"] for n in notes if n and n.get("revision")))
 
     def fired(self, key: str) -> dict[str, Count]:
         """The indicators that fired on attack `key`, by name."""
@@ -137,9 +151,15 @@ class Indicators:
                 for key, held in self.attacks.items()
             },
             "checks": {
-                name: {"fired": check.fired, "detail": check.detail, "keys": list(check.keys)}
+                name: {
+                    "fired": check.fired,
+                    "detail": check.detail,
+                    "keys": list(check.keys),
+                    **({} if check.rechecked is None else {"rechecked": check.rechecked}),
+                }
                 for name, check in self.checks.items()
             },
+            **({} if self.computed_later is None else {"computed_later": self.computed_later}),
         }
 
     @classmethod
@@ -162,6 +182,10 @@ class Indicators:
             if name not in CHECKS:
                 raise ValueError(f"indicators: unknown check {name!r}")
             checks[name] = Check(
-                bool(value["fired"]), value.get("detail", ""), tuple(value.get("keys") or ())
+                bool(value["fired"]),
+                value.get("detail", ""),
+                tuple(value.get("keys") or ()),
+                value.get("rechecked"),
             )
-        return cls(int(payload["points"]), attacks, checks, payload.get("seconds"))
+        later = payload.get("computed_later")
+        return cls(int(payload["points"]), attacks, checks, payload.get("seconds"), later)
