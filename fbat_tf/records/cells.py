@@ -15,50 +15,14 @@ it as that text ("8").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fbat_tf.records.config import TrainConfig
+from fbat_tf.records.parts import by_eps, eps_key, parts_of, texts
 
 # The training logs of a method's own that a cell's summary averages, where the run wrote them
 # (Fast-BAT's implicit term).
 METHOD_LOGS = ("ig_norm_ratio", "inactive_fraction")
-
-
-def eps_key(eps: float) -> float:
-    """ε as cells key it: the number its text in results (f"{eps:g}") names."""
-    return float(f"{eps:g}")
-
-
-def _by_eps(mapping: Any, where: str) -> dict[float, Any]:
-    """An object keyed by ε's text ("8"), keyed by the number."""
-    if not isinstance(mapping, dict):
-        raise ValueError(f"{where} is {mapping!r}, not an object keyed by ε")
-    try:
-        found = {eps_key(float(key)): value for key, value in mapping.items()}
-    except ValueError:
-        raise ValueError(f"{where} has keys {list(mapping)}, not budgets") from None
-    if [f"{eps:g}" for eps in found] != list(mapping):
-        raise ValueError(f"{where} has keys {list(mapping)}, not budgets as results name them")
-    return found
-
-
-def _texts(mapping: Mapping[float, Any]) -> dict[str, Any]:
-    return {f"{eps:g}": value for eps, value in mapping.items()}
-
-
-def _parts(payload: Any, required: Sequence[str], where: str, optional: Sequence[str] = ()):
-    """The object's values of `required` (each present) and `optional` (None where absent);
-    ValueError naming `where` for one that is no object, lacks a part or holds another."""
-    if not isinstance(payload, dict):
-        raise ValueError(f"{where} is {payload!r}, not an object")
-    lacking = [key for key in required if key not in payload]
-    unknown = [key for key in payload if key not in (*required, *optional)]
-    problems = [f"lacks {lacking}"] if lacking else []
-    problems += [f"holds {unknown}, which it does not have"] if unknown else []
-    if problems:
-        raise ValueError(f"{where} {' and '.join(problems)}")
-    return {key: payload.get(key) for key in (*required, *optional)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +63,7 @@ class TrainSummary:
         names = [
             f.name for f in dataclasses.fields(cls) if f.name not in (*optional, "method_logs")
         ]
-        values = _parts(payload, names, "train", optional)
+        values = parts_of(payload, names, "train", optional)
         logs = tuple(name for name in METHOD_LOGS if name in payload)
         return cls(**values, method_logs=logs)
 
@@ -128,7 +92,7 @@ class Outcomes:
 
     @classmethod
     def from_dict(cls, payload: Any) -> Outcomes:
-        return cls(**_parts(payload, ("points", "split"), "outcomes"))
+        return cls(**parts_of(payload, ("points", "split"), "outcomes"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"points": self.points, "split": self.split}
@@ -180,21 +144,21 @@ class EvaluationSummary:
             *("unusable", "outcomes", "unchecked_robust_accuracy", "checked", "indicated"),
             "indicators_later",
         )
-        values = _parts(payload, _EVALUATION_PARTS, name, optional)
+        values = parts_of(payload, _EVALUATION_PARTS, name, optional)
         values["indicators_later"] = tuple(values["indicators_later"] or ())
-        indicated = _by_eps(values["indicated"] or {}, f"{name}.indicated")
+        indicated = by_eps(values["indicated"] or {}, f"{name}.indicated")
         values["indicated"] = {eps: tuple(names) for eps, names in indicated.items()}
         for part in ("robust_accuracy", "sources", "time_s", "per_part", "part_seconds"):
-            values[part] = _by_eps(values[part], f"{name}.{part}")
-        values["unusable"] = _by_eps(values["unusable"] or {}, f"{name}.unusable")
-        outcomes = _by_eps(values["outcomes"] or {}, f"{name}.outcomes")
+            values[part] = by_eps(values[part], f"{name}.{part}")
+        values["unusable"] = by_eps(values["unusable"] or {}, f"{name}.unusable")
+        outcomes = by_eps(values["outcomes"] or {}, f"{name}.outcomes")
         values["outcomes"] = {eps: Outcomes.from_dict(found) for eps, found in outcomes.items()}
         if (values["checked"] is None) != (values["unchecked_robust_accuracy"] is None):
             raise ValueError(f"{name} holds one of checked and unchecked_robust_accuracy")
         if values["checked"] is not None:
             unchecked = values["unchecked_robust_accuracy"]
-            values["unchecked_robust_accuracy"] = _by_eps(unchecked, f"{name}.unchecked")
-            values["checked"] = tuple(_by_eps(dict.fromkeys(values["checked"]), f"{name}.checked"))
+            values["unchecked_robust_accuracy"] = by_eps(unchecked, f"{name}.unchecked")
+            values["checked"] = tuple(by_eps(dict.fromkeys(values["checked"]), f"{name}.checked"))
         else:
             values["checked"] = ()
         return cls(**values)
@@ -205,21 +169,21 @@ class EvaluationSummary:
             "label": self.label,
             "examples": self.examples,
             "clean_accuracy": self.clean_accuracy,
-            "robust_accuracy": _texts(self.robust_accuracy),
+            "robust_accuracy": texts(self.robust_accuracy),
         }
         if self.unusable:
-            payload["unusable"] = _texts(self.unusable)
+            payload["unusable"] = texts(self.unusable)
         payload.update(
-            sources=_texts(self.sources),
-            time_s=_texts(self.time_s),
-            per_part=_texts(self.per_part),
-            part_seconds=_texts(self.part_seconds),
+            sources=texts(self.sources),
+            time_s=texts(self.time_s),
+            per_part=texts(self.per_part),
+            part_seconds=texts(self.part_seconds),
             code=self.code,
         )
         if self.outcomes:
             payload["outcomes"] = {f"{e:g}": found.to_dict() for e, found in self.outcomes.items()}
         if self.checked:
-            payload["unchecked_robust_accuracy"] = _texts(self.unchecked_robust_accuracy or {})
+            payload["unchecked_robust_accuracy"] = texts(self.unchecked_robust_accuracy or {})
             payload["checked"] = [f"{eps:g}" for eps in self.checked]
         if self.indicated:
             payload["indicated"] = {f"{e:g}": list(names) for e, names in self.indicated.items()}
@@ -287,7 +251,7 @@ class MaskingEntry:
             if state == CHECKED
             else ()
         )
-        return cls(**_parts(payload, (*head, *more[state]), "masking_check entry", optional))
+        return cls(**parts_of(payload, (*head, *more[state]), "masking_check entry", optional))
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -375,7 +339,7 @@ class CellResult:
         where = f"cell {payload.get('name')}"
         # Every other part is an evaluation, under its name.
         named = [name for name in payload if name not in (*_IDENTITY, *_RAN)]
-        values = _parts(
+        values = parts_of(
             {k: v for k, v in payload.items() if k not in named}, _IDENTITY, where, _RAN
         )
         try:
@@ -388,7 +352,7 @@ class CellResult:
         if values["train"] is not None:
             values["train"] = TrainSummary.from_dict(values["train"])
         if values["masking_check"] is not None:
-            checks = _by_eps(values["masking_check"], f"{where}.masking_check")
+            checks = by_eps(values["masking_check"], f"{where}.masking_check")
             values["masking_check"] = {e: MaskingEntry.from_dict(c) for e, c in checks.items()}
         evaluations = {
             name: EvaluationSummary.from_dict(payload[name], f"{where}.{name}") for name in named
