@@ -71,7 +71,8 @@ class Setting:
         self.split = data.load(
             payload["dataset"],
             payload["split"],
-            batch_size=int(payload["per_batch"][0]["examples"]),
+            # The first batch's size (a file without batches: one batch of all its points).
+            batch_size=int((payload.get("per_batch") or [payload])[0]["examples"]),
             max_examples=int(payload["examples"]),
             download=False,
             validation_from=payload.get("validation_from") or "train",
