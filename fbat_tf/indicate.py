@@ -21,7 +21,8 @@ Two kinds of file are rewritten; every other is left as it is:
 
 The model is loaded as evaluate.py loads it (weights folded where the file says it folded them),
 the points from the split, dataset and held-out choice the file names. A file whose model is not
-there, or a link, is left as it is and said so.
+there, or a link, is left as it is and said so; a link named on the command line is refused, and
+the folders are walked without following links.
 """
 
 from __future__ import annotations
@@ -176,6 +177,14 @@ def main(paths: list[str]) -> int:
     missing = [path for path in paths if not os.path.lexists(path)]
     if missing:
         print(f"error: {', '.join(missing)}: no such file or folder", file=sys.stderr)
+        return 2
+    # Files are rewritten only inside what was named: a named link could lead anywhere.
+    linked = [path for path in paths if os.path.islink(path)]
+    if linked:
+        print(
+            f"error: {', '.join(linked)}: a symbolic link; name the file or folder it points at",
+            file=sys.stderr,
+        )
         return 2
     onednn.choose(None)  # as evaluate.py chooses for these datasets, before TensorFlow loads
     startup.load_tensorflow()

@@ -152,3 +152,14 @@ def test_a_check_that_counted_misclassified_points_is_computed_again(tmp_path, e
 
     missing = indicate(str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "nothing: no such file or folder" in missing.stderr
+    # A folder named through a link: refused before anything is read, nothing behind it written.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "eval-pgd.json").write_text(json.dumps(written))
+    (tmp_path / "linked").symlink_to(outside)
+    refused = indicate(str(tmp_path / "linked"))
+    assert refused.returncode == 2, refused.stdout
+    assert refused.stderr.strip().endswith(
+        "linked: a symbolic link; name the file or folder it points at"
+    )
+    assert json.loads((outside / "eval-pgd.json").read_text()) == written
