@@ -96,10 +96,16 @@ def selected_pgd(cell: CellResult) -> float | None:
     return found if found is not None and math.isfinite(found) else None
 
 
+def _validation_steps(cells: Sequence[CellResult]) -> int:
+    """Validation PGD's steps, as the final cells' flags set them (train.py's default else)."""
+    flags = cells[0].flags if cells else {}
+    return flags.get("val_attack_steps", TrainConfig.val_attack_steps)
+
+
 def _validation_words(cells: Sequence[CellResult]) -> str:
     """The validation attack, as the final cells' flags set it (train.py's defaults else)."""
     flags = cells[0].flags if cells else {}
-    steps = flags.get("val_attack_steps", TrainConfig.val_attack_steps)
+    steps = _validation_steps(cells)
     restarts = flags.get("val_restarts", TrainConfig.val_restarts)
     examples = flags.get("val_examples", TrainConfig.val_examples)
     queries = flags.get("val_square_queries", TrainConfig.val_square_queries)
@@ -123,8 +129,7 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
     # Where validation ran a black-box part after PGD, PGD's own figure is the criterion
     # without it: the gap under both.
     alone = any(selected_pgd(cell) is not None for cell in finals)
-    flags = finals[0].flags if finals else {}
-    steps = flags.get("val_attack_steps", TrainConfig.val_attack_steps)
+    steps = _validation_steps(finals)
     lines = [
         "## The tuning criterion against the test",
         "",
