@@ -10,9 +10,11 @@ PreActResNet-18 training step with them on crashed the process (a segmentation f
 glibc's "double free or corruption") in 5 of 5 runs on Tiny-ImageNet and in none of 5 with them
 off (bench/records/onednn_crash.py, bench/results/onednn_crash.json); on CIFAR-10, Table 2's kit
 cell (Fast-BAT at ε = 16/255, two attack steps, tests/test_paper_kits.py) crashed the same way
-(a segmentation fault, or "malloc_consolidate(): invalid chunk size") in each of 4 runs on a
-2-core AMD EPYC with them on and passed with them off, where plain one-step runs of Fast-BAT and
-Fast-AT there had not crashed (bench/results/onednn_crash_fastbat.json). A GPU runs its
+(a segmentation fault, or "malloc_consolidate(): invalid chunk size") in 6 of 6 runs of that
+test on a 2-core AMD EPYC with them on (two of them in the whole suite beside other work) and in
+none of 2 with them off. The trigger is not isolated: the cell's own train.py command, killed
+and resumed by hand as the test does, did not crash in 3 runs with them on, nor did 5 one-step
+Fast-BAT runs (bench/results/onednn_crash_fastbat.json). A GPU runs its
 convolutions without them either way. The environment's TF_ENABLE_ONEDNN_OPTS, where set, always
 wins. This module imports no TensorFlow.
 """

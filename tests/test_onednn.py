@@ -1,7 +1,7 @@
 """The oneDNN choice by dataset (fbat_tf/onednn.py): on for the 28×28 datasets alone; the
 environment's choice wins. That train.py and evaluate.py make it before TensorFlow loads is
 shown by tests/test_paper_kits.py, whose Tiny-ImageNet cell crashed in most runs with the kernels
-on, and whose CIFAR-10 Table 2 cell in each of 4 runs on a 2-core AMD EPYC."""
+on, and whose CIFAR-10 Table 2 cell in 6 of 6 runs on a 2-core AMD EPYC."""
 
 from __future__ import annotations
 
