@@ -40,6 +40,7 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
     if not section:
         return []
     seeds = section["seeds"]
+    marked = any("origin" in c for unit in section["units"] for c in unit["candidates"])
     lines = [
         "## Tuning",
         "",
@@ -50,9 +51,23 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
         "",
         f"| method | {readings.eps_heading(report)} | candidate | "
         + " | ".join(f"seed {s}" for s in seeds)
-        + " | mean | passes/step | pick | source |",
-        "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
+        + " | mean | passes/step | "
+        + ("value | " if marked else "")
+        + "pick | source |",
+        "|---|---|---|"
+        + "---|" * len(seeds)
+        + "---|---|"
+        + ("---|" if marked else "")
+        + "---|---|",
     ]
+    if marked:
+        lines[4:4] = [
+            "Value: an author's released setting, or extrapolated beyond what any author "
+            "released (added: a candidate the grid gained because the pick sat at its edge). "
+            "Beside each pick, where it sits on every flag the grid extends: interior, or the "
+            "bound it met and why.",
+            "",
+        ]
     for unit in section["units"]:
         for i, candidate in enumerate(unit["candidates"]):
             by_seed = {run["seed"]: run for run in candidate["runs"]}
@@ -62,7 +77,15 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
             ]
             flags = ", ".join(f"{k}={word(v)}" for k, v in candidate["flags"].items())
             chosen = unit["pick"] == candidate["label"]
-            mark = f"**picked** ({unit['decided_by']})" if chosen else ""
+            why = unit["decided_by"]
+            if chosen and unit.get("edges"):
+                why += "; " + "; ".join(f"{k}: {v}" for k, v in unit["edges"].items())
+            mark = f"**picked** ({why})" if chosen else ""
+            value = ""
+            if marked:
+                value = candidate.get("origin", "–")
+                value += ", added" if candidate.get("added") else ""
+                value += " | "
             if unit["pick"] is None and i == 0:
                 mark = "pending"
             lines.append(
@@ -70,7 +93,8 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
                 + (f"**{flags}**" if chosen else flags)
                 + " | "
                 + " | ".join(values)
-                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {mark} | "
+                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {value}"
+                + f"{mark} | "
                 + f"{unit['source'] if i == 0 else ''} |"
             )
     return lines

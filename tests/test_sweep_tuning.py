@@ -819,7 +819,8 @@ def test_a_pick_at_its_grid_s_edge_extends_the_grid_until_interior_or_at_a_bound
     """Validation accuracy as a function of the learning rate, peaking at 0.4 (a hand-made
     curve): from candidates 0.1 and 0.2 the best sits at the top edge, so 0.4 is added; then
     at 0.4, still the top, so 0.8; now 0.4 is interior and is picked. With a bound of 0.4 the
-    grid stops there and the pick says it stands at the bound, and why."""
+    grid stops there and the pick says it stands at the bound, and why; with a bound of 0.7,
+    between 0.4 and the next step, the pick says that step would pass it."""
     curve = {0.1: 0.30, 0.2: 0.40, 0.4: 0.50, 0.8: 0.45}
 
     def spec(maximum):
@@ -832,6 +833,12 @@ def test_a_pick_at_its_grid_s_edge_extends_the_grid_until_interior_or_at_a_bound
     for maximum, added, picked, edge in (
         (1.0, ["lr_max0.4", "lr_max0.8"], 0.4, "interior"),
         (0.4, ["lr_max0.4"], 0.4, "the largest tried, at the bound 0.4 (a stated bound)"),
+        (
+            0.7,
+            ["lr_max0.4"],
+            0.4,
+            "the largest tried: the next, 0.8, would pass the bound 0.7 (a stated bound)",
+        ),
     ):
         folder = tmp_path / f"max{maximum:g}"
         folder.mkdir()

@@ -62,6 +62,7 @@ from fbat_tf.sweeps.tuning_groups import (  # noqa: F401 (the stage's names, in 
     Unit,
     added_words,
     canonical,
+    edge_words,
     edges,
     label,
     method_flags,
@@ -438,7 +439,7 @@ def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | N
                 "source": unit.group.source,
                 "cells": list(unit.cells),
                 **{k: entry[k] for k in ("candidates", "pick", "flags", "decided_by")},
-                "edges": entry.get("edges"),
+                "edges": edge_words(unit.group, entry),
             }
         )
     return {"rule": RULE, "seeds": list(tuning.seeds), "file": FILE, "units": units}

@@ -374,7 +374,14 @@ def edges(
             side = "largest" if up else "smallest"
             if further is None:
                 bound = extension.maximum if up else extension.minimum
-                words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
+                if value == bound:
+                    words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
+                else:
+                    step = value * extension.factor if up else value / extension.factor
+                    words.append(
+                        f"the {side} tried: the next, {step:.4g}, would pass the bound "
+                        f"{bound:g} ({extension.why})"
+                    )
                 continue
             candidate = {**chosen, flag: further}
             if canonical(candidate) not in have:
@@ -383,6 +390,16 @@ def edges(
             words.append(f"the {side} tried: {further:g} added")
         where[flag] = "; ".join(words) if words else "interior"
     return added, where
+
+
+def edge_words(group: Group, entry: Mapping[str, Any]) -> dict[str, str] | None:
+    """Where the pick of a written entry sits on each flag its grid extends, in the words of
+    this revision (`edges`, from the entry's own candidates: the pick stands as written); None
+    for an entry written before picks recorded their edges."""
+    if entry.get("edges") is None:
+        return None
+    labels = [c["label"] for c in entry["candidates"]]
+    return edges(group, entry["candidates"], labels.index(entry["pick"]))[1]
 
 
 # ------------------------------------------------------------------------------ the cells
