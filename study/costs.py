@@ -180,8 +180,9 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         for row in rows:
             versus = row.versus_best
             says = "most robust" if versus is None else versus["says"]
-            # Its own cells' marks and those of the comparison (the most robust's cells too).
-            marks = list(dict.fromkeys([*row.marks, *(versus["marks"] if versus else [])]))
+            # The verdict's marks: the comparison's, over the runs it pairs on both sides (the
+            # most robust's too); the most robust row, compared with none, carries its own.
+            marks = versus["marks"] if versus else row.marks
             if marks:
                 says += f" ({', '.join(marks)})"
             line = (

@@ -134,3 +134,23 @@ def test_the_words_of_a_comparison_name_the_runs_touched(fired):
         assert words == f"indicators ¶: {cell.variant} in 1 of 1 runs (zero gradients)"
     else:
         assert words is None
+
+
+def test_a_cost_verdict_names_each_kind_of_mark_once():
+    """The cost table's verdict carries the marks of its comparison, over the runs it pairs on
+    both sides; its own row's marks repeated beside them would name a variant twice over
+    different runs (in the committed reports, read as the user reads them)."""
+    rows = 0
+    for path in glob.glob(os.path.join(ROOT, "results", "*", "sweep.md")):
+        with open(path) as f:
+            text = f.read()
+        if "## Robustness against cost" not in text:
+            continue
+        table = text.split("## Robustness against cost", 1)[1].split("\n## ", 1)[0]
+        for line in table.splitlines():
+            if not line.startswith("| ") or "verdict (Holm)" in line:
+                continue
+            rows += 1
+            for kind in ("masked §:", "indicators ¶:", "masking check ‡"):
+                assert line.count(kind) <= 1, (path, kind, line[:200])
+    assert rows > 0
