@@ -48,7 +48,7 @@ from absl import flags as absl_flags  # noqa: E402
 import fbat_cli  # noqa: E402
 import study  # noqa: E402
 from fbat_tf import startup, sweeps  # noqa: E402
-from fbat_tf.records import files  # noqa: E402
+from fbat_tf.records import EvaluationResult, files  # noqa: E402
 from fbat_tf.sweeps import claims, cluster, masking, revision, scheduler, tuning  # noqa: E402
 from fbat_tf.sweeps.definition import is_cell_flag_name  # noqa: E402
 from flags import common, usage  # noqa: E402
@@ -271,29 +271,44 @@ def describe_code(sweep_dir: str) -> str:
     return f"code: a real run pins revision {current[:12]}"
 
 
+def _seconds_spent(definition, cell, sweep_dir: str) -> float:
+    """What a done cell recorded: its training (with validation) and each evaluation, the
+    masking check's stronger attack too."""
+    record = study.cell_record(definition, cell, sweep_dir)
+    seconds = record.train.train_seconds
+    seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
+    for entry in (record.masking_check or {}).values():
+        strong = entry.strong_source and EvaluationResult.read(
+            os.path.join(ROOT, entry.strong_source)
+        )
+        if strong:
+            seconds += sum(attack.seconds for attack in strong.robust)
+    return seconds
+
+
 def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -> str:
-    """The cells by state and, where some are done, the time the others would take at the
-    mean of the seconds the done ones recorded (training and each evaluation)."""
+    """The cells by state and, where some are done, the time the others would take, each at
+    the mean its kind's done cells recorded (scheduler.by_kind: tuning runs and final cells
+    apart, by unit)."""
     counts: dict[str, int] = {}
     for cell in cells:
         counts[states[cell.name]] = counts.get(states[cell.name], 0) + 1
     by_state = ", ".join(f"{n} {state}" for state, n in counts.items())
     line = f"{len(cells)} cells: {by_state}"
-    spent = []
-    for cell in cells:
-        if states[cell.name] != "done":
-            continue
-        record = study.cell_record(definition, cell, sweep_dir)
-        seconds = record.train.train_seconds
-        seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
-        spent.append(seconds)
-    waiting = len(cells) - counts.get("done", 0) - counts.get("diverged", 0)
-    if spent and waiting:
-        mean = sum(spent) / len(spent)
-        total, each = scheduler.duration(waiting * mean), scheduler.duration(mean)
+    done = [
+        ((cell.stage, cell.unit), _seconds_spent(definition, cell, sweep_dir))
+        for cell in cells
+        if states[cell.name] == "done"
+    ]
+    waiting = [
+        (cell.stage, cell.unit) for cell in cells if states[cell.name] not in ("done", "diverged")
+    ]
+    if done and waiting:
+        total = scheduler.duration(scheduler.by_kind(done, waiting))
         line += (
-            f"; the {waiting} to run would take about {total} at the {each} a cell the "
-            f"{len(spent)} done ones recorded (their epochs and attacks, not start-up)"
+            f"; the {len(waiting)} to run would take about {total} of one process, each at the "
+            f"mean of its kind's {len(done)} done cells (tuning runs and final cells apart, by "
+            "unit; their epochs and attacks, the masking checks' too, not start-up)"
         )
     return line
 

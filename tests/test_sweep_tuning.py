@@ -555,7 +555,8 @@ def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(tmp_path, 
 
 def test_the_time_left_counts_the_cells_any_process_finished_and_shares_the_rest(tmp_path):
     """Cells finished by any process are not left; the rest, at the mean of this process's
-    cells, are shared with each other live process holding a claim on one of them."""
+    cells (of their kind where it ran one, else of their stage, else of all), are shared with
+    each other live process holding a claim on one of them."""
     from fbat_tf.sweeps import scheduler
 
     definition = _small(tmp_path)
@@ -564,7 +565,8 @@ def test_the_time_left_counts_the_cells_any_process_finished_and_shares_the_rest
     assert len(to_run) == 6  # 2 candidates × 2 tuning seeds, and 2 final cells
     for cell in to_run[:2]:  # finished, whichever process ran them
         _finish(os.path.join(out, cell.name), cell.method, cell.seed, cell.flags)
-    spent = [10.0, 20.0]  # this process's cells: 15 s each
+    kind = (to_run[0].stage, to_run[0].unit)  # one tuning unit's runs
+    spent = [(kind, 10.0), (kind, 20.0)]  # this process's cells: 15 s each
     assert scheduler.time_left(definition, to_run, out, spent) == pytest.approx(4 * 15.0)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -578,6 +580,27 @@ def test_the_time_left_counts_the_cells_any_process_finished_and_shares_the_rest
         holder.wait()
     # Its process gone, the claims are stale: this process alone again.
     assert scheduler.time_left(definition, to_run, out, spent) == pytest.approx(4 * 15.0)
+
+
+def test_a_cell_to_run_is_timed_by_its_own_kind_then_its_stage_then_every_cell():
+    """Tuning runs train and validate only; final cells are attacked too and take several times
+    as long: a final cell left is timed by the final cells of its unit done, else by the final
+    cells done, else by every cell done; never by the tuning runs' mean where finals are known."""
+    from fbat_tf.sweeps import scheduler
+
+    done = [
+        (("tuning", "pgd-eps8"), 100.0),
+        (("tuning", "pgd-eps8"), 200.0),
+        (("final", "pgd-eps8"), 1000.0),
+        (("final", "fastat-eps8"), 600.0),
+    ]
+    assert scheduler.by_kind(done, [("tuning", "pgd-eps8")]) == pytest.approx(150.0)
+    assert scheduler.by_kind(done, [("final", "pgd-eps8")]) == pytest.approx(1000.0)
+    assert scheduler.by_kind(done, [("final", "elle-eps8")]) == pytest.approx(800.0)
+    assert scheduler.by_kind(done, [("tuning", "elle-eps8")]) == pytest.approx(150.0)
+    assert scheduler.by_kind(done[:2], [("final", None)]) == pytest.approx(150.0)
+    assert scheduler.by_kind(done, [("final", "pgd-eps8")] * 3) == pytest.approx(3000.0)
+    assert scheduler.by_kind([], [("final", None)]) == 0.0
 
 
 def test_a_report_that_fails_after_a_cell_is_a_warning_and_the_cells_go_on(

@@ -163,6 +163,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "spec": "the definition's tuning block, as written",
         "c": "a candidate of a tuning unit (tuning.candidates)",
         "found[best]": "a candidate of a tuning unit",
+        "entry": "a unit's pick in tuning.json",
     },
     f"{SWEEPS}/claims.py": {"found": "a claim file"},
     f"{STUDY}/cells.py": {
@@ -171,7 +172,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "fbat_cli/sweep.py": {
         "absl_flags.FLAGS": "absl's flags, by name",
-        "counts": "cells counted by state",
         "kept": "the sweep's revision.json (revision.recorded)",
         "paths": "the paths write_report wrote, by kind",
     },

@@ -40,6 +40,7 @@ from fbat_tf.sweeps.results import cell_state
 from fbat_tf.sweeps.scheduler import (
     Outcome,
     Report,
+    by_kind,
     diverged_line,
     duration,
     finished_line,
@@ -252,7 +253,9 @@ class _Driver:
     attempts: dict[str, int]
     begin: float  # time.perf_counter() when the first cell was queued
     running: dict[Any, tuple[Cell, claims.Claim]] = dataclasses.field(default_factory=dict)
-    spent_cells: list[float] = dataclasses.field(default_factory=list)
+    spent_cells: list[tuple[tuple[str, str | None], float]] = dataclasses.field(
+        default_factory=list
+    )
     # Cells whose masking check runs as a second task, with the first task's seconds.
     checking: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     outcome: Outcome = dataclasses.field(default_factory=Outcome)
@@ -395,14 +398,14 @@ class _Driver:
 
     def succeeded(self, cell: Cell, counter: str, spent: dict[str, float]) -> None:
         """A cell finished: its line (its time, the cells running and to run, the time left at
-        the mean of the cells so far) and the report rewritten."""
+        the mean of the cells of each kind so far, scheduler.by_kind) and the report rewritten."""
         earlier = self.checking.pop(cell.name, None)
         if earlier is not None:
             spent = {part: spent[part] + earlier[part] for part in spent}
         self.finished += 1
-        spent_cells = self.spent_cells
-        spent_cells.append(sum(spent.values()))
-        left = (self.total - self.finished) * sum(spent_cells) / len(spent_cells) / self.capacity
+        self.spent_cells.append(((cell.stage, cell.unit), sum(spent.values())))
+        left_cells = [*self.queue, *(c for c, _ in self.running.values())]
+        left = by_kind(self.spent_cells, [(c.stage, c.unit) for c in left_cells]) / self.capacity
         self.say(
             f"{counter}: {finished_line(cell, spent)}; "
             f"{len(self.running)} running, {len(self.queue)} to run; "

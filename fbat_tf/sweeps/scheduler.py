@@ -130,6 +130,27 @@ def duration(seconds: float) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
+def by_kind(
+    done: Sequence[tuple[tuple[str, str | None], float]], waiting: Sequence[tuple[str, str | None]]
+) -> float:
+    """Seconds of one process the `waiting` cells would take, each at the mean its kind's done
+    cells recorded: a kind is a stage and a tuning unit ((stage, unit)); where no cell of its
+    kind is done, its stage's mean, else every done cell's. A tuning run (trained and validated
+    only) and a final cell (attacked too) of one unit take very different times."""
+    if not done:
+        return 0.0
+    by_kind: dict[tuple[str, str | None], list[float]] = {}
+    for kind, seconds in done:
+        by_kind.setdefault(kind, []).append(seconds)
+    every = [seconds for _, seconds in done]
+    total = 0.0
+    for kind in waiting:
+        same = by_kind.get(kind) or [s for k, v in by_kind.items() if k[0] == kind[0] for s in v]
+        found = same or every
+        total += sum(found) / len(found)
+    return total
+
+
 @dataclasses.dataclass
 class Outcome:
     """The cells a run of the scheduler could not finish: diverged (a finding) or failed."""
@@ -174,11 +195,15 @@ def _unblocked(
 
 
 def time_left(
-    definition: Definition, to_run: list[Cell], sweep_dir: str, spent_cells: list[float]
+    definition: Definition,
+    to_run: list[Cell],
+    sweep_dir: str,
+    spent_cells: Sequence[tuple[tuple[str, str | None], float]],
 ) -> float:
-    """Seconds until the sweep's cells are done, at the mean of the cells this process ran: the
-    cells of `to_run` not finished yet (by any process), shared among this process and the
-    other live ones holding claims on them."""
+    """Seconds until the sweep's cells are done, each at the mean of the cells of its kind this
+    process ran (`by_kind`; `spent_cells`: ((stage, unit), seconds) each): the cells of `to_run`
+    not finished yet (by any process), shared among this process and the other live ones
+    holding claims on them."""
     unfinished = [
         cell
         for cell in to_run
@@ -189,8 +214,8 @@ def time_left(
         for found in (claims.owner(sweep_dir, cell.name) for cell in unfinished)
         if found is not None
     }
-    per_cell = sum(spent_cells) / len(spent_cells)
-    return len(unfinished) * per_cell / (1 + len(others))
+    left = by_kind(spent_cells, [(cell.stage, cell.unit) for cell in unfinished])
+    return left / (1 + len(others))
 
 
 def diverged_line(counter: str, cell_dir: str) -> str:
@@ -239,7 +264,7 @@ def run_cells(
     report rewritten after each. Cells another live process holds are waited for, and so are
     final cells whose tuning pick is not written yet."""
     outcome = Outcome()
-    spent_cells: list[float] = []
+    spent_cells: list[tuple[tuple[str, str | None], float]] = []
     begin = time.perf_counter()
     ran = 0
     pending = sorted(to_run, key=lambda c: c.stage != "tuning")
@@ -274,7 +299,7 @@ def run_cells(
                 continue
             finally:
                 claim.release()
-            spent_cells.append(sum(spent.values()))
+            spent_cells.append(((cell.stage, cell.unit), sum(spent.values())))
             left = time_left(definition, to_run, sweep_dir, spent_cells)
             say(
                 f"{counter}: {finished_line(cell, spent)}; sweep "
