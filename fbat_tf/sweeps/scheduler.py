@@ -139,14 +139,15 @@ def by_kind(
     only) and a final cell (attacked too) of one unit take very different times."""
     if not done:
         return 0.0
-    by_kind: dict[tuple[str, str | None], list[float]] = {}
+    of_kind: dict[tuple[str, str | None], list[float]] = {}
+    of_stage: dict[str, list[float]] = {}
     for kind, seconds in done:
-        by_kind.setdefault(kind, []).append(seconds)
+        of_kind.setdefault(kind, []).append(seconds)
+        of_stage.setdefault(kind[0], []).append(seconds)
     every = [seconds for _, seconds in done]
     total = 0.0
     for kind in waiting:
-        same = by_kind.get(kind) or [s for k, v in by_kind.items() if k[0] == kind[0] for s in v]
-        found = same or every
+        found = of_kind.get(kind) or of_stage.get(kind[0]) or every
         total += sum(found) / len(found)
     return total
 

@@ -48,13 +48,19 @@ class Extension:
     maximum: float
     why: str
 
-    def beyond(self, value: float, up: bool) -> float | None:
-        """The next value past `value` in that direction, rounded to 4 significant digits;
-        None where it would leave the bounds."""
+    def step(self, value: float, up: bool) -> float:
+        """The next value past `value` in that direction, rounded to 4 significant digits
+        (whole numbers as int), wherever it lies."""
         moved = value * self.factor if up else value / self.factor
         moved = float(f"{moved:.4g}")
         if moved == int(moved) and abs(moved) < 2**53:
             moved = int(moved)
+        return moved
+
+    def beyond(self, value: float, up: bool) -> float | None:
+        """The next value past `value` in that direction (`step`); None where it would leave
+        the bounds."""
+        moved = self.step(value, up)
         return moved if self.minimum <= moved <= self.maximum else None
 
 
@@ -377,10 +383,9 @@ def edges(
                 if value == bound:
                     words.append(f"the {side} tried, at the bound {bound:g} ({extension.why})")
                 else:
-                    step = value * extension.factor if up else value / extension.factor
                     words.append(
-                        f"the {side} tried: the next, {step:.4g}, would pass the bound "
-                        f"{bound:g} ({extension.why})"
+                        f"the {side} tried: the next, {extension.step(value, up):g}, would "
+                        f"pass the bound {bound:g} ({extension.why})"
                     )
                 continue
             candidate = {**chosen, flag: further}
