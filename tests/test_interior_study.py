@@ -199,3 +199,43 @@ def test_the_study_page_s_account_of_the_picks_is_the_tuning_file():
     was, now = moved["fastbat-ighessian_free-eps48"]
     assert was["lambda_inv"] == now["lambda_inv"]
     assert f"Fast-BAT's c at 48 from {was['ig_coef']:g} to {now['ig_coef']:g}" in text
+
+
+def test_every_run_is_the_pinned_revision_s_its_weights_kept_and_its_seed_paired():
+    """The set-up the study page states, from every committed run's own results.json: each ran
+    the pinned revision from a clean checkout, each tuning run kept its selected weights, and
+    each final cell starts from the initial weights and first batch of the tuned study's cell
+    of its seed (whatever the method, DESIGN.md §2.4)."""
+    import glob
+
+    from tests.test_readme_findings import sections
+
+    pinned = _json("results", SWEEP, "revision.json")["revision"]
+    root = os.path.join(ROOT, "results", SWEEP)
+    tuning = glob.glob(os.path.join(root, "tuning", "*", "results.json"))
+    finals = glob.glob(os.path.join(root, "*", "results.json"))
+    assert len(tuning) == 231 and finals
+    for path in tuning + finals:
+        code = _json(path)["code"]
+        assert (code["revision"], code["dirty"]) == (pinned, False), path
+    for path in tuning:
+        assert os.path.exists(os.path.join(os.path.dirname(path), "checkpoints", "best.weights.h5"))
+    paired = 0
+    for path in finals:
+        name = os.path.basename(os.path.dirname(path))
+        seed = name.rsplit("-seed", 1)[1]
+        before = glob.glob(os.path.join(ROOT, "results", "fashion_mnist_tuned", f"*-seed{seed}"))
+        run = _json(path)
+        if run["status"] != "complete":
+            continue
+        pairings = {json.dumps(_json(p, "results.json")["pairing"]) for p in before}
+        assert pairings == {json.dumps(run["pairing"])}, name
+        paired += 1
+    assert paired > 0
+    text = sections()[INTERIOR]
+    assert (
+        f"Every run ran revision {pinned[:7]}, which the sweep pinned, from a clean checkout"
+        in text
+    )
+    assert "kept every run's selected weights" in text
+    assert "the picks train on the paired seeds 0-4 (the tuned study's initial weights" in text
