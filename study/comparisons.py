@@ -108,7 +108,7 @@ def _pair_marks(
     return marks
 
 
-def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, Any] | None:
+def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> paired.Comparison | None:
     """Variant `a` against `b` at ε, paired over seeds on the last evaluation (paired.compare),
     and over its test points where every cell recorded them, with its marks ("seeds only" where
     not), uncorrected; None where either has no cell."""
@@ -128,19 +128,19 @@ def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> dict[str, 
         resolution=100.0 / points if points else 0.0,
         outcomes=outcomes,
     )
-    marks = _pair_marks(cells_a, cells_b, found["seeds"], report, name)
-    if outcomes is not None and found["model"] == paired.SEEDS_ONLY:  # paired.compare's rule
+    marks = _pair_marks(cells_a, cells_b, found.seeds, report, name)
+    if outcomes is not None and found.model == paired.SEEDS_ONLY:  # paired.compare's rule
         unusable = f"{len(seeds)} seeds; the seeds × images model needs {paired.CROSSED_MIN_SEEDS}"
-    if found["model"] == paired.SEEDS_ONLY and found["interval"] is not None:
+    if found.model == paired.SEEDS_ONLY and found.interval is not None:
         marks.append(f"seeds only ({unusable})" if unusable else "seeds only")
-    found.update(eps=eps, a=a, b=b, marks=marks)
+    found.eps, found.a, found.b, found.marks = eps, a, b, marks
     _describe(found)
     return found
 
 
-def _describe(found: dict[str, Any]) -> None:
-    found["says"] = paired.describe(found, found["a"], found["b"])
-    found["raw_says"] = paired.describe(found, found["a"], found["b"], found["raw_verdict"])
+def _describe(found: paired.Comparison) -> None:
+    found.says = paired.describe(found, found.a, found.b)
+    found.raw_says = paired.describe(found, found.a, found.b, found.raw_verdict)
 
 
 def contenders(report: dict[str, Any]) -> dict[float, list[tuple[str, float]]]:
@@ -163,8 +163,8 @@ ADJUSTED = ("p_holm", "p_equivalence_holm", "correction", "family")
 class Family(NamedTuple):
     """A report's comparisons, Holm-corrected together (`family`)."""
 
-    listed: list[dict[str, Any]]  # the definition's, at every ε where both variants ran
-    versus: dict[tuple[float, str], dict[str, Any]]  # (ε, contender) against the most robust
+    listed: list[paired.Comparison]  # the definition's, at every ε where both variants ran
+    versus: dict[tuple[float, str], paired.Comparison]  # (ε, contender) against the most robust
     best: dict[float, str]  # per ε, the most robust contender (the first listed on a tie)
     size: int  # m: the family's hypotheses with a p-value
 
@@ -189,39 +189,39 @@ def family(report: dict[str, Any]) -> Family:
         for variant, _ in rows
         if variant != best[eps]
     }
-    hypotheses: dict[tuple[float, frozenset[str]], list[dict[str, Any]]] = {}
+    hypotheses: dict[tuple[float, frozenset[str]], list[paired.Comparison]] = {}
     for pair in [*listed, *versus.values()]:
-        hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)
+        hypotheses.setdefault((pair.eps, frozenset((pair.a, pair.b))), []).append(pair)
     one_each = [same[0] for same in hypotheses.values()]
     size = paired.correct(one_each)
     for first, *again in hypotheses.values():
         for pair in again:
-            pair.update({key: first[key] for key in ADJUSTED})
-            if pair.get("seeds_only"):
-                pair["seeds_only"].update(
-                    {key: first["seeds_only"][key] for key in ("p_holm", "p_equivalence_holm")}
-                )
+            for key in ADJUSTED:
+                setattr(pair, key, getattr(first, key))
+            if pair.seeds_only:
+                pair.seeds_only.p_holm = first.seeds_only.p_holm
+                pair.seeds_only.p_equivalence_holm = first.seeds_only.p_equivalence_holm
             paired.settle(pair)
     for pair in [*listed, *versus.values()]:
         _describe(pair)
     return Family(listed, versus, best, size)
 
 
-def listed_comparisons(report: dict[str, Any]) -> list[dict[str, Any]]:
+def listed_comparisons(report: dict[str, Any]) -> list[paired.Comparison]:
     """The definition's comparisons at every ε where both variants ran, Holm-corrected in the
     report's family (`family`)."""
     return family(report).listed
 
 
-def interval_words(found: dict[str, Any] | None) -> str:
-    if not found or found["interval"] is None:
-        if not found or found["mean"] is None:
+def interval_words(found: paired.Comparison | None) -> str:
+    if not found or found.interval is None:
+        if not found or found.mean is None:
             return "–"
-        return f"{paired.signed_points(found['mean'])} (one seed)"
-    low, high = (paired.signed_points(value) for value in found["interval"])
-    words = f"{paired.signed_points(found['mean'])} [{low}, {high}]"
-    if found.get("seeds_only"):  # the crossed interval, and beside it the seeds-only one
-        low, high = (paired.signed_points(value) for value in found["seeds_only"]["interval"])
+        return f"{paired.signed_points(found.mean)} (one seed)"
+    low, high = (paired.signed_points(value) for value in found.interval)
+    words = f"{paired.signed_points(found.mean)} [{low}, {high}]"
+    if found.seeds_only:  # the crossed interval, and beside it the seeds-only one
+        low, high = (paired.signed_points(value) for value in found.seeds_only.interval)
         words += f" (seeds only [{low}, {high}])"
     return words
 
@@ -230,15 +230,15 @@ def margin_words(report: dict[str, Any]) -> str:
     return f"±{report.get('margin', paired.MARGIN):g} point"
 
 
-def family_words(found: Sequence[dict[str, Any]]) -> str:
+def family_words(found: Sequence[paired.Comparison]) -> str:
     """What the family corrected together is, and its size."""
-    size = next((pair["family"] for pair in found if pair.get("family") is not None), 0)
+    size = next((pair.family for pair in found if pair.family is not None), 0)
     words = (
         "The family: this table's comparisons at every ε and those with the most robust "
         "variant in the robustness-against-cost table, a pair in both counted once; "
         f"m = {size}"
     )
-    if any(pair["p"] is None for pair in found):
+    if any(pair.p is None for pair in found):
         words += " (those of two seeds or more: one seed gives no p-value)"
     return (
         f"{words}. Holm's step-down correction adjusts the p-values of A ≠ B and, apart, those "
@@ -280,24 +280,26 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pair in found:
-        alone = pair.get("seeds_only")
+        alone = pair.seeds_only
         tests = []
-        for raw, adjusted in (("p", "p_holm"), ("p_equivalence", "p_equivalence_holm")):
-            if pair[raw] is None:
+        for raw, adjusted in ((pair.p, pair.p_holm), (pair.p_equivalence, pair.p_equivalence_holm)):
+            if raw is None:
                 tests.append("–")
                 continue
-            words = f"{paired.p_words(pair[raw])}, {paired.p_words(pair[adjusted])}"
-            if alone:
-                words += (
-                    f" (seeds only {paired.p_words(alone[raw])}, {paired.p_words(alone[adjusted])})"
-                )
+            words = f"{paired.p_words(raw)}, {paired.p_words(adjusted)}"
             tests.append(words)
-        seeds = str(len(pair["seeds"]))
-        if pair["model"] == paired.CROSSED:
-            seeds += f" × {pair['images']} images"
+        if alone:
+            for i, (raw, adjusted) in enumerate(
+                ((alone.p, alone.p_holm), (alone.p_equivalence, alone.p_equivalence_holm))
+            ):
+                if tests[i] != "–":
+                    tests[i] += f" (seeds only {paired.p_words(raw)}, {paired.p_words(adjusted)})"
+        seeds = str(len(pair.seeds))
+        if pair.model == paired.CROSSED:
+            seeds += f" × {pair.images} images"
         lines.append(
-            f"| {pair['eps']:g} | {pair['a']} | {pair['b']} | {seeds} | "
-            f"{interval_words(pair)} | {tests[0]} | {tests[1]} | {pair['raw_says']} | "
-            f"{pair['says']} | {', '.join(pair['marks']) or '–'} |"
+            f"| {pair.eps:g} | {pair.a} | {pair.b} | {seeds} | "
+            f"{interval_words(pair)} | {tests[0]} | {tests[1]} | {pair.raw_says} | "
+            f"{pair.says} | {', '.join(pair.marks) or '–'} |"
         )
     return lines

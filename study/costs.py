@@ -10,7 +10,7 @@ from typing import Any
 
 from fbat_tf import catalog
 from fbat_tf.sweeps import masking
-from study import comparisons, readings
+from study import comparisons, paired, readings
 from study.comparisons import interval_words, margin_words
 
 
@@ -31,14 +31,15 @@ class CostRow:
     seeds: int
     marks: list[str]  # masking-checked, masked, touched by an indicator
     most_robust: bool
-    versus_best: dict[str, Any] | None  # its paired comparison with the most robust (paired.py)
+    versus_best: paired.Comparison | None  # its paired comparison with the most robust
     seconds: float | None = None  # measured step time × its steps, where a bench gives one
     seconds_rounds: list[float] | None = None
     pareto: bool = False  # no other variant is as cheap and as robust
 
     def to_json(self) -> dict[str, Any]:
         """As sweep.json holds it: the time keys only where a cost bench gave a time."""
-        found = dataclasses.asdict(self)
+        found = dataclasses.asdict(dataclasses.replace(self, versus_best=None))
+        found["versus_best"] = self.versus_best and self.versus_best.to_dict()
         if self.seconds is None:
             del found["seconds"], found["seconds_rounds"]
         return found
@@ -129,7 +130,7 @@ def cheapest_equivalent(rows: list[CostRow]) -> CostRow:
     """The cheapest variant (in passes) that is the most robust or shown equivalent to it, by
     the Holm-corrected verdicts of the comparisons with the most robust."""
     return min(
-        (r for r in rows if r.most_robust or r.versus_best["verdict"] == "equivalent"),
+        (r for r in rows if r.most_robust or r.versus_best.verdict == "equivalent"),
         key=lambda r: r.passes,
     )
 
@@ -179,10 +180,10 @@ def cost_table(report: dict[str, Any]) -> list[str]:
     for eps, rows in rows_by_eps.items():
         for row in rows:
             versus = row.versus_best
-            says = "most robust" if versus is None else versus["says"]
+            says = "most robust" if versus is None else versus.says
             # The verdict's marks: the comparison's, over the runs it pairs on both sides (the
             # most robust's too); the most robust row, compared with none, carries its own.
-            marks = versus["marks"] if versus else row.marks
+            marks = versus.marks if versus else row.marks
             if marks:
                 says += f" ({', '.join(marks)})"
             line = (
@@ -210,7 +211,7 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         undecided = [
             r.variant
             for r in rows
-            if r.passes < cheap.passes and r.versus_best["verdict"] == "undecided"
+            if r.passes < cheap.passes and r.versus_best.verdict == "undecided"
         ]
         line = (
             f"- ε = {eps:g}: {cheap.variant}{_mark(cheap)} ({100 * cheap.robust:.1f}%, "

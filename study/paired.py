@@ -3,7 +3,7 @@ how far variant A's robust accuracy is from B's, with a 95 % interval, p-values 
 verdict, and Holm's correction over a family of such comparisons (DESIGN.md §5.5).
 
     found = compare({0: 0.731, 1: 0.742, 2: 0.725}, {0: 0.720, 1: 0.733, 2: 0.719})
-    found["mean"], found["interval"], found["p"], found["verdict"]   # points, (low, high), ., "a"
+    found.mean, found.interval, found.p, found.verdict   # points, (low, high), ., "a"
 
 Runs of one seed share their initial weights, data order and evaluation points whatever the
 method (DESIGN.md §2.4), so a seed's effect is common to the variants and the paired differences
@@ -62,17 +62,19 @@ from the adjusted ones; the uncorrected verdict is kept beside it (`raw_verdict`
 crossed comparison's verdict from its own p-values alone as `crossed_verdict`. The intervals
 stay uncorrected.
 
-The t distribution is computed here (regularized incomplete beta function by its continued
-fraction), for real degrees of freedom: no SciPy.
+The t distribution is computed in study/student_t.py (regularized incomplete beta function by
+its continued fraction), for real degrees of freedom: no SciPy.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+from study.student_t import t_quantile, t_tail
 
 MARGIN = 1.0  # points: the default equivalence margin
 ALPHA = 0.05  # the level of every test, and of each one-sided test of equivalence
@@ -81,66 +83,103 @@ CROSSED_MIN_SEEDS = 3  # the seeds × images model from this many seeds (above)
 VERDICTS = ("a", "b", "equivalent", "undecided")
 SEEDS_ONLY, CROSSED = "seeds only", "seeds × images"
 
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz's method)."""
-    tiny = 1e-300
-
-    def nonzero(value: float) -> float:
-        return value if abs(value) > tiny else tiny
-
-    c, d = 1.0, 1.0 / nonzero(1.0 - (a + b) * x / (a + 1.0))
-    h = d
-    for m in range(1, 10_000):
-        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        d, c = 1.0 / nonzero(1.0 + even * d), nonzero(1.0 + even / c)
-        h *= d * c
-        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        d, c = 1.0 / nonzero(1.0 + odd * d), nonzero(1.0 + odd / c)
-        step = d * c
-        h *= step
-        if abs(step - 1.0) < 1e-15:
-            break
-    return h
+Interval = tuple[float, float]
 
 
-def incomplete_beta(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), 0 ≤ x ≤ 1."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+@dataclasses.dataclass
+class Analysis:
+    """A comparison's analysis over seeds alone, kept beside its crossed one (`seeds_only`):
+    what `compare` found over the per-seed differences, and what Holm's correction adds."""
+
+    mean: float | None
+    se: float | None
+    df: float | None
+    interval: Interval | None
+    interval90: Interval | None
+    p: float | None
+    p_equivalence: float | None
+    verdict: str
+    raw_verdict: str
+    p_holm: float | None = None
+    p_equivalence_holm: float | None = None
+
+    def to_dict(self, corrected: bool) -> dict[str, Any]:
+        """As sweep.json holds it: the adjusted p-values once a correction set them."""
+        found = dataclasses.asdict(self)
+        if not corrected:
+            del found["p_holm"], found["p_equivalence_holm"]
+        return found
 
 
-def t_tail(t: float, df: float) -> float:
-    """P(T > t) for Student's t with `df` (> 0, not necessarily whole) degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"need df > 0, got {df}")
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    upper = 0.5 * incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
-    return upper if t >= 0 else 1.0 - upper
+@dataclasses.dataclass
+class Comparison:
+    """A against B over seeds (and images): `compare`'s numbers and verdict; the variants, ε and
+    marks `study.comparisons` names it by, its verdicts in words; and what Holm's correction
+    sets (`correct`, `settle`)."""
+
+    seeds: list[int]
+    differences: list[float]
+    margin: float
+    model: str = SEEDS_ONLY
+    images: int | None = None
+    mean: float | None = None
+    se: float | None = None
+    df: float | None = None
+    interval: Interval | None = None
+    interval90: Interval | None = None
+    p: float | None = None
+    p_equivalence: float | None = None
+    verdict: str = "undecided"
+    raw_verdict: str = "undecided"
+    correction: str | None = None
+    seeds_only: Analysis | None = None  # where the model is the crossed one: over seeds alone
+    mean_squares: dict[str, float] | None = None  # the crossed model's (seed, image, residual)
+    eps: float | None = None
+    a: str | None = None
+    b: str | None = None
+    marks: list[str] | None = None
+    says: str | None = None  # the verdict in words (describe)
+    raw_says: str | None = None
+    p_holm: float | None = None
+    p_equivalence_holm: float | None = None
+    family: int | None = None  # the size of the family it was corrected in
+    crossed_verdict: str | None = None  # the crossed model's own, after the correction
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it: each part only once something set it (the crossed model's
+        mean squares, the names, the words, the correction)."""
+        corrected = self.correction is not None
+        found: dict[str, Any] = {name: getattr(self, name) for name in _ALWAYS}
+        found["seeds_only"] = self.seeds_only and self.seeds_only.to_dict(corrected)
+        parts = {
+            ("mean_squares",): self.mean_squares is not None,
+            ("eps", "a", "b", "marks"): self.a is not None,
+            ("says", "raw_says"): self.says is not None,
+            ("p_holm", "p_equivalence_holm", "family"): corrected,
+            ("crossed_verdict",): self.crossed_verdict is not None,
+        }
+        for names, present in parts.items():
+            found.update({name: getattr(self, name) for name in names if present})
+        return found
 
 
-@functools.cache
-def t_quantile(probability: float, df: float) -> float:
-    """The `probability` quantile (> 0.5) of Student's t with `df` degrees of freedom."""
-    if not 0.5 < probability < 1 or df <= 0:
-        raise ValueError(f"need 0.5 < probability < 1 and df > 0, got {probability}, {df}")
-    tail = 1.0 - probability
-    low, high = 0.0, 1.0
-    while t_tail(high, df) > tail:
-        low, high = high, 2 * high
-    while high - low > 1e-13 * high:
-        middle = (low + high) / 2
-        low, high = (middle, high) if t_tail(middle, df) > tail else (low, middle)
-    return (low + high) / 2
+# What every comparison in sweep.json holds, in its order, before its seeds-only analysis.
+_ALWAYS = (
+    *("seeds", "differences", "margin", "model", "images", "mean", "se", "df"),
+    *("interval", "interval90", "p", "p_equivalence", "verdict", "raw_verdict", "correction"),
+)
+
+
+class Crossed(NamedTuple):
+    """The seeds × images model of a matrix of differences (`crossed`)."""
+
+    mean: float
+    seeds: int
+    images: int
+    mean_squares: dict[str, float]  # seed, image, residual
+    se: float
+    df: float
+    floored: bool  # the step floor set the se
 
 
 def outcome_matrix(a: Mapping[int, str], b: Mapping[int, str], seeds: Sequence[int]):
@@ -156,7 +195,7 @@ def outcome_matrix(a: Mapping[int, str], b: Mapping[int, str], seeds: Sequence[i
     return rows
 
 
-def crossed(matrix: Sequence[Sequence[float]], resolution: float = 0.0) -> dict[str, Any]:
+def crossed(matrix: Sequence[Sequence[float]], resolution: float = 0.0) -> Crossed:
     """The two-way crossed random-effects model of an S×I matrix of differences (seeds × images,
     points): the grand mean, the ANOVA mean squares, se of the mean and Satterthwaite's df (see
     the module's docstring for the model and the floors)."""
@@ -194,15 +233,8 @@ def crossed(matrix: Sequence[Sequence[float]], resolution: float = 0.0) -> dict[
         variance, df = max(variance, floor), float(df_seed)
     else:
         df = total**2 / math.fsum(term**2 / df for term, df in terms if term)
-    return {
-        "mean": grand,
-        "seeds": seeds,
-        "images": images,
-        "mean_squares": {"seed": ms_seed, "image": ms_image, "residual": ms_resid},
-        "se": math.sqrt(variance),
-        "df": df,
-        "floored": floored,
-    }
+    squares = {"seed": ms_seed, "image": ms_image, "residual": ms_resid}
+    return Crossed(grand, seeds, images, squares, math.sqrt(variance), df, floored)
 
 
 def _tests(mean: float, se: float, df: float, margin: float) -> tuple[float, float]:
@@ -235,7 +267,7 @@ def compare(
     resolution: float = 0.0,
     outcomes: tuple[Mapping[int, str], Mapping[int, str]] | None = None,
     min_crossed_seeds: int = CROSSED_MIN_SEEDS,
-) -> dict[str, Any]:
+) -> Comparison:
     """A against B over the seeds both have (accuracies as fractions, keyed by seed): the
     differences in points, their mean, its standard error and df, 95 % and 90 % intervals,
     p-values and the verdict. `resolution`: the step of the accuracies in points (100 / test
@@ -244,55 +276,29 @@ def compare(
     seeds on; without them, or with fewer seeds, seeds only."""
     seeds = sorted(set(a) & set(b))
     differences = [100.0 * (a[s] - b[s]) for s in seeds]
-    found: dict[str, Any] = {
-        "seeds": seeds,
-        "differences": differences,
-        "margin": margin,
-        "model": SEEDS_ONLY,
-        "images": None,
-        "mean": statistics.fmean(differences) if differences else None,
-        "se": None,
-        "df": None,
-        "interval": None,
-        "interval90": None,
-        "p": None,
-        "p_equivalence": None,
-        "verdict": "undecided",
-        "raw_verdict": "undecided",
-        "correction": None,
-        "seeds_only": None,  # where the model is the crossed one: the same over seeds alone
-    }
+    found = Comparison(
+        seeds, differences, margin, mean=statistics.fmean(differences) if differences else None
+    )
     n = len(differences)
     if n < MIN_SEEDS:
         return found
     if outcomes is not None and n >= min_crossed_seeds:
         model = crossed(outcome_matrix(*outcomes, seeds), resolution)
-        found.update(
-            model=CROSSED,
-            images=model["images"],
-            mean=model["mean"],
-            mean_squares=model["mean_squares"],
-        )
-        se, df = model["se"], model["df"]
+        found.model, found.images = CROSSED, model.images
+        found.mean, found.mean_squares = model.mean, model.mean_squares
+        se, df = model.se, model.df
     else:
         se, df = max(statistics.stdev(differences), resolution) / math.sqrt(n), float(n - 1)
-    mean = found["mean"]
+    mean = found.mean
     wide, narrow = t_quantile(0.975, df) * se, t_quantile(0.95, df) * se
-    p, p_equivalence = _tests(mean, se, df, margin)
-    found.update(
-        se=se,
-        df=df,
-        interval=(mean - wide, mean + wide),
-        interval90=(mean - narrow, mean + narrow),
-        p=p,
-        p_equivalence=p_equivalence,
-    )
-    if found["model"] == CROSSED:
+    found.se, found.df = se, df
+    found.interval, found.interval90 = (mean - wide, mean + wide), (mean - narrow, mean + narrow)
+    found.p, found.p_equivalence = _tests(mean, se, df, margin)
+    if found.model == CROSSED:
         # The same comparison over seeds alone: a verdict stands only where both show it.
         alone = compare(a, b, margin, resolution)
-        found["seeds_only"] = {key: alone[key] for key in SEEDS_ONLY_KEYS}
-    verdict = verdict_of(found, adjusted=False)
-    found.update(verdict=verdict, raw_verdict=verdict)
+        found.seeds_only = Analysis(**{key: getattr(alone, key) for key in SEEDS_ONLY_KEYS})
+    found.verdict = found.raw_verdict = verdict_of(found, adjusted=False)
     return found
 
 
@@ -304,21 +310,21 @@ SEEDS_ONLY_KEYS = (
 )
 
 
-def verdict_of(found: Mapping[str, Any], adjusted: bool = True) -> str:
+def verdict_of(found: Comparison, adjusted: bool = True) -> str:
     """The verdict of a comparison from its p-values (Holm-adjusted, or as computed): where it
     has a seeds-only analysis beside the crossed one (`seeds_only`), by the intersection-union
     rule: a side ahead only where both analyses show it ahead, else equivalent only where both
     show equivalence, else undecided; that is, `decide` on the larger of each pair of p-values,
     with both means of one sign."""
     names = ("p_holm", "p_equivalence_holm") if adjusted else ("p", "p_equivalence")
-    analyses = [found, *([found["seeds_only"]] if found.get("seeds_only") else [])]
-    tests = [(analysis["mean"], *(analysis.get(name) for name in names)) for analysis in analyses]
+    analyses = [found, *([found.seeds_only] if found.seeds_only else [])]
+    tests = [(analysis.mean, *(getattr(analysis, name) for name in names)) for analysis in analyses]
     if any(value is None for test in tests for value in test):
         return "undecided"
     p = max(p for _, p, _ in tests)
     if len({mean > 0 for mean, _, _ in tests}) > 1:
         p = 1.0  # the two analyses put different sides ahead: neither is shown
-    return decide(found["mean"], found["margin"], p, max(q for _, _, q in tests))
+    return decide(found.mean, found.margin, p, max(q for _, _, q in tests))
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
@@ -334,52 +340,51 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def correct(family: Sequence[dict[str, Any]]) -> int:
+def correct(family: Sequence[Comparison]) -> int:
     """Holm's correction over `family` (comparisons from `compare`, changed in place): each
     gets `p_holm` and `p_equivalence_holm`, its verdict from them (`verdict_of`; the
     uncorrected one stays in `raw_verdict`), and the family's size m (the comparisons with a
     p-value). The seeds-only analyses are a family of their own, the same m hypotheses (a
     comparison over seeds only stands in it as itself), adjusted apart: each crossed
     comparison's `seeds_only` gets its `p_holm`, `p_equivalence_holm` and `verdict` from them."""
-    size = sum(found["p"] is not None for found in family)
-    alone = [found.get("seeds_only") or found for found in family]
+    size = sum(found.p is not None for found in family)
+    alone = [found.seeds_only or found for found in family]
     for analyses in (alone, family):  # the comparisons' own last: `verdict_of` reads both
-        adjusted = holm([found["p"] for found in analyses])
-        adjusted_equivalence = holm([found["p_equivalence"] for found in analyses])
+        adjusted = holm([found.p for found in analyses])
+        adjusted_equivalence = holm([found.p_equivalence for found in analyses])
         for found, p, p_equivalence in zip(analyses, adjusted, adjusted_equivalence, strict=True):
-            found.update(p_holm=p, p_equivalence_holm=p_equivalence)
+            found.p_holm, found.p_equivalence_holm = p, p_equivalence
     for found in family:
-        found.update(correction="holm", family=size)
+        found.correction, found.family = "holm", size
         settle(found)
     return size
 
 
-def settle(found: dict[str, Any]) -> None:
+def settle(found: Comparison) -> None:
     """The verdicts of a comparison from its Holm-adjusted p-values (changed in place): where it
     has a seeds-only analysis, that one's own (`seeds_only["verdict"]`) and the crossed model's
     alone (`crossed_verdict`), then the verdict in force from both (`verdict_of`)."""
-    seeds_only = found.get("seeds_only")
+    seeds_only = found.seeds_only
     if seeds_only:
-        for analysis, key in ((seeds_only, "verdict"), (found, "crossed_verdict")):
-            analysis[key] = decide(
-                analysis["mean"],
-                found["margin"],
-                analysis["p_holm"],
-                analysis["p_equivalence_holm"],
-            )
-    found["verdict"] = verdict_of(found)
+        seeds_only.verdict = decide(
+            seeds_only.mean, found.margin, seeds_only.p_holm, seeds_only.p_equivalence_holm
+        )
+        found.crossed_verdict = decide(
+            found.mean, found.margin, found.p_holm, found.p_equivalence_holm
+        )
+    found.verdict = verdict_of(found)
 
 
-def describe(found: Mapping[str, Any], a: str, b: str, verdict: str | None = None) -> str:
+def describe(found: Comparison, a: str, b: str, verdict: str | None = None) -> str:
     """The verdict (default: the one in force) in words: "A ahead", "B ahead", "equivalent
     within ±1 point", "undecided"."""
-    verdict = verdict or found["verdict"]
+    verdict = verdict or found.verdict
     if verdict == "a":
         return f"{a} ahead"
     if verdict == "b":
         return f"{b} ahead"
     if verdict == "equivalent":
-        return f"equivalent within ±{found['margin']:g} point{'s' if found['margin'] != 1 else ''}"
+        return f"equivalent within ±{found.margin:g} point{'s' if found.margin != 1 else ''}"
     return "undecided"
 
 

@@ -55,7 +55,7 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
         rows = rows_by_eps.get(eps, [])
         for row in rows:
             colour = colours.get(row.key)
-            behind = row.versus_best is not None and row.versus_best["verdict"] == "b"
+            behind = row.versus_best is not None and row.versus_best.verdict == "b"
             values = [100 * v for v in readings.attacked(groups[row.key, eps], name)]
             axes.vlines(row.passes, min(values), max(values), color=colour, linewidth=1)
             axes.scatter(

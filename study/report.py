@@ -284,7 +284,7 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
         f"{eps:g}": [row.to_json() for row in rows] for eps, rows in cost_rows(report).items()
     }
     compared = family(report)
-    payload["paired_comparisons"] = compared.listed
+    payload["paired_comparisons"] = [pair.to_dict() for pair in compared.listed]
     # The family Holm's correction covers: the rows of paired_comparisons and the comparisons
     # with the most robust in robust_vs_cost, a pair in both once, those with a p-value.
     payload["paired_family"] = {

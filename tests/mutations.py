@@ -400,8 +400,8 @@ MUTATIONS = [
         "P4",
         "a report's verdicts from the uncorrected p-values, not Holm's",
         "study/paired.py",
-        'found["verdict"] = verdict_of(found)',
-        'found["verdict"] = found["raw_verdict"]',
+        "found.verdict = verdict_of(found)",
+        "found.verdict = found.raw_verdict",
         (
             "tests/test_paired.py::test_holm_s_correction_takes_the_verdicts_from_the_adjusted_p_values",
         ),
@@ -410,7 +410,7 @@ MUTATIONS = [
         "P7",
         "a verdict over seeds × images from the crossed model alone, not with the seeds-only one",
         "study/paired.py",
-        'analyses = [found, *([found["seeds_only"]] if found.get("seeds_only") else [])]',
+        "analyses = [found, *([found.seeds_only] if found.seeds_only else [])]",
         "analyses = [found]",
         (
             "tests/test_paired.py::test_clipped_components_narrow_the_interval_and_do_not_make_a_verdict_alone",
@@ -438,8 +438,8 @@ MUTATIONS = [
         "P6",
         "a pair both listed and against the most robust, the other way round, counted twice",
         "study/comparisons.py",
-        'hypotheses.setdefault((pair["eps"], frozenset((pair["a"], pair["b"]))), []).append(pair)',
-        'hypotheses.setdefault((pair["eps"], pair["a"], pair["b"]), []).append(pair)',
+        "hypotheses.setdefault((pair.eps, frozenset((pair.a, pair.b))), []).append(pair)",
+        "hypotheses.setdefault((pair.eps, pair.a, pair.b), []).append(pair)",
         (
             "tests/test_sweep.py::test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equivalent",
         ),

@@ -638,7 +638,7 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     assert rows["fastbat"].robust == pytest.approx(0.40) and rows["fastbat"].most_robust
     assert rows["fastbat"].marks == ["masking check ‡", "masked §: fastbat in 1 of 2 runs"]
     assert rows["pgd"].marks == []
-    assert rows["pgd"].versus_best["marks"] == [
+    assert rows["pgd"].versus_best.marks == [
         "masking check ‡",
         "masked §: fastbat in 1 of 2 runs",
         "seeds only",

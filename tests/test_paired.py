@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from study import paired
+from study import paired, student_t
 
 T975_4, T95_4 = 2.776445, 2.131847
 
@@ -25,10 +25,10 @@ BASE = {0: 0.50, 1: 0.47, 2: 0.55, 3: 0.49, 4: 0.52}  # seed effects, shared by 
 
 
 def test_t_quantiles_match_the_printed_table():
-    assert paired.t_quantile(0.975, 4) == pytest.approx(T975_4, abs=1e-5)
-    assert paired.t_quantile(0.95, 4) == pytest.approx(T95_4, abs=1e-5)
-    assert paired.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-3)
-    assert paired.t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-4)
+    assert student_t.t_quantile(0.975, 4) == pytest.approx(T975_4, abs=1e-5)
+    assert student_t.t_quantile(0.95, 4) == pytest.approx(T95_4, abs=1e-5)
+    assert student_t.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-3)
+    assert student_t.t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-4)
 
 
 def test_a_ahead_when_the_95_interval_excludes_zero():
@@ -36,13 +36,11 @@ def test_a_ahead_when_the_95_interval_excludes_zero():
     found = paired.compare(a, b)
     # By hand: mean 2.0, s_d = sqrt(0.5 / 4), half-width t(0.975, 4)·s_d/√5.
     half = T975_4 * math.sqrt(0.5 / 4) / math.sqrt(5)
-    assert found["mean"] == pytest.approx(2.0)
-    assert found["interval"] == pytest.approx((2.0 - half, 2.0 + half), abs=1e-4)
-    assert found["verdict"] == "a" and paired.describe(found, "N-FGSM", "Fast-AT") == (
-        "N-FGSM ahead"
-    )
+    assert found.mean == pytest.approx(2.0)
+    assert found.interval == pytest.approx((2.0 - half, 2.0 + half), abs=1e-4)
+    assert found.verdict == "a" and paired.describe(found, "N-FGSM", "Fast-AT") == ("N-FGSM ahead")
     # The same the other way round.
-    assert paired.compare(b, a)["verdict"] == "b"
+    assert paired.compare(b, a).verdict == "b"
 
 
 def test_equivalent_when_the_90_interval_lies_within_the_margin():
@@ -50,13 +48,13 @@ def test_equivalent_when_the_90_interval_lies_within_the_margin():
     found = paired.compare(a, b)
     s_d = math.sqrt((0.04 + 0.01 + 0.01 + 0.0 + 0.04) / 4)
     half90 = T95_4 * s_d / math.sqrt(5)
-    assert found["mean"] == pytest.approx(0.0, abs=1e-9)
-    assert found["interval90"] == pytest.approx((-half90, half90), abs=1e-4)
-    assert found["interval"][0] < 0 < found["interval"][1]  # no side is ahead
-    assert found["verdict"] == "equivalent"
+    assert found.mean == pytest.approx(0.0, abs=1e-9)
+    assert found.interval90 == pytest.approx((-half90, half90), abs=1e-4)
+    assert found.interval[0] < 0 < found.interval[1]  # no side is ahead
+    assert found.verdict == "equivalent"
     assert paired.describe(found, "A", "B") == "equivalent within ±1 point"
     # A margin narrower than the 90 % interval leaves it undecided.
-    assert paired.compare(a, b, margin=0.1)["verdict"] == "undecided"
+    assert paired.compare(a, b, margin=0.1).verdict == "undecided"
 
 
 def test_not_ahead_when_only_the_90_interval_excludes_zero():
@@ -64,29 +62,29 @@ def test_not_ahead_when_only_the_90_interval_excludes_zero():
     found = paired.compare(a, b)
     # By hand: mean 1.0, s_d = sqrt(3.6 / 4), standard error s_d/√5.
     error = math.sqrt(3.6 / 4) / math.sqrt(5)
-    assert found["interval"] == pytest.approx((1.0 - T975_4 * error, 1.0 + T975_4 * error))
-    assert found["interval"][0] < 0 < found["interval90"][0]  # -0.18 and +0.10
-    assert found["interval90"][1] > 1  # 1.90: not within the margin either
-    assert found["verdict"] == "undecided"
+    assert found.interval == pytest.approx((1.0 - T975_4 * error, 1.0 + T975_4 * error))
+    assert found.interval[0] < 0 < found.interval90[0]  # -0.18 and +0.10
+    assert found.interval90[1] > 1  # 1.90: not within the margin either
+    assert found.verdict == "undecided"
 
 
 def test_undecided_when_the_seeds_cannot_tell():
     a, b = records(BASE, [3.0, -2.0, 1.0, -3.0, 1.0])
     found = paired.compare(a, b)
     half90 = T95_4 * math.sqrt(24 / 4) / math.sqrt(5)  # 2.33 > 1: not within the margin
-    assert found["interval90"][1] == pytest.approx(half90, abs=1e-4)
-    assert found["verdict"] == "undecided"
+    assert found.interval90[1] == pytest.approx(half90, abs=1e-4)
+    assert found.verdict == "undecided"
 
 
 def test_pairing_uses_only_the_seeds_both_have_and_one_seed_decides_nothing():
     a, b = records(BASE, [2.0, 2.5, 1.5, 2.0, 2.0])
     del a[4], b[0]
     found = paired.compare(a, b)
-    assert found["seeds"] == [1, 2, 3]
-    assert found["differences"] == pytest.approx([2.5, 1.5, 2.0])
+    assert found.seeds == [1, 2, 3]
+    assert found.differences == pytest.approx([2.5, 1.5, 2.0])
     single = paired.compare({0: 0.6}, {0: 0.5})
-    assert single["verdict"] == "undecided" and single["interval"] is None
-    assert single["mean"] == pytest.approx(10.0)
+    assert single.verdict == "undecided" and single.interval is None
+    assert single.mean == pytest.approx(10.0)
 
 
 def test_pairing_is_sharper_than_comparing_means():
@@ -94,7 +92,7 @@ def test_pairing_is_sharper_than_comparing_means():
     that the paired test finds."""
     base = {0: 0.40, 1: 0.46, 2: 0.43, 3: 0.49, 4: 0.45}
     a, b = records(base, [1.0, 1.2, 0.8, 1.1, 0.9])
-    assert paired.compare(a, b)["verdict"] == "a"
+    assert paired.compare(a, b).verdict == "a"
     spread = math.sqrt(sum((v - sum(base.values()) / 5) ** 2 for v in base.values()) / 4)
     assert 100 * spread > 3  # an unpaired comparison would see 1 point inside 3 points of noise
 
@@ -106,14 +104,14 @@ def test_the_accuracy_step_bounds_the_spread_of_the_differences():
     a, b = records({0: 0.5, 1: 0.4}, [0.2, 0.2])
     found = paired.compare(a, b, resolution=0.2)
     half = 12.706205 * 0.2 / math.sqrt(2)
-    assert found["interval"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-3)
-    assert found["verdict"] == "undecided"
+    assert found.interval == pytest.approx((0.2 - half, 0.2 + half), abs=1e-3)
+    assert found.verdict == "undecided"
     a, b = records(BASE, [0.2] * 5)
     found = paired.compare(a, b, resolution=0.2)
     half = T975_4 * 0.2 / math.sqrt(5)
-    assert found["interval"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-4)
-    assert found["verdict"] == "equivalent"
-    assert paired.compare(a, b)["verdict"] == "a"  # without the bound: a spurious lead
+    assert found.interval == pytest.approx((0.2 - half, 0.2 + half), abs=1e-4)
+    assert found.verdict == "equivalent"
+    assert paired.compare(a, b).verdict == "a"  # without the bound: a spurious lead
 
 
 def test_a_difference_that_rounds_to_zero_is_written_without_a_minus():
@@ -134,13 +132,15 @@ def test_t_tail_matches_closed_forms_and_the_printed_table():
     printed 97.5 % point of 4 leaves 2.5 %; a whole number of degrees of freedom is not needed,
     and the quantile inverts the tail there too."""
     for t in (0.3, 1.0, 4.0, 40.0):
-        assert paired.t_tail(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, rel=1e-10)
-        assert paired.t_tail(t, 2) == pytest.approx(0.5 - t / (2 * math.sqrt(2 + t * t)), rel=1e-10)
-        assert paired.t_tail(-t, 2) == pytest.approx(1 - paired.t_tail(t, 2), rel=1e-12)
-    assert paired.t_tail(T975_4, 4) == pytest.approx(0.025, abs=1e-7)
-    assert paired.t_tail(2.5, 2) > paired.t_tail(2.5, 2.5) > paired.t_tail(2.5, 3)
-    assert paired.t_tail(paired.t_quantile(0.975, 2.5), 2.5) == pytest.approx(0.025, rel=1e-9)
-    assert paired.t_quantile(0.975, 1e6) == pytest.approx(1.959964, abs=1e-5)  # the normal's
+        assert student_t.t_tail(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, rel=1e-10)
+        assert student_t.t_tail(t, 2) == pytest.approx(
+            0.5 - t / (2 * math.sqrt(2 + t * t)), rel=1e-10
+        )
+        assert student_t.t_tail(-t, 2) == pytest.approx(1 - student_t.t_tail(t, 2), rel=1e-12)
+    assert student_t.t_tail(T975_4, 4) == pytest.approx(0.025, abs=1e-7)
+    assert student_t.t_tail(2.5, 2) > student_t.t_tail(2.5, 2.5) > student_t.t_tail(2.5, 3)
+    assert student_t.t_tail(student_t.t_quantile(0.975, 2.5), 2.5) == pytest.approx(0.025, rel=1e-9)
+    assert student_t.t_quantile(0.975, 1e6) == pytest.approx(1.959964, abs=1e-5)  # the normal's
 
 
 def test_p_values_say_what_the_intervals_say():
@@ -155,14 +155,14 @@ def test_p_values_say_what_the_intervals_say():
     ]
     for differences in cases:
         found = paired.compare(*records(BASE, differences))
-        low, high = found["interval"]
-        assert (found["p"] < 0.05) == (low > 0 or high < 0), differences
-        low, high = found["interval90"]
-        assert (found["p_equivalence"] < 0.05) == (-1 < low and high < 1), differences
+        low, high = found.interval
+        assert (found.p < 0.05) == (low > 0 or high < 0), differences
+        low, high = found.interval90
+        assert (found.p_equivalence < 0.05) == (-1 < low and high < 1), differences
     found = paired.compare(*records(BASE, cases[0]))
     t = 2.0 / (math.sqrt(0.5 / 4) / math.sqrt(5))
-    assert found["p"] == pytest.approx(2 * paired.t_tail(t, 4), rel=1e-12)
-    assert found["p"] < 1e-3 and found["df"] == 4 and found["model"] == "seeds only"
+    assert found.p == pytest.approx(2 * student_t.t_tail(t, 4), rel=1e-12)
+    assert found.p < 1e-3 and found.df == 4 and found.model == "seeds only"
 
 
 def test_equivalent_when_the_90_interval_is_inside_the_margin_though_the_95_is_not():
@@ -173,12 +173,12 @@ def test_equivalent_when_the_90_interval_is_inside_the_margin_though_the_95_is_n
     P(T₄ > 1/0.4243 = 2.357) = 0.039: under 5 %, over 2.5 %."""
     found = paired.compare(*records(BASE, [1.2, -1.2, 0.6, -0.6, 0.0]))
     error = math.sqrt(0.9) / math.sqrt(5)
-    assert found["interval90"] == pytest.approx((-T95_4 * error, T95_4 * error), abs=1e-5)
-    assert found["interval"] == pytest.approx((-T975_4 * error, T975_4 * error), abs=1e-5)
-    assert -1 < found["interval90"][0] and found["interval90"][1] < 1  # 0.904 < 1
-    assert found["interval"][1] > 1  # 1.178: judged from it, undecided
-    assert found["p_equivalence"] == pytest.approx(0.038958, abs=1e-5)
-    assert found["verdict"] == "equivalent"
+    assert found.interval90 == pytest.approx((-T95_4 * error, T95_4 * error), abs=1e-5)
+    assert found.interval == pytest.approx((-T975_4 * error, T975_4 * error), abs=1e-5)
+    assert -1 < found.interval90[0] and found.interval90[1] < 1  # 0.904 < 1
+    assert found.interval[1] > 1  # 1.178: judged from it, undecided
+    assert found.p_equivalence == pytest.approx(0.038958, abs=1e-5)
+    assert found.verdict == "equivalent"
 
 
 def outcome_strings(rows):
@@ -210,31 +210,31 @@ def test_two_seeds_are_compared_over_seeds_only_even_with_their_outcomes():
     a, b = {0: 0.5, 1: 0.5}, {0: 0.5, 1: 0.5}
     two = ({s: OUTCOMES_A[s] for s in (0, 1)}, {s: OUTCOMES_B[s] for s in (0, 1)})
     found = paired.compare(a, b, resolution=25.0, outcomes=two)
-    assert found["model"] == "seeds only" and found["images"] is None
-    assert found["mean"] == 0.0 and found["se"] == pytest.approx(25.0 / math.sqrt(2))
-    assert found["df"] == 1.0
+    assert found.model == "seeds only" and found.images is None
+    assert found.mean == 0.0 and found.se == pytest.approx(25.0 / math.sqrt(2))
+    assert found.df == 1.0
     # Asked for from two seeds on, the model is the crossed one on the 2×4 matrix.
     crossed = paired.compare(a, b, resolution=25.0, outcomes=two, min_crossed_seeds=2)
-    assert crossed["model"] == "seeds × images" and crossed["images"] == 4
+    assert crossed.model == "seeds × images" and crossed.images == 4
 
 
 def test_the_seeds_by_images_model_by_hand_on_a_3_by_4_matrix():
     a, b = {0: 0.5, 1: 0.5, 2: 1.0}, {0: 0.5, 1: 0.5, 2: 0.0}
     found = paired.compare(a, b, resolution=25.0, outcomes=(OUTCOMES_A, OUTCOMES_B))
-    assert found["model"] == "seeds × images" and found["images"] == 4
-    squares = found["mean_squares"]
+    assert found.model == "seeds × images" and found.images == 4
+    squares = found.mean_squares
     assert squares["seed"] == pytest.approx(1e4 * 4 / 3)
     assert squares["image"] == pytest.approx(1e4 * 2 / 3)
     assert squares["residual"] == pytest.approx(1e4 / 3)
-    assert found["mean"] == pytest.approx(100 / 3)
-    assert found["se"] == pytest.approx(100 * math.sqrt(5) / 6)
-    assert found["df"] == pytest.approx(50 / 19)
+    assert found.mean == pytest.approx(100 / 3)
+    assert found.se == pytest.approx(100 * math.sqrt(5) / 6)
+    assert found.df == pytest.approx(50 / 19)
     half = 3.449967 * 100 * math.sqrt(5) / 6
-    assert found["interval"] == pytest.approx((100 / 3 - half, 100 / 3 + half), abs=1e-3)
-    assert found["p"] == pytest.approx(2 * paired.t_tail((100 / 3) / found["se"], 50 / 19))
-    assert found["verdict"] == "undecided"
+    assert found.interval == pytest.approx((100 / 3 - half, 100 / 3 + half), abs=1e-3)
+    assert found.p == pytest.approx(2 * student_t.t_tail((100 / 3) / found.se, 50 / 19))
+    assert found.verdict == "undecided"
     seeds_only = paired.compare(a, b, resolution=25.0)
-    assert seeds_only["se"] == pytest.approx(100 / 3)  # 57.74/√3: narrower, ignoring the images
+    assert seeds_only.se == pytest.approx(100 / 3)  # 57.74/√3: narrower, ignoring the images
 
 
 def test_the_seeds_by_images_floors():
@@ -244,20 +244,20 @@ def test_the_seeds_by_images_floors():
     seeds-only se of the same matrix."""
     same = outcome_strings([[1, 0, 1, 1], [0, 0, 1, 1], [1, 1, 1, 0]])
     found = paired.crossed(paired.outcome_matrix(same, same, range(3)), resolution=25.0)
-    assert found["se"] == pytest.approx(25.0 / math.sqrt(3)) and found["df"] == 2
-    assert found["floored"]
+    assert found.se == pytest.approx(25.0 / math.sqrt(3)) and found.df == 2
+    assert found.floored
     # Image effect only, no seed effect: MS_seed = 0 < MS_resid stands in as MS_resid.
     matrix = [[100, 100, 0, 0], [100, 100, 0, 0], [100, 0, 100, 0]]
     found = paired.crossed(matrix)
-    squares = found["mean_squares"]
+    squares = found.mean_squares
     assert squares["seed"] == 0 and squares["image"] > squares["residual"] > 0
-    assert found["se"] ** 2 == pytest.approx(squares["image"] / 12)  # = (MS_r + MS_i − MS_r)/12
-    assert found["df"] == 3  # Satterthwaite of MS_image alone: its own df
+    assert found.se**2 == pytest.approx(squares["image"] / 12)  # = (MS_r + MS_i − MS_r)/12
+    assert found.df == 3  # Satterthwaite of MS_image alone: its own df
     rng = np.random.default_rng(3)
     for _ in range(50):
         matrix = (100.0 * rng.integers(-1, 2, size=(4, 30))).tolist()
         seed_means = [sum(row) / 30 for row in matrix]
-        assert paired.crossed(matrix)["se"] >= statistics_se(seed_means) - 1e-9
+        assert paired.crossed(matrix).se >= statistics_se(seed_means) - 1e-9
 
 
 def statistics_se(values):
@@ -290,8 +290,8 @@ def test_the_seeds_by_images_se_agrees_with_a_bootstrap_over_seeds_and_images():
     seed_counts = rng.multinomial(seeds, [1 / seeds] * seeds, size=draws)
     image_counts = rng.multinomial(images, [1 / images] * images, size=draws)
     means = np.einsum("bs,si,bi->b", seed_counts, d, image_counts) / (seeds * images)
-    assert found["mean"] == pytest.approx(d.mean())
-    assert found["se"] == pytest.approx(means.std(ddof=1), rel=0.25)
+    assert found.mean == pytest.approx(d.mean())
+    assert found.se == pytest.approx(means.std(ddof=1), rel=0.25)
 
 
 def test_the_seeds_by_images_interval_covers_under_its_model():
@@ -303,10 +303,10 @@ def test_the_seeds_by_images_interval_covers_under_its_model():
     for _ in range(300):
         d = 0.5 + rng.normal(0, 1, (5, 1)) + rng.normal(0, 4, (1, 60)) + rng.normal(0, 6, (5, 60))
         found = paired.crossed(d.tolist())
-        means.append(found["mean"])
-        squares.append(found["se"] ** 2)
-        t = abs(found["mean"] - 0.5) / found["se"]
-        covered += 2 * paired.t_tail(t, found["df"]) > 0.05  # inside the 95 % interval
+        means.append(found.mean)
+        squares.append(found.se**2)
+        t = abs(found.mean - 0.5) / found.se
+        covered += 2 * student_t.t_tail(t, found.df) > 0.05  # inside the 95 % interval
     assert math.sqrt(np.mean(squares)) == pytest.approx(np.std(means), rel=0.15)
     assert covered / 300 == pytest.approx(0.95, abs=0.04)
 
@@ -331,15 +331,15 @@ def test_holm_s_correction_takes_the_verdicts_from_the_adjusted_p_values():
         paired.compare(*records(BASE, [1.0, 2.0, 0.2, 1.5, 0.3])),
         paired.compare(*records(BASE, [1.2, -1.2, 0.6, -0.6, 0.0])),
     ]
-    assert [f["verdict"] for f in family] == ["a", "a", "equivalent"]
-    raw = [f["p"] for f in family]
+    assert [f.verdict for f in family] == ["a", "a", "equivalent"]
+    raw = [f.p for f in family]
     assert paired.correct(family) == 3
-    assert [f["raw_verdict"] for f in family] == ["a", "a", "equivalent"]
-    assert [f["verdict"] for f in family] == ["a", "undecided", "undecided"]
-    assert raw[1] == pytest.approx(2 * paired.t_tail(1.0 / math.sqrt(0.595 / 5), 4))
-    assert family[1]["p_holm"] == pytest.approx(2 * raw[1])
-    assert family[2]["p_equivalence_holm"] == pytest.approx(min(1, 3 * 0.038958), abs=1e-5)
-    assert all(f["correction"] == "holm" and f["family"] == 3 for f in family)
+    assert [f.raw_verdict for f in family] == ["a", "a", "equivalent"]
+    assert [f.verdict for f in family] == ["a", "undecided", "undecided"]
+    assert raw[1] == pytest.approx(2 * student_t.t_tail(1.0 / math.sqrt(0.595 / 5), 4))
+    assert family[1].p_holm == pytest.approx(2 * raw[1])
+    assert family[2].p_equivalence_holm == pytest.approx(min(1, 3 * 0.038958), abs=1e-5)
+    assert all(f.correction == "holm" and f.family == 3 for f in family)
 
 
 # A 3×8 example whose variance components both clip to 0, as in the committed tuned study's
@@ -368,35 +368,35 @@ def test_clipped_components_narrow_the_interval_and_do_not_make_a_verdict_alone(
     a = {s: CLIPPED_A[s].count("1") / 8 for s in range(3)}
     b = {s: CLIPPED_B[s].count("1") / 8 for s in range(3)}
     found = paired.compare(a, b, margin=35.0, resolution=12.5, outcomes=(CLIPPED_A, CLIPPED_B))
-    assert found["model"] == "seeds × images" and found["mean"] == pytest.approx(0.0)
-    squares = found["mean_squares"]
+    assert found.model == "seeds × images" and found.mean == pytest.approx(0.0)
+    squares = found.mean_squares
     assert squares["seed"] == pytest.approx(5000.0)
     assert squares["image"] == pytest.approx(0.0, abs=1e-9)
     assert squares["residual"] == pytest.approx(110_000 / 14)
     se = math.sqrt(110_000 / 14 / 24)
-    assert found["se"] == pytest.approx(se) and found["df"] == pytest.approx(14.0)
-    assert found["interval"] == pytest.approx((-2.144787 * se, 2.144787 * se), abs=1e-4)
-    assert found["interval90"][1] == pytest.approx(1.761310 * se, abs=1e-4) and se > 18.09
-    alone = found["seeds_only"]
-    assert alone["se"] == pytest.approx(25 / math.sqrt(3)) and alone["df"] == 2.0
-    assert alone["interval"] == pytest.approx((-4.302653 * 25 / 3**0.5, 4.302653 * 25 / 3**0.5))
-    assert alone["se"] < found["se"]  # the crossed se is the larger ...
-    assert found["interval"][1] < alone["interval"][1]  # ... and its interval the narrower
+    assert found.se == pytest.approx(se) and found.df == pytest.approx(14.0)
+    assert found.interval == pytest.approx((-2.144787 * se, 2.144787 * se), abs=1e-4)
+    assert found.interval90[1] == pytest.approx(1.761310 * se, abs=1e-4) and se > 18.09
+    alone = found.seeds_only
+    assert alone.se == pytest.approx(25 / math.sqrt(3)) and alone.df == 2.0
+    assert alone.interval == pytest.approx((-4.302653 * 25 / 3**0.5, 4.302653 * 25 / 3**0.5))
+    assert alone.se < found.se  # the crossed se is the larger ...
+    assert found.interval[1] < alone.interval[1]  # ... and its interval the narrower
     # Equivalence: the crossed p = P(T₁₄ > 35/se) = 0.0368 (the 90 % interval inside ±35); over
     # seeds, with 2 df in closed form P(T₂ > t) = 1/2 − t/(2√(t² + 2)), t = 35/14.434 = 2.425.
     t = 35 / (25 / math.sqrt(3))
-    assert alone["p_equivalence"] == pytest.approx(0.5 - t / (2 * math.sqrt(t * t + 2)))
-    assert alone["p_equivalence"] == pytest.approx(0.0681, abs=1e-4)
-    assert found["p_equivalence"] == pytest.approx(0.0368, abs=1e-4)
-    assert alone["verdict"] == "undecided"
-    assert found["verdict"] == found["raw_verdict"] == "undecided"  # not equivalent: seeds only
+    assert alone.p_equivalence == pytest.approx(0.5 - t / (2 * math.sqrt(t * t + 2)))
+    assert alone.p_equivalence == pytest.approx(0.0681, abs=1e-4)
+    assert found.p_equivalence == pytest.approx(0.0368, abs=1e-4)
+    assert alone.verdict == "undecided"
+    assert found.verdict == found.raw_verdict == "undecided"  # not equivalent: seeds only
     # Corrected alone (m = 1), the same: the crossed model by itself would say equivalent.
     assert paired.correct([found]) == 1
-    assert found["crossed_verdict"] == "equivalent"
-    assert found["seeds_only"]["verdict"] == "undecided" and found["verdict"] == "undecided"
+    assert found.crossed_verdict == "equivalent"
+    assert found.seeds_only.verdict == "undecided" and found.verdict == "undecided"
     # Without the outcomes the comparison is the seeds-only analysis itself.
     plain = paired.compare(a, b, margin=35.0, resolution=12.5)
-    assert plain["seeds_only"] is None and plain["interval"] == alone["interval"]
+    assert plain.seeds_only is None and plain.interval == alone.interval
 
 
 def test_a_verdict_needs_both_analyses_intersection_union():
@@ -405,13 +405,10 @@ def test_a_verdict_needs_both_analyses_intersection_union():
     decides by its own p-values."""
 
     def pair(p, q, p_alone, q_alone, mean=0.5, mean_alone=0.5):
-        return {
-            "mean": mean,
-            "margin": 1.0,
-            "p_holm": p,
-            "p_equivalence_holm": q,
-            "seeds_only": {"mean": mean_alone, "p_holm": p_alone, "p_equivalence_holm": q_alone},
-        }
+        alone = paired.Analysis(mean_alone, *[None] * 6, "undecided", "undecided", p_alone, q_alone)
+        return paired.Comparison(
+            [], [], 1.0, mean=mean, p_holm=p, p_equivalence_holm=q, seeds_only=alone
+        )
 
     assert paired.verdict_of(pair(0.01, 0.9, 0.02, 0.9)) == "a"
     assert paired.verdict_of(pair(0.01, 0.9, 0.02, 0.9, -0.5, -0.5)) == "b"
@@ -420,7 +417,7 @@ def test_a_verdict_needs_both_analyses_intersection_union():
     assert paired.verdict_of(pair(0.3, 0.01, 0.3, 0.06)) == "undecided"  # equivalent by one
     assert paired.verdict_of(pair(0.01, 0.9, 0.01, 0.9, 0.5, -0.01)) == "undecided"  # two signs
     alone = pair(0.01, 0.9, None, None)
-    alone["seeds_only"] = None
+    alone.seeds_only = None
     assert paired.verdict_of(alone) == "a"
 
 
@@ -446,7 +443,7 @@ def test_the_committed_equivalence_that_rested_on_clipped_components_is_undecide
     assert max(squares["seed"], squares["image"]) < squares["residual"]  # both clipped
     se = math.sqrt(squares["residual"] / 5000)
     assert found["se"] == pytest.approx(se) and found["df"] == pytest.approx(3996.0)
-    t_many = paired.t_quantile(0.975, 3996.0)
+    t_many = student_t.t_quantile(0.975, 3996.0)
     assert t_many == pytest.approx(1.9606, abs=1e-4)
     assert found["interval"] == pytest.approx(
         (found["mean"] - t_many * se, found["mean"] + t_many * se)
@@ -475,11 +472,11 @@ def test_the_seeds_only_analyses_are_a_family_of_their_own():
     b = {s: CLIPPED_B[s].count("1") / 8 for s in range(3)}
     clipped = paired.compare(a, b, margin=35.0, resolution=12.5, outcomes=(CLIPPED_A, CLIPPED_B))
     ahead = paired.compare(*records(BASE, [5.0, 5.1, 4.9, 5.0, 5.0]))
-    crossed_p, alone_p = clipped["p_equivalence"], clipped["seeds_only"]["p_equivalence"]
-    assert max(crossed_p, alone_p) < ahead["p_equivalence"]  # the smaller in both families
+    crossed_p, alone_p = clipped.p_equivalence, clipped.seeds_only.p_equivalence
+    assert max(crossed_p, alone_p) < ahead.p_equivalence  # the smaller in both families
     assert paired.correct([clipped, ahead]) == 2
-    assert clipped["p_equivalence_holm"] == pytest.approx(2 * crossed_p)
-    assert clipped["seeds_only"]["p_equivalence_holm"] == pytest.approx(2 * alone_p)
-    assert clipped["seeds_only"]["p"] == clipped["seeds_only"]["p_holm"] == 1.0  # mean 0
-    assert ahead["seeds_only"] is None and ahead["verdict"] == "a"
-    assert clipped["crossed_verdict"] == "undecided" and clipped["verdict"] == "undecided"
+    assert clipped.p_equivalence_holm == pytest.approx(2 * crossed_p)
+    assert clipped.seeds_only.p_equivalence_holm == pytest.approx(2 * alone_p)
+    assert clipped.seeds_only.p == clipped.seeds_only.p_holm == 1.0  # mean 0
+    assert ahead.seeds_only is None and ahead.verdict == "a"
+    assert clipped.crossed_verdict == "undecided" and clipped.verdict == "undecided"

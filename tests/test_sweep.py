@@ -699,12 +699,12 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert rows["fastbat"].most_robust  # mean 0.5064 against pgd's 0.5062
     # Paired differences pgd − fastbat, in points: -0.2, 0.3, -0.2, -0.1, 0.1; mean -0.02.
     versus = rows["pgd"].versus_best
-    assert versus["differences"] == pytest.approx([-0.2, 0.3, -0.2, -0.1, 0.1])
-    s_d = math.sqrt(sum((d + 0.02) ** 2 for d in versus["differences"]) / 4)
+    assert versus.differences == pytest.approx([-0.2, 0.3, -0.2, -0.1, 0.1])
+    s_d = math.sqrt(sum((d + 0.02) ** 2 for d in versus.differences) / 4)
     half = 2.776445 * s_d / math.sqrt(5)
-    assert versus["interval"] == pytest.approx((-0.02 - half, -0.02 + half), abs=1e-4)
-    assert versus["verdict"] == "equivalent"
-    assert rows["fastat"].versus_best["verdict"] == "b"  # 5 points behind at every seed
+    assert versus.interval == pytest.approx((-0.02 - half, -0.02 + half), abs=1e-4)
+    assert versus.verdict == "equivalent"
+    assert rows["fastat"].versus_best.verdict == "b"  # 5 points behind at every seed
     assert costs.cheapest_equivalent(list(rows.values())).variant == "pgd"
     assert [rows[v].pareto for v in ("fastat", "pgd", "fastbat")] == [True, True, True]
 
@@ -719,11 +719,11 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert "equivalent within ±1 point" in table
     # One family, Holm-corrected: pgd − fastbat (listed, and against the most robust: one
     # hypothesis) and fastat − fastbat, m = 2. Equivalence: pgd's p is the smaller, times 2.
-    assert versus["family"] == rows["fastat"].versus_best["family"] == 2
-    assert versus["p_equivalence_holm"] == pytest.approx(2 * versus["p_equivalence"])
+    assert versus.family == rows["fastat"].versus_best.family == 2
+    assert versus.p_equivalence_holm == pytest.approx(2 * versus.p_equivalence)
     (listed_pair,) = comparisons.listed_comparisons(report)
-    assert (listed_pair["a"], listed_pair["b"]) == ("fastbat", "pgd")
-    assert listed_pair["p_holm"] == versus["p_holm"] and listed_pair["family"] == 2
+    assert (listed_pair.a, listed_pair.b) == ("fastbat", "pgd")
+    assert listed_pair.p_holm == versus.p_holm and listed_pair.family == 2
     assert "10 (10–20) |" in table  # fastat: 100 steps × 0.1 s, rounds 0.1–0.2 s
     assert "Measured under a load above the cores: indicative only." in table
     assert "- ε = 8: pgd (50.6%, 0.6k passes); most robust fastbat (50.6%, 0.8k passes)" in table
@@ -736,7 +736,7 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     cells[5] = dataclasses.replace(cells[5], code=CellCode(("r2",), True))
     train = dataclasses.replace(cells[10].train, pairing={"initial_weights": "other"})
     cells[10] = dataclasses.replace(cells[10], train=train)
-    marks = comparisons.comparison(report, 8.0, "fastbat", "pgd")["marks"]
+    marks = comparisons.comparison(report, 8.0, "fastbat", "pgd").marks
     assert marks == [
         "different revisions",
         "uncommitted or unrecorded code †",
@@ -822,8 +822,8 @@ def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
         ],
     }
     at48, at76 = comparisons.listed_comparisons(report)
-    assert at48["seeds"] == [0, 1] and "elle diverged in 1 of 3 runs" in at48["marks"]
-    assert at76["seeds"] == [] and at76["marks"] == ["elle diverged in 3 of 3 runs"]
+    assert at48.seeds == [0, 1] and "elle diverged in 1 of 3 runs" in at48.marks
+    assert at76.seeds == [] and at76.marks == ["elle diverged in 3 of 3 runs"]
     table = "\n".join(comparisons.comparison_table(report))
     assert "| 76 | elle | nfgsm | 0 | – |" in table
     assert table.count("elle diverged in") == 2
@@ -881,14 +881,14 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
         {s: strings["fastbat", s] for s in seeds}, {s: strings["fastat", s] for s in seeds}, seeds
     )
     model = paired.crossed(matrix, resolution=100 / points)
-    assert at8["model"] == "seeds × images" and at8["images"] == points
-    assert at8["se"] == pytest.approx(model["se"]) and at8["df"] == pytest.approx(model["df"])
-    assert at8["mean"] == pytest.approx(sum(map(sum, matrix)) / (3 * points))
-    assert "seeds only" not in at8["marks"]
-    assert at16["model"] == "seeds only" and "seeds only" in at16["marks"]
-    assert at8["family"] == at16["family"] == 2
-    holm = paired.holm([at8["p"], at16["p"]])
-    assert [at8["p_holm"], at16["p_holm"]] == pytest.approx(holm)
+    assert at8.model == "seeds × images" and at8.images == points
+    assert at8.se == pytest.approx(model.se) and at8.df == pytest.approx(model.df)
+    assert at8.mean == pytest.approx(sum(map(sum, matrix)) / (3 * points))
+    assert "seeds only" not in at8.marks
+    assert at16.model == "seeds only" and "seeds only" in at16.marks
+    assert at8.family == at16.family == 2
+    holm = paired.holm([at8.p, at16.p])
+    assert [at8.p_holm, at16.p_holm] == pytest.approx(holm)
 
     table = "\n".join(comparisons.comparison_table(report))
     assert "m = 2" in table and "Holm" in table
@@ -906,8 +906,8 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
     cell = next(c for c in report["cells"] if c.name == "fastbat-eps8-seed1")
     cell.evaluation("autoattack").robust_accuracy[8.0] += 0.1
     found = comparisons.comparison(report, 8.0, "fastbat", "fastat")
-    assert found["model"] == "seeds only"
-    assert "seeds only (outcomes disagree with the accuracy)" in found["marks"]
+    assert found.model == "seeds only"
+    assert "seeds only (outcomes disagree with the accuracy)" in found.marks
 
 
 def test_the_gpu_time_estimate_is_epochs_and_passes_times_the_anchors(tmp_path):
@@ -1215,5 +1215,5 @@ def test_a_number_that_is_no_accuracy_is_left_out_with_its_seed_naming_the_file(
         "left out"
     ) in text
     (pair,) = comparisons.listed_comparisons(report)
-    assert pair["seeds"] == [0, 2]
+    assert pair.seeds == [0, 2]
     assert "| 8 | fastbat | fastat | 2 |" in text

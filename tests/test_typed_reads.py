@@ -24,6 +24,7 @@ import dataclasses
 import os
 
 from fbat_tf import records
+from study import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,7 +64,6 @@ READERS = [
 REPORT = "the report's top-level dict (cells.collect), not its cells"
 # The definition's evaluations as the report records them (definition.evaluation_record).
 EVALUATIONS = "an evaluation of the definition as the report records it (name, label, ε...)"
-PAIRED = "a paired comparison, built by paired.compare and comparisons.comparison"
 
 # Per module, each receiver a string key may be read from, and what it holds.
 ALLOWED: dict[str, dict[str, str]] = {
@@ -77,10 +77,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "report": REPORT,
         "evaluation": EVALUATIONS,
         "readings.evaluations(report)[-1]": EVALUATIONS,
-        "found": PAIRED,
-        "pair": PAIRED,
-        "first": PAIRED,
-        "found['seeds_only']": "the seeds-only analysis of a paired comparison (paired.compare)",
     },
     f"{STUDY}/costs.py": {
         "report": REPORT,
@@ -90,8 +86,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "timing": "the same, with the load it was measured under (costs.measured_time)",
         "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
         "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
-        "versus": PAIRED,
-        "r.versus_best": PAIRED,
     },
     f"{STUDY}/paper.py": {
         "report": REPORT,
@@ -107,7 +101,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "evaluation": EVALUATIONS,
         "last": EVALUATIONS,
         "readings.evaluations(report)[-1]": EVALUATIONS,
-        "row.versus_best": PAIRED,
     },
     f"{STUDY}/report.py": {
         "report": REPORT,
@@ -117,12 +110,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "evaluations[0]": EVALUATIONS,
         "payload": "sweep.json as write_report assembles it",
         "paths": "the paths write_report wrote, by kind",
-    },
-    f"{STUDY}/paired.py": {
-        "found": "a comparison this module builds (compare)",
-        "model": "the crossed model this module computes (crossed)",
-        "analysis": "one analysis of a comparison this module builds: the crossed one or its "
-        "seeds-only twin (compare)",
     },
     f"{SWEEPS}/masking.py": {
         "given": "the definition's masking_check block, as written in its JSON",
@@ -230,6 +217,8 @@ RECORD_TYPES = (
     records.CardModel,
     records.CardBudget,
     records.CodeIdentity,
+    paired.Comparison,
+    paired.Analysis,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
@@ -244,13 +233,16 @@ SHARED = {
     "gap": "the masking rule's result (masking.decide)",
     "label": "the definition's evaluations, tuning candidates and the masking check",
     "machine": "the cost bench's setting (costs)",
+    "margin": "the report's top-level dict (the definition's equivalence margin)",
     "masking_check": "the report's top-level dict",
+    "mean": "tuning candidates (their mean validation robust accuracy)",
     "method": "paper rows and tuning groups",
-    "model": "the cost bench's setting, paired comparisons, the card export_model writes",
+    "model": "the cost bench's setting, the card export_model writes",
     "name": "the definition's evaluations",
     "revision": "the sweep's revision.json (sweep.py)",
     "revisions": "the report's code summary (report)",
     "seed": "what a tuning run says for the pick (tuning)",
+    "seeds": "tuning units, tuning.json's picks and the definition's tuning block",
     "source": "the cost bench, paper numbers and tuning units",
     "threshold": "the masking check as the definition and report record it",
     "triggered": "the masking rule's result (masking.decide)",

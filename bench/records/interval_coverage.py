@@ -71,8 +71,8 @@ def coverage(seeds: int, tau: float, draws: int, rng: np.random.Generator) -> di
             result = paired.compare(
                 *accuracy, resolution=0.1, outcomes=outcomes, min_crossed_seeds=2
             )
-            assert result["model"] == model
-            low, high = result["interval"]
+            assert result.model == model
+            low, high = result.interval
             found[model].append((low <= truth <= high, high - low))
     names = {"crossed": paired.CROSSED, "seeds_only": paired.SEEDS_ONLY}
     return {
