@@ -48,14 +48,12 @@ def parts(square: float) -> dict[str, float]:
 def test_the_trigger_is_more_than_the_threshold_in_points_compared_exactly():
     # 25.0 % after FAB-T, 24.0 % after Square: Square removed 1.0 point, not more than 1.0.
     assert gap_points(parts(0.240), 1000) == Fraction(1)
-    assert masking.decide(parts(0.240), 1000, 1.0) == {"gap": Fraction(1), "triggered": False}
+    assert masking.decide(parts(0.240), 1000, 1.0) == (Fraction(1), False)
     # In floating point the same gap is above 1.0: the rule reads the counts behind it.
     assert 100 * masking_gap(parts(0.240)) > 1.0
     # 23.8 %: 1.2 points > 1.0.
-    assert masking.decide(parts(0.238), 1000, 1.0) == {
-        "gap": Fraction(6, 5),
-        "triggered": True,
-    }
+    found = masking.decide(parts(0.238), 1000, 1.0)
+    assert (found.gap, found.triggered) == (Fraction(6, 5), True)
     # On 500 points a point is 0.2: 12 robust examples after FAB-T... 5 fewer is 1.0 point.
     assert gap_points(parts(0.240), 500) == Fraction(1)
     assert exceeds(Fraction(1), 0.999) and not exceeds(Fraction(0), 0.0)
@@ -71,7 +69,7 @@ def test_no_gap_without_square_last_after_another_part():
     assert gap_points(alone, 1000) is None
     # Square right after APGD-CE (a custom ensemble): what it broke beyond APGD-CE.
     assert gap_points({"clean": 0.8, "apgd-ce": 0.3, "square": 0.29}, 100) == Fraction(1)
-    assert masking.decide(square_first, 1000, 0.0) == {"gap": None, "triggered": False}
+    assert masking.decide(square_first, 1000, 0.0) == (None, False)
     # An accuracy that is no count of the examples (a mean) is read to 1e-9 of a point.
     assert gap_points({"apgd-t": 1 / 3, "square": 1 / 3 - 0.0125}, 7) == Fraction("1.25")
 

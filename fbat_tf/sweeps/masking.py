@@ -39,7 +39,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from fbat_tf.attacks.masking import (
     combined_outcomes,
@@ -185,19 +185,24 @@ def _found(cell_dir: str, evaluation: Evaluation) -> dict[float, _Found]:
     return found
 
 
-def decide(parts: Mapping[str, float], examples: int, threshold: float) -> dict[str, Any]:
+class Decision(NamedTuple):
+    """The rule on one AutoAttack result (`decide`)."""
+
+    gap: Fraction | None  # points, exact; None without Square last
+    triggered: bool  # the gap is more than the threshold
+
+
+def decide(parts: Mapping[str, float], examples: int, threshold: float) -> Decision:
     """The rule on one AutoAttack result: its gap (points, exact; None without Square last)
     and whether it is more than `threshold` points."""
     gap = gap_points(parts, examples)
-    return {"gap": gap, "triggered": exceeds(gap, threshold)}
+    return Decision(gap, exceeds(gap, threshold))
 
 
 def _due(check: MaskingCheck, found: _Found) -> bool:
     """Whether the check runs where AutoAttack found `found`: everywhere "on every cell",
     else where its gap triggers it."""
-    return (
-        check.on == EVERY_CELL or decide(found.parts, found.examples, check.threshold)["triggered"]
-    )
+    return check.on == EVERY_CELL or decide(found.parts, found.examples, check.threshold).triggered
 
 
 def lacking(check: MaskingCheck, cell_dir: str) -> list[float]:
@@ -277,8 +282,8 @@ def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[float, MaskingEntry]
     for eps, found in _found(cell_dir, check.of).items():
         decided = decide(found.parts, found.examples, check.threshold)
         entry = MaskingEntry(
-            triggered=decided["triggered"],
-            gap=None if decided["gap"] is None else float(decided["gap"]),
+            triggered=decided.triggered,
+            gap=None if decided.gap is None else float(decided.gap),
             threshold=check.threshold,
             autoattack=found.accuracy,
             source=found.source,
@@ -288,7 +293,7 @@ def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[float, MaskingEntry]
             entry = dataclasses.replace(entry, label=check.evaluation.label, state=PENDING)
             if eps in strong:
                 accuracy, how = combine(found, strong[eps])
-                left = residual(found, strong[eps], decided["gap"], how)
+                left = residual(found, strong[eps], decided.gap, how)
                 entry = dataclasses.replace(
                     entry,
                     state=CHECKED,
