@@ -77,3 +77,26 @@ def commit_copy(root: str, destination: str) -> str:
 def committed_tree(tmp_path_factory) -> str:
     """A clean git checkout of the code under test (commit_copy), shared by the session."""
     return commit_copy(ROOT, str(tmp_path_factory.mktemp("committed")))
+
+
+@pytest.fixture(scope="session")
+def sequential_two(tmp_path_factory) -> str:
+    """The Ray tests' two cells (tests/test_ray_launcher.TWO) run once by the sequential
+    launcher, for every test that compares a Ray run with it: the folder of its cells. Made by
+    the first test of any pytest-xdist worker that asks, under a file lock, and read by the
+    others (the workers share their session's folder)."""
+    from filelock import FileLock
+
+    from tests.test_ray_launcher import TWO
+    from tests.trees import project_copy, run_sweep
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # this session's, common to its workers
+    done = shared / "sequential_two" / "tree" / "results" / "sequential"
+    with FileLock(str(shared / "sequential_two.lock")):
+        if not (done / "sweep.json").exists():
+            tree = project_copy(shared / "sequential_two", {"two": TWO})
+            ran = run_sweep(tree, "--sweep=two", "--sweep_dir=results/sequential")
+            assert ran.returncode == 0, ran.stderr[-3000:]
+    return str(done)

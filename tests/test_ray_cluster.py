@@ -19,29 +19,14 @@ import time
 
 import pytest
 
-from tests.test_ray_launcher import _numbers, needs_data
-from tests.test_sweep import PGD_OWN, TINY_FLAGS
-from tests.trees import project_copy, run_sweep
+from tests.test_ray_launcher import EPOCHS, TWO, _same_numbers, needs_data
+from tests.trees import project_copy
 
 pytestmark = [pytest.mark.slow, needs_data]
 
-EPOCHS = 6
-DEFINITION = {
-    "description": "two tiny cells on two nodes",
-    "flags": {**TINY_FLAGS, "max_train_examples": 128, "jit_compile": "false"},
-    "grid": [
-        {"method": ["standard"], "eps": [8], "seed": [0]},
-        # Long enough to remove its node in the middle of its training.
-        {
-            "method": ["fastat"],
-            "eps": [8],
-            "seed": [0],
-            "epochs": [EPOCHS],
-            "max_train_examples": [384],
-        },
-    ],
-    "evaluation": PGD_OWN,
-}
+# The Ray launcher's two cells (its sequential run shared): the second long enough to remove its
+# node in the middle of its training.
+DEFINITION = TWO
 NODE_LINE = re.compile(r"^# on (node ([0-9a-f]{8}) \([^)]*\))$", re.MULTILINE)
 
 
@@ -81,10 +66,10 @@ def _epochs(cell_dir: str) -> int:
         return 0
 
 
-def test_cells_run_on_both_nodes_and_a_lost_nodes_cell_finishes_on_the_other(tmp_path, cluster):
+def test_cells_run_on_both_nodes_and_a_lost_nodes_cell_finishes_on_the_other(
+    tmp_path, cluster, sequential_two
+):
     tree = project_copy(tmp_path, {"two": DEFINITION})
-    sequential = run_sweep(tree, "--sweep=two", "--sweep_dir=results/sequential")
-    assert sequential.returncode == 0, sequential.stderr[-3000:]
 
     command = [sys.executable, "sweep.py", "--allow_dirty", "--sweep=two", "--launcher=ray"]
     command += [f"--ray_address={cluster.address}", "--cpus_per_cell=1"]
@@ -131,10 +116,7 @@ def test_cells_run_on_both_nodes_and_a_lost_nodes_cell_finishes_on_the_other(tmp
     assert len(every) == 2, every
     assert len(re.findall(r"^\[\d/2\] .* \(on node [0-9a-f]{8} \(", out, re.MULTILINE)) == 2, out
     # Every cell finished, with the sequential launcher's numbers.
-    for name in sorted(os.listdir(os.path.join(tree, "results", "sequential"))):
-        cell_dir = os.path.join(tree, "results", "sequential", name)
-        if os.path.exists(os.path.join(cell_dir, "results.json")):
-            assert _numbers(os.path.join(ray_dir, name)) == _numbers(cell_dir), name
+    assert len(_same_numbers(ray_dir, sequential_two)) == 2
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")

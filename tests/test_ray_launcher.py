@@ -88,6 +88,45 @@ def _numbers(cell_dir: str) -> dict:
     return found
 
 
+# Two tiny cells, run together: the first (standard training for 2 epochs on 128 images) ends
+# while the other (Fast-AT for 12 epochs on 1,024) trains, so that a driver killed once the first
+# is evaluated, or a node removed in the middle of the second's training, cuts the second short.
+# Each program's start-up outweighs a tiny epoch: the second cell's training must outlast the
+# first cell's evaluation by far (with 4 epochs on 128, a fast machine finished both cells before
+# the kill).
+EPOCHS = 12
+TWO = {
+    "description": "two tiny cells",
+    "flags": {**TINY_FLAGS, "max_train_examples": 128, "jit_compile": "false"},
+    "grid": [
+        {"method": ["standard"], "eps": [8], "seed": [0]},
+        {
+            "method": ["fastat"],
+            "eps": [8],
+            "seed": [0],
+            "epochs": [EPOCHS],
+            "max_train_examples": [1024],
+        },
+    ],
+    "evaluation": PGD_OWN,
+}
+
+
+def _same_numbers(ray_dir: str, sequential: str) -> list[str]:
+    """The cells of the sequential run (each with results.json), each asserted to have found in
+    `ray_dir` what it found there; returns their names."""
+    cells = sorted(
+        name
+        for name in os.listdir(sequential)
+        if os.path.exists(os.path.join(sequential, name, "results.json"))
+    )
+    for cell in cells:
+        assert _numbers(os.path.join(ray_dir, cell)) == _numbers(os.path.join(sequential, cell)), (
+            cell
+        )
+    return cells
+
+
 def _runs_of(log: str, program: str) -> int:
     """How many times a cell's log shows `program` started."""
     if not os.path.exists(log):
@@ -145,30 +184,11 @@ def _kill_session(session: int) -> None:
 
 @pytest.mark.slow
 @needs_data
-def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(tmp_path, ray_env):
-    definition = {
-        "description": "two tiny cells",
-        "flags": {**TINY_FLAGS, "max_train_examples": 128, "jit_compile": "false"},
-        # Both at once: killed once the first (standard training for 2 epochs on 128 images)
-        # has finished, the other (Fast-AT for 12 on 1,024) is cut short. Each program's
-        # start-up outweighs a tiny epoch: the second cell's training must outlast the first
-        # cell's evaluation by far (with 4 epochs on 128, a fast machine finished both cells
-        # before the kill).
-        "grid": [
-            {"method": ["standard"], "eps": [8], "seed": [0]},
-            {
-                "method": ["fastat"],
-                "eps": [8],
-                "seed": [0],
-                "epochs": [12],
-                "max_train_examples": [1024],
-            },
-        ],
-        "evaluation": PGD_OWN,
-    }
-    tree = project_copy(tmp_path, {"two": definition})
-    sequential = run_sweep(tree, "--sweep=two", "--sweep_dir=results/sequential", env=ray_env)
-    assert sequential.returncode == 0, sequential.stderr[-3000:]
+def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
+    tmp_path, ray_env, sequential_two
+):
+    # Both cells at once: killed once the first has finished, the other is cut short.
+    tree = project_copy(tmp_path, {"two": TWO})
 
     # Two cells at a time, whatever the machine's cores.
     per_cell = f"--cpus_per_cell={max(1, (os.cpu_count() or 2) // 2)}"
@@ -206,11 +226,9 @@ def test_a_killed_ray_driver_started_again_finishes_with_the_sequential_numbers(
     again = run_sweep(tree, *command[3:], env=ray_env)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     assert "2 cells, " in again.stdout and "[" in again.stdout
-    for cell in sorted(os.listdir(os.path.join(tree, "results", "sequential"))):
-        cell_dir = os.path.join(tree, "results", "sequential", cell)
-        if not os.path.exists(os.path.join(cell_dir, "results.json")):
-            continue  # logs, claims
-        assert _numbers(os.path.join(ray_dir, cell)) == _numbers(cell_dir), cell
+    cells = _same_numbers(ray_dir, sequential_two)
+    assert len(cells) == 2
+    for cell in cells:
         logs = os.path.join(ray_dir, "logs", cell)
         if cell in finished:  # finished before the kill: not run again
             assert _runs_of(f"{logs}.train.log", "train.py") == 1, cell
