@@ -10,6 +10,7 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWEEP = "fashion_mnist_interior"
+TUNED = "The same questions with every method tuned (Fashion-MNIST)"
 INTERIOR = (
     '"Tuned" that holds: interior picks, a criterion masking cannot fool, FGSM-PGI (Fashion-MNIST)'
 )
@@ -239,3 +240,281 @@ def test_every_run_is_the_pinned_revision_s_its_weights_kept_and_its_seed_paired
     )
     assert "kept every run's selected weights" in text
     assert "the picks train on the paired seeds 0-4 (the tuned study's initial weights" in text
+
+
+def _report() -> dict:
+    return _json("results", SWEEP, "sweep.json")
+
+
+def _finals(state: str = "done") -> list[dict]:
+    return [c for c in _report()["cells"] if c["state"] == state]
+
+
+def _autoattack_means(sweep: str) -> dict[tuple[str, float], float]:
+    """Each row's mean AutoAttack accuracy (%) over its trained final cells."""
+    rows: dict = {}
+    for c in _json("results", sweep, "sweep.json")["cells"]:
+        if c["state"] == "done":
+            value = c["autoattack"]["robust_accuracy"][f"{c['eps']:g}"]
+            rows.setdefault((c["variant"], c["eps"]), []).append(value)
+    return {row: 100 * sum(v) / len(v) for row, v in rows.items()}
+
+
+TITLES = {
+    "fastat": "Fast-AT",
+    "nfgsm": "N-FGSM",
+    "fgsm_pgi": "FGSM-PGI",
+    "fastat_ga": "GradAlign",
+    "pgd": "PGD-2-AT",
+    "elle": "ELLE-A",
+    "fastbat ig=none": "first-order Fast-BAT",
+    "fastbat ig=hessian_free": "Fast-BAT",
+}
+
+
+def test_the_interior_study_table_is_the_reports_means_over_seeds():
+    """The study page's table: every method at ε = 48 and 76 over its five paired seeds, every
+    cell masking-checked, ELLE-A's diverged runs counted."""
+    from tests.test_readme_findings import check_study_table
+
+    assert check_study_table(SWEEP, INTERIOR, [48, 76], 5) == 16
+
+
+def test_the_interior_study_s_decided_verdicts_and_highest_means_are_the_reports():
+    """Which of the report's comparisons Holm's correction leaves decided (each quoted, its
+    numbers checked by the quote test), and the highest mean at each ε with no cheaper method
+    shown equivalent to it."""
+    from tests.test_readme_findings import sections, verdicts
+
+    report = _report()
+    family = {frozenset((a, b, eps)): pair for (a, b, eps), pair in verdicts(SWEEP).items()}
+    assert len(family) == report["paired_family"]["size"]  # a pair in both tables is one
+    decided = sorted(
+        (pair["eps"], pair["a"], pair["b"], pair["verdict"])
+        for pair in family.values()
+        if pair["verdict"] != "undecided"
+    )
+    text = sections()[INTERIOR]
+    assert (
+        f"Holm's correction leaves {len(decided)} of the {len(family)} comparisons decided"
+    ) in text
+    assert not [d for d in decided if d[3] == "equivalent"]
+    for eps, a, b, _ in decided:
+        assert f"`{a}` − `{b}`, ε = {eps:g}:" in text or f"`{b}` − `{a}`, ε = {eps:g}:" in text
+        against = ("elle" in (a, b) and eps == 48) or ("fastat_ga" in (a, b) and eps == 76)
+        assert against, (eps, a, b)
+    assert "every one against ELLE-A at 48 or GradAlign at 76" in text
+    steps = {
+        row["key"]: row["passes_per_step"]
+        for rows in report["robust_vs_cost"].values()
+        for row in rows
+    }
+    assert (steps["fgsm_pgi"], steps["nfgsm"]) == (5, 4)
+    assert "It takes 5 passes a step to N-FGSM's 4" in text
+    for eps, rows in report["robust_vs_cost"].items():
+        (best,) = [row for row in rows if row["most_robust"]]
+        cheaper = [row for row in rows if row["passes"] < best["passes"]]
+        assert all(row["versus_best"]["verdict"] == "undecided" for row in cheaper), eps
+        assert f"{TITLES[best['key']]} at ε = {eps} ({100 * best['robust']:.1f} %)" in text, eps
+
+
+def test_the_interior_study_against_the_tuned_one_is_its_cells():
+    """Each row's mean AutoAttack accuracy here and in the tuned study (the same seeds, initial
+    weights and test points), where the page says tuning to interior optima moved it."""
+    from tests.test_readme_findings import sections
+
+    now, before = _autoattack_means(SWEEP), _autoattack_means("fashion_mnist_tuned")
+    text = sections()[INTERIOR]
+    for variant, eps in (
+        ("nfgsm", 48.0),
+        ("nfgsm", 76.0),
+        ("fastat", 76.0),
+        ("pgd", 48.0),
+        ("fastat_ga", 76.0),
+    ):
+        words = f"{before[variant, eps]:.1f} to {now[variant, eps]:.1f} % at {eps:g}"
+        assert words in text, (variant, eps, words)
+    for variant in ("fastbat ig=none", "fastbat ig=hessian_free"):
+        for eps in (48.0, 76.0):
+            assert abs(now[variant, eps] - before[variant, eps]) < 1.5, (variant, eps)
+    assert "both Fast-BATs within 1.5 points of their tuned-study means" in text
+
+
+def test_the_interior_study_s_other_figures_are_its_files():
+    """The page's compute hours from every run's files, ELLE-A's divergences, what the
+    both-sided masking check found, and how far validation stood above the test under the new
+    criterion and under PGD-10 alone (the tuned study's), from the final cells."""
+    import glob
+    import statistics
+
+    from tests.test_readme_findings import sections
+
+    root = os.path.join(ROOT, "results", SWEEP)
+    report = _report()
+    finals = report["cells"]
+    assert len(finals) == 80 and all(c["state"] in ("done", "diverged") for c in finals)
+    done = [c for c in finals if c["state"] == "done"]
+    text = sections()[INTERIOR]
+
+    runs = glob.glob(os.path.join(root, "tuning", "*", "results.json"))
+    tuning = sum(e["epoch_time"] for path in runs for e in _json(path)["history"])
+    training = sum(
+        e["epoch_time"] for c in finals for e in _json(c["run_dir"], "results.json")["history"]
+    )
+    evaluation = sum(
+        sum(c[name]["time_s"].values()) for c in done for name in ("pgd", "autoattack")
+    )
+    evaluation += sum(
+        sum(_json(entry["strong_source"])["time_s"].values())
+        for c in done
+        for entry in c["masking_check"].values()
+        if entry.get("strong_source")
+    )
+    total = tuning + training + evaluation
+    assert (
+        f"All {len(runs) + len(finals)} runs ({len(runs)} tuning, {len(finals)} final) took "
+        f"{total / 3600:.1f} hours of one core (tuning {tuning / 3600:.1f} h, final training "
+        f"{training / 3600:.1f} h, evaluation {evaluation / 3600:.1f} h with the masking "
+        f"checks), about {total / 7200:.0f} hours of this 2-core machine (the estimate before "
+        f"it started: {report['estimate']['total_hours']:.0f}"
+    ) in text
+
+    elle = [c for c in finals if c["variant"] == "elle" and c["eps"] == 76.0]
+    diverged = [c for c in elle if c["state"] == "diverged"]
+    assert f"ELLE-A diverged at ε = 76 in {len(diverged)} of {len(elle)} seeds" in text
+
+    # Every trained cell checked by the stronger Square; masked where the gap stayed.
+    checks = [c["masking_check"][f"{c['eps']:g}"] for c in done]
+    assert all(entry["state"] == "checked" for entry in checks)
+    masked: dict = {}
+    for c, entry in zip(done, checks, strict=True):
+        masked.setdefault((c["variant"], c["eps"]), []).append(entry["masked"])
+    count = sum(entry["masked"] for entry in checks)
+    assert (
+        f"The stronger Square checked all {len(done)} trained final cells; black-box attacks "
+        f"broke more than a point beyond the white-box parts (masked §) in {count} of them"
+    ) in text
+    for variant, title in TITLES.items():
+        parts = [
+            f"at {eps:g} in {sum(flags)} of {len(flags)}"
+            for (v, eps), flags in sorted(masked.items())
+            if v == variant and any(flags)
+        ]
+        assert not parts or f"{title} {' and '.join(parts)}" in text, (variant, parts)
+    clean = {row for row, flags in masked.items() if not any(flags)}
+    assert clean == {
+        ("fastbat ig=none", 48.0),
+        ("fastbat ig=hessian_free", 48.0),
+        ("fastat_ga", 48.0),
+        ("elle", 48.0),
+        ("elle", 76.0),
+    }
+    assert "none for either Fast-BAT at 48, for GradAlign at 48 or for ELLE-A" in text
+    fgsm_pgi = masked["fgsm_pgi", 48.0]
+    assert sum(fgsm_pgi) > len(fgsm_pgi) / 2
+    assert "FGSM-PGI's highest mean at 48 among them" in text
+
+    def gap(row: tuple[str, float], key: str) -> float:
+        cells = [c for c in done if (c["variant"], c["eps"]) == row]
+        at = [c["train"]["selected_epoch"] - 1 for c in cells]
+        validation = statistics.fmean(c["train"][key][i] for c, i in zip(cells, at, strict=True))
+        lowest = min(
+            statistics.fmean(c[name]["robust_accuracy"][f"{c['eps']:g}"] for c in cells)
+            for name in ("pgd", "autoattack")
+        )
+        return 100 * (validation - lowest)
+
+    rows = sorted({(c["variant"], c["eps"]) for c in done if c["variant"] != "elle"})
+    new = [gap(row, "val_robust_accuracy") for row in rows]
+    old = [gap(row, "val_pgd_accuracy") for row in rows]
+    assert all(n <= o for n, o in zip(new, old, strict=True))
+    widest = rows[old.index(max(old))]
+    assert (
+        f"validation stood {min(new):+.1f} to {max(new):+.1f} points above the lower test number "
+        f"for every pick, where PGD-10 alone at the same epochs stood {min(old):+.1f} to "
+        f"{max(old):+.1f}"
+    ) in text
+    i = rows.index(widest)
+    assert (
+        f"the widest, {TITLES[widest[0]]}'s at ε = {widest[1]:g}, {old[i]:+.1f} by PGD-10 alone "
+        f"and {new[i]:+.1f} by the new criterion"
+    ) in text
+    narrowed = [o - n for n, o in zip(new, old, strict=True)]
+    assert narrowed.index(max(narrowed)) == i
+    assert "The black-box part narrowed the gap most where it was widest" in text
+    # The tuned study's widest gaps, as its own section states them under test.
+    assert "+34.7 and +26.0" in sections()[TUNED] and "+34.7 and +26.0" in text
+
+
+def test_the_interior_study_s_indicators_are_its_files():
+    """What the page says the indicators found on the final cells, from each evaluation's
+    `indicated` in the report."""
+    from fbat_tf.checks import SQUARE_MARGIN
+    from tests.test_readme_findings import sections
+
+    done = _finals()
+
+    def fired(c) -> set[str]:
+        at = f"{c['eps']:g}"
+        return {n for e in ("pgd", "autoattack") for n in (c[e].get("indicated") or {}).get(at, [])}
+
+    def seeds(variant: str, eps: float, name: str) -> int:
+        return sum(name in fired(c) for c in done if (c["variant"], c["eps"]) == (variant, eps))
+
+    square = [c for c in done if "square_beats_white_box" in fired(c)]
+    text = sections()[INTERIOR]
+    assert (
+        f"AutoAttack's Square broke more than {100 * SQUARE_MARGIN:g} points beyond its white-box "
+        f"parts (the reference's check) in {len(square)} of the {len(done)} trained final cells, "
+        "none of ELLE-A's"
+    ) in text
+    assert not [c for c in square if c["variant"] == "elle"]
+    unconstrained = {
+        (c["variant"], c["eps"]) for c in done if "unconstrained_attack_failure" in fired(c)
+    }
+    words = "; ".join(
+        f"{TITLES[v]} at {e:g} in {seeds(v, e, 'unconstrained_attack_failure')}"
+        for v, e in sorted(
+            unconstrained,
+            key=lambda row: (-seeds(*row, "unconstrained_attack_failure"), TITLES[row[0]], row[1]),
+        )
+    )
+    assert (
+        f"PGD with no bound on ε left points unbroken (unconstrained attack failure): {words}"
+        in text
+    )
+    for name in ("unavailable_gradients", "unstable_predictions"):
+        rows = {(c["variant"], c["eps"]) for c in done if name in fired(c)}
+        assert rows == {("fastat_ga", 76.0)}, (name, rows)
+    assert "only GradAlign's collapsed models at 76 gave unstable predictions and no usable" in text
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation but hyphens dropped,
+    each space a hyphen."""
+    kept = "".join(ch for ch in heading.lower() if ch.isalnum() or ch in " -_")
+    return kept.replace(" ", "-")
+
+
+def test_readme_s_findings_link_the_study_page_s_sections_and_the_interior_row_is_its_report():
+    """Every row of README's findings table links a section the study page has; the interior
+    study's row names the report's most robust at each ε and says no verdict is decided but
+    against ELLE-A and GradAlign (the decided-verdicts test holds the page to the same)."""
+    import re
+
+    from tests.test_readme_findings import sections
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    table = readme.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\]\(study/README\.md#([^)]+)\)", table)
+    anchors = {_slug(heading) for heading in sections()}
+    assert links and set(links) <= anchors, set(links) - anchors
+    row = next(line for line in table.splitlines() if _slug(INTERIOR) in line)
+    best = {
+        eps: next(r["key"] for r in rows if r["most_robust"])
+        for eps, rows in _report()["robust_vs_cost"].items()
+    }
+    assert best == {"48": "fgsm_pgi", "76": "fastbat ig=hessian_free"}
+    assert "FGSM-PGI has the highest mean at ε = 48/255 and Fast-BAT at 76" in row
+    assert "no method is shown ahead of another but against ELLE-A and GradAlign" in row
