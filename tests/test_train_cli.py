@@ -478,6 +478,7 @@ def test_a_diverging_run_says_so_keeps_what_it_had_and_is_not_redone(tmp_path, m
     assert best.exists() == ("the best checkpoint so far" in message)
     assert glob.glob(str(workdir / "tensorboard" / "train" / "events.out.tfevents.*"))
     assert not (workdir / "export").exists()
+    assert not (workdir / "train.lock").exists()  # a diverged run holds the directory no more
 
     before = {p: os.path.getmtime(p) for p in glob.glob(str(workdir / "**"), recursive=True)}
     again = in_process.train(*DIVERGING, f"--workdir={workdir}", monkeypatch=monkeypatch)
