@@ -301,9 +301,13 @@ def test_the_interior_study_s_decided_verdicts_and_highest_means_are_the_reports
     assert not [d for d in decided if d[3] == "equivalent"]
     for eps, a, b, _ in decided:
         assert f"`{a}` − `{b}`, ε = {eps:g}:" in text or f"`{b}` − `{a}`, ε = {eps:g}:" in text
-        against = ("elle" in (a, b) and eps == 48) or ("fastat_ga" in (a, b) and eps == 76)
-        assert against, (eps, a, b)
-    assert "every one against ELLE-A at 48 or GradAlign at 76" in text
+    fast_bat = sorted((eps, a, b) for eps, a, b, _ in decided if "fastbat" in a + b)
+    assert fast_bat == [(48.0, "fastbat ig=none", "elle"), (48.0, "fastbat ig=none", "nfgsm")]
+    assert [v for e, a, b, v in decided if "fastbat" in a + b] == ["a", "a"]
+    assert (
+        "none of them for or against a Fast-BAT but first-order Fast-BAT over N-FGSM and ELLE-A "
+        "at 48"
+    ) in text
     steps = {
         row["key"]: row["passes_per_step"]
         for rows in report["robust_vs_cost"].values()
@@ -314,8 +318,13 @@ def test_the_interior_study_s_decided_verdicts_and_highest_means_are_the_reports
     for eps, rows in report["robust_vs_cost"].items():
         (best,) = [row for row in rows if row["most_robust"]]
         cheaper = [row for row in rows if row["passes"] < best["passes"]]
-        assert all(row["versus_best"]["verdict"] == "undecided" for row in cheaper), eps
+        assert all(row["versus_best"]["verdict"] != "equivalent" for row in cheaper), eps
+        assert best["key"] == "fgsm_pgi", eps
         assert f"{TITLES[best['key']]} at ε = {eps} ({100 * best['robust']:.1f} %)" in text, eps
+        for row in rows:  # neither Fast-BAT shown behind it
+            if row["key"].startswith("fastbat"):
+                assert row["versus_best"]["verdict"] == "undecided", (eps, row["key"])
+    assert "no cheaper method shown equivalent to it, its choice at both" in text
 
 
 def test_the_interior_study_against_the_tuned_one_is_its_cells():
@@ -334,10 +343,27 @@ def test_the_interior_study_against_the_tuned_one_is_its_cells():
     ):
         words = f"{before[variant, eps]:.1f} to {now[variant, eps]:.1f} % at {eps:g}"
         assert words in text, (variant, eps, words)
-    for variant in ("fastbat ig=none", "fastbat ig=hessian_free"):
-        for eps in (48.0, 76.0):
-            assert abs(now[variant, eps] - before[variant, eps]) < 1.5, (variant, eps)
-    assert "both Fast-BATs within 1.5 points of their tuned-study means" in text
+    cells = [c for c in _finals() if c["variant"].startswith("fastbat")]
+    fourth, rest = {}, {}
+    for c in cells:
+        value = 100 * c["autoattack"]["robust_accuracy"][f"{c['eps']:g}"]
+        row = (c["variant"], c["eps"])
+        (fourth if c["seed"] == 4 else rest).setdefault(row, []).append((value, c))
+    for variant in ("fastbat ig=hessian_free", "fastbat ig=none"):
+        assert abs(now[variant, 48.0] - before[variant, 48.0]) < 1.0, variant
+        words = f"{before[variant, 76.0]:.1f} to {now[variant, 76.0]:.1f} %"
+        assert words in text, (variant, words)
+        # All of the fall is seed 4's: without it, the mean did not fall.
+        others = [v for v, _ in rest[variant, 76.0]]
+        assert sum(others) / len(others) >= before[variant, 76.0], variant
+    broke = [fourth[v, 76.0][0] for v in ("fastbat ig=hessian_free", "fastbat ig=none")]
+    shown = [
+        100 * c["train"]["val_robust_accuracy"][c["train"]["selected_epoch"] - 1] for _, c in broke
+    ]
+    assert (
+        f"where both models broke under AutoAttack ({broke[0][0]:.1f} and {broke[1][0]:.1f} %) "
+        f"though validation gave them {shown[0]:.1f} and {shown[1]:.1f} % at the selected epoch"
+    ) in text
 
 
 def test_the_interior_study_s_other_figures_are_its_files():
@@ -406,13 +432,13 @@ def test_the_interior_study_s_other_figures_are_its_files():
         ("fastbat ig=none", 48.0),
         ("fastbat ig=hessian_free", 48.0),
         ("fastat_ga", 48.0),
-        ("elle", 48.0),
         ("elle", 76.0),
     }
-    assert "none for either Fast-BAT at 48, for GradAlign at 48 or for ELLE-A" in text
-    fgsm_pgi = masked["fgsm_pgi", 48.0]
-    assert sum(fgsm_pgi) > len(fgsm_pgi) / 2
-    assert "FGSM-PGI's highest mean at 48 among them" in text
+    assert "none for either Fast-BAT at 48, for GradAlign at 48 or for ELLE-A at 76" in text
+    for eps in (48.0, 76.0):
+        fgsm_pgi = masked["fgsm_pgi", eps]
+        assert sum(fgsm_pgi) > len(fgsm_pgi) / 2, eps
+    assert "FGSM-PGI's highest means among them" in text
 
     def gap(row: tuple[str, float], key: str) -> float:
         cells = [c for c in done if (c["variant"], c["eps"]) == row]
@@ -498,8 +524,8 @@ def _slug(heading: str) -> str:
 
 def test_readme_s_findings_link_the_study_page_s_sections_and_the_interior_row_is_its_report():
     """Every row of README's findings table links a section the study page has; the interior
-    study's row names the report's most robust at each ε and says no verdict is decided but
-    against ELLE-A and GradAlign (the decided-verdicts test holds the page to the same)."""
+    study's row names the report's most robust at each ε (the decided-verdicts test holds the
+    page to the same, and that neither Fast-BAT is shown behind it)."""
     import re
 
     from tests.test_readme_findings import sections
@@ -515,6 +541,7 @@ def test_readme_s_findings_link_the_study_page_s_sections_and_the_interior_row_i
         eps: next(r["key"] for r in rows if r["most_robust"])
         for eps, rows in _report()["robust_vs_cost"].items()
     }
-    assert best == {"48": "fgsm_pgi", "76": "fastbat ig=hessian_free"}
-    assert "FGSM-PGI has the highest mean at ε = 48/255 and Fast-BAT at 76" in row
-    assert "no method is shown ahead of another but against ELLE-A and GradAlign" in row
+    assert best == {"48": "fgsm_pgi", "76": "fgsm_pgi"}
+    assert (
+        "FGSM-PGI has the highest means at ε = 48 and 76/255, shown ahead of neither Fast-BAT"
+    ) in row
