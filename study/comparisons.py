@@ -248,6 +248,12 @@ def family_words(found: Sequence[paired.Comparison]) -> str:
     )
 
 
+def _p_pair(analysis: paired.Comparison | paired.Analysis, name: str) -> str:
+    """A p-value (`name`) of an analysis as computed and after Holm's correction: "0.021, 0.30"."""
+    raw, adjusted = getattr(analysis, name), getattr(analysis, f"{name}_holm")
+    return f"{paired.p_words(raw)}, {paired.p_words(adjusted)}"
+
+
 def comparison_table(report: dict[str, Any]) -> list[str]:
     """The definition's comparisons, paired over seeds (and images), Holm-corrected."""
     found = listed_comparisons(report)
@@ -280,20 +286,15 @@ def comparison_table(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pair in found:
-        alone = pair.seeds_only
         tests = []
-        for raw, adjusted in ((pair.p, pair.p_holm), (pair.p_equivalence, pair.p_equivalence_holm)):
-            if raw is None:
+        for name in ("p", "p_equivalence"):
+            if getattr(pair, name) is None:
                 tests.append("–")
                 continue
-            words = f"{paired.p_words(raw)}, {paired.p_words(adjusted)}"
+            words = _p_pair(pair, name)
+            if pair.seeds_only:
+                words += f" (seeds only {_p_pair(pair.seeds_only, name)})"
             tests.append(words)
-        if alone:
-            for i, (raw, adjusted) in enumerate(
-                ((alone.p, alone.p_holm), (alone.p_equivalence, alone.p_equivalence_holm))
-            ):
-                if tests[i] != "–":
-                    tests[i] += f" (seeds only {paired.p_words(raw)}, {paired.p_words(adjusted)})"
         seeds = str(len(pair.seeds))
         if pair.model == paired.CROSSED:
             seeds += f" × {pair.images} images"
