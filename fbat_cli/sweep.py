@@ -426,25 +426,13 @@ def dry_run(definition, cells, states: dict[str, str], sweep_dir: str, data_prob
         print(f"{cell.name}: {states[cell.name]}")
         cell_dir = os.path.join(sweep_dir, cell.name)
         if states[cell.name] == "check pending":
-            print(f"  {pending_check(definition, cell_dir)}")
+            print(f"  {masking.pending_reason(definition.masking_check, cell_dir)}")
         missing = sweeps.missing_budgets(definition, cell, cell_dir)
         for part, words in sweeps.commands(definition, cell, sweep_dir, missing).items():
             print(f"  {part}: {shlex.join(['python', *words])}")
         if cell.pending:
             print(f"  (then with the flags of {cell.unit}'s tuning pick)")
     print(dry_run_summary(definition, cells, states, sweep_dir))
-
-
-def pending_check(definition, cell_dir: str) -> str:
-    """Why a cell's masking check is due: the gap at each budget that triggered it."""
-    check = definition.masking_check
-    found = masking.cell_checks(check, cell_dir)
-    due = ", ".join(
-        f"ε = {eps:g}: Square removed {entry.gap:.1f} points after the white-box parts"
-        for eps, entry in found.items()
-        if entry.state == "pending"
-    )
-    return f"masking check pending ({due}; more than {check.threshold:g})"
 
 
 def run(definition, cells, states: dict[str, str], sweep_dir: str) -> None:

@@ -314,6 +314,20 @@ def cell_checks(check: MaskingCheck, cell_dir: str) -> dict[float, MaskingEntry]
     return checks
 
 
+def pending_reason(check: MaskingCheck, cell_dir: str) -> str:
+    """Why a cell's check is due, as the dry run prints it: at each budget still unchecked,
+    the points Square removed after the white-box parts, and either the threshold that gap
+    passed (a triggered check) or that the check runs on every cell whatever the gap."""
+    due = ", ".join(
+        f"ε = {eps:g}: Square removed {entry.gap:.1f} points after the white-box parts"
+        for eps, entry in cell_checks(check, cell_dir).items()
+        if entry.state == PENDING
+    )
+    if check.on == EVERY_CELL:
+        return f"masking check pending (run on every cell; {due})"
+    return f"masking check pending ({due}; more than {check.threshold:g})"
+
+
 def apply(evaluation: EvaluationSummary, checks: Mapping[float, MaskingEntry]) -> EvaluationSummary:
     """The `of` evaluation's summary with the checked accuracies, where every table reads
     them, the AutoAttack ones kept as `unchecked_robust_accuracy`."""
