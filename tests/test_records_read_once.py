@@ -26,7 +26,7 @@ OTHER_JSON = {
     "study/cells.py": "a paper's numbers and a step-time bench result",
     "fbat_tf/sweeps/claims.py": "a cell's claim file",
     "fbat_tf/sweeps/revision.py": "a sweep's revision.json",
-    "fbat_tf/sweeps/tuning.py": "a sweep's tuning.json (its picks)",
+    "fbat_tf/sweeps/tuning_file.py": "a sweep's tuning.json (its picks)",
     "export/client.py": "TF-Serving's HTTP responses",
     "export/robustbench.py": "the RobustBench entry already beside a model (RobustBench's format)",
     "fbat_tf/rescore.py": "an older evaluation's file, re-scored as JSON to keep what it holds",

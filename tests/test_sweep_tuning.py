@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -22,7 +23,7 @@ from fbat_tf.records import (
     RunRecord,
     TrainConfig,
 )
-from fbat_tf.sweeps import tuning
+from fbat_tf.sweeps import tuning, tuning_file
 from study import tuning_report
 from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, made_cell, run_sweep, write_definition
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
@@ -295,11 +296,11 @@ def test_the_pick_is_by_validation_even_where_test_numbers_favour_another(tmp_pa
         vals, test = numbers[candidate]
         write_run(os.path.join(out, run.name), "fastat", run.seed, vals[run.seed - 100], test=test)
     (entry,) = tuning.settle(definition, out)
-    assert entry["pick"] == "lr_max0.2" and entry["flags"] == {"lr_max": 0.2}
-    first = entry["candidates"][0]
-    assert [r["val_robust_accuracy"] for r in first["runs"]] == [0.4, 0.5]
-    assert [r["selected_epoch"] for r in first["runs"]] == [2, 1]
-    assert first["mean"] == pytest.approx(0.45) and first["passes_per_step"] == 4
+    assert entry.pick == "lr_max0.2" and entry.flags == {"lr_max": 0.2}
+    first = entry.candidates[0]
+    assert [r.val_robust_accuracy for r in first.runs] == [0.4, 0.5]
+    assert [r.selected_epoch for r in first.runs] == [2, 1]
+    assert first.mean == pytest.approx(0.45) and first.passes_per_step == 4
     saved = json.loads((tmp_path / "out" / "tuning.json").read_text())
     assert saved["picks"]["fastat-eps8"]["pick"] == "lr_max0.2" and "test split" in saved["rule"]
     # The final cell now carries the pick's flags under its own name.
@@ -331,15 +332,15 @@ def test_ties_go_to_fewer_passes_per_step_then_to_the_first_listed(tmp_path):
         # Means 0.35 for each: 0.3 and 0.4 in either order.
         write_run(os.path.join(out, run.name), "pgd", run.seed, [0.3 if run.seed == 100 else 0.4])
     (entry,) = tuning.settle(definition, out)
-    assert [c["passes_per_step"] for c in entry["candidates"]] == [8, 4, 4]
-    assert entry["pick"] == "attack_steps1-lr_max0.1"
-    assert "listed first" in entry["decided_by"]
+    assert [c.passes_per_step for c in entry.candidates] == [8, 4, 4]
+    assert entry.pick == "attack_steps1-lr_max0.1"
+    assert "listed first" in entry.decided_by
     found = [
-        {"label": label, "mean": 0.35, "passes_per_step": passes}
+        tuning.Candidate(label, {}, passes, (), 0.35)
         for label, passes in (("a", 8), ("b", 4), ("c", 6))
     ]
     assert tuning.decide(found) == (1, "a tie on the mean with c: fewer passes per step")
-    found[0]["mean"] = 0.36
+    found[0] = dataclasses.replace(found[0], mean=0.36)
     assert tuning.decide(found) == (0, "the highest mean")
 
 
@@ -357,11 +358,11 @@ def test_a_diverged_run_counts_zero_and_no_pick_before_every_run_finished(tmp_pa
     assert next(c for c in sweeps.expand(definition) if c.unit).pending
     write_run(os.path.join(out, runs[-1].name), "fastat", 101, [0.3])
     (entry,) = tuning.settle(definition, out)
-    diverged = entry["candidates"][0]["runs"][1]
-    assert diverged["diverged"] and diverged["val_robust_accuracy"] == 0.0
-    assert diverged["recorded_val_robust_accuracy"] == 0.9
-    assert entry["candidates"][0]["mean"] == pytest.approx(0.45)
-    assert entry["pick"] == "lr_max0.2"
+    diverged = entry.candidates[0].runs[1]
+    assert diverged.diverged and diverged.val_robust_accuracy == 0.0
+    assert diverged.recorded_val_robust_accuracy == 0.9
+    assert entry.candidates[0].mean == pytest.approx(0.45)
+    assert entry.pick == "lr_max0.2"
     table = "\n".join(
         tuning_report.tuning_table({"tuning": tuning.report_section(definition, out)})
     )
@@ -436,7 +437,7 @@ def test_a_written_pick_stands_and_changed_candidates_are_refused_naming_the_fil
     for run in tuning.tuning_cells(definition):
         value = [0.5] if "lr_max0.2" in run.name else [0.4]
         write_run(os.path.join(out, run.name), "fastat", run.seed, [value[0]])
-    assert tuning.settle(definition, out)[0]["pick"] == "lr_max0.2"
+    assert tuning.settle(definition, out)[0].pick == "lr_max0.2"
     # A run rewritten afterwards changes nothing: tuning.json stands.
     for run in tuning.tuning_cells(definition):
         if "lr_max0.05" in run.name:
@@ -455,6 +456,70 @@ def test_a_written_pick_stands_and_changed_candidates_are_refused_naming_the_fil
     os.remove(os.path.join(out, "tuning.json"))
     tuning.refresh(changed, out)
     assert changed.picks == {}
+
+
+@pytest.mark.parametrize("name", ["fashion_mnist_interior", "fashion_mnist_tuned"])
+def test_a_committed_tuning_file_reads_as_records_and_is_written_back_the_same(tmp_path, name):
+    """tuning.json read into its records (tuning_file.read) and written again (write) keeps its
+    keys, their order and its numbers; a file written before candidates were marked, picks
+    held their edges and grids grew (the tuned study's) reads with none of them and is written
+    with the empty extensions the stage always adds."""
+    with open(os.path.join(ROOT, "results", name, "tuning.json")) as f:
+        text = f.read()
+    shutil.copy(os.path.join(ROOT, "results", name, "tuning.json"), tmp_path)
+    found = tuning_file.read(str(tmp_path))
+    raw = json.loads(text)
+    assert list(found.picks) == list(raw["picks"])
+    entry = next(iter(found.picks.values()))
+    assert entry.unit == next(iter(raw["picks"])) and entry.pick in [
+        c.label for c in entry.candidates
+    ]
+    assert all(isinstance(run, tuning.TuningRun) for c in entry.candidates for run in c.runs)
+    marked = name == "fashion_mnist_interior"
+    assert (entry.edges is not None) == marked and bool(found.extensions) == marked
+    assert all((c.origin is not None) == marked for c in entry.candidates)
+    tuning_file.write(str(tmp_path), found, raw["rule"])
+    written = (tmp_path / "tuning.json").read_text()
+    expected = text if marked else json.dumps({**raw, "extensions": {}}, indent=2)
+    assert written == expected
+
+
+def _damaged(tmp_path, damage) -> str:
+    """The interior study's tuning.json, its first pick damaged, in a directory of its own."""
+    with open(os.path.join(ROOT, "results", "fashion_mnist_interior", "tuning.json")) as f:
+        found = json.load(f)
+    damage(next(iter(found["picks"].values())))
+    (tmp_path / "tuning.json").write_text(json.dumps(found))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda pick: pick.update(note="hand-made"), "has 'note', which sweep.py does not write"),
+        (lambda pick: pick.pop("cells"), "has no list of 'cells'"),
+        (lambda pick: pick["candidates"][1].pop("mean"), "has no 'candidates[1].mean'"),
+        (
+            lambda pick: pick["candidates"][0]["runs"][2].update(recorded_val_robust_accuracy=0.1),
+            "has 'candidates[0].runs[2].recorded_val_robust_accuracy', which sweep.py does not",
+        ),
+        (
+            lambda pick: pick["candidates"][0]["runs"][0].pop("diverged"),
+            "has 'candidates[0].runs[0].selected_epoch', which sweep.py does not write",
+        ),
+    ],
+)
+def test_a_pick_that_would_not_be_written_back_as_read_is_refused_naming_the_file(
+    tmp_path, damage, said
+):
+    """A pick of other keys than the stage writes would lose them, or gain some, when
+    tuning.json is written again: refused, naming the file, the unit and the key."""
+    sweep_dir = _damaged(tmp_path, damage)
+    with pytest.raises(sweeps.DefinitionError) as raised:
+        tuning_file.read(sweep_dir)
+    message = str(raised.value)
+    assert message.startswith(f"{sweep_dir}/tuning.json: the pick of fastat_ga-eps48 {said}")
+    assert f"delete {sweep_dir}/tuning.json and run the same command again" in message
 
 
 # The launchers' order ----------------------------------------------------------------------------
@@ -880,8 +945,8 @@ def test_a_pick_at_its_grid_s_edge_extends_the_grid_until_interior_or_at_a_bound
                 break
         (entry,) = picks
         assert [name.split("-")[2] for name in grown] == added
-        assert entry["flags"] == {"lr_max": picked} and entry["edges"] == {"lr_max": edge}
-        origins = {c["label"]: c["origin"] for c in entry["candidates"]}
+        assert entry.flags == {"lr_max": picked} and entry.edges == {"lr_max": edge}
+        origins = {c.label: c.origin for c in entry.candidates}
         assert origins["lr_max0.2"] == "released" and origins["lr_max0.1"] == "extrapolated"
         assert all(origins[name] == "extrapolated" for name in added)
         saved = json.loads((folder / "out" / "tuning.json").read_text())

@@ -8,11 +8,11 @@ launchers that run it.
 
 `definition` (the JSON format, the cells, their commands; its evaluations in `evaluations`, the
 masking check in `masking`), `tuning` (candidate settings trained on tuning seeds, the pick by
-validation that the final cells run with), `results` (what the cells hold), `scheduler` and
-`cluster` (run the cells' programs, here or on Ray, each claimed by `claims` while it runs,
-from the code `revision` pinned) and `estimate` (GPU time before a run). The report on what the
-cells hold is the study package's (study/), above this one: the launchers rewrite it through
-the function the entry point hands them.
+validation that the final cells run with; tuning.json and its records in `tuning_file`),
+`results` (what the cells hold), `scheduler` and `cluster` (run the cells' programs, here or on
+Ray, each claimed by `claims` while it runs, from the code `revision` pinned) and `estimate`
+(GPU time before a run). The report on what the cells hold is the study package's (study/),
+above this one: the launchers rewrite it through the function the entry point hands them.
 """
 
 from fbat_tf.sweeps import estimate, tuning

@@ -4,8 +4,9 @@
     tuning.unit_for("fastbat ig=none", 48.0)      # the unit (variant and ε) a cell belongs to
     with_picks(definition, cells)                 # the final cells with their unit's pick
 
-The tuning stage itself (its runs, the pick, tuning.json, the report's section) is tuning.py's;
-this module needs the cells only, so that the definition reads its tuning block through it.
+The tuning stage itself (its runs, the pick, the report's section) is tuning.py's, tuning.json
+and its records tuning_file.py's; this module needs the cells and those records only, so that
+the definition reads its tuning block through it.
 
 Interior optima: a group may say how its grid extends ("extend": {flag: {"factor", "min",
 "max", "why"}}). Once a unit's runs have all finished, where the best candidate's value of such
@@ -28,6 +29,7 @@ from typing import Any
 from fbat_tf import methods
 from fbat_tf.sweeps.cells import Cell, word
 from fbat_tf.sweeps.errors import DefinitionError
+from fbat_tf.sweeps.tuning_file import Candidate, Pick
 
 # Flags a candidate may set besides its method's options: the optimizer's.
 OPTIMIZER_FLAGS = ("lr_max", "lr_schedule", "momentum", "momentum_at_peak", "weight_decay")
@@ -352,13 +354,13 @@ def _extensions(where: str, given: Any, candidates: list[dict[str, Any]]) -> tup
 
 
 def edges(
-    group: Group, found: Sequence[Mapping[str, Any]], best: int
+    group: Group, found: Sequence[Candidate], best: int
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Where the best of the finished candidates `found` sits on each flag the group extends:
     the candidates to add (one past each edge it is at, inside the bounds) and, per flag, in
     words, "interior" or the bound it stands at and why."""
-    chosen = found[best]["flags"]
-    have = {canonical(c["flags"]) for c in found}
+    chosen = found[best].flags
+    have = {canonical(c.flags) for c in found}
     added, where = [], {}
     for extension in group.extend:
         flag = extension.flag
@@ -366,10 +368,10 @@ def edges(
             where[flag] = "not set by the pick"
             continue
         line = [
-            c["flags"][flag]
+            c.flags[flag]
             for c in found
-            if flag in c["flags"]
-            and {k: v for k, v in c["flags"].items() if k != flag}
+            if flag in c.flags
+            and {k: v for k, v in c.flags.items() if k != flag}
             == {k: v for k, v in chosen.items() if k != flag}
         ]
         value, words = chosen[flag], []
@@ -397,14 +399,14 @@ def edges(
     return added, where
 
 
-def edge_words(group: Group, entry: Mapping[str, Any]) -> dict[str, str] | None:
+def edge_words(group: Group, entry: Pick) -> dict[str, str] | None:
     """Where the pick of a written entry sits on each flag its grid extends, in the words of
     this revision (`edges`, from the entry's own candidates: the pick stands as written); None
     for an entry written before picks recorded their edges."""
-    if entry.get("edges") is None:
+    if entry.edges is None:
         return None
-    labels = [c["label"] for c in entry["candidates"]]
-    return edges(group, entry["candidates"], labels.index(entry["pick"]))[1]
+    labels = [c.label for c in entry.candidates]
+    return edges(group, entry.candidates, labels.index(entry.pick))[1]
 
 
 # ------------------------------------------------------------------------------ the cells
