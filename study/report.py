@@ -278,6 +278,8 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     paths = {"json": os.path.join(sweep_dir, "sweep.json")}
     payload = dict(report)
     payload["cells"] = [cell.to_dict() for cell in report["cells"]]
+    if "tuning" in report:
+        payload["tuning"] = report["tuning"].to_dict()
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {

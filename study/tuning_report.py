@@ -1,7 +1,8 @@
 """The tuning stage in a sweep's report: the flags each tuned row ran with (`tuned_note`), every
 candidate's validation numbers and the pick (`tuning_table`), and the pick's validation number
 beside its final cells' test numbers (`criterion_table`), which shows where the criterion
-scored robustness the test's attacks removed."""
+scored robustness the test's attacks removed. Each reads the report's tuning section as the
+tuning stage's records (tuning.Section, UnitSection, Candidate, TuningRun), by attribute."""
 
 from __future__ import annotations
 
@@ -13,41 +14,48 @@ from typing import Any
 from fbat_tf.records import CellResult
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.sweeps.cells import word
+from fbat_tf.sweeps.tuning import TuningRun, UnitSection
 from study import readings
 
 
-def _percent(value: float | None, run: Mapping[str, Any] | None = None) -> str:
+def _percent(value: float | None, run: TuningRun | None = None) -> str:
     if value is None:
         return "–"
     text = f"{100 * value:.1f}"
-    return f"{text} (diverged)" if run is not None and run.get("diverged") else text
+    return f"{text} (diverged)" if run is not None and run.diverged else text
+
+
+def _units(report: Mapping[str, Any]) -> tuple[UnitSection, ...]:
+    """The units of the report's tuning section (tuning.report_section); none without one."""
+    section = report.get("tuning")
+    return () if section is None else section.units
 
 
 def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
     """For the report's main table: the flags a variant's cells at ε ran with by their tuning
     pick (" [tuned: lr_max=0.1]"), or that the pick is pending; "" where none was tuned."""
-    for unit in (report.get("tuning") or {}).get("units", []):
-        if (unit["variant"], unit["eps"]) == (variant, eps):
-            if unit["pick"] is None:
+    for unit in _units(report):
+        if (unit.variant, unit.eps) == (variant, eps):
+            if unit.pick is None:
                 return " [tuning pending]"
-            return f" [tuned: {', '.join(f'{k}={word(v)}' for k, v in unit['flags'].items())}]"
+            return f" [tuned: {', '.join(f'{k}={word(v)}' for k, v in unit.flags.items())}]"
     return ""
 
 
 def tuning_table(report: Mapping[str, Any]) -> list[str]:
     """The Tuning section of sweep.md, or nothing."""
     section = report.get("tuning")
-    if not section:
+    if section is None:
         return []
-    seeds = section["seeds"]
-    marked = any("origin" in c for unit in section["units"] for c in unit["candidates"])
+    seeds = section.seeds
+    marked = any(c.origin is not None for unit in section.units for c in unit.candidates)
     lines = [
         "## Tuning",
         "",
         f"Candidates trained on tuning seeds {', '.join(map(str, seeds))} (none of them a final "
         "cell's seed) and compared by validation robust accuracy (%) at each run's selected "
-        f"epoch, never by the test split; picked by this rule: {section['rule']} The final "
-        f"cells of each row ran with the pick's flags ({section['file']}).",
+        f"epoch, never by the test split; picked by this rule: {section.rule} The final "
+        f"cells of each row ran with the pick's flags ({section.file}).",
         "",
         f"| method | {readings.eps_heading(report)} | candidate | "
         + " | ".join(f"seed {s}" for s in seeds)
@@ -68,34 +76,34 @@ def tuning_table(report: Mapping[str, Any]) -> list[str]:
             "bound it met and why.",
             "",
         ]
-    for unit in section["units"]:
-        for i, candidate in enumerate(unit["candidates"]):
-            by_seed = {run["seed"]: run for run in candidate["runs"]}
+    for unit in section.units:
+        for i, candidate in enumerate(unit.candidates):
+            by_seed = {run.seed: run for run in candidate.runs}
             values = [
-                _percent(by_seed[s]["val_robust_accuracy"], by_seed[s]) if s in by_seed else "–"
+                _percent(by_seed[s].val_robust_accuracy, by_seed[s]) if s in by_seed else "–"
                 for s in seeds
             ]
-            flags = ", ".join(f"{k}={word(v)}" for k, v in candidate["flags"].items())
-            chosen = unit["pick"] == candidate["label"]
-            why = unit["decided_by"]
-            if chosen and unit.get("edges"):
-                why += "; " + "; ".join(f"{k}: {v}" for k, v in unit["edges"].items())
+            flags = ", ".join(f"{k}={word(v)}" for k, v in candidate.flags.items())
+            chosen = unit.pick == candidate.label
+            why = unit.decided_by
+            if chosen and unit.edges:
+                why += "; " + "; ".join(f"{k}: {v}" for k, v in unit.edges.items())
             mark = f"**picked** ({why})" if chosen else ""
             value = ""
             if marked:
-                value = candidate.get("origin", "–")
-                value += ", added" if candidate.get("added") else ""
+                value = "–" if candidate.origin is None else candidate.origin
+                value += ", added" if candidate.added else ""
                 value += " | "
-            if unit["pick"] is None and i == 0:
+            if unit.pick is None and i == 0:
                 mark = "pending"
             lines.append(
-                f"| {unit['variant'] if i == 0 else ''} | {unit['eps']:g} | "
+                f"| {unit.variant if i == 0 else ''} | {unit.eps:g} | "
                 + (f"**{flags}**" if chosen else flags)
                 + " | "
                 + " | ".join(values)
-                + f" | {_percent(candidate['mean'])} | {candidate['passes_per_step']} | {value}"
+                + f" | {_percent(candidate.mean)} | {candidate.passes_per_step} | {value}"
                 + f"{mark} | "
-                + f"{unit['source'] if i == 0 else ''} |"
+                + f"{unit.source if i == 0 else ''} |"
             )
     return lines
 
@@ -143,13 +151,12 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
     number on the final cells, their test robust accuracy by each evaluation, and validation
     minus the lowest test figure (both on the final cells); nothing for a sweep without tuning
     or before any pick."""
-    section = report.get("tuning")
-    units = [unit for unit in (section or {}).get("units", []) if unit["pick"] is not None]
+    units = [unit for unit in _units(report) if unit.pick is not None]
     if not units:
         return []
     evaluations = readings.evaluations(report)
     by_row = readings.groups(report["cells"])
-    finals = [c for unit in units for c in by_row.get((unit["variant"], unit["eps"]), [])]
+    finals = [c for unit in units for c in by_row.get((unit.variant, unit.eps), [])]
     # Where validation ran a black-box part after PGD, PGD's own figure is the criterion
     # without it: the gap under both.
     alone = any(selected_pgd(cell) is not None for cell in finals)
@@ -183,10 +190,10 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
     for unit in units:
         cells = [
             cell
-            for cell in by_row.get((unit["variant"], unit["eps"]), [])
+            for cell in by_row.get((unit.variant, unit.eps), [])
             if cell.state == "done" and selected_validation(cell) is not None
         ]
-        picked = next(c for c in unit["candidates"] if c["label"] == unit["pick"])
+        picked = next(c for c in unit.candidates if c.label == unit.pick)
         validation = [selected_validation(cell) for cell in cells]
         tests = [readings.attacked(cells, e["name"]) for e in evaluations]
         complete = [values for values in tests if len(values) == len(cells) and values]
@@ -200,9 +207,9 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
             else "–"
         )
         last = f" {readings.percent(pgd)} | {pgd_gap} |" if alone else ""
-        flags = ", ".join(f"{k}={word(v)}" for k, v in unit["flags"].items())
+        flags = ", ".join(f"{k}={word(v)}" for k, v in unit.flags.items())
         lines.append(
-            f"| {unit['variant']} | {unit['eps']:g} | {flags} | {_percent(picked['mean'])} | "
+            f"| {unit.variant} | {unit.eps:g} | {flags} | {_percent(picked.mean)} | "
             f"{readings.percent(validation)} ({len(cells)} cell{'s' * (len(cells) != 1)}) | "
             + " | ".join(
                 readings.percent(values) + readings.check_mark(cells, report, e["name"])

@@ -380,16 +380,24 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
         found = made_cell("fastat", seed, train=train, pgd={8.0: pgd}, autoattack={8.0: aa})
         return dataclasses.replace(found, state=state)
 
-    unit = {
-        "variant": "fastat",
-        "eps": 8.0,
-        "pick": "lr_max0.2",
-        "flags": {"lr_max": 0.2},
-        "candidates": [
-            {"label": "lr_max0.05", "mean": 0.9},
-            {"label": "lr_max0.2", "mean": 0.55},
-        ],
-    }
+    unit = tuning.UnitSection(
+        unit="fastat-eps8",
+        method="fastat",
+        variant="fastat",
+        eps=8.0,
+        match={},
+        source="a paper, Sec. 5",
+        cells=("fastat-eps8-seed0", "fastat-eps8-seed1", "fastat-eps8-seed2"),
+        candidates=(
+            tuning.Candidate("lr_max0.05", {"lr_max": 0.05}, 4, (), 0.9),
+            tuning.Candidate("lr_max0.2", {"lr_max": 0.2}, 4, (), 0.55),
+        ),
+        pick="lr_max0.2",
+        flags={"lr_max": 0.2},
+        decided_by="the highest mean",
+        edges=None,
+    )
+    section = tuning.Section("a rule", (100,), tuning.FILE, (unit,))
     report = {
         "evaluation": {
             "attacks": [
@@ -397,7 +405,7 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
                 {"name": "autoattack", "label": "AutoAttack", "eps": "own"},
             ]
         },
-        "tuning": {"units": [unit]},
+        "tuning": section,
         "cells": [
             cell(0, [0.5, 0.6, 0.4], 2, 0.45, 0.30),
             cell(1, [0.7, 0.5], 1, 0.55, 0.40),
@@ -425,7 +433,8 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
     table = "\n".join(tuning_report.criterion_table(report))
     assert row + " 70.0 ± 14.1 | +35.0 |" in table, table
     assert "PGD-10 alone (final cells) | PGD-10 alone − lowest test (points) |" in table
-    unit["pick"] = None
+    pending = dataclasses.replace(unit, pick=None, flags=None, decided_by=None)
+    report["tuning"] = dataclasses.replace(section, units=(pending,))
     assert tuning_report.criterion_table(report) == []
     assert tuning_report.criterion_table({"cells": []}) == []
 

@@ -1,8 +1,12 @@
 """The sweep's report, sweep.py, the classifiers, the upgrade of older records and the
 exporters hold a sweep's cells, run records and model cards as the types of fbat_tf/records/
-(CellResult, RunRecord, ModelCard...), and read them by attribute: a misspelt field fails at
-once (AttributeError), where a misspelt key read with `.get` gave None and the report went on
-without the number.
+(CellResult, RunRecord, ModelCard...), the paired comparisons as study/paired.py's, and the
+tuning stage's picks, candidates and runs (tuning.json) and the report's tuning section as
+fbat_tf/sweeps/tuning_file.py's and tuning.py's (Pick, Candidate, TuningRun, Section...); and
+they read them by attribute: a misspelt field fails at once (AttributeError), where a misspelt
+key read with `.get` gave None and the report went on without the number. The modules that
+parse those files into their records (fbat_tf/records/, tuning_file.py) read them by key, and
+are no readers here.
 
 The rule, read from the source with `ast`, for every string-constant read by key in the modules
 of READERS, `x["key"]` (read, not written) or `x.get("key", ...)`:
@@ -24,6 +28,7 @@ import dataclasses
 import os
 
 from fbat_tf import records
+from fbat_tf.sweeps import tuning, tuning_file
 from study import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,15 +123,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     f"{STUDY}/tuning_report.py": {
         "report": REPORT,
-        "report.get('tuning') or {}": "the report's tuning section (tuning.report_section)",
-        "section": "the report's tuning section",
-        "section or {}": "the report's tuning section",
-        "unit": "a unit of the tuning section",
-        "candidate": "a candidate of a tuning unit (tuning.candidates)",
-        "c": "a candidate of a tuning unit (tuning.candidates, or tuning.json's)",
-        "picked": "a candidate of a tuning unit",
-        "run": "what a tuning run says for the pick (tuning._run), not its RunRecord",
-        "by_seed[s]": "what a tuning run says for the pick (tuning._run)",
         "e": EVALUATIONS,
         "flags": "a cell's train.py flags by name (CellResult.flags), as its definition sets them",
     },
@@ -198,6 +194,12 @@ RECORD_TYPES = (
     records.CodeIdentity,
     paired.Comparison,
     paired.Analysis,
+    tuning_file.TuningFile,
+    tuning_file.Pick,
+    tuning_file.Candidate,
+    tuning_file.TuningRun,
+    tuning.Section,
+    tuning.UnitSection,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
@@ -206,26 +208,25 @@ SHARED = {
     "class_names": "a TF-Serving response's outputs (client)",
     "code": "the report's code summary (report)",
     "device": "the cost bench's setting (costs)",
-    "eps": "the definition's evaluations, paper rows, tuning units and blocks",
+    "candidates": "the definition's tuning block (a group's)",
+    "cells": "the report's top-level dict (its cells, each a CellResult)",
+    "eps": "the definition's evaluations, paper rows and tuning block",
     "examples": "the definition's evaluations and its masking check's attack",
-    "flags": "paper rows and tuning candidates",
-    "label": "the definition's evaluations, tuning candidates and the masking check",
+    "flags": "paper rows",
+    "label": "the definition's evaluations and the masking check",
     "machine": "the cost bench's setting (costs)",
     "margin": "the report's top-level dict (the definition's equivalence margin)",
     "masking_check": "the report's top-level dict",
-    "mean": "tuning candidates (their mean validation robust accuracy)",
+    "match": "the definition's tuning block (a group's)",
     "method": "paper rows and tuning groups",
     "model": "the cost bench's setting, the card export_model writes",
     "name": "the definition's evaluations",
     "revision": "the sweep's revision.json (sweep.py)",
     "revisions": "the report's code summary (report)",
-    "seed": "what a tuning run says for the pick (tuning)",
-    "seeds": "tuning units, tuning.json's picks and the definition's tuning block",
-    "source": "the cost bench, paper numbers and tuning units",
+    "seeds": "the definition's tuning block",
+    "source": "the cost bench, paper numbers and the definition's tuning block",
     "threshold": "the masking check as the definition and report record it",
     "tuning": "the report's top-level dict",
-    "val_robust_accuracy": "what a tuning run says for the pick (tuning)",
-    "variant": "tuning units",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
     "width": "the cost bench's setting (costs)",
 }
@@ -298,7 +299,8 @@ def test_each_allowance_is_used_and_each_shared_key_is_a_record_s():
 
 def test_the_rule_catches_a_cell_read_by_key_again():
     """readings.groups reading its cells' variant by key, as it did before cells were typed:
-    each way of writing it breaks a rule, and both where the key is a record's own."""
+    each way of writing it breaks a rule, and both where the key is a record's own and no
+    allowed dict's (variant, since no tuning unit is read by key; ε is a shared key)."""
     path = f"{STUDY}/readings.py"
     source = _source(path)
     typed = "        groups.setdefault((cell.variant, cell.eps), []).append(cell)\n"
@@ -307,7 +309,8 @@ def test_the_rule_catches_a_cell_read_by_key_again():
         ('cell["train"]', 2),
         ('cell.get("train", {}).get("selected_epoch")', 4),
         ('report["cells"][0]["train"]', 2),
-        ('cell["variant"]', 1),
+        ('cell["variant"]', 2),
+        ('cell["eps"]', 1),
     ):
         again = source.replace(typed, f"{typed}        {read}\n")
         found = broken_rules(path, again)

@@ -29,16 +29,19 @@ the candidate's, the tuning seed and --nofinal_test. Once every one of them fini
 or diverged), `settle` writes the unit's pick into `<sweep_dir>/tuning.json` (RULE), atomically
 and under a lock: several sweep.py processes may share the directory. Each run's numbers are a
 `TuningRun`, each candidate's a `Candidate`, a unit's pick a `Pick`: tuning_file.py's records,
-which read and write tuning.json. tuning.json is authoritative once written: a later start
-keeps its picks, and refuses a definition whose candidates or seeds for a picked unit differ
-from those it was picked among (delete tuning.json to tune again). A final cell of a tuned unit
-is `pending` until its pick exists; then its flags carry the pick's (its name does not change).
+which read and write tuning.json; the report's section (`report_section`) is a `Section` of
+`UnitSection`s built from them, read by attribute (study/tuning_report.py). tuning.json is
+authoritative once written: a later start keeps its picks, and refuses a definition whose
+candidates or seeds for a picked unit differ from those it was picked among (delete tuning.json
+to tune again). A final cell of a tuned unit is `pending` until its pick exists; then its flags
+carry the pick's (its name does not change).
 
 Interior optima (a group's "extend" and "released"): tuning_groups.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -341,7 +344,50 @@ def blocked(
 # ------------------------------------------------------------------------------ the report
 
 
-def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True)
+class UnitSection:
+    """A unit in the report's Tuning section: what it tunes, every candidate with its numbers,
+    and its pick as tuning.json holds it (`pick`, `flags` and `decided_by` None while its runs
+    are left), with where the pick sits on each flag its grid extends (`edges`, in this
+    revision's words; None without a pick, or for one written before picks recorded them)."""
+
+    unit: str
+    method: str
+    variant: str
+    eps: float
+    match: dict[str, Any]
+    source: str
+    cells: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    pick: str | None
+    flags: dict[str, Any] | None
+    decided_by: str | None
+    edges: dict[str, str] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it."""
+        found = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        found["cells"] = list(self.cells)
+        found["candidates"] = [c.to_dict() for c in self.candidates]
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """The Tuning section of sweep.json: the rule, the tuning seeds, the picks' file, the units."""
+
+    rule: str
+    seeds: tuple[int, ...]
+    file: str
+    units: tuple[UnitSection, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it."""
+        units = [unit.to_dict() for unit in self.units]
+        return {"rule": self.rule, "seeds": list(self.seeds), "file": self.file, "units": units}
+
+
+def report_section(definition: Definition, sweep_dir: str) -> Section | None:
     """The Tuning section of sweep.json: per unit every candidate with its source, per-seed and
     mean validation robust accuracy and passes per step, and the pick (tuning.json's, which
     stands once written; none while runs are left)."""
@@ -352,21 +398,24 @@ def report_section(definition: Definition, sweep_dir: str) -> dict[str, Any] | N
     units = []
     for unit in tuning.units:
         entry = kept.get(unit.key)
-        found = candidates(definition, unit, sweep_dir) if entry is None else entry.candidates
         units.append(
-            {
-                "unit": unit.key,
-                "method": unit.group.method,
-                "variant": unit.variant,
-                "eps": unit.eps,
-                "match": unit.group.match,
-                "source": unit.group.source,
-                "cells": list(unit.cells),
-                "candidates": [c.to_dict() for c in found],
-                "pick": None if entry is None else entry.pick,
-                "flags": None if entry is None else entry.flags,
-                "decided_by": None if entry is None else entry.decided_by,
-                "edges": None if entry is None else edge_words(unit.group, entry),
-            }
+            UnitSection(
+                unit=unit.key,
+                method=unit.group.method,
+                variant=unit.variant,
+                eps=unit.eps,
+                match=unit.group.match,
+                source=unit.group.source,
+                cells=tuple(unit.cells),
+                candidates=(
+                    tuple(candidates(definition, unit, sweep_dir))
+                    if entry is None
+                    else entry.candidates
+                ),
+                pick=None if entry is None else entry.pick,
+                flags=None if entry is None else entry.flags,
+                decided_by=None if entry is None else entry.decided_by,
+                edges=None if entry is None else edge_words(unit.group, entry),
+            )
         )
-    return {"rule": RULE, "seeds": list(tuning.seeds), "file": FILE, "units": units}
+    return Section(RULE, tuple(tuning.seeds), FILE, tuple(units))
