@@ -319,6 +319,8 @@ def test_on_every_cell_the_check_runs_on_the_first_points_whatever_autoattack_sh
         outcomes={"clean": CLEAN, "autoattack": robust},
     )
     assert sweeps.cell_state(cell_dir, definition) == "check pending"
+    # Not finished, though every evaluation of the definition is in.
+    assert not sweeps.finished(definition, out) and sweeps.finished(definition, out, checks=False)
     # The dry run says why, without the threshold that a gap of 0 did not pass.
     assert masking.pending_reason(definition.masking_check, cell_dir) == (
         "masking check pending (run on every cell; ε = 16: Square removed 0.0 points after the "

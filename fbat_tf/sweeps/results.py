@@ -113,22 +113,27 @@ def cell_state(cell_dir: str, definition: Definition | None = None) -> str:
     return "check pending" if pending else "done"
 
 
-def finished(definition: Definition, sweep_dir: str) -> bool:
+def finished(definition: Definition, sweep_dir: str, checks: bool = True) -> bool:
     """Whether every final cell of the sweep in `sweep_dir` is done (trained and evaluated) or
-    diverged: a sweep still running, or cut short, is not."""
+    diverged: a sweep still running, or cut short, is not. `checks=False` counts a cell whose
+    masking check alone is pending as finished: every evaluation of the definition is in (a
+    finished study whose definition gained a check on every cell is such a sweep while the
+    check runs)."""
+    ended = ("done", "diverged") if checks else ("done", "diverged", "check pending")
     return all(
-        cell_state(os.path.join(sweep_dir, cell.name), definition) in ("done", "diverged")
+        cell_state(os.path.join(sweep_dir, cell.name), definition) in ended
         for cell in expand(definition)
     )
 
 
-def study_sweeps(root: str) -> dict[str, bool]:
+def study_sweeps(root: str, checks: bool = True) -> dict[str, bool]:
     """The sweeps whose results a project at `root` holds: each folder results/<name> with a
-    sweep.json whose definition is configs/sweeps/<name>.json, and whether it has finished."""
+    sweep.json whose definition is configs/sweeps/<name>.json, and whether it has finished
+    (`finished`, with `checks`)."""
     found = {}
     for name in sorted(os.listdir(os.path.join(root, "results"))):
         sweep_dir = os.path.join(root, "results", name)
         definition = os.path.join(root, "configs", "sweeps", f"{name}.json")
         if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
-            found[sweep_dir] = finished(load_definition(definition), sweep_dir)
+            found[sweep_dir] = finished(load_definition(definition), sweep_dir, checks)
     return found
