@@ -100,3 +100,73 @@ def sequential_two(tmp_path_factory) -> str:
             ran = run_sweep(tree, "--sweep=two", "--sweep_dir=results/sequential")
             assert ran.returncode == 0, ran.stderr[-3000:]
     return str(done)
+
+
+# CPU time by test: `--cpu-durations=N` ---------------------------------------------------------
+#
+# A test's wall time on this 2-core machine depends on what runs beside it (another pytest-xdist
+# worker, a sweep); the CPU time it and the programs it waited for used does not, and the whole
+# suite's wall time at rest is about its total over the cores. Each phase's CPU seconds travel
+# on its report (pytest-xdist sends them to the controller), which sums them by test.
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, waited = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="list the N tests that used the most CPU time (the test's process and the programs "
+        "it waited for, setup and teardown included), and the suite's total",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if item.config.getoption("cpu_durations") is None:
+        return
+    started = item.stash.get(_CPU_AT, None)
+    now = _cpu_seconds()
+    item.stash[_CPU_AT] = now  # the next phase starts where this one ended
+    if started is not None:
+        outcome.get_result().user_properties.append(("cpu_seconds", now - started))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.config.getoption("cpu_durations") is not None:
+        item.stash[_CPU_AT] = _cpu_seconds()
+
+
+_CPU_AT = pytest.StashKey[float]()
+_CPU_BY_TEST: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "cpu_seconds":
+            _CPU_BY_TEST[report.nodeid] = _CPU_BY_TEST.get(report.nodeid, 0.0) + value
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("cpu_durations")
+    if count is None or not _CPU_BY_TEST:
+        return
+    ranked = sorted(_CPU_BY_TEST.items(), key=lambda pair: -pair[1])
+    total = sum(_CPU_BY_TEST.values())
+    terminalreporter.write_sep(
+        "=", f"most CPU time, {min(count, len(ranked))} of {len(ranked)} tests"
+    )
+    for nodeid, seconds in ranked[:count]:
+        terminalreporter.write_line(f"{seconds:8.2f}s {nodeid}")
+    terminalreporter.write_line(f"{total:8.1f}s of CPU over all {len(ranked)} tests")
