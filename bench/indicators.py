@@ -1,6 +1,6 @@
 """The indicators of attack failure's cost against AutoAttack's, on the same evaluated points.
 
-    python bench/indicators.py --model_path=results/deploy/fmnist-fastbat --n_examples=256 \
+    python bench/indicators.py --model_path=study/results/deploy/fmnist-fastbat --n_examples=256 \
         --json=bench/results/indicators.json --markdown=bench/results/indicators.md
 
 On the committed Fast-BAT small CNN (Fashion-MNIST, ε = 8/255) by default: evaluates PGD-50-10
@@ -17,7 +17,7 @@ import time
 from absl import app, flags
 from harness import command_line, describe, load_average, machine, publish, table
 
-_MODEL_PATH = flags.DEFINE_string("model_path", "results/deploy/fmnist-fastbat", "A run.")
+_MODEL_PATH = flags.DEFINE_string("model_path", "study/results/deploy/fmnist-fastbat", "A run.")
 _N_EXAMPLES = flags.DEFINE_integer("n_examples", 256, "Evaluated test points.", lower_bound=1)
 _BATCH = flags.DEFINE_integer("batch_size", 256, "Evaluation batch size.", lower_bound=1)
 _POINTS = flags.DEFINE_integer("indicator_points", 32, "The indicators' sample.", lower_bound=1)

@@ -1,6 +1,6 @@
 """Run a sweep: a grid of train.py runs, each evaluated by evaluate.py, then a report.
 
-    python sweep.py --sweep=fashion_mnist                 # configs/sweeps/fashion_mnist.json
+    python sweep.py --sweep=fashion_mnist                 # study/definitions/fashion_mnist.json
     python sweep.py --sweep=fashion_mnist --dry_run       # the cells, their state and commands
     python sweep.py --sweep=fashion_mnist --only='fastbat-*'
     python sweep.py --sweep=fashion_mnist --report_only   # sweep.json, sweep.md, plots
@@ -66,15 +66,38 @@ RESERVED = ("workdir", "export", "export_dir", "verbose", "flagfile")
 SWEEP_WIDE = ("data_dir", "download")
 
 
+# The studies' definitions and committed cells, in a clone (study/; not installed).
+STUDIES = None if ROOT is None else os.path.join(ROOT, "study", "definitions")
+STUDY_RESULTS = None if ROOT is None else os.path.join(ROOT, "study", "results")
+
+
+def _catalogs() -> list[str]:
+    return [CONFIGS] + ([STUDIES] if STUDIES is not None and os.path.isdir(STUDIES) else [])
+
+
 def definition_path(name: str) -> str:
-    for path in (name, os.path.join(CONFIGS, name), os.path.join(CONFIGS, f"{name}.json")):
+    """A definition by path, or by name in configs/sweeps/ (the paper's kits, shipped with the
+    programs) or, in a clone, study/definitions/ (the studies)."""
+    for path in [name] + [os.path.join(c, f) for c in _catalogs() for f in (name, f"{name}.json")]:
         if os.path.isfile(path):
             return path
-    known = sorted(f[:-5] for f in os.listdir(CONFIGS) if f.endswith(".json"))
-    raise sweeps.DefinitionError(
-        f"--sweep={name}: no such definition file, nor a name in configs/sweeps/ "
-        f"({', '.join(known)})"
+    folders = " or ".join(
+        f"{os.path.basename(os.path.dirname(c))}/{os.path.basename(c)}/" for c in _catalogs()
     )
+    known = sorted(f[:-5] for c in _catalogs() for f in os.listdir(c) if f.endswith(".json"))
+    raise sweeps.DefinitionError(
+        f"--sweep={name}: no such definition file, nor a name in {folders} ({', '.join(known)})"
+    )
+
+
+def default_sweep_dir(definition: sweeps.Definition) -> str:
+    """Where a sweep's cells go without --sweep_dir: a study's beside its committed cells
+    (study/results/<name> of the clone), any other's in results/<name>."""
+    if STUDIES is not None and os.path.dirname(os.path.realpath(definition.path)) == (
+        os.path.realpath(STUDIES)
+    ):
+        return os.path.relpath(os.path.join(STUDY_RESULTS, definition.name))
+    return os.path.join("results", definition.name)
 
 
 def check_flags(definition: sweeps.Definition, cells: list[sweeps.Cell], sweep_dir: str):
@@ -339,7 +362,7 @@ def prepare():
     for name in SWEEP_WIDE:
         if absl_flags.FLAGS[name].present:
             definition.flags[name] = absl_flags.FLAGS[name].value
-    sweep_dir = sweep_flags.SWEEP_DIR.value or os.path.join("results", definition.name)
+    sweep_dir = sweep_flags.SWEEP_DIR.value or default_sweep_dir(definition)
     definition.overrides = settle_overrides(
         parse_overrides(sweep_flags.OVERRIDE.value), sweep_dir, write=False
     )

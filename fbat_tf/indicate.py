@@ -1,8 +1,8 @@
 """Committed evaluations brought to today's indicators of attack failure, from the model each one
 names, without attacking the test points again.
 
-    python -m fbat_tf.indicate results/fashion_mnist_tuned   # every eval-*.json under it
-    python -m fbat_tf.indicate                               # all of results/
+    python -m fbat_tf.indicate study/results/fashion_mnist_tuned   # every eval-*.json under it
+    python -m fbat_tf.indicate                                     # all of results/
 
 Two kinds of file are rewritten; every other is left as it is:
 
@@ -20,7 +20,8 @@ Two kinds of file are rewritten; every other is left as it is:
   `rechecked` with the code that checked again.
 
 The model is loaded as evaluate.py loads it (weights folded where the file says it folded them),
-the points from the split, dataset and held-out choice the file names. A file whose model is not
+the points from the split, dataset and held-out choice the file names; a committed run moved with
+its evaluations is found in the folder the file is in (`model_of`). A file whose model is not
 there, or a link, is left as it is and said so; a link named on the command line is refused, and
 the folders are walked without following links.
 """
@@ -62,10 +63,10 @@ class Setting:
     """What an evaluation attacked, as its file records it: the model, the split's batches, the
     first budget's ε and norm, the attacks by (name, ε)."""
 
-    def __init__(self, payload: dict[str, Any]):
+    def __init__(self, payload: dict[str, Any], model: str | None = None):
         from fbat_tf import classifiers, data, evaluation
 
-        classifier, _ = classifiers.load_model(payload["model_path"])
+        classifier, _ = classifiers.load_model(model or payload["model_path"])
         if payload.get("fold_weights"):
             classifier = classifiers.fold_weights(classifier)
         self.classifier = classifier
@@ -105,12 +106,13 @@ def _options(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def indicate(payload: dict[str, Any]) -> dict[str, Any]:
-    """`payload` (`lacks_indicators`) with the checks and indicators evaluate.py computes now."""
+def indicate(payload: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+    """`payload` (`lacks_indicators`) with the checks and indicators evaluate.py computes now,
+    of the model at `model` (default: the one the file names)."""
     from fbat_tf import checks, indicators
     from fbat_tf.records import EvaluationResult
 
-    setting = Setting(payload)
+    setting = Setting(payload, model)
     result = EvaluationResult.from_dict(payload)
     found_checks = checks.reference_checks(
         setting.classifier, *setting.first_batch(), setting.attacks, setting.seed
@@ -124,12 +126,12 @@ def indicate(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "indicators": {**found.to_dict(), "computed_later": provenance.code()}}
 
 
-def recheck(payload: dict[str, Any]) -> dict[str, Any]:
-    """`payload` (`due_recheck`) with its zero-gradient check computed again from its model and
-    points."""
+def recheck(payload: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+    """`payload` (`due_recheck`) with its zero-gradient check computed again from its model (at
+    `model`, default the one the file names) and points."""
     from fbat_tf import checks
 
-    setting = Setting(payload)
+    setting = Setting(payload, model)
     found = checks.zero_gradients(
         setting.classifier, *setting.first_batch(), setting.eps, setting.norm, setting.seed
     )
@@ -141,6 +143,18 @@ def recheck(payload: dict[str, Any]) -> dict[str, Any]:
         "rechecked": {"before": held[CHECK], "code": provenance.code()},
     }
     return {**payload, "indicators": {**payload["indicators"], "checks": held}}
+
+
+def model_of(path: str, payload: dict[str, Any]) -> str:
+    """The model the evaluation at `path` attacked: the path it names, or, where nothing is
+    there any more and the file lies in a run directory of that path's name (a committed run
+    moved with its evaluations), that run directory."""
+    named = payload["model_path"]
+    here = os.path.dirname(os.path.abspath(path))
+    moved = os.path.basename(os.path.normpath(named)) == os.path.basename(here)
+    if not os.path.exists(named) and moved and run.Run(here).status() is not None:
+        return here
+    return named
 
 
 def evaluations(paths: list[str]) -> list[str]:
@@ -202,7 +216,7 @@ def main(paths: list[str]) -> int:
         else:
             continue
         try:
-            new = step(payload)
+            new = step(payload, model_of(path, payload))
         except FileNotFoundError as error:
             print(f"{path}: left as it is: {error}")
             continue

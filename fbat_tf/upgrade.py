@@ -97,7 +97,7 @@ def evaluation_block(given: Mapping[str, Any]) -> Mapping[str, Any]:
     "batch_size"}); ValueError saying what is amiss in an older one."""
     if "attacks" in given:
         return given
-    # Written in sweep definitions (configs/sweeps/fashion_mnist.json, fashion_mnist_ig.json)
+    # Written in sweep definitions (study/definitions/fashion_mnist.json, fashion_mnist_ig.json)
     # before "attacks": {"pgd_steps", "pgd_restarts", "pgd_examples", "autoattack_examples",
     # "batch_size"}, each optional, and so also a definition without "evaluation". It meant
     # PGD at the grid's budgets and AutoAttack at the cell's own. Today: those two attacks

@@ -9,13 +9,15 @@ from flags import common
 SWEEP = flags.DEFINE_string(
     "sweep",
     None,
-    "A sweep definition: a name in configs/sweeps/ (fashion_mnist) or a path to its JSON file.",
+    "A sweep definition: a name in configs/sweeps/ (paper_table2) or study/definitions/ "
+    "(fashion_mnist), or a path to its JSON file.",
     required=True,
 )
 SWEEP_DIR = flags.DEFINE_string(
     "sweep_dir",
     None,
-    "Where the cells' run directories and the report go (default results/<sweep name>).",
+    "Where the cells' run directories and the report go (default results/<sweep name>; a "
+    "study's study/results/<sweep name>, beside its committed cells).",
 )
 ONLY = flags.DEFINE_list(
     "only", None, "Run only the cells whose names match these shell patterns, e.g. fastbat-*."

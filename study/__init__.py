@@ -1,13 +1,15 @@
 """The study: what the sweeps' cells showed, as tables, verdicts and plots, above the library
 and its launchers (fbat_tf/sweeps), which run the cells and never import it.
 
-    report = collect(definition, "results/fashion_mnist")   # every cell's numbers, by file
-    write_report(report, "results/fashion_mnist")           # sweep.json, sweep.md, PNG plots
-    rewrite(definition, "results/fashion_mnist")            # the two, as the launchers call it
+    report = collect(definition, "study/results/fashion_mnist")  # every cell's numbers
+    write_report(report, "study/results/fashion_mnist")  # sweep.json, sweep.md, PNG plots
+    rewrite(definition, "study/results/fashion_mnist")  # the two, as the launchers call it
+    committed.sweeps(root)            # the studies of definitions/ and results/, finished or not
 
 `collect` (each cell's record, the tuning stage, the paper's numbers and the cost bench),
 `report` (sweep.json and the tables, put together from `readings`, `costs`, `comparisons` with
-`paired`, `paper` and `tuning_report`) and `plots`.
+`paired`, `paper` and `tuning_report`), `plots` and `committed` (the studies as committed here:
+their definitions in study/definitions/, their cells and reports in study/results/).
 """
 
 from __future__ import annotations

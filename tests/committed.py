@@ -1,5 +1,5 @@
-"""The committed results' files by the folder under results/ that holds them (a sweep, with its
-tuning runs, or a kit's output): a test that reads every committed file runs once per folder
+"""The committed results' files by the folder under study/results/ that holds them (a sweep, with
+its tuning runs, or a kit's output): a test that reads every committed file runs once per folder
 and names each file that fails, with what failed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results")
+RESULTS = os.path.join(ROOT, "study", "results")
 
 
 def by_folder(paths: Iterable[str]) -> dict[str, list[str]]:
@@ -16,7 +16,7 @@ def by_folder(paths: Iterable[str]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in sorted(paths):
         folder = os.path.relpath(path, RESULTS).split(os.sep)[0]
-        found.setdefault(os.path.join("results", folder), []).append(path)
+        found.setdefault(os.path.join("study", "results", folder), []).append(path)
     return found
 
 
@@ -29,3 +29,14 @@ def check_each(paths: Iterable[str], check: Callable[[str], None]) -> None:
         except AssertionError as error:
             failed.append(f"{os.path.relpath(path, ROOT)}: {error}")
     assert not failed, f"{len(failed)} files fail:\n" + "\n".join(failed)
+
+
+def report_root(root) -> None:
+    """`root` (a pathlib folder) shaped like the project for sweep.py --report_only, which names
+    its definitions, the paper's numbers and the cost bench relative to where it runs: configs/,
+    bench/ and the study's definitions and papers linked in, study/results/ to copy a sweep into."""
+    for folder in ("configs", "bench"):
+        os.symlink(os.path.join(ROOT, folder), root / folder)
+    (root / "study" / "results").mkdir(parents=True)
+    for folder in ("definitions", "papers"):
+        os.symlink(os.path.join(ROOT, "study", folder), root / "study" / folder)

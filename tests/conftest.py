@@ -61,7 +61,7 @@ def commit_copy(root: str, destination: str) -> str:
     files = git("ls-files", "--cached", "--others", "--exclude-standard", "-z").split("\0")
     for name in files:
         source = os.path.join(root, name)
-        if not name or name.startswith("results/") or not os.path.isfile(source):
+        if not name or name.startswith("study/results/") or not os.path.isfile(source):
             continue  # a deleted file, or committed results (not code)
         target = os.path.join(destination, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)

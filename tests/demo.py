@@ -7,7 +7,7 @@
 
 README's "The demo" table holds, for Fast-BAT, what its first command (the "Two commands"
 section) gives, and for standard training what the same flag file with --method=standard gives.
-results/demo/<run>/results.json are those runs' files, each naming the code revision that made
+study/results/demo/<run>/results.json are those runs' files, each naming the code revision that made
 it; tests/test_demo.py checks, cheaply, that README's table is what these files say. This script
 is the expensive half (about 10 minutes on 2 CPU cores): it trains both runs again with the
 checkout's code and compares every epoch's numbers and the test numbers with the recorded ones,
@@ -15,7 +15,7 @@ exactly where the recorded run names the same setup (processor and library build
 deterministic on one machine: same seeds, data order and kernels), and README's table with the
 new runs; on another setup, or against a run that recorded none, within TOLERANCE. It exits
 non-zero on any difference. With --record it copies
-the new results.json files into results/demo/ instead; README's table is then edited to match,
+the new results.json files into study/results/demo/ instead; README's table is then edited to match,
 which tests/test_demo.py enforces. Not part of `.ci/run`.
 """
 
@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILE = "configs/fashion_mnist_demo.flags"
 # README's table rows, by the run's name, and the flags each adds to the flag file.
 RUNS = {"fastbat": [], "standard": ["--method=standard"]}
-RECORDED = os.path.join(ROOT, "results", "demo")
+RECORDED = os.path.join(ROOT, "study", "results", "demo")
 # What a rerun must reproduce exactly, per epoch and in the final evaluation.
 EPOCH_KEYS = ("loss", "adv_accuracy", "val_clean_accuracy", "val_robust_accuracy")
 FINAL_KEYS = ("examples", "clean_accuracy", "pgd_robust_accuracy")
@@ -177,7 +177,7 @@ def main() -> int:
     failed = False
     with tempfile.TemporaryDirectory(prefix="fbat_demo_") as scratch:
         directory = args.runs or scratch
-        # Every run first: a run recorded into results/demo/ before the next one trains would
+        # Every run first: a run recorded into study/results/demo/ before the next one trains would
         # make the checkout differ from its revision for that one.
         runs = {name: rerun(name, directory) for name in names}
         for name, new in runs.items():

@@ -5,7 +5,7 @@
     python tests/mutations.py --list
 
 Each mutation is one textual change to one file. It is applied to a scratch copy of the tracked
-tree (git ls-files, without results/), and the tests that should catch it run there
+tree (git ls-files, without study/results/), and the tests that should catch it run there
 (`pytest -x`). A mutation is caught when those tests fail (pytest exit code 1); it survives
 when they pass. Any other outcome (the change no longer applies, a collection error) is an error
 of this script. One row per mutation; the exit code is non-zero unless every mutation is caught.
@@ -853,13 +853,17 @@ MUTATIONS = [
 
 
 def scratch_copy(directory: str) -> str:
-    """The tracked files of the tree (results/ left out) under `directory`."""
+    """The tracked files of the tree (study/results/ left out) under `directory`."""
     files = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split("\n")
     tree = os.path.join(directory, "tree")
     for name in files:
-        if not name or name.startswith("results/") or not os.path.exists(os.path.join(ROOT, name)):
+        if (
+            not name
+            or name.startswith("study/results/")
+            or not os.path.exists(os.path.join(ROOT, name))
+        ):
             continue
         target = os.path.join(tree, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)

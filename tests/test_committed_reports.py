@@ -4,8 +4,8 @@ rewrites sweep.json, sweep.md and every plot byte for byte.
 
 A change to the records, the upgrade of older files or the report that moved a number, a verdict
 or a word of a committed report fails here, naming the file and its first differing line. A
-sweep still running (`sweeps.finished`) is left out until every cell is in: its committed report
-is the one it last wrote, beside runs not yet committed.
+sweep still running (`study.committed.sweeps`) is left out until every cell is in: its committed
+report is the one it last wrote, beside runs not yet committed.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import sys
 
 import pytest
 
-from fbat_tf import sweeps
+from study import committed as studies
+from tests.committed import report_root
 from tests.conftest import ROOT
 
-FINISHED = [os.path.basename(path) for path, done in sweeps.study_sweeps(ROOT).items() if done]
+FINISHED = [os.path.basename(path) for path, done in studies.sweeps(ROOT).items() if done]
 # Every cell evaluated, a masking check the definition gained perhaps still landing.
 EVALUATED = [
-    os.path.basename(path) for path, done in sweeps.study_sweeps(ROOT, checks=False).items() if done
+    os.path.basename(path) for path, done in studies.sweeps(ROOT, checks=False).items() if done
 ]
 
 
@@ -31,10 +32,10 @@ def test_the_finished_sweeps_are_the_committed_studies():
     # Every study with its last cell committed; a study still running joins once it is. One
     # whose definition gained a masking check on every cell, its files landing, is left out
     # meanwhile, but every evaluation it had stays in.
-    studies = {"fashion_mnist", "fashion_mnist_fast", "fashion_mnist_ig", "fashion_mnist_tuned"}
-    assert studies | {"fashion_mnist_interior"} <= set(EVALUATED)
+    names = {"fashion_mnist", "fashion_mnist_fast", "fashion_mnist_ig", "fashion_mnist_tuned"}
+    assert names | {"fashion_mnist_interior"} <= set(EVALUATED)
     assert set(FINISHED) <= set(EVALUATED)
-    assert studies - {"fashion_mnist_tuned"} | {"fashion_mnist_interior"} <= set(FINISHED)
+    assert names - {"fashion_mnist_tuned"} | {"fashion_mnist_interior"} <= set(FINISHED)
 
 
 def _first_difference(written: bytes, committed: bytes) -> str:
@@ -49,19 +50,18 @@ def _first_difference(written: bytes, committed: bytes) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FINISHED)
 def test_committed_report_is_rewritten_byte_for_byte(tmp_path, name):
-    committed = os.path.join(ROOT, "results", name)
+    committed = os.path.join(ROOT, "study", "results", name)
     # The report names its definition and the cost benchmark relative to where sweep.py runs:
     # a root of the same shape, the sweep directory a copy (the plots rewritten from nothing).
-    for folder in ("configs", "bench"):
-        os.symlink(os.path.join(ROOT, folder), tmp_path / folder)
-    copy = tmp_path / "results" / name
+    report_root(tmp_path)
+    copy = tmp_path / "study" / "results" / name
     shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", "sweep.*"))
     done = subprocess.run(
         [
             sys.executable,
             os.path.join(ROOT, "sweep.py"),
-            f"--sweep=configs/sweeps/{name}.json",
-            f"--sweep_dir=results/{name}",
+            f"--sweep=study/definitions/{name}.json",
+            f"--sweep_dir=study/results/{name}",
             "--report_only",
         ],
         cwd=tmp_path,

@@ -1087,7 +1087,7 @@ def _bad_label(folder, labels: str = "t10k-labels-idx1-ubyte.gz") -> str:
     return str(labels_path)
 
 
-_DEMO_RUN = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+_DEMO_RUN = os.path.join(ROOT, "study", "results", "deploy", "fmnist-fastbat")
 # Per case: the program, its words, the path it would write, and the labels file damaged.
 _ON_BAD_DATA = {
     "train.py": (

@@ -1,5 +1,5 @@
 """README's demo numbers are what its commands give: its demo table is the recorded runs in
-results/demo/, made by committed code with the demo's flag file. Rerunning them to check that
+study/results/demo/, made by committed code with the demo's flag file. Rerunning them to check that
 the current code still gives them is tests/demo.py (about 10 minutes, outside the suite)."""
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def test_a_refused_cifar_batch_through_train_py_is_one_line_and_leaves_no_run(tm
 @pytest.mark.slow
 def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
     source = os.path.join(
-        ROOT, "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
+        ROOT, "study", "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
     )
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -246,7 +246,7 @@ def test_a_full_disk_is_told_as_such_naming_the_file():
 
 def _committed_run_copy(run_dir) -> None:
     source = os.path.join(
-        ROOT, "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
+        ROOT, "study", "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
     )
     (run_dir / "checkpoints").mkdir(parents=True)
     for name in ("results.json", "flags.txt", os.path.join("checkpoints", "best.weights.h5")):

@@ -361,7 +361,7 @@ def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
     """Without TF_CPP_MIN_LOG_LEVEL in the environment, as a user types it: TensorFlow's INFO
     lines after start-up (a graph optimizer's "Starting new session", the GPUs it counted)
     printed before the table; only --verbosity asks for them."""
-    run = os.path.join(ROOT, "results", "fashion_mnist_fast", "fastat-eps16-seed0")
+    run = os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "fastat-eps16-seed0")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     command = [
         sys.executable,
@@ -380,7 +380,7 @@ def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
 def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_path):
     """The plot is written after the results: where it fails (a full disk, here a folder in its
     place) the message said to run the same command again, which the saved results refuse."""
-    run = os.path.join(ROOT, "results", "fashion_mnist_fast", "fastat-eps16-seed0")
+    run = os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "fastat-eps16-seed0")
     results = tmp_path / "eval.json"
     (tmp_path / "eval.png").mkdir()
     done = run_evaluate(

@@ -16,7 +16,7 @@ from fbat_tf.records import files
 from tests.snapshots import snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")  # a committed small run
+RUN = os.path.join(ROOT, "study", "results", "deploy", "fmnist-fastbat")  # a committed small run
 
 
 def _outside(tmp_path):

@@ -163,3 +163,27 @@ def test_a_check_that_counted_misclassified_points_is_computed_again(tmp_path, e
         "linked: a symbolic link; name the file or folder it points at"
     )
     assert json.loads((outside / "eval-pgd.json").read_text()) == written
+
+
+def test_a_committed_run_moved_with_its_evaluations_is_found_where_they_are(tmp_path):
+    """An evaluation names its model by the path it had (results/deploy/fmnist-fastbat before
+    the committed results moved under study/): where nothing is there any more and the file
+    lies in a run directory of that name, that run directory is the model; a model still at its
+    path is that one, and a file outside such a run keeps the path it names."""
+    from fbat_tf import indicate
+
+    run = tmp_path / "study" / "results" / "deploy" / "fmnist-fastbat"
+    run.mkdir(parents=True)
+    committed = os.path.join(ROOT, "study", "results", "deploy", "fmnist-fastbat")
+    shutil.copy(os.path.join(committed, "results.json"), run / "results.json")
+    gone = {"model_path": str(tmp_path / "gone" / "fmnist-fastbat")}
+    assert indicate.model_of(str(run / "eval-test.json"), gone) == str(run)
+    there = {"model_path": committed}
+    assert indicate.model_of(str(run / "eval-test.json"), there) == committed
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert indicate.model_of(str(elsewhere / "eval-test.json"), gone) == gone["model_path"]
+    # A folder of that name that holds no run is not taken for the model either.
+    (tmp_path / "other" / "fmnist-fastbat").mkdir(parents=True)
+    stray = tmp_path / "other" / "fmnist-fastbat" / "eval-test.json"
+    assert indicate.model_of(str(stray), gone) == gone["model_path"]

@@ -85,7 +85,7 @@ def test_the_installed_packages_are_the_wheels_not_the_checkouts(installed):
     library, configs = done.stdout.split()
     assert not library.startswith(ROOT) and "site-packages" in library, library
     assert os.path.isfile(os.path.join(configs, "fashion_mnist_demo.flags"))
-    assert os.path.isfile(os.path.join(configs, "sweeps", "fashion_mnist.json"))
+    assert os.path.isfile(os.path.join(configs, "sweeps", "paper_table2.json"))
 
 
 def test_help_of_each_console_script_lists_its_flags(installed):
@@ -140,7 +140,17 @@ def test_the_demo_trains_evaluates_and_exports_through_the_console_scripts(insta
     assert os.path.isfile(os.path.join(version, "model.onnx"))
     # A sweep pins its cells' code by git revision: from an installed copy it says, in one line,
     # where it runs instead.
-    swept = _run([os.path.join(bin_dir, "fbat-sweep"), "--sweep=fashion_mnist", "--dry_run"], work)
+    # (The studies' definitions are the clone's, not installed: a definition of one's own.)
+    with open(os.path.join(work, "grid.json"), "w") as f:
+        json.dump(
+            {
+                "description": "a user's grid",
+                "flags": {"dataset": "fashion_mnist", "model": "small_cnn", "epochs": 1},
+                "grid": [{"method": ["fastat"], "eps": [8], "seed": [0]}],
+            },
+            f,
+        )
+    swept = _run([os.path.join(bin_dir, "fbat-sweep"), "--sweep=grid.json", "--dry_run"], work)
     assert swept.returncode == 1 and "Traceback" not in swept.stderr
     (line,) = swept.stderr.strip().splitlines()
     assert (

@@ -1,6 +1,6 @@
-"""The interior study (results/fashion_mnist_interior/) holds what its definition promises: every
-tuning pick interior to its grid or at a bound the definition states, each candidate marked as an
-author's released value or extrapolated, worked out here from the candidates and the definition
+"""The interior study (study/results/fashion_mnist_interior/) holds what its definition promises:
+every tuning pick interior to its grid or at a bound the definition states, each candidate marked as
+an author's released value or extrapolated, worked out here from the candidates and the definition
 alone, not from the words the sweep wrote."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _json(*path: str):
 
 def _groups() -> dict[str, dict]:
     """The definition's tuning groups by unit prefix (method, and the match's `ig`)."""
-    definition = _json("configs", "sweeps", f"{SWEEP}.json")
+    definition = _json("study", "definitions", f"{SWEEP}.json")
     found = {}
     for group in definition["tuning"]["groups"]:
         ig = (group.get("match") or {}).get("ig")
@@ -39,7 +39,7 @@ def _next(value: float, factor: float, up: bool) -> float:
 def _bounded() -> tuple[int, list[tuple[str, str, float]]]:
     """How many (unit, extended flag) picks are interior, and the others: (unit, flag, the next
     value past the pick), each checked against the definition's bounds and the sweep's words."""
-    picks = _json("results", SWEEP, "tuning.json")["picks"]
+    picks = _json("study", "results", SWEEP, "tuning.json")["picks"]
     groups = _groups()
     interior, bounded = 0, []
     for unit, entry in picks.items():
@@ -83,9 +83,9 @@ def test_every_candidate_is_marked_released_or_extrapolated_as_the_definition_sa
     """A candidate is released exactly where the definition lists its flags among the group's
     released settings; one the grid gained is extrapolated and marked added; the report's tuning
     table shows both."""
-    picks = _json("results", SWEEP, "tuning.json")["picks"]
+    picks = _json("study", "results", SWEEP, "tuning.json")["picks"]
     groups = _groups()
-    with open(os.path.join(ROOT, "results", SWEEP, "sweep.md")) as f:
+    with open(os.path.join(ROOT, "study", "results", SWEEP, "sweep.md")) as f:
         section = f.read().split("## Tuning\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")]
     heading, rows = [cell.strip() for cell in rows[0]], rows[1:]
@@ -114,7 +114,7 @@ def test_the_study_page_s_account_of_the_picks_is_the_tuning_file():
     from tests.test_readme_findings import sections
 
     text = sections()[INTERIOR]
-    picks = _json("results", SWEEP, "tuning.json")["picks"]
+    picks = _json("study", "results", SWEEP, "tuning.json")["picks"]
     candidates = [c for entry in picks.values() for c in entry["candidates"]]
     added = [c for c in candidates if c["added"]]
     interior, bounded = _bounded()
@@ -165,7 +165,7 @@ def test_the_study_page_s_account_of_the_picks_is_the_tuning_file():
         f"Only GradAlign's two picks (λ = {ga[0]:g} at 48, {ga[1]:g} at 76) are values an author "
         f"released; the other {len(picks) - 2} extrapolate"
     ) in text
-    before = _json("results", "fashion_mnist_tuned", "tuning.json")["picks"]
+    before = _json("study", "results", "fashion_mnist_tuned", "tuning.json")["picks"]
     moved = {
         unit: (before[unit]["flags"], picks[unit]["flags"])
         for unit in before
@@ -211,8 +211,8 @@ def test_every_run_is_the_pinned_revision_s_its_weights_kept_and_its_seed_paired
 
     from tests.test_readme_findings import sections
 
-    pinned = _json("results", SWEEP, "revision.json")["revision"]
-    root = os.path.join(ROOT, "results", SWEEP)
+    pinned = _json("study", "results", SWEEP, "revision.json")["revision"]
+    root = os.path.join(ROOT, "study", "results", SWEEP)
     tuning = glob.glob(os.path.join(root, "tuning", "*", "results.json"))
     finals = glob.glob(os.path.join(root, "*", "results.json"))
     assert len(tuning) == 231 and finals
@@ -225,7 +225,9 @@ def test_every_run_is_the_pinned_revision_s_its_weights_kept_and_its_seed_paired
     for path in finals:
         name = os.path.basename(os.path.dirname(path))
         seed = name.rsplit("-seed", 1)[1]
-        before = glob.glob(os.path.join(ROOT, "results", "fashion_mnist_tuned", f"*-seed{seed}"))
+        before = glob.glob(
+            os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", f"*-seed{seed}")
+        )
         run = _json(path)
         if run["status"] != "complete":
             continue
@@ -243,7 +245,7 @@ def test_every_run_is_the_pinned_revision_s_its_weights_kept_and_its_seed_paired
 
 
 def _report() -> dict:
-    return _json("results", SWEEP, "sweep.json")
+    return _json("study", "results", SWEEP, "sweep.json")
 
 
 def _finals(state: str = "done") -> list[dict]:
@@ -253,7 +255,7 @@ def _finals(state: str = "done") -> list[dict]:
 def _autoattack_means(sweep: str) -> dict[tuple[str, float], float]:
     """Each row's mean AutoAttack accuracy (%) over its trained final cells."""
     rows: dict = {}
-    for c in _json("results", sweep, "sweep.json")["cells"]:
+    for c in _json("study", "results", sweep, "sweep.json")["cells"]:
         if c["state"] == "done":
             value = c["autoattack"]["robust_accuracy"][f"{c['eps']:g}"]
             rows.setdefault((c["variant"], c["eps"]), []).append(value)
@@ -375,7 +377,7 @@ def test_the_interior_study_s_other_figures_are_its_files():
 
     from tests.test_readme_findings import sections
 
-    root = os.path.join(ROOT, "results", SWEEP)
+    root = os.path.join(ROOT, "study", "results", SWEEP)
     report = _report()
     finals = report["cells"]
     assert len(finals) == 80 and all(c["state"] in ("done", "diverged") for c in finals)

@@ -69,7 +69,7 @@ def test_a_second_order_pass_counts_as_a_pass_of_the_step():
 def test_readme_s_transcript_states_the_committed_demo_run_s_estimate():
     from fbat_tf.records import RunRecord
 
-    record = RunRecord.load(f"{ROOT}/results/demo/fmnist-fastbat/results.json")
+    record = RunRecord.load(f"{ROOT}/study/results/demo/fmnist-fastbat/results.json")
     words = TRAIN["_duration_words"](TRAIN["evaluation_minutes"](record))
     with open(f"{ROOT}/README.md") as f:
         assert f"--n_examples=1000   # PGD-50-10, AutoAttack{words}\n" in f.read()

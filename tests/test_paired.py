@@ -422,17 +422,18 @@ def test_a_verdict_needs_both_analyses_intersection_union():
 
 
 def test_the_committed_equivalence_that_rested_on_clipped_components_is_undecided():
-    """The tuned study's Fast-BAT − first-order Fast-BAT at ε = 48 (results/fashion_mnist_tuned/
-    sweep.json), by hand from the numbers it stores: both components clipped, so the crossed se²
-    is MS_resid/(5·1000) with (5 − 1)(1000 − 1) = 3,996 df and a 95 % interval ±1.960·se; over
-    seeds, se = s_d/√5 with 4 df, ±2.776·se, wider. Equivalent by the crossed model alone,
+    """The tuned study's Fast-BAT − first-order Fast-BAT at ε = 48
+    (study/results/fashion_mnist_tuned/sweep.json), by hand from the numbers it stores: both
+    components clipped, so the crossed se² is MS_resid/(5·1000) with (5 − 1)(1000 − 1) = 3,996 df
+    and a 95 % interval ±1.960·se; over seeds, se = s_d/√5 with 4 df, ±2.776·se, wider. Equivalent
+    by the crossed model alone,
     undecided over seeds after Holm's correction, so undecided."""
     import json
     import os
     import statistics
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "results", "fashion_mnist_tuned", "sweep.json")) as f:
+    with open(os.path.join(root, "study", "results", "fashion_mnist_tuned", "sweep.json")) as f:
         report = json.load(f)
     (found,) = [
         c

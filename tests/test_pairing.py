@@ -59,8 +59,8 @@ def test_a_sweeps_cells_are_evaluated_on_the_same_points_with_the_same_seed():
     definition = sweeps.load_definition(
         os.path.join(
             os.path.dirname(os.path.dirname(__file__)),
-            "configs",
-            "sweeps",
+            "study",
+            "definitions",
             "fashion_mnist_fast.json",
         )
     )

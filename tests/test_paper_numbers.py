@@ -1,4 +1,4 @@
-"""The paper's published numbers, configs/papers/fast_bat_icml2022.json: their structure, and
+"""The paper's published numbers, study/papers/fast_bat_icml2022.json: their structure, and
 every number against the paper's LaTeX source where that is at hand (../shared/paper/ beside
 the repository; the test that reads it is skipped elsewhere). Plain text only: no TensorFlow."""
 
@@ -15,7 +15,7 @@ import pytest
 from fbat_tf import catalog, methods
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAPER = os.path.join(ROOT, "configs", "papers", "fast_bat_icml2022.json")
+PAPER = os.path.join(ROOT, "study", "papers", "fast_bat_icml2022.json")
 TEX = os.path.join(ROOT, "..", "shared", "paper", "fast_bat_icml2022.tex")
 
 # The \label of each of the paper's tables, by the number LaTeX gives it (table, table* and

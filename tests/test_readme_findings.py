@@ -58,7 +58,7 @@ def words_of(*path: str) -> str:
 def verdicts(sweep: str) -> dict[tuple[str, str, float], dict]:
     """Every paired comparison the report states: its listed ones and each variant against the
     most robust at its ε."""
-    with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", sweep, "sweep.json")) as f:
         report = json.load(f)
     found = {}
     for rows in report["robust_vs_cost"].values():
@@ -147,7 +147,7 @@ def test_every_quoted_paired_verdict_is_the_reports():
 def test_the_implicit_term_comparisons_are_as_the_readme_counts_them():
     """'Of the fourteen listed comparisons one is shown equivalent ... before Holm's correction
     over the report's thirty ..., none after it ... and none finds a side ahead.'"""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_ig", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_ig", "sweep.json")) as f:
         listed = json.load(f)["paired_comparisons"]
     assert len(listed) == 14 and all(c["family"] == 30 for c in listed)
     assert [c["raw_verdict"] for c in listed].count("equivalent") == 1
@@ -170,7 +170,7 @@ def check_study_table(sweep: str, heading: str, eps_values: list[int], seeds: in
     gathered them and AutoAttack's sample standard deviation; "‡" after it where a seed's AutoAttack
     number is the masking check's, and "diverged in k of n" where runs diverged (counted from the
     cells; the others' means follow). Returns the number of table cells checked."""
-    with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", sweep, "sweep.json")) as f:
         cells = json.load(f)["cells"]
     text = sections()[heading]
     header = re.search(r"\| ε \(/255\) \| (.+?) \| \|---", text).group(1)
@@ -220,7 +220,7 @@ def test_the_family_sizes_quoted_are_the_reports():
     words = {8: "8", 20: "20", 24: "24", 30: "thirty"}
 
     def size(sweep: str) -> int:
-        with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
+        with open(os.path.join(ROOT, "study", "results", sweep, "sweep.json")) as f:
             return json.load(f)["paired_family"]["size"]
 
     text = " ".join(sections().values())
@@ -247,7 +247,7 @@ def test_the_paired_study_chooses_pgd_2_at_at_every_eps_as_the_readme_says():
     it; at ε = 16 the cheaper ones are undecided against it; at 48 every other variant but
     GradAlign is behind it; at 76 Fast-AT and N-FGSM are, not GradAlign (a single-step method
     too) nor either Fast-BAT (Holm-corrected)."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "sweep.json")) as f:
         by_eps = json.load(f)["robust_vs_cost"]
     assert sorted(by_eps) == ["16", "48", "76"]
     behind = {}
@@ -295,7 +295,7 @@ def test_the_fab_t_share_quoted_is_the_benchs_over_every_committed_evaluation():
     assert counted == selected
     # Left out: only the evaluations of a sweep still running, one whose committed report holds
     # a final cell that has not trained.
-    committed = glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))
+    committed = glob.glob(os.path.join(ROOT, "study", "results", "*", "*", "eval-autoattack.json"))
     left_out = {os.path.relpath(path, ROOT) for path in committed} - selected
     for sweep_dir in {os.path.dirname(os.path.dirname(path)) for path in left_out}:
         with open(os.path.join(ROOT, sweep_dir, "sweep.json")) as f:
@@ -321,7 +321,7 @@ def test_the_paired_study_s_comparisons_of_means_are_its_cells():
     """What the paired-study section says of means the report does not pair: GradAlign's spread
     at ε = 48 the widest, its mean below PGD-2-AT's and both Fast-BATs' at 48 and 76, and how
     far first-order Fast-BAT's mean lies above Fast-AT's at each ε."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "sweep.json")) as f:
         cells = json.load(f)["cells"]
     text = sections()["Which fast method at which ε (Fashion-MNIST, paired seeds)"]
 
@@ -357,7 +357,7 @@ def test_the_implicit_term_s_weight_and_the_tuned_lambda_are_as_readme_says():
     ratio at every ε), and 'each doubling of 1/λ beyond it, to 10,000/255, raised the mean
     validation robust accuracy at ε = 48 and 76' (the tuned study's tuning.json, every Fast-BAT
     unit, at each implicit weight tried at every 1/λ)."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "sweep.json")) as f:
         cells = json.load(f)["cells"]
     ratios = [
         c["train"]["ig_norm_ratio"] for c in cells if c["variant"] == "fastbat ig=hessian_free"
@@ -375,7 +375,7 @@ def test_the_implicit_term_s_weight_and_the_tuned_lambda_are_as_readme_says():
     text = sections()["Where Fast-BAT's implicit term pays (Fashion-MNIST)"]
     assert f"its norm is {100 * low:.1f}–{100 * high:.1f} % of the first-order term's" in text
 
-    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", "tuning.json")) as f:
         picks = json.load(f)["picks"]
     checked = 0
     for unit, entry in picks.items():
@@ -401,7 +401,7 @@ def test_the_paired_study_s_other_figures_are_its_files():
     """The figures study/README.md's paired-study section states outside verdicts and the table:
     compute hours, the guard in Fast-BAT's runs, and PGD-50-10 against AutoAttack on the same 500
     images at ε = 48."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_fast", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "sweep.json")) as f:
         report = json.load(f)
     cells = report["cells"]
     text = sections()["Which fast method at which ε (Fashion-MNIST, paired seeds)"]
@@ -445,7 +445,7 @@ TUNED = "The same questions with every method tuned (Fashion-MNIST)"
 
 
 def tuned_report() -> dict:
-    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", "sweep.json")) as f:
         return json.load(f)
 
 
@@ -496,7 +496,7 @@ def test_the_tuned_study_s_choices_are_the_reports_as_the_readme_says():
 
 def test_the_tuned_study_s_picks_are_its_tuning_files():
     """Each method's pick at each ε, as tuning.json has it, in study/README.md's words."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", "tuning.json")) as f:
         picks = json.load(f)["picks"]
     titles = {
         "fastat": "Fast-AT",
@@ -522,7 +522,7 @@ def test_the_tuned_study_s_picks_at_their_grids_edges_are_all_named():
     """A pick is at an edge where its value of a tuned option is the largest or the smallest
     among its unit's candidates that agree with it on the other options (the only one where no
     other does): study/README.md names every such pick of tuning.json, and the interior ones."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_tuned", "tuning.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", "tuning.json")) as f:
         picks = json.load(f)["picks"]
     found = {}
     for unit, entry in picks.items():
@@ -579,7 +579,7 @@ def test_the_tuned_study_s_picks_at_their_grids_edges_are_all_named():
 
 def test_the_fashion_mnist_sweep_ran_two_seeds_where_readme_says():
     """'Two seeds ran only at ε = 16 and 76 (one for Fast-BAT's other implicit weights)'."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist", "sweep.json")) as f:
         cells = json.load(f)["cells"]
     seeds: dict = {}
     for c in cells:
@@ -604,7 +604,7 @@ def test_the_tuned_study_s_other_figures_are_its_files():
     validation at the exact implicit weight."""
     import glob
 
-    root = os.path.join(ROOT, "results", "fashion_mnist_tuned")
+    root = os.path.join(ROOT, "study", "results", "fashion_mnist_tuned")
     report = tuned_report()
     finals = report["cells"]  # the final cells; tuning runs are under tuning/
     assert len(finals) == 70 and all(c["state"] in ("done", "diverged") for c in finals)
@@ -763,7 +763,7 @@ def test_the_tuned_study_against_the_paired_one_is_as_readme_says():
     first-order Fast-BAT in both, Fast-AT's gain at 48, and its guard at 76."""
 
     def runs(sweep: str, variant: str, eps: int) -> list[dict]:
-        with open(os.path.join(ROOT, "results", sweep, "sweep.json")) as f:
+        with open(os.path.join(ROOT, "study", "results", sweep, "sweep.json")) as f:
             cells = json.load(f)["cells"]
         found = []
         for c in cells:
@@ -943,18 +943,21 @@ def test_bench_readme_s_interval_coverage_is_the_committed_bench_run():
 
 def test_readme_s_deployment_figures_are_the_committed_bench_run():
     """BUILD.md's "ONNX and LiteRT" quotes bench/results/deploy_demo.json, made from the committed
-    run in results/deploy/ (its selected weights are there to export and attack again): each file's
-    size, its classes over the whole test split beside the SavedModel's, and the re-check table
-    row by row as the bench printed it, each row's evaluation JSON committed."""
+    run in study/results/deploy/ (its selected weights are there to export and attack again): each
+    file's size, its classes over the whole test split beside the SavedModel's, and the re-check
+    table row by row as the bench printed it, each row's evaluation JSON committed."""
     with open(os.path.join(ROOT, "bench", "results", "deploy_demo.json")) as f:
         found = json.load(f)
     with open(os.path.join(ROOT, "bench", "results", "deploy_demo.md")) as f:
         rows = [line for line in f.read().splitlines() if line.startswith("| ")]
+    # The run as it lay when the bench ran (results/deploy/, before the study's results moved
+    # under study/): the committed run, whose weights are those the bench measured.
     assert found["workdir"] == os.path.join("results", "deploy", "fmnist-fastbat")
-    weights = os.path.join(ROOT, found["workdir"], "checkpoints", "best.weights.h5")
+    run = os.path.join(ROOT, "study", found["workdir"])
+    weights = os.path.join(run, "checkpoints", "best.weights.h5")
     assert os.path.getsize(weights) < 1_000_000
     # The figures are those of the committed weights, not of a file put in their place since.
-    assert found["weights"]["path"] == os.path.relpath(weights, ROOT)
+    assert "study/" + found["weights"]["path"] == os.path.relpath(weights, ROOT)
     with open(weights, "rb") as f:
         assert found["weights"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
     text = sections(BUILD)["ONNX and LiteRT"]
@@ -1001,7 +1004,9 @@ def test_the_tuned_study_s_indicators_are_its_files():
     `indicated`), and each computed later by one clean revision."""
     import glob
 
-    for path in glob.glob(os.path.join(ROOT, "results", "fashion_mnist_tuned", "*", "eval-*.json")):
+    for path in glob.glob(
+        os.path.join(ROOT, "study", "results", "fashion_mnist_tuned", "*", "eval-*.json")
+    ):
         with open(path) as f:
             found = json.load(f)
         # The both-sided masking check ran after the indicators were built: its own.

@@ -27,8 +27,8 @@ from tests.committed import by_folder, check_each
 from tests.test_upgrade import OLDER_FINAL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMITTED = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "results.json")))
-EVALUATIONS = sorted(glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-*.json")))
+COMMITTED = sorted(glob.glob(os.path.join(ROOT, "study", "results", "*", "*", "results.json")))
+EVALUATIONS = sorted(glob.glob(os.path.join(ROOT, "study", "results", "*", "*", "eval-*.json")))
 
 
 def test_the_committed_records_are_many():

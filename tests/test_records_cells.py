@@ -14,7 +14,7 @@ import pytest
 from fbat_tf.records import CellResult, EvaluationSummary, MaskingEntry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEPS = sorted(glob.glob(os.path.join(ROOT, "results", "*", "sweep.json")))
+SWEEPS = sorted(glob.glob(os.path.join(ROOT, "study", "results", "*", "sweep.json")))
 
 
 def test_the_committed_sweeps_are_there():
@@ -41,7 +41,7 @@ def test_every_committed_cell_reads_and_is_written_back_as_it_was(path):
 
 
 def _saved_cell() -> dict:
-    with open(os.path.join(ROOT, "results", "fashion_mnist", "sweep.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist", "sweep.json")) as f:
         return next(c for c in json.load(f)["cells"] if c["name"] == "fastbat-eps8-seed0")
 
 

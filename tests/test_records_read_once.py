@@ -127,7 +127,9 @@ def guarded_records(monkeypatch):
 def test_the_guard_catches_a_read_by_key_outside_the_records(guarded_records, tmp_path):
     from fbat_tf.records import EvaluationResult
 
-    path = os.path.join(ROOT, "results", "fashion_mnist", "fastat-eps8-seed0", "eval-pgd.json")
+    path = os.path.join(
+        ROOT, "study", "results", "fashion_mnist", "fastat-eps8-seed0", "eval-pgd.json"
+    )
     assert EvaluationResult.load(path).examples > 0  # the records read it
     with open(path) as f, pytest.raises(AssertionError, match="by key"):
         json.load(f)["robust_accuracy"]
@@ -145,8 +147,8 @@ def test_the_readers_of_committed_results_hold_them_as_types(guarded_records):
         import fab_share
     finally:
         sys.path.pop(0)
-    definition = load_definition(os.path.join(ROOT, "configs", "sweeps", "fashion_mnist.json"))
-    sweep_dir = os.path.join(ROOT, "results", "fashion_mnist")
+    definition = load_definition(os.path.join(ROOT, "study", "definitions", "fashion_mnist.json"))
+    sweep_dir = os.path.join(ROOT, "study", "results", "fashion_mnist")
     collected = cells.collect(definition, sweep_dir)
     assert sum(cell.state == "done" for cell in collected["cells"]) >= 40
     run_dir = os.path.join(sweep_dir, "fastbat-eps8-seed0")

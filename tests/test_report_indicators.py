@@ -15,7 +15,7 @@ from study import readings
 from study.cells import _indicated
 from tests.conftest import ROOT
 
-SWEEP = os.path.join(ROOT, "results", "fashion_mnist_interior")
+SWEEP = os.path.join(ROOT, "study", "results", "fashion_mnist_interior")
 
 
 def _fired_in_file(path: str, eps: float) -> set[str]:
@@ -141,7 +141,7 @@ def test_a_cost_verdict_names_each_kind_of_mark_once():
     both sides; its own row's marks repeated beside them would name a variant twice over
     different runs (in the committed reports, read as the user reads them)."""
     rows = 0
-    for path in glob.glob(os.path.join(ROOT, "results", "*", "sweep.md")):
+    for path in glob.glob(os.path.join(ROOT, "study", "results", "*", "sweep.md")):
         with open(path) as f:
             text = f.read()
         if "## Robustness against cost" not in text:

@@ -167,7 +167,7 @@ def committed_evaluations():
     import json
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[1] / "results"
+    root = pathlib.Path(__file__).resolve().parents[1] / "study" / "results"
     for path in sorted(root.rglob("*.json")):
         if not (path.name == "results.json" or path.name.startswith("eval-")):
             continue

@@ -22,7 +22,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _definitions():
-    return sorted(glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.json")))
+    return sorted(
+        glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.json"))
+        + glob.glob(os.path.join(ROOT, "study", "definitions", "*.json"))
+    )
 
 
 @pytest.mark.parametrize("path", _definitions(), ids=os.path.basename)

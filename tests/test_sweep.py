@@ -483,7 +483,7 @@ def test_paper_kit_reported_from_committed_results(tmp_path, committed_tree):
         "attacks": [{"attack": "autoattack", "eps": "own", "examples": 4}],
     }
     # The paper's numbers, the small CNN standing in for PreActResNet-18.
-    with open(os.path.join(ROOT, "configs", "papers", "fast_bat_icml2022.json")) as f:
+    with open(os.path.join(ROOT, "study", "papers", "fast_bat_icml2022.json")) as f:
         paper = json.load(f)
     for entry in paper["rows"]:
         if entry["flags"]["model"] == "preact_resnet18":
@@ -968,8 +968,10 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     """fashion_mnist_ig's first cells ran before results.json named the cost variant: the method
     config they recorded prices them, first-order Fast-BAT at its own step time, in the report
     sweep.py writes as in the records it reads."""
-    sweep_dir = os.path.join(ROOT, "results", "fashion_mnist_ig")
-    definition = sweeps.load_definition(os.path.join(ROOT, "configs/sweeps/fashion_mnist_ig.json"))
+    sweep_dir = os.path.join(ROOT, "study", "results", "fashion_mnist_ig")
+    definition = sweeps.load_definition(
+        os.path.join(ROOT, "study/definitions/fashion_mnist_ig.json")
+    )
     report = study.collect(definition, sweep_dir)
     legacy = 0
     for cell in report["cells"]:

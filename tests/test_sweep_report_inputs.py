@@ -17,16 +17,18 @@ import sys
 
 import pytest
 
+from tests.committed import report_root
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _copy(tmp_path, name: str, cells: str, *files: str) -> str:
-    """A root with configs/ and bench/ linked in and results/<name>/ holding the records of
-    the committed sweep's cells whose names contain `cells`, and its `files`."""
-    for folder in ("configs", "bench"):
-        os.symlink(os.path.join(ROOT, folder), tmp_path / folder)
-    committed = os.path.join(ROOT, "results", name)
-    copy = tmp_path / "results" / name
+    """A root shaped like the project (tests/committed.report_root) with study/results/<name>/
+    holding the records of the committed sweep's cells whose names contain `cells`, and its
+    `files`."""
+    report_root(tmp_path)
+    committed = os.path.join(ROOT, "study", "results", name)
+    copy = tmp_path / "study" / "results" / name
     copy.mkdir(parents=True)
     for entry in sorted(os.listdir(committed)):
         if cells in entry and os.path.isdir(os.path.join(committed, entry)):
@@ -37,7 +39,7 @@ def _copy(tmp_path, name: str, cells: str, *files: str) -> str:
             )
     for entry in files:
         shutil.copy(os.path.join(committed, entry), copy / entry)
-    return f"results/{name}"
+    return f"study/results/{name}"
 
 
 def _report(tmp_path, name: str, sweep_dir: str) -> subprocess.CompletedProcess:
@@ -45,7 +47,7 @@ def _report(tmp_path, name: str, sweep_dir: str) -> subprocess.CompletedProcess:
         [
             sys.executable,
             os.path.join(ROOT, "sweep.py"),
-            f"--sweep=configs/sweeps/{name}.json",
+            f"--sweep=study/definitions/{name}.json",
             f"--sweep_dir={sweep_dir}",
             "--report_only",
         ],
@@ -166,7 +168,7 @@ def test_a_full_disk_while_writing_the_report_names_the_file_and_leaves_nothing(
     sweep_dir = _copy(tmp_path, "fashion_mnist", "-eps16-")
     code = (
         f"import runpy, sys\nsys.path.insert(0, {ROOT!r})\n{FULL_DISK}\n"
-        f"sys.argv = ['sweep.py', '--sweep=configs/sweeps/fashion_mnist.json', "
+        f"sys.argv = ['sweep.py', '--sweep=study/definitions/fashion_mnist.json', "
         f"'--sweep_dir={sweep_dir}', '--report_only']\n"
         f"runpy.run_path({os.path.join(ROOT, 'sweep.py')!r}, run_name='__main__')"
     )

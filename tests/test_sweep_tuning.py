@@ -473,9 +473,9 @@ def test_a_committed_tuning_file_reads_as_records_and_is_written_back_the_same(t
     keys, their order and its numbers; a file written before candidates were marked, picks
     held their edges and grids grew (the tuned study's) reads with none of them and is written
     with the empty extensions the stage always adds."""
-    with open(os.path.join(ROOT, "results", name, "tuning.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", name, "tuning.json")) as f:
         text = f.read()
-    shutil.copy(os.path.join(ROOT, "results", name, "tuning.json"), tmp_path)
+    shutil.copy(os.path.join(ROOT, "study", "results", name, "tuning.json"), tmp_path)
     found = tuning_file.read(str(tmp_path))
     raw = json.loads(text)
     assert list(found.picks) == list(raw["picks"])
@@ -495,7 +495,7 @@ def test_a_committed_tuning_file_reads_as_records_and_is_written_back_the_same(t
 
 def _damaged(tmp_path, damage) -> str:
     """The interior study's tuning.json, its first pick damaged, in a directory of its own."""
-    with open(os.path.join(ROOT, "results", "fashion_mnist_interior", "tuning.json")) as f:
+    with open(os.path.join(ROOT, "study", "results", "fashion_mnist_interior", "tuning.json")) as f:
         found = json.load(f)
     damage(next(iter(found["picks"].values())))
     (tmp_path / "tuning.json").write_text(json.dumps(found))

@@ -125,3 +125,23 @@ def test_an_override_of_absl_s_own_flags_is_refused_naming_it(tmp_path, override
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: --override={override}: "), line
     assert "absl's own flags" in line and not out.exists()
+
+
+def test_a_study_by_name_resumes_its_committed_cells_and_a_kit_writes_to_results():
+    """`--sweep=<name>` finds the paper's kits in configs/sweeps/ and the studies in
+    study/definitions/; a study's cells default to study/results/<name>, where its committed
+    cells are (a dry run finds them done), a kit's to results/<name>. An unknown name lists
+    both folders' names."""
+    study = sweep_without_tensorflow("--sweep=fashion_mnist_fast", "--dry_run")
+    assert study.returncode == 0, study.stderr[-3000:]
+    assert study.stdout.splitlines()[-1] == "90 cells: 90 done"
+    assert "--workdir=study/results/fashion_mnist_fast/fastat-eps16-seed0 " in study.stdout
+    kit = sweep_without_tensorflow("--sweep=paper_table2", "--dry_run", "--nodownload")
+    assert "--workdir=results/paper_table2/" in kit.stdout, kit.stdout[-2000:] + kit.stderr
+    unknown = sweep_without_tensorflow("--sweep=no_such_study", "--dry_run")
+    line = unknown.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        "error: --sweep=no_such_study: no such definition file, nor a name in configs/sweeps/ or "
+        "study/definitions/ ("
+    ), line
+    assert "fashion_mnist_tuned" in line and "paper_table2" in line

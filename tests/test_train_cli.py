@@ -710,7 +710,7 @@ def test_ctrl_c_is_answered_while_tensorflow_holds_the_interpreter(tmp_path):
     from flags import errors
 
     results = tmp_path / "eval.json"
-    evaluated = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+    evaluated = os.path.join(ROOT, "study", "results", "deploy", "fmnist-fastbat")
     timings: dict = {}
     command = [f"--model_path={evaluated}", "--n_examples=256", "--attacks=square"]
     status, screen = on_terminal(

@@ -94,7 +94,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     f"{STUDY}/paper.py": {
         "report": REPORT,
-        "report['paper']": "the paper-numbers file (configs/papers/*.json)",
+        "report['paper']": "the paper-numbers file (study/papers/*.json)",
         "paper": "the paper-numbers file",
         "entry": "a row of the paper-numbers file",
         "e": EVALUATIONS,

@@ -29,7 +29,7 @@ from fbat_tf.sweeps.errors import DefinitionError
 from tests.committed import by_folder, check_each
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "results")
+RESULTS = os.path.join(ROOT, "study", "results")
 
 
 def _results_files(pattern: str) -> list[str]:
@@ -42,7 +42,10 @@ def _results_files(pattern: str) -> list[str]:
 RECORDS = _results_files("results.json")
 EVALUATIONS = _results_files("eval-*.json")
 SWEEPS = sorted(glob.glob(os.path.join(RESULTS, "*", "sweep.json")))
-DEFINITIONS = sorted(glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.json")))
+DEFINITIONS = sorted(
+    glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.json"))
+    + glob.glob(os.path.join(ROOT, "study", "definitions", "*.json"))
+)
 
 # The keys of a final test that today's evaluation schema no longer has.
 OLDER_FINAL_KEYS = {

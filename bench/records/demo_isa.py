@@ -1,5 +1,5 @@
 """Which settings make README's demo give the same digits: the demo's Fast-BAT run under each
-oneDNN instruction-set cap on this machine, beside the recorded run (results/demo/).
+oneDNN instruction-set cap on this machine, beside the recorded run (study/results/demo/).
 
     python bench/records/demo_isa.py                  # trains 3 runs (about 15 minutes here)
     python bench/records/demo_isa.py --runs=DIR       # keeps them in DIR (reused where there)
@@ -27,7 +27,7 @@ from harness import publish  # noqa: E402
 from fbat_tf.records import RunRecord  # noqa: E402
 
 FLAGFILE = "configs/fashion_mnist_demo.flags"
-RECORDED = os.path.join(ROOT, "results", "demo", "fmnist-fastbat", "results.json")
+RECORDED = os.path.join(ROOT, "study", "results", "demo", "fmnist-fastbat", "results.json")
 # Each setting: the variables it sets (none: oneDNN's own choice).
 SETTINGS = {"default": {}, "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}}
 SETTINGS["AVX2"] = {"ONEDNN_MAX_CPU_ISA": "AVX2"}

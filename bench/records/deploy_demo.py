@@ -2,14 +2,14 @@
 the whole test split beside the SavedModel's, and evaluate.py's re-check of it on the first 256
 test images.
 
-    python bench/records/deploy_demo.py          # the committed run, results/deploy/fmnist-fastbat
+    python bench/records/deploy_demo.py   # the committed run, study/results/deploy/fmnist-fastbat
     python bench/records/deploy_demo.py --workdir=runs/fmnist-fastbat   # another run
 
-The committed run is README's first command (`--flagfile=configs/fashion_mnist_demo.flags`,
-with --noexport), its record, flags and selected weights kept in results/deploy/fmnist-fastbat/
-so that anyone can export and attack it again. The script exports it (`python -m export`,
-every format) into a temporary folder, compares each ONNX and LiteRT file with the SavedModel
-on every test image (`fbat_tf.artifacts.compare`), and runs `python evaluate.py
+The committed run is README's first command (`--flagfile=configs/fashion_mnist_demo.flags`, with
+--noexport), its record, flags and selected weights kept in study/results/deploy/fmnist-fastbat/ so
+that anyone can export and attack it again. The script exports it (`python -m export`, every format)
+into a temporary folder, compares each ONNX and LiteRT file with the SavedModel on every test image
+(`fbat_tf.artifacts.compare`), and runs `python evaluate.py
 --model_path=<file> --n_examples=256` on the SavedModel and each file, as a user types it. Writes
 bench/results/deploy_demo.json and .md, and each evaluation's JSON into
 bench/results/deploy_demo/.
@@ -35,7 +35,7 @@ from harness import publish  # noqa: E402
 from fbat_tf.records import EvaluationResult, files  # noqa: E402
 from fbat_tf.run import Run  # noqa: E402
 
-DEMO = os.path.join(ROOT, "results", "deploy", "fmnist-fastbat")
+DEMO = os.path.join(ROOT, "study", "results", "deploy", "fmnist-fastbat")
 OUT = os.path.join(ROOT, "bench", "results")
 FILES = ("model.onnx", "model.tflite", "model_int8.tflite")
 RECHECK_EXAMPLES = 256

@@ -1,8 +1,8 @@
 """How many examples AutoAttack's FAB-T breaks that APGD-CE and APGD-T left robust, over every
 committed AutoAttack evaluation: what choosing one FAB flavour over another can move at most.
-A sweep still running its AutoAttack evaluations (a cell neither evaluated nor diverged,
-`sweeps.finished` with `checks=False`) is left out until they are all in, so that its cells can be
-committed as they land; rerun this then. A masking check still running counts no AutoAttack.
+A study still running its AutoAttack evaluations (a cell neither evaluated nor diverged,
+`study.committed.sweeps` with `checks=False`) is left out until they are all in, so that its cells
+can be committed as they land; rerun this then. A masking check still running counts no AutoAttack.
 
     python bench/records/fab_share.py        # writes bench/results/fab_share.json and .md
 
@@ -27,13 +27,12 @@ from fbat_tf.records import EvaluationResult  # noqa: E402
 
 
 def counted() -> list[str]:
-    """The AutoAttack evaluations counted: every one under results/, but those of a sweep (a
-    folder with the sweep.json of configs/sweeps/<its name>.json) whose evaluations are not all
-    in (its masking checks aside)."""
-    from fbat_tf import sweeps
+    """The AutoAttack evaluations counted: every one under study/results/, but those of a study
+    (study.committed.sweeps) whose evaluations are not all in (its masking checks aside)."""
+    from study import committed
 
-    running = {path for path, done in sweeps.study_sweeps(ROOT, checks=False).items() if not done}
-    found = glob.glob(os.path.join(ROOT, "results", "*", "*", "eval-autoattack.json"))
+    running = {path for path, done in committed.sweeps(ROOT, checks=False).items() if not done}
+    found = glob.glob(os.path.join(ROOT, "study", "results", "*", "*", "eval-autoattack.json"))
     return sorted(p for p in found if os.path.dirname(os.path.dirname(p)) not in running)
 
 

@@ -1,7 +1,7 @@
 """The signature of catastrophic overfitting on a sweep's trained models: accuracy under FGSM
 (one signed step of size ε from x) against accuracy under the validation PGD, per cell.
 
-    python bench/records/overfitting_signature.py --sweep_dir=results/fashion_mnist \\
+    python bench/records/overfitting_signature.py --sweep_dir=study/results/fashion_mnist \\
         --json=bench/results/overfitting_signature.json
 
 A model that has overfitted catastrophically masks its gradient: the single-step attack that
@@ -28,7 +28,9 @@ from harness import command_line, machine, publish  # noqa: E402
 from fbat_tf.records import EvaluationResult  # noqa: E402
 
 _SWEEP_DIR = flags.DEFINE_string(
-    "sweep_dir", "results/fashion_mnist", "A sweep's results folder (one run directory per cell)."
+    "sweep_dir",
+    "study/results/fashion_mnist",
+    "A sweep's results folder (one run directory per cell).",
 )
 _JSON = flags.DEFINE_string(
     "json", "bench/results/overfitting_signature.json", "Where to write the measurements."

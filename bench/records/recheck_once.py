@@ -4,7 +4,7 @@ against one command over all three, which crafts the source's attacks once.
     python bench/records/recheck_once.py                 # the committed run, 256 test images
     python bench/records/recheck_once.py --n_examples=16 # a quick look
 
-Exports the committed demo run (results/deploy/fmnist-fastbat, as bench/records/deploy_demo.py
+Exports the committed demo run (study/results/deploy/fmnist-fastbat, as bench/records/deploy_demo.py
 does) into a temporary folder, then times, as a user types them, `python evaluate.py
 --model_path=<file> --n_examples=N` for model.onnx, model.tflite and model_int8.tflite one after
 the other, and `python evaluate.py --model_path=<the three, comma-separated> --n_examples=N`,

@@ -1,10 +1,10 @@
 """A sweep: a grid of training runs, each evaluated at every budget of the grid, and the
 launchers that run it.
 
-    definition = load_definition("configs/sweeps/fashion_mnist.json")
+    definition = load_definition("study/definitions/fashion_mnist.json")
     for cell in expand(definition):           # method × ε × seed × any other train.py flag
         cell.name, cell.flags                 # "fastbat-eps16-seed0", {"method": "fastbat", ...}
-        cell_state("results/fashion_mnist/" + cell.name, definition)   # "done", "trained"...
+        cell_state("study/results/fashion_mnist/" + cell.name, definition)  # "done", ...
 
 `definition` (the JSON format, the cells, their commands; its evaluations in `evaluations`, the
 masking check in `masking`), `tuning` (candidate settings trained on tuning seeds, the pick by
@@ -35,7 +35,6 @@ from fbat_tf.sweeps.results import (
     evaluation_results,
     finished,
     missing_budgets,
-    study_sweeps,
 )
 
 __all__ = [
@@ -53,7 +52,6 @@ __all__ = [
     "commands",
     "expand",
     "finished",
-    "study_sweeps",
     "flag_words",
     "load_definition",
     "evaluation_results",

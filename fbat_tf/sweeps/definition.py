@@ -1,9 +1,9 @@
 """A sweep's definition: its JSON format, its cells and the commands each cell runs.
 
-    definition = load_definition("configs/sweeps/fashion_mnist.json")
+    definition = load_definition("study/definitions/fashion_mnist.json")
     for cell in expand(definition):           # method × ε × seed × any other train.py flag
         cell.name, cell.flags                 # "fastbat-eps16-seed0", {"method": "fastbat", ...}
-    commands(definition, cell, "results/fashion_mnist")   # {"train": [...], "pgd": [...], ...}
+    commands(definition, cell, "study/results/fashion_mnist")  # {"train": [...], "pgd": ...}
 
 A definition is a JSON object:
 

@@ -17,7 +17,6 @@ from fbat_tf.sweeps.definition import (
     Definition,
     Evaluation,
     expand,
-    load_definition,
 )
 
 
@@ -124,16 +123,3 @@ def finished(definition: Definition, sweep_dir: str, checks: bool = True) -> boo
         cell_state(os.path.join(sweep_dir, cell.name), definition) in ended
         for cell in expand(definition)
     )
-
-
-def study_sweeps(root: str, checks: bool = True) -> dict[str, bool]:
-    """The sweeps whose results a project at `root` holds: each folder results/<name> with a
-    sweep.json whose definition is configs/sweeps/<name>.json, and whether it has finished
-    (`finished`, with `checks`)."""
-    found = {}
-    for name in sorted(os.listdir(os.path.join(root, "results"))):
-        sweep_dir = os.path.join(root, "results", name)
-        definition = os.path.join(root, "configs", "sweeps", f"{name}.json")
-        if os.path.isfile(os.path.join(sweep_dir, "sweep.json")) and os.path.isfile(definition):
-            found[sweep_dir] = finished(load_definition(definition), sweep_dir, checks)
-    return found
