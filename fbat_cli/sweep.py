@@ -59,6 +59,8 @@ from flags import train as train_flags  # noqa: E402
 # The clone the cells' code is pinned from (None where fbat-tf runs installed, not from one).
 ROOT = fbat_cli.CHECKOUT
 CONFIGS = os.path.join(fbat_cli.configs(), "sweeps")
+# The kind scheduler.by_kind times a cell by where only its masking check is left to run.
+CHECK_STAGE = "masking check"
 # Set by the sweep itself for every cell.
 RESERVED = ("workdir", "export", "export_dir", "verbose", "flagfile")
 # train.py flags sweep.py takes on its own command line, for every command of every cell: where
@@ -294,44 +296,52 @@ def describe_code(sweep_dir: str) -> str:
     return f"code: a real run pins revision {current[:12]}"
 
 
-def _seconds_spent(definition, cell, sweep_dir: str) -> float:
-    """What a done cell recorded: its training (with validation) and each evaluation, the
-    masking check's stronger attack too."""
+def _seconds_spent(definition, cell, sweep_dir: str) -> tuple[float, float | None]:
+    """What a done cell recorded: its whole time (training with validation, each evaluation,
+    the masking check's stronger attack too), and the check's alone (None where it ran none)."""
     record = study.cell_record(definition, cell, sweep_dir)
     seconds = record.train.train_seconds
     seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
+    check = None
     for entry in (record.masking_check or {}).values():
         strong = entry.strong_source and EvaluationResult.read(
             os.path.join(ROOT, entry.strong_source)
         )
         if strong:
-            seconds += sum(attack.seconds for attack in strong.robust)
-    return seconds
+            check = (check or 0.0) + sum(attack.seconds for attack in strong.robust)
+    return seconds + (check or 0.0), check
 
 
 def dry_run_summary(definition, cells, states: dict[str, str], sweep_dir: str) -> str:
     """The cells by state and, where some are done, the time the others would take, each at
     the mean its kind's done cells recorded (scheduler.by_kind: tuning runs and final cells
-    apart, by unit)."""
+    apart, by unit); a cell whose masking check alone is pending at the mean of the checks
+    done cells of its unit ran."""
     counts: dict[str, int] = {}
     for cell in cells:
         counts[states[cell.name]] = counts.get(states[cell.name], 0) + 1
     by_state = ", ".join(f"{n} {state}" for state, n in counts.items())
     line = f"{len(cells)} cells: {by_state}"
-    done = [
-        ((cell.stage, cell.unit), _seconds_spent(definition, cell, sweep_dir))
-        for cell in cells
-        if states[cell.name] == "done"
-    ]
+    done, finished = [], 0
+    for cell in cells:
+        if states[cell.name] != "done":
+            continue
+        finished += 1
+        whole, check = _seconds_spent(definition, cell, sweep_dir)
+        done.append(((cell.stage, cell.unit), whole))
+        if check is not None:
+            done.append(((CHECK_STAGE, cell.unit), check))
     waiting = [
-        (cell.stage, cell.unit) for cell in cells if states[cell.name] not in ("done", "diverged")
+        (CHECK_STAGE if states[cell.name] == "check pending" else cell.stage, cell.unit)
+        for cell in cells
+        if states[cell.name] not in ("done", "diverged")
     ]
     if done and waiting:
         total = scheduler.duration(scheduler.by_kind(done, waiting))
         line += (
             f"; the {len(waiting)} to run would take about {total} of one process, each at the "
-            f"mean of its kind's {len(done)} done cells (tuning runs and final cells apart, by "
-            "unit; their epochs and attacks, the masking checks' too, not start-up)"
+            f"mean of its kind's {finished} done cells (tuning runs, final cells and masking "
+            "checks apart, by unit; their epochs and attacks, not start-up)"
         )
     return line
 

@@ -475,6 +475,38 @@ def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
     assert "1 cells: 1 check pending" in done.stdout
 
 
+def test_the_dry_run_times_a_cell_whose_check_alone_is_left_by_the_checks_done(tmp_path):
+    """A cell whose masking check is all it lacks is timed at the mean of the checks done cells
+    ran (10 s here), not at a whole cell's training and attacks (24 s)."""
+    grid = [{"method": ["fastbat"], "eps": [16], "seed": [0, 1]}]
+    definition = sweeps.load_definition(definition_file(tmp_path, EVERY_CELL, grid=grid))
+    out = str(tmp_path / "out")
+    found = {**parts(0.50), "apgd-t": 0.50, "fab-t": 0.50}
+    cells = sweeps.expand(definition)
+    for cell in cells:
+        cell_dir = write_cell(out, cell.name)
+        with open(os.path.join(cell_dir, sweeps.FLAGS_FILE), "w") as f:  # as train.py wrote them
+            f.write("\n".join(sweeps.flag_words({**cell.flags, "eps": "16.0"})) + "\n")
+        robust = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
+        write_evaluation(
+            cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=robust
+        )
+    write_check(os.path.join(out, cells[0].name), 16, "1111111100", CLEAN[:10])
+    done = subprocess.run(
+        [sys.executable, "sweep.py", f"--sweep={definition.path}", f"--sweep_dir={out}"]
+        + ["--dry_run"],
+        cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1].startswith(
+        "2 cells: 1 done, 1 check pending; the 1 to run would take about 0m10s of one process"
+    ), done.stdout[-1000:]
+
+
 def fake_ray(monkeypatch) -> None:
     """A Ray that runs each task at once in this process, on a cluster of one CPU."""
     cloudpickle = types.SimpleNamespace(register_pickle_by_value=lambda module: None)
