@@ -235,7 +235,7 @@ def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
     if definition.tuning is not None:
         report["tuning"] = tuning.report_section(definition, sweep_dir)
     if definition.masking_check is not None:
-        report["masking_check"] = definition.masking_check.record()
+        report["masking_check"] = definition.masking_check
     if definition.paper:
         path = os.path.join(os.path.dirname(definition.path), definition.paper)
         report["paper"] = load_paper(path)

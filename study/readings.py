@@ -111,7 +111,7 @@ def checked(
     """The cells whose robust accuracy of evaluation `name` at ε (default: each cell's own) is
     the masking check's combined one (sweeps/masking.py)."""
     check = report.get("masking_check")
-    if not check or check["of"] != name:
+    if check is None or check.of.name != name:
         return []
     return [cell for cell in cells if masking.is_checked(cell, name, eps)]
 

@@ -137,7 +137,7 @@ def masking_lines(report: dict[str, Any]) -> list[str]:
     cell and ε where it ran (AutoAttack → the checked accuracy), where it is pending, or that
     it triggered nowhere (with the largest gap seen)."""
     check = report.get("masking_check")
-    if not check:
+    if check is None:
         return []
     lines = ["", masking.rule_words(check)]
     ran, pending, gaps = [], [], []
@@ -280,6 +280,8 @@ def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
     payload["cells"] = [cell.to_dict() for cell in report["cells"]]
     if "tuning" in report:
         payload["tuning"] = report["tuning"].to_dict()
+    if "masking_check" in report:
+        payload["masking_check"] = report["masking_check"].record()
     if "paper" in report:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {

@@ -2,11 +2,12 @@
 exporters hold a sweep's cells, run records and model cards as the types of fbat_tf/records/
 (CellResult, RunRecord, ModelCard...), the paired comparisons as study/paired.py's, and the
 tuning stage's picks, candidates and runs (tuning.json) and the report's tuning section as
-fbat_tf/sweeps/tuning_file.py's and tuning.py's (Pick, Candidate, TuningRun, Section...); and
-they read them by attribute: a misspelt field fails at once (AttributeError), where a misspelt
-key read with `.get` gave None and the report went on without the number. The modules that
-parse those files into their records (fbat_tf/records/, tuning_file.py) read them by key, and
-are no readers here.
+fbat_tf/sweeps/tuning_file.py's and tuning.py's (Pick, Candidate, TuningRun, Section...), and
+the definition's masking check as sweeps/masking.py's MaskingCheck; and they read them by
+attribute: a misspelt field fails at once (AttributeError), where a misspelt key read with
+`.get` gave None and the report went on without the number. The modules that parse those files
+into their records (fbat_tf/records/, tuning_file.py) read them by key, and are no readers
+here.
 
 The rule, read from the source with `ast`, for every string-constant read by key in the modules
 of READERS, `x["key"]` (read, not written) or `x.get("key", ...)`:
@@ -28,7 +29,7 @@ import dataclasses
 import os
 
 from fbat_tf import records
-from fbat_tf.sweeps import tuning, tuning_file
+from fbat_tf.sweeps import masking, tuning, tuning_file
 from study import paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +77,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "report": REPORT,
         "report['evaluation']": "the definition's evaluations as the report records them",
         "evaluations(report)[0]": EVALUATIONS,
-        "check": "the definition's masking check as the report records it (MaskingCheck.record)",
     },
     f"{STUDY}/comparisons.py": {
         "report": REPORT,
@@ -119,7 +119,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     f"{SWEEPS}/masking.py": {
         "given": "the definition's masking_check block, as written in its JSON",
         "spec": "the masking check's attack, as written in the definition's JSON",
-        "check": "the definition's masking check as the report records it (MaskingCheck.record)",
     },
     f"{STUDY}/tuning_report.py": {
         "report": REPORT,
@@ -200,6 +199,7 @@ RECORD_TYPES = (
     tuning_file.TuningRun,
     tuning.Section,
     tuning.UnitSection,
+    masking.MaskingCheck,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
@@ -211,9 +211,10 @@ SHARED = {
     "candidates": "the definition's tuning block (a group's)",
     "cells": "the report's top-level dict (its cells, each a CellResult)",
     "eps": "the definition's evaluations, paper rows and tuning block",
+    "evaluation": "the report's top-level dict (the definition's evaluations)",
     "examples": "the definition's evaluations and its masking check's attack",
     "flags": "paper rows",
-    "label": "the definition's evaluations and the masking check",
+    "label": "the definition's evaluations as the report records them",
     "machine": "the cost bench's setting (costs)",
     "margin": "the report's top-level dict (the definition's equivalence margin)",
     "masking_check": "the report's top-level dict",
@@ -221,11 +222,13 @@ SHARED = {
     "method": "paper rows and tuning groups",
     "model": "the cost bench's setting, the card export_model writes",
     "name": "the definition's evaluations",
+    "of": "the definition's masking_check block, as written (masking)",
+    "on": "the definition's masking_check block, as written (masking)",
     "revision": "the sweep's revision.json (sweep.py)",
     "revisions": "the report's code summary (report)",
     "seeds": "the definition's tuning block",
     "source": "the cost bench, paper numbers and the definition's tuning block",
-    "threshold": "the masking check as the definition and report record it",
+    "threshold": "the definition's masking_check block, as written (masking)",
     "tuning": "the report's top-level dict",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
     "width": "the cost bench's setting (costs)",

@@ -374,20 +374,20 @@ def footnote(cell: CellResult, eps: float, entry: MaskingEntry) -> str:
     )
 
 
-def rule_words(check: Mapping[str, Any]) -> str:
+def rule_words(check: MaskingCheck) -> str:
     """The rule, for the report."""
-    points = f"{check['threshold']:g} point{'' if check['threshold'] == 1 else 's'}"
+    points = f"{check.threshold:g} point{'' if check.threshold == 1 else 's'}"
     where = (
         "on every cell at every ε (both sides of every comparison get the same check)"
-        if check.get("on") == EVERY_CELL
+        if check.on == EVERY_CELL
         else f"where Square, run last in AutoAttack, removed more than {points} beyond what its "
         "white-box parts left (a sign of gradient masking)"
     )
     return (
-        f"{MARK} masking check: {where}, {check['label']} also attacked the cell on "
-        f"AutoAttack's first {check['examples']} test points; a point counts as robust only if "
-        "it survived both, and that robust accuracy is the cell's in every table and "
-        f"comparison. {MASKED_MARK} masked: black-box attacks broke more than {points} "
+        f"{MARK} masking check: {where}, {check.evaluation.label} also attacked the cell "
+        f"on AutoAttack's first {check.evaluation.examples} test points; a point counts as "
+        "robust only if it survived both, and that robust accuracy is the cell's in every "
+        f"table and comparison. {MASKED_MARK} masked: black-box attacks broke more than {points} "
         "beyond what AutoAttack's white-box parts left (Square's gap inside AutoAttack plus "
         "the share of the checked points the stronger attack broke); that cell's number, and "
         "every verdict on it, may overestimate its robustness."
