@@ -6,16 +6,17 @@ and its launchers (fbat_tf/sweeps), which run the cells and never import it.
     rewrite(definition, "study/results/fashion_mnist")  # the two, as the launchers call it
     committed.sweeps(root)            # the studies of definitions/ and results/, finished or not
 
-`collect` (each cell's record, the tuning stage, the paper's numbers and the cost bench),
-`report` (sweep.json and the tables, put together from `readings`, `costs`, `comparisons` with
-`paired`, `paper` and `tuning_report`), `plots` and `committed` (the studies as committed here:
-their definitions in study/definitions/, their cells and reports in study/results/).
+`cells` (`collect`: the report's record, a `Report` of each cell's record, the definition's
+evaluations, the tuning stage, the paper's numbers and the cost bench), `report` (sweep.json and
+the tables, put together from `readings`, `costs`, `comparisons` with `paired`, `paper` and
+`tuning_report`), `plots` and `committed` (the studies as committed here: their definitions
+in study/definitions/, their cells and reports in study/results/).
 """
 
 from __future__ import annotations
 
 from fbat_tf.sweeps import Definition
-from study.cells import cell_record, collect, load_paper
+from study.cells import Report, cell_record, collect, load_paper
 from study.paper import paper_rows
 from study.plots import PLOTS
 from study.report import markdown, unreadable_cells, write_report
@@ -29,6 +30,7 @@ def rewrite(definition: Definition, sweep_dir: str) -> dict[str, str]:
 
 __all__ = [
     "PLOTS",
+    "Report",
     "cell_record",
     "collect",
     "load_paper",

@@ -1,14 +1,17 @@
 """What the report says of a sweep's cells: every number with the file it came from, the
-tuning stage, the paper's numbers and the cost bench, collected into the report's data."""
+tuning stage, the paper's numbers and the cost bench, collected into the report's record
+(`Report`), which the report's sections read by attribute and `Report.to_dict` writes to
+sweep.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import shlex
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fbat_tf import upgrade
@@ -35,6 +38,7 @@ from fbat_tf.sweeps.definition import (
     expand,
 )
 from fbat_tf.sweeps.results import cell_state, evaluation_outcomes, evaluation_results
+from study.paired import MARGIN
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -142,7 +146,7 @@ def cell_code(parts: list[Any]) -> CellCode:
     )
 
 
-def code_summary(cells: list[CellResult]) -> dict[str, Any]:
+def code_summary(cells: Sequence[CellResult]) -> dict[str, Any]:
     """The sweep's code: cells per revision, and the cells run from uncommitted (or unknown)
     code or from several revisions."""
     revisions: dict[str | None, int] = {}
@@ -211,37 +215,90 @@ def _portable(path: str) -> str:
     return path if relative.startswith(os.pardir) else relative
 
 
-def collect(definition: Definition, sweep_dir: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The sweep's report data (`collect`): the definition's parts, every cell's record, and
+    the sections built beside them. Each field has a default (the definition's, or none), so
+    that a report made by hand names only what it holds."""
+
+    sweep: str = ""  # the definition's name
+    # The definition's path, relative to the working directory as the cells' run directories
+    # are, so that the committed report does not name the machine it was written on.
+    definition: str = ""
+    description: str = ""
+    flags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The definition's evaluations, in its order, and evaluate.py's --batch_size in each.
+    evaluations: tuple[Evaluation, ...] = ()
+    batch_size: int = Definition.batch_size
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # sweep.py --override
+    estimate: dict[str, Any] | None = None  # the GPU time estimate (sweeps/estimate.py)
+    eps_values: tuple[float, ...] = ()  # every ε of the grid, ascending
+    cells: tuple[CellResult, ...] = ()
+    code: dict[str, Any] = dataclasses.field(default_factory=dict)  # code_summary
+    comparisons: tuple[tuple[str, str], ...] = ()  # the pairs of variants the report compares
+    margin: float = MARGIN  # the equivalence margin (points)
+    tuning: tuning.Section | None = None  # the tuning stage (tuning.report_section)
+    masking_check: masking.MaskingCheck | None = None
+    paper: dict[str, Any] | None = None  # the paper-numbers file (load_paper)
+    cost: dict[str, Any] | None = None  # the cost bench's step times (load_cost)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it, in its order, up to what write_report adds after (the paper
+        rows, robustness against cost, the paired comparisons): the tuning stage, the masking
+        check, the paper's numbers and the cost bench only where the definition has them."""
+        found = {
+            "sweep": self.sweep,
+            "definition": self.definition,
+            "description": self.description,
+            "flags": self.flags,
+            "evaluation": {
+                "batch_size": self.batch_size,
+                "attacks": [evaluation.record() for evaluation in self.evaluations],
+            },
+            "overrides": self.overrides,
+            "estimate": self.estimate,
+            "eps_values": list(self.eps_values),
+            "cells": [cell.to_dict() for cell in self.cells],
+            "code": self.code,
+            "comparisons": [list(pair) for pair in self.comparisons],
+            "margin": self.margin,
+        }
+        if self.tuning is not None:
+            found["tuning"] = self.tuning.to_dict()
+        if self.masking_check is not None:
+            found["masking_check"] = self.masking_check.record()
+        if self.paper is not None:
+            found["paper"] = self.paper
+        if self.cost is not None:
+            found["cost"] = self.cost
+        return found
+
+
+def collect(definition: Definition, sweep_dir: str) -> Report:
     """The sweep's report data: every cell's record, the tuning stage and the paper's numbers,
     if any."""
     tuning.refresh(definition, sweep_dir)
-    cells = [cell_record(definition, c, sweep_dir) for c in expand(definition)]
-    report = {
-        "sweep": definition.name,
-        # Relative to the working directory, as the cells' run directories are, so that the
-        # committed report does not name the machine it was written on.
-        "definition": _portable(definition.path),
-        "description": definition.description,
-        "flags": definition.flags,
-        "evaluation": definition.evaluation_record(),
-        "overrides": definition.overrides,
-        "estimate": estimate.estimate(definition),
-        "eps_values": definition.eps_values(),
-        "cells": cells,
-        "code": code_summary(cells),
-        "comparisons": [list(pair) for pair in definition.comparisons],
-        "margin": definition.margin,
-    }
-    if definition.tuning is not None:
-        report["tuning"] = tuning.report_section(definition, sweep_dir)
-    if definition.masking_check is not None:
-        report["masking_check"] = definition.masking_check
-    if definition.paper:
-        path = os.path.join(os.path.dirname(definition.path), definition.paper)
-        report["paper"] = load_paper(path)
-    if definition.cost:
-        report["cost"] = load_cost(os.path.join(os.path.dirname(definition.path), definition.cost))
-    return report
+    cells = tuple(cell_record(definition, c, sweep_dir) for c in expand(definition))
+    here = os.path.dirname(definition.path)
+    return Report(
+        sweep=definition.name,
+        definition=_portable(definition.path),
+        description=definition.description,
+        flags=definition.flags,
+        evaluations=tuple(definition.evaluations),
+        batch_size=definition.batch_size,
+        overrides=definition.overrides,
+        estimate=estimate.estimate(definition),
+        eps_values=tuple(definition.eps_values()),
+        cells=cells,
+        code=code_summary(cells),
+        comparisons=tuple(tuple(pair) for pair in definition.comparisons),
+        margin=definition.margin,
+        tuning=tuning.report_section(definition, sweep_dir),
+        masking_check=definition.masking_check,
+        paper=load_paper(os.path.join(here, definition.paper)) if definition.paper else None,
+        cost=load_cost(os.path.join(here, definition.cost)) if definition.cost else None,
+    )
 
 
 def load_cost(path: str) -> dict[str, Any]:

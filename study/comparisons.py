@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from fbat_tf.records import CellResult, Outcomes
 from study import paired, readings
+from study.cells import Report
 
 
 def _by_seed(cells: Sequence[CellResult], name: str) -> dict[int, float]:
@@ -73,7 +74,11 @@ def _pairing(cell: CellResult) -> dict[str, str] | None:
 
 
 def _pair_marks(
-    a: Sequence[CellResult], b: Sequence[CellResult], seeds: Sequence[int], report: dict, name: str
+    a: Sequence[CellResult],
+    b: Sequence[CellResult],
+    seeds: Sequence[int],
+    report: Report,
+    name: str,
 ) -> list[str]:
     """What weakens or qualifies a paired comparison: its cells ran different revisions or
     uncommitted code, or two runs of one seed started from different weights or data (their
@@ -108,23 +113,23 @@ def _pair_marks(
     return marks
 
 
-def comparison(report: dict[str, Any], eps: float, a: str, b: str) -> paired.Comparison | None:
+def comparison(report: Report, eps: float, a: str, b: str) -> paired.Comparison | None:
     """Variant `a` against `b` at ε, paired over seeds on the last evaluation (paired.compare),
     and over its test points where every cell recorded them, with its marks ("seeds only" where
     not), uncorrected; None where either has no cell."""
-    groups = readings.groups(report["cells"])
+    groups = readings.groups(report.cells)
     cells_a, cells_b = groups.get((a, eps)), groups.get((b, eps))
     if not cells_a or not cells_b:
         return None
-    evaluation = readings.evaluations(report)[-1]
-    name = evaluation["name"]
+    evaluation = report.evaluations[-1]
+    name = evaluation.name
     accuracies = _by_seed(cells_a, name), _by_seed(cells_b, name)
     seeds = sorted(set(accuracies[0]) & set(accuracies[1]))
     outcomes, unusable = per_point_outcomes(cells_a, cells_b, name, accuracies, seeds)
-    points = len(next(iter(outcomes[0].values()))) if outcomes else evaluation.get("examples")
+    points = len(next(iter(outcomes[0].values()))) if outcomes else evaluation.examples
     found = paired.compare(
         *accuracies,
-        report.get("margin", paired.MARGIN),
+        report.margin,
         resolution=100.0 / points if points else 0.0,
         outcomes=outcomes,
     )
@@ -143,13 +148,13 @@ def _describe(found: paired.Comparison) -> None:
     found.raw_says = paired.describe(found, found.a, found.b, found.raw_verdict)
 
 
-def contenders(report: dict[str, Any]) -> dict[float, list[tuple[str, float]]]:
+def contenders(report: Report) -> dict[float, list[tuple[str, float]]]:
     """Per ε, each variant whose runs are priced (readings.priced) and attacked by the last
     evaluation, with its mean robust accuracy, in the report's group order: the rows of the
     robustness-against-cost table."""
-    name = readings.evaluations(report)[-1]["name"]
+    name = report.evaluations[-1].name
     found: dict[float, list[tuple[str, float]]] = {}
-    for (variant, eps), cells in readings.groups(report["cells"]).items():
+    for (variant, eps), cells in readings.groups(report.cells).items():
         robust = readings.attacked(cells, name)
         if readings.priced(cells) and robust:
             found.setdefault(eps, []).append((variant, statistics.fmean(robust)))
@@ -169,15 +174,15 @@ class Family(NamedTuple):
     size: int  # m: the family's hypotheses with a p-value
 
 
-def family(report: dict[str, Any]) -> Family:
+def family(report: Report) -> Family:
     """The report's comparisons, corrected together by Holm's method (paired.correct): the
     definition's, at every ε where both variants ran, and each contender against the one with
     the highest mean robust accuracy at its ε. A pair in both, either way round, is one
     hypothesis of the family (its p-values do not depend on the order) and gets one adjusted
     p-value; the uncorrected verdicts are kept."""
     listed = []
-    for a, b in report.get("comparisons", []):
-        for eps in report["eps_values"]:
+    for a, b in report.comparisons:
+        for eps in report.eps_values:
             pair = comparison(report, eps, a, b)
             if pair is not None:
                 listed.append(pair)
@@ -207,7 +212,7 @@ def family(report: dict[str, Any]) -> Family:
     return Family(listed, versus, best, size)
 
 
-def listed_comparisons(report: dict[str, Any]) -> list[paired.Comparison]:
+def listed_comparisons(report: Report) -> list[paired.Comparison]:
     """The definition's comparisons at every ε where both variants ran, Holm-corrected in the
     report's family (`family`)."""
     return family(report).listed
@@ -226,8 +231,8 @@ def interval_words(found: paired.Comparison | None) -> str:
     return words
 
 
-def margin_words(report: dict[str, Any]) -> str:
-    return f"±{report.get('margin', paired.MARGIN):g} point"
+def margin_words(report: Report) -> str:
+    return f"±{report.margin:g} point"
 
 
 def family_words(found: Sequence[paired.Comparison]) -> str:
@@ -254,13 +259,13 @@ def _p_pair(analysis: paired.Comparison | paired.Analysis, name: str) -> str:
     return f"{paired.p_words(raw)}, {paired.p_words(adjusted)}"
 
 
-def comparison_table(report: dict[str, Any]) -> list[str]:
+def comparison_table(report: Report) -> list[str]:
     """The definition's comparisons, paired over seeds (and images), Holm-corrected."""
     found = listed_comparisons(report)
     if not found:
         return []
     lines = [
-        f"## Paired comparisons ({readings.evaluations(report)[-1]['label']})",
+        f"## Paired comparisons ({report.evaluations[-1].label})",
         "",
         "A − B: the mean over seeds of the paired difference of robust accuracy (points), with "
         "its 95 % interval. Where every cell's evaluation recorded which test points it got "

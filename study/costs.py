@@ -11,6 +11,7 @@ from typing import Any
 from fbat_tf import catalog
 from fbat_tf.sweeps import masking
 from study import comparisons, paired, readings
+from study.cells import Report
 from study.comparisons import interval_words, margin_words
 
 
@@ -45,10 +46,10 @@ class CostRow:
         return found
 
 
-def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
+def measured_time(report: Report) -> dict[str, Any] | None:
     """The cost bench's step times, where the definition names one, and whether they were
     measured under a load above the machine's cores (then no choice rests on them)."""
-    cost = report.get("cost")
+    cost = report.cost
     if not cost:
         return None
     setting = cost.get("setting", {})
@@ -63,17 +64,17 @@ def measured_time(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def cost_rows(report: dict[str, Any]) -> dict[float, list[CostRow]]:
+def cost_rows(report: Report) -> dict[float, list[CostRow]]:
     """Per ε, each variant: its runs' mean cost in passes, its passes per step, its
     robustness (the last evaluation, mean over seeds), whether it is on the Pareto front (no
     other is as cheap and as robust), its paired comparison with the most robust variant
     (Holm-corrected in the report's family, comparisons.family), and the measured time of its
     steps where a cost bench gives one."""
-    name = readings.evaluations(report)[-1]["name"]
+    name = report.evaluations[-1].name
     timing = measured_time(report)
     compared = comparisons.family(report)
     per_eps: dict[float, list[CostRow]] = {}
-    for (variant, eps), cells in readings.groups(report["cells"]).items():
+    for (variant, eps), cells in readings.groups(report.cells).items():
         # Runs still training (no optimizer steps recorded yet) are priced once they finish.
         priced = readings.priced(cells)
         robust = readings.attacked(cells, name)
@@ -135,15 +136,15 @@ def cheapest_equivalent(rows: list[CostRow]) -> CostRow:
     )
 
 
-def cost_table(report: dict[str, Any]) -> list[str]:
+def cost_table(report: Report) -> list[str]:
     """The robustness-against-cost section, or nothing where no run recorded its steps."""
     rows_by_eps = cost_rows(report)
     if not rows_by_eps:
         return []
-    evaluation = readings.evaluations(report)[-1]
+    evaluation = report.evaluations[-1]
     timing = measured_time(report)
     lines = [
-        f"## Robustness against cost ({evaluation['label']})",
+        f"## Robustness against cost ({evaluation.label})",
         "",
         "Cost: each run's optimizer steps × its method's passes through the model per step "
         "(forward, backward and second-order passes, DESIGN.md §3.6), which no machine load "

@@ -10,6 +10,7 @@ from typing import Any
 from fbat_tf.records import CellResult
 from fbat_tf.sweeps import masking
 from study import readings
+from study.cells import Report
 
 PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 
@@ -17,7 +18,7 @@ PAPER_METRICS = (("clean", "clean"), ("pgd", "PGD"), ("autoattack", "AA"))
 def measured_metric(
     cells: Sequence[CellResult],
     metric: str,
-    report: dict[str, Any],
+    report: Report,
     attacked_eps: float | None = None,
 ) -> list[float]:
     """The cells' values of a paper metric, in percent (seconds for seconds_per_epoch): clean,
@@ -26,7 +27,7 @@ def measured_metric(
         return [100 * v for v in readings.clean(cells, report)]
     if metric == "seconds_per_epoch":
         return readings.trained(cells, lambda train: train.seconds_per_epoch)
-    if any(e["name"] == metric for e in readings.evaluations(report)):
+    if any(e.name == metric for e in report.evaluations):
         return [100 * v for v in readings.attacked(cells, metric, attacked_eps)]
     return []
 
@@ -49,13 +50,13 @@ def _defaults(paper: dict[str, Any], eps: float) -> dict[str, Any]:
     return found
 
 
-def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[CellResult]:
+def matching_cells(report: Report, entry: dict[str, Any]) -> list[CellResult]:
     """The cells a published row speaks of: its method and training ε, and the row's setting
     (its flags over the paper's defaults) equal to the cell's (its flags over the same
     defaults, which are train.py's): Fast-BAT cells at 1/λ = 2000 are not the paper's 2500."""
-    paper = report["paper"]
+    paper = report.paper
     matched = []
-    for cell in report["cells"]:
+    for cell in report.cells:
         if cell.method != entry["method"] or not _same(cell.eps, float(entry["eps"])):
             continue
         defaults = _defaults(paper, cell.eps)
@@ -66,11 +67,11 @@ def matching_cells(report: dict[str, Any], entry: dict[str, Any]) -> list[CellRe
     return matched
 
 
-def _of_setting(report: dict[str, Any], entry: dict[str, Any]) -> bool:
+def _of_setting(report: Report, entry: dict[str, Any]) -> bool:
     """Whether the sweep runs the row's setting: every flag the row names is set to the row's
     value by some cell (a CIFAR-10 sweep lists no CIFAR-100 row; a row whose method the grid
     lacks shows "not run")."""
-    cells = report["cells"]
+    cells = report.cells
     # A null flag is a setting the paper leaves unknown (Table 8's c): no cell can be it.
     return all(
         value is not None and any(_same(cell.flags.get(key), value) for cell in cells)
@@ -84,10 +85,10 @@ def _in_stds(difference: float | None, *stds: float | None) -> float | None:
     return None if difference is None or not larger else difference / larger
 
 
-def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+def paper_rows(report: Report) -> list[dict[str, Any]]:
     """Paper against measured, per published number, beside the cells of its setting."""
     rows = []
-    for entry in report["paper"]["rows"]:
+    for entry in report.paper["rows"]:
         if entry.get("implemented", True) is False or not _of_setting(report, entry):
             continue
         cells = matching_cells(report, entry)
@@ -130,9 +131,9 @@ def paper_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def paper_table(report: dict[str, Any]) -> list[str]:
+def paper_table(report: Report) -> list[str]:
     lines = [
-        f"## Paper against measured ({report['paper'].get('source', 'paper')})",
+        f"## Paper against measured ({report.paper.get('source', 'paper')})",
         "",
         *readings.overridden(report),
         "Accuracies in %, time in seconds per epoch; paper: mean ± the std that table prints; "

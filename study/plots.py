@@ -12,6 +12,7 @@ from typing import Any
 from fbat_tf.records import CellResult
 from fbat_tf.records.files import write_atomic
 from study import readings
+from study.cells import Report
 from study.costs import cost_rows
 from study.paper import measured_metric
 
@@ -39,7 +40,7 @@ def _pyplot():
     return plt
 
 
-def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
+def plot_robust_vs_cost(report: Report, path: str) -> None:
     """Per ε, each variant's robustness (the last evaluation, mean over seeds, with the range
     over seeds) against its training cost in passes, the Pareto front drawn; hollow: shown
     behind the most robust by the paired test, filled: not."""
@@ -48,9 +49,9 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
     panels = list(rows_by_eps) or [0.0]
     figure, grid = _panels(plt, len(panels))
     colours = _colours(report)
-    name = readings.evaluations(report)[-1]["name"]
-    label = readings.evaluations(report)[-1]["label"]
-    groups = readings.groups(report["cells"])
+    name = report.evaluations[-1].name
+    label = report.evaluations[-1].label
+    groups = readings.groups(report.cells)
     for axes, eps in zip(grid.flat, panels, strict=False):
         rows = rows_by_eps.get(eps, [])
         for row in rows:
@@ -87,28 +88,28 @@ def plot_robust_vs_cost(report: dict[str, Any], path: str) -> None:
         figure,
         grid,
         len(panels),
-        f"{report['sweep']}: robustness against cost (bars: range over seeds; grey: Pareto "
+        f"{report.sweep}: robustness against cost (bars: range over seeds; grey: Pareto "
         "front; hollow: behind the most robust, paired over seeds)",
         path,
     )
 
 
-def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
+def plot_robust_vs_eps(report: Report, path: str) -> None:
     """Each evaluation's accuracy at the training ε (the last evaluation solid, the others
     dashed or dotted), one colour per variant."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     colours = _colours(report)
     by_variant: dict[str, dict[float, list[CellResult]]] = {}
-    for (variant, eps), cells in readings.groups(report["cells"]).items():
+    for (variant, eps), cells in readings.groups(report.cells).items():
         by_variant.setdefault(variant, {})[eps] = cells
-    evaluations = readings.evaluations(report)
+    evaluations = report.evaluations
     styles = dict(
-        zip((e["name"] for e in reversed(evaluations)), ("-", "--", ":", "-."), strict=False)
+        zip((e.name for e in reversed(evaluations)), ("-", "--", ":", "-."), strict=False)
     )
     for variant, per_eps in by_variant.items():
         for evaluation in evaluations:
-            metric, style = evaluation["name"], styles.get(evaluation["name"], ":")
+            metric, style = evaluation.name, styles.get(evaluation.name, ":")
             points = [
                 (eps, measured_metric(cells, metric, report))
                 for eps, cells in sorted(per_eps.items())
@@ -128,7 +129,7 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
                 markersize=4,
                 capsize=2,
                 color=colours[variant],
-                label=f"{variant} ({evaluation['label']})",
+                label=f"{variant} ({evaluation.label})",
             )
     heading = readings.eps_heading(report).replace("ε (/255)", "ε (1/255)")
     axes.set_xlabel(f"{heading}, trained and attacked at")
@@ -136,21 +137,20 @@ def plot_robust_vs_eps(report: dict[str, Any], path: str) -> None:
     axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     _legend(axes, fontsize=7, ncol=2)
-    axes.set_title(f"{report['sweep']}: robust accuracy against ε")
+    axes.set_title(f"{report.sweep}: robust accuracy against ε")
     _save(figure, path)
 
 
-def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
+def plot_clean_vs_robust(report: Report, path: str) -> None:
     """One point per evaluated cell: the last evaluation's accuracy at the training ε (the
     strongest attack, where the definition lists it last) against clean accuracy, ε written."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
     colours = _colours(report)
     labelled = set()
-    evaluations = readings.evaluations(report)
-    last = evaluations[-1]
-    for cell in report["cells"]:
-        robust, clean = readings.attacked([cell], last["name"]), readings.clean([cell], report)
+    last = report.evaluations[-1]
+    for cell in report.cells:
+        robust, clean = readings.attacked([cell], last.name), readings.clean([cell], report)
         if not robust or not clean:
             continue
         x, y = 100 * robust[0], 100 * clean[0]
@@ -160,28 +160,28 @@ def plot_clean_vs_robust(report: dict[str, Any], path: str) -> None:
         axes.annotate(
             f"{cell.eps:g}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points"
         )
-    axes.set_xlabel(f"{last['label']} accuracy (%) at the training ε")
+    axes.set_xlabel(f"{last.label} accuracy (%) at the training ε")
     axes.set_ylabel("clean accuracy (%)")
     axes.grid(alpha=0.3)
     _legend(axes, fontsize=7)
     labels = readings.eps_heading(report).replace("ε (/255)", "ε/255")
-    axes.set_title(f"{report['sweep']}: clean against robust (labels: {labels})")
+    axes.set_title(f"{report.sweep}: clean against robust (labels: {labels})")
     _save(figure, path)
 
 
-def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
+def plot_val_robust_per_epoch(report: Report, path: str) -> None:
     """Validation PGD accuracy per epoch: one panel per ε, one line per cell, × where the
     catastrophic-overfitting guard fired; dotted in the same colour, the FGSM accuracy where
     the run logged it (far above the PGD line: the gradient-masking signature)."""
     plt = _pyplot()
-    eps_values = sorted({c.eps for c in report["cells"] if c.train is not None})
+    eps_values = sorted({c.eps for c in report.cells if c.train is not None})
     if not eps_values:
         eps_values = [0.0]
     figure, grid = _panels(plt, len(eps_values), sharey=True)
     colours = _colours(report)
     for axes, eps in zip(grid.flat, eps_values, strict=False):
         labelled = set()
-        for cell in report["cells"]:
+        for cell in report.cells:
             train = cell.train
             if cell.eps != eps or train is None:
                 continue
@@ -208,12 +208,12 @@ def plot_val_robust_per_epoch(report: dict[str, Any], path: str) -> None:
         figure,
         grid,
         len(eps_values),
-        f"{report['sweep']}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)",
+        f"{report.sweep}: validation PGD accuracy per epoch (× guard fired; dotted: FGSM)",
         path,
     )
 
 
-def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
+def plot_seconds_per_epoch(report: Report, path: str) -> None:
     """Mean seconds per epoch of each variant over its cells."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(6.5, 3.6))
@@ -221,14 +221,14 @@ def plot_seconds_per_epoch(report: dict[str, Any], path: str) -> None:
     variants = list(colours)
     means = []
     for variant in variants:
-        cells = [c for c in report["cells"] if c.variant == variant]
+        cells = [c for c in report.cells if c.variant == variant]
         values = readings.trained(cells, lambda train: train.seconds_per_epoch)
         means.append(statistics.fmean(values) if values else 0.0)
     axes.bar(range(len(variants)), means, color=[colours[v] for v in variants])
     axes.set_xticks(range(len(variants)), variants, rotation=20, ha="right", fontsize=7)
     axes.set_ylabel("seconds per epoch")
     axes.grid(alpha=0.3, axis="y")
-    axes.set_title(f"{report['sweep']}: training time per epoch")
+    axes.set_title(f"{report.sweep}: training time per epoch")
     _save(figure, path)
 
 
@@ -249,9 +249,9 @@ def _finish(figure, grid, used: int, title: str, path: str) -> None:
     _save(figure, path)
 
 
-def _colours(report: dict[str, Any]) -> dict[str, Any]:
+def _colours(report: Report) -> dict[str, Any]:
     plt = _pyplot()
-    variants = list(dict.fromkeys(c.variant for c in report["cells"]))
+    variants = list(dict.fromkeys(c.variant for c in report.cells))
     cycle = plt.get_cmap("tab10")
     return {variant: cycle(i % 10) for i, variant in enumerate(variants)}
 

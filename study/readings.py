@@ -10,22 +10,23 @@ from typing import Any
 from fbat_tf import catalog
 from fbat_tf.records import CellResult, TrainSummary, eps_key, units
 from fbat_tf.sweeps import masking
+from study.cells import Report
 
 
-def eps_heading(report: dict[str, Any]) -> str:
+def eps_heading(report: Report) -> str:
     """The ε column's heading for the report's cells: "ε (/255)", or "ε (L2, pixels)" for a
     sweep whose cells train under --norm=l2 (their budgets in pixel units)."""
     return units.heading(_norms(report))
 
 
-def eps_text(report: dict[str, Any], eps: float) -> str:
+def eps_text(report: Report, eps: float) -> str:
     """A budget of the report's cells as a person reads it: "8/255", or "1.5 (L2)"."""
     norms = _norms(report)
     norm = "l2" if norms == {"l2"} else "linf"
     return units.shown(units.to_pixels(eps, norm), norm)
 
 
-def l2_units(report: dict[str, Any]) -> str:
+def l2_units(report: Report) -> str:
     """For a sweep whose cells train under L2, a sentence saying the unit its bare budgets are
     in (an L∞ sweep's are in 1/255, as the paper gives them, and say nothing)."""
     if _norms(report) != {"l2"}:
@@ -33,8 +34,8 @@ def l2_units(report: dict[str, Any]) -> str:
     return f" Every ε in {units.unit_name('l2')}."
 
 
-def _norms(report: dict[str, Any]) -> set[str]:
-    return {cell.norm for cell in report.get("cells", [])}
+def _norms(report: Report) -> set[str]:
+    return {cell.norm for cell in report.cells}
 
 
 def groups(cells: Sequence[CellResult]) -> dict[tuple[str, float], list[CellResult]]:
@@ -90,10 +91,6 @@ def number(values: Sequence[float], digits: int = 1) -> str:
     return f"{statistics.fmean(values):.{digits}f}" if values else "–"
 
 
-def evaluations(report: dict[str, Any]) -> list[dict[str, Any]]:
-    return report["evaluation"]["attacks"]
-
-
 def attacked(cells: Sequence[CellResult], name: str, eps: float | None = None) -> list[float]:
     """Robust accuracies of evaluation `name` at ε (default: each cell's own), as fractions."""
     values = []
@@ -106,18 +103,18 @@ def attacked(cells: Sequence[CellResult], name: str, eps: float | None = None) -
 
 
 def checked(
-    cells: Sequence[CellResult], report: dict[str, Any], name: str, eps: float | None = None
+    cells: Sequence[CellResult], report: Report, name: str, eps: float | None = None
 ) -> list[CellResult]:
     """The cells whose robust accuracy of evaluation `name` at ε (default: each cell's own) is
     the masking check's combined one (sweeps/masking.py)."""
-    check = report.get("masking_check")
+    check = report.masking_check
     if check is None or check.of.name != name:
         return []
     return [cell for cell in cells if masking.is_checked(cell, name, eps)]
 
 
 def check_mark(
-    cells: Sequence[CellResult], report: dict[str, Any], name: str, eps: float | None = None
+    cells: Sequence[CellResult], report: Report, name: str, eps: float | None = None
 ) -> str:
     """ " ‡" where a checked number enters the cells' figure, else ""."""
     return f" {masking.MARK}" if checked(cells, report, name, eps) else ""
@@ -179,20 +176,19 @@ def indicated_words(cells: Sequence[CellResult], eps: float | None = None) -> st
     return f"indicators {INDICATED_MARK}: {'; '.join(parts)}" if parts else None
 
 
-def clean(cells: Sequence[CellResult], report: dict[str, Any]) -> list[float]:
+def clean(cells: Sequence[CellResult], report: Report) -> list[float]:
     """Clean accuracy from the cells' first evaluation (the one with the most examples when
     the definition says so first)."""
-    first = evaluations(report)[0]["name"]
+    first = report.evaluations[0].name
     found = (cell.evaluation(first) for cell in cells)
     return numbers(evaluation.clean_accuracy for evaluation in found if evaluation is not None)
 
 
-def overridden(report: dict[str, Any]) -> list[str]:
+def overridden(report: Report) -> list[str]:
     """A warning line for a sweep whose cells ran with --override, or nothing."""
-    overrides = report.get("overrides") or {}
-    if not overrides:
+    if not report.overrides:
         return []
-    words = ",".join(f"{key}={value}" for key, value in overrides.items())
+    words = ",".join(f"{key}={value}" for key, value in report.overrides.items())
     return [
         f"**Not comparable with the definition or the paper:** every cell ran with "
         f"`--override={words}`.",

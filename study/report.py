@@ -9,7 +9,6 @@ import json
 import os
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from fbat_tf import records
 from fbat_tf.records import CellResult, RunRecord, eps_key
@@ -18,6 +17,7 @@ from fbat_tf.records.runs import RESTORE
 from fbat_tf.run import RESULTS
 from fbat_tf.sweeps import estimate, masking
 from study import readings
+from study.cells import Report
 from study.comparisons import comparison_table, family
 from study.costs import cost_rows, cost_table
 from study.paper import paper_rows, paper_table
@@ -29,10 +29,10 @@ def _short(found: str | None) -> str:
     return "no git revision" if found is None else found[:12]
 
 
-def code_lines(report: dict[str, Any]) -> list[str]:
+def code_lines(report: Report) -> list[str]:
     """Which code the numbers came from: one line when every cell ran one clean revision, else
     the revisions and the cells run from uncommitted code or from several revisions."""
-    code = report.get("code") or {}
+    code = report.code
     revisions, dirty, mixed = (
         code.get("revisions", {}),
         code.get("dirty_cells"),
@@ -70,14 +70,14 @@ def _robust_text(done: list[CellResult], name: str) -> str:
     return text
 
 
-def unusable_lines(report: dict[str, Any]) -> list[str]:
+def unusable_lines(report: Report) -> list[str]:
     """Under the main table: each evaluation file whose number is no accuracy, left out of every
     table and comparison (its seed with it)."""
     found = [
         f"- {UNUSABLE} {cell.name}: {message}"
-        for cell in report["cells"]
-        for evaluation in readings.evaluations(report)
-        for message in _unusable(cell, evaluation["name"])
+        for cell in report.cells
+        for evaluation in report.evaluations
+        for message in _unusable(cell, evaluation.name)
     ]
     if not found:
         return []
@@ -90,17 +90,17 @@ def unusable_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def indicated_lines(report: dict[str, Any]) -> list[str]:
+def indicated_lines(report: Report) -> list[str]:
     """Under the main table: each cell and evaluation at the cell's ε that an indicator of
     attack failure or a reference check touched, with what fired (evaluate.py's `indicators`)."""
     found, later, revisions = [], 0, {}
-    for cell in report["cells"]:
-        for evaluation in readings.evaluations(report):
-            held = cell.evaluation(evaluation["name"])
+    for cell in report.cells:
+        for evaluation in report.evaluations:
+            held = cell.evaluation(evaluation.name)
             names = () if held is None else held.indicated.get(eps_key(cell.eps), ())
             if names:
                 words = ", ".join(name.replace("_", " ") for name in names)
-                found.append(f"- {cell.name}, {evaluation['label']}: {words}")
+                found.append(f"- {cell.name}, {evaluation.label}: {words}")
             if held is not None and held.indicators_later:
                 later += 1
                 revisions.update(dict.fromkeys(held.indicators_later))
@@ -132,16 +132,16 @@ def _unusable(cell: CellResult, name: str) -> list[str]:
     return [] if evaluation is None else list(evaluation.unusable.values())
 
 
-def masking_lines(report: dict[str, Any]) -> list[str]:
+def masking_lines(report: Report) -> list[str]:
     """Under the main table, where the definition has a masking check: its rule, then each
     cell and ε where it ran (AutoAttack → the checked accuracy), where it is pending, or that
     it triggered nowhere (with the largest gap seen)."""
-    check = report.get("masking_check")
+    check = report.masking_check
     if check is None:
         return []
     lines = ["", masking.rule_words(check)]
     ran, pending, gaps = [], [], []
-    for cell in report["cells"]:
+    for cell in report.cells:
         for eps, entry in (cell.masking_check or {}).items():
             if entry.gap is not None:
                 gaps.append(entry.gap)
@@ -163,39 +163,37 @@ def masking_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot_lines(report: dict[str, Any]) -> list[str]:
+def plot_lines(report: Report) -> list[str]:
     """Links to the report's plots, as write_report draws them beside sweep.md."""
     kinds = [k for k in PLOTTERS if k != "robust_vs_cost" or cost_rows(report)]
     return ["", "## Plots", "", *(f"- [{PLOTS[k]}]({PLOTS[k]})" for k in kinds)]
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: Report) -> str:
     """The report's tables: one row per method variant and ε (mean ± std over seeds)."""
-    evaluations = readings.evaluations(report)
-    described = ", ".join(
-        f"{e['label']} on the first {e['examples']} test images" for e in evaluations
-    )
+    evaluations = report.evaluations
+    described = ", ".join(f"{e.label} on the first {e.examples} test images" for e in evaluations)
     lines = [
-        f"# Sweep {report['sweep']}",
+        f"# Sweep {report.sweep}",
         "",
-        report["description"],
+        report.description,
         "",
         *readings.overridden(report),
         *code_lines(report),
-        *([estimate.describe(report["estimate"]), ""] if report.get("estimate") else []),
+        *([estimate.describe(report.estimate), ""] if report.estimate else []),
         f"Robust accuracy (%) at the training ε: {described}; clean accuracy on the first "
-        f"{evaluations[0]['examples']}; mean ± sample std over seeds. CO: epochs where the "
+        f"{evaluations[0].examples}; mean ± sample std over seeds. CO: epochs where the "
         "catastrophic-overfitting guard fired. IG ratio: mean ‖c·g2‖/‖g1‖ over training; "
         "inactive: mean fraction of inactive constraints at δ* (Fast-BAT with its implicit "
         "term).",
         "",
         f"| method | {readings.eps_heading(report)} | seeds | clean | "
-        + " | ".join(e["label"] for e in evaluations)
+        + " | ".join(e.label for e in evaluations)
         + " | selected epoch | CO (epochs) | s/epoch | IG ratio | inactive |",
         "|---|---|---|---|" + "---|" * len(evaluations) + "---|---|---|---|---|",
     ]
-    for (variant, eps), cells in readings.groups(report["cells"]).items():
-        done = [c for c in cells if all(e["name"] in c.evaluations for e in evaluations)]
+    for (variant, eps), cells in readings.groups(report.cells).items():
+        done = [c for c in cells if all(e.name in c.evaluations for e in evaluations)]
         trained = [c for c in cells if c.train is not None]
         selected = ", ".join(
             "diverged" if c.state == "diverged" else str(c.train.selected_epoch or "–")
@@ -206,8 +204,8 @@ def markdown(report: dict[str, Any]) -> str:
         inactive = readings.trained(cells, lambda train: train.inactive_fraction)
         # Every figure is over the same cells, those with every evaluation: a cell between its
         # attacks (an interim report) joins the means when its last attack is in.
-        robust = " | ".join(_robust_text(done, e["name"]) for e in evaluations)
-        checked = any(readings.checked(done, report, e["name"]) for e in evaluations)
+        robust = " | ".join(_robust_text(done, e.name) for e in evaluations)
+        checked = any(readings.checked(done, report, e.name) for e in evaluations)
         label = readings.label(variant, cells) + tuned_note(report, variant, eps) + _dagger(cells)
         label += f" {masking.MARK}" if checked else ""
         label += f" {masking.MASKED_MARK}" if readings.masked(done) else ""
@@ -222,14 +220,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"{'–' if not inactive else f'{100 * statistics.fmean(inactive):.0f}%'} |"
         )
     lines += masking_lines(report) + indicated_lines(report) + unusable_lines(report)
-    eps_values = report["eps_values"]
     for evaluation in evaluations:
-        if evaluation["eps"] == "own":
+        if evaluation.eps == "own":
             continue
-        attacked_at = eps_values if evaluation["eps"] == "grid" else evaluation["eps"]
+        attacked_at = report.eps_values if evaluation.eps == "grid" else evaluation.eps
         lines += [
             "",
-            f"## {evaluation['label']} accuracy (%) across budgets",
+            f"## {evaluation.label} accuracy (%) across budgets",
             "",
             "Rows: the trained models (ε they were trained at); columns: the ε they are "
             "attacked at." + readings.l2_units(report),
@@ -237,10 +234,10 @@ def markdown(report: dict[str, Any]) -> str:
             "| method | trained at | " + " | ".join(f"ε={e:g}" for e in attacked_at) + " |",
             "|---|---|" + "---|" * len(attacked_at),
         ]
-        for (variant, eps), cells in readings.groups(report["cells"]).items():
+        for (variant, eps), cells in readings.groups(report.cells).items():
             row = [
-                readings.percent(readings.attacked(cells, evaluation["name"], at))
-                + readings.check_mark(cells, report, evaluation["name"], at)
+                readings.percent(readings.attacked(cells, evaluation.name, at))
+                + readings.check_mark(cells, report, evaluation.name, at)
                 for at in attacked_at
             ]
             lines.append(f"| {variant} | {eps:g} | " + " | ".join(row) + " |")
@@ -248,17 +245,17 @@ def markdown(report: dict[str, Any]) -> str:
     for section in (*tables, comparison_table(report)):
         if section:
             lines += ["", *section]
-    if "paper" in report:
+    if report.paper is not None:
         lines += ["", *paper_table(report)]
     lines += plot_lines(report)
     return "\n".join(lines) + "\n"
 
 
-def unreadable_cells(report: dict[str, Any]) -> list[str]:
+def unreadable_cells(report: Report) -> list[str]:
     """A warning for each cell whose results.json is there but does not read as a run's record
     (cut short, edited): the report leaves it out, and says so here, naming the file."""
     lines = []
-    for cell in report["cells"]:
+    for cell in report.cells:
         path = os.path.join(cell.run_dir, RESULTS)
         if cell.train is None and os.path.exists(path):
             try:
@@ -272,17 +269,12 @@ def unreadable_cells(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def write_report(report: dict[str, Any], sweep_dir: str) -> dict[str, str]:
+def write_report(report: Report, sweep_dir: str) -> dict[str, str]:
     """sweep.json, sweep.md and the plots in `sweep_dir`; returns their paths by kind."""
     os.makedirs(sweep_dir, exist_ok=True)
     paths = {"json": os.path.join(sweep_dir, "sweep.json")}
-    payload = dict(report)
-    payload["cells"] = [cell.to_dict() for cell in report["cells"]]
-    if "tuning" in report:
-        payload["tuning"] = report["tuning"].to_dict()
-    if "masking_check" in report:
-        payload["masking_check"] = report["masking_check"].record()
-    if "paper" in report:
+    payload = report.to_dict()
+    if report.paper is not None:
         payload["paper_vs_measured"] = paper_rows(report)
     payload["robust_vs_cost"] = {
         f"{eps:g}": [row.to_json() for row in rows] for eps, rows in cost_rows(report).items()

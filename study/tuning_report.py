@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from fbat_tf.records import CellResult
 from fbat_tf.records.config import TrainConfig
 from fbat_tf.sweeps.cells import word
 from fbat_tf.sweeps.tuning import TuningRun, UnitSection
 from study import readings
+from study.cells import Report
 
 
 def _percent(value: float | None, run: TuningRun | None = None) -> str:
@@ -25,13 +25,13 @@ def _percent(value: float | None, run: TuningRun | None = None) -> str:
     return f"{text} (diverged)" if run is not None and run.diverged else text
 
 
-def _units(report: Mapping[str, Any]) -> tuple[UnitSection, ...]:
+def _units(report: Report) -> tuple[UnitSection, ...]:
     """The units of the report's tuning section (tuning.report_section); none without one."""
-    section = report.get("tuning")
+    section = report.tuning
     return () if section is None else section.units
 
 
-def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
+def tuned_note(report: Report, variant: str, eps: float) -> str:
     """For the report's main table: the flags a variant's cells at ε ran with by their tuning
     pick (" [tuned: lr_max=0.1]"), or that the pick is pending; "" where none was tuned."""
     for unit in _units(report):
@@ -42,9 +42,9 @@ def tuned_note(report: Mapping[str, Any], variant: str, eps: float) -> str:
     return ""
 
 
-def tuning_table(report: Mapping[str, Any]) -> list[str]:
+def tuning_table(report: Report) -> list[str]:
     """The Tuning section of sweep.md, or nothing."""
-    section = report.get("tuning")
+    section = report.tuning
     if section is None:
         return []
     seeds = section.seeds
@@ -146,7 +146,7 @@ def _validation_words(cells: Sequence[CellResult]) -> str:
     return f"PGD-{steps}{again}{then} on {examples} validation images"
 
 
-def criterion_table(report: Mapping[str, Any]) -> list[str]:
+def criterion_table(report: Report) -> list[str]:
     """Per tuned row: the pick's mean validation robust accuracy over the tuning seeds, the same
     number on the final cells, their test robust accuracy by each evaluation, and validation
     minus the lowest test figure (both on the final cells); nothing for a sweep without tuning
@@ -154,8 +154,8 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
     units = [unit for unit in _units(report) if unit.pick is not None]
     if not units:
         return []
-    evaluations = readings.evaluations(report)
-    by_row = readings.groups(report["cells"])
+    evaluations = report.evaluations
+    by_row = readings.groups(report.cells)
     finals = [c for unit in units for c in by_row.get((unit.variant, unit.eps), [])]
     # Where validation ran a black-box part after PGD, PGD's own figure is the criterion
     # without it: the gap under both.
@@ -180,7 +180,7 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
         "",
         f"| method | {readings.eps_heading(report)} | pick | validation (tuning seeds) | "
         "validation (final cells) | "
-        + " | ".join(f"test {e['label']}" for e in evaluations)
+        + " | ".join(f"test {e.label}" for e in evaluations)
         + " | validation − lowest test (points) |"
         + (
             f" PGD-{steps} alone (final cells) | PGD-{steps} alone − lowest test (points) |" * alone
@@ -195,7 +195,7 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
         ]
         picked = next(c for c in unit.candidates if c.label == unit.pick)
         validation = [selected_validation(cell) for cell in cells]
-        tests = [readings.attacked(cells, e["name"]) for e in evaluations]
+        tests = [readings.attacked(cells, e.name) for e in evaluations]
         complete = [values for values in tests if len(values) == len(cells) and values]
         lowest = min(map(statistics.fmean, complete)) if complete else None
         gap = "–" if lowest is None else f"{100 * (statistics.fmean(validation) - lowest):+.1f}"
@@ -212,7 +212,7 @@ def criterion_table(report: Mapping[str, Any]) -> list[str]:
             f"| {unit.variant} | {unit.eps:g} | {flags} | {_percent(picked.mean)} | "
             f"{readings.percent(validation)} ({len(cells)} cell{'s' * (len(cells) != 1)}) | "
             + " | ".join(
-                readings.percent(values) + readings.check_mark(cells, report, e["name"])
+                readings.percent(values) + readings.check_mark(cells, report, e.name)
                 for e, values in zip(evaluations, tests, strict=True)
             )
             + f" | {gap} |"

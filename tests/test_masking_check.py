@@ -617,7 +617,7 @@ def test_checked_numbers_enter_every_table_and_each_row_they_enter_is_marked(tmp
     definition, out = checked_sweep(tmp_path)
     report = study.collect(definition, out)
     paths = study.write_report(report, out)
-    cells = {c.name: c for c in report["cells"]}
+    cells = {c.name: c for c in report.cells}
 
     # sweep.json: each cell's trigger, gap, the stronger attack's and the combined accuracy.
     saved = {c["name"]: c for c in json.load(open(paths["json"]))["cells"]}

@@ -150,7 +150,7 @@ def test_the_readers_of_committed_results_hold_them_as_types(guarded_records):
     definition = load_definition(os.path.join(ROOT, "study", "definitions", "fashion_mnist.json"))
     sweep_dir = os.path.join(ROOT, "study", "results", "fashion_mnist")
     collected = cells.collect(definition, sweep_dir)
-    assert sum(cell.state == "done" for cell in collected["cells"]) >= 40
+    assert sum(cell.state == "done" for cell in collected.cells) >= 40
     run_dir = os.path.join(sweep_dir, "fastbat-eps8-seed0")
     card = savedmodel.model_card(run_dir)
     assert card["robustness"]["clean_accuracy"] > 0

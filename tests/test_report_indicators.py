@@ -75,7 +75,7 @@ def test_a_variant_is_marked_in_the_table_where_one_of_its_cells_was_touched():
     assert touched
     with open(os.path.join(SWEEP, "sweep.md")) as f:
         rows = [line for line in f.read().splitlines() if line.startswith("| ") and " | " in line]
-    named = [e["name"] for e in readings.evaluations(saved)]
+    named = [e["name"] for e in saved["evaluation"]["attacks"]]
     for (variant, eps), group in readings.groups(cells).items():
         # The table's figures and marks are over the cells with every evaluation; a cell between
         # its attacks (an interim report) joins when its last attack is in.

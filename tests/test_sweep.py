@@ -380,7 +380,7 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     report = study.collect(definition, out)
     paths = study.write_report(report, out)
 
-    cells = {c.name: c for c in report["cells"]}
+    cells = {c.name: c for c in report.cells}
     assert cells["fastat-eps8-seed1"].state == "new" and cells["fastat-eps8-seed1"].train is None
     assert cells["fastat-eps16-seed0"].train.overfitting_epochs == [2]
     assert cells["fastat-eps16-seed0"].train.val_fgsm_accuracy == [0.4, 0.5]
@@ -409,7 +409,7 @@ def test_report_tables_and_plots_come_from_the_cells_files(tmp_path, monkeypatch
     # The committed report names its definition relative to where the sweep ran, not by the
     # machine's absolute path.
     monkeypatch.chdir(tmp_path)
-    assert study.collect(definition, out)["definition"] == "tiny.json"
+    assert study.collect(definition, out).definition == "tiny.json"
 
 
 def test_a_cell_between_its_attacks_joins_the_main_table_when_its_last_attack_is_in(tmp_path):
@@ -454,7 +454,7 @@ def test_an_l2_sweep_s_report_gives_its_budgets_in_pixels(tmp_path):
                 numbers = dict(clean=0.8, pgd=pgd, aa=robust - 0.05, val_robust=[0.4, 0.5])
                 _fake_cell(out, f"{method}-eps{eps}-seed{seed}", norm="l2", **numbers)
     report = study.collect(sweeps.load_definition(path), out)
-    assert {cell.norm for cell in report["cells"]} == {"l2"}
+    assert {cell.norm for cell in report.cells} == {"l2"}
     table = study.markdown(report)
     assert "| method | ε (L2, pixels) | seeds | clean |" in table
     # PGD at the cell's own budget and AutoAttack, read at the L2 keys; a cell's ε as given.
@@ -594,6 +594,12 @@ NO_TRAINING = TrainSummary(
 )
 
 
+def made_evaluation(attack: str, eps="own", examples: int = 1000) -> sweeps.Evaluation:
+    """An evaluation of the definition as the report holds it: `attack` of the registry, named
+    after it, with its default options."""
+    return sweeps.Evaluation(attack, attack, eps, examples, {})
+
+
 def made_cell(method, seed, eps=8.0, train=None, flags=None, **robust) -> CellResult:
     """A cell as the report holds it, of the parts a test gives: its training summary's fields
     (`train`), and each evaluation's robust accuracy by ε (under the evaluation's name); from
@@ -644,13 +650,13 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     fastbat = [v + d for v, d in zip(base, [0.001, -0.001, 0.002, 0.0, 0.0], strict=True)]
     pgd = [v + d for v, d in zip(base, [-0.001, 0.002, 0.0, -0.001, 0.001], strict=True)]
     fastat = [v - 0.05 for v in base]
-    report = {
-        "sweep": "made up",
-        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
-        "margin": 1.0,
-        "eps_values": [8.0],
-        "comparisons": [["fastbat", "pgd"]],
-        "cost": {
+    report = study.Report(
+        sweep="made up",
+        evaluations=(made_evaluation("autoattack"),),
+        margin=1.0,
+        eps_values=(8.0,),
+        comparisons=(("fastbat", "pgd"),),
+        cost={
             "source": "bench/results/x.json",
             "setting": {
                 "model": "small_cnn",
@@ -667,12 +673,12 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
                 "fastbat": [0.3, 0.3, 0.3],
             },
         },
-        "cells": [
+        cells=(
             *[cell("fastat", passes(2, 2), fastat[s], s) for s in seeds],
             *[cell("pgd", passes(3, 3), pgd[s], s) for s in seeds],
             *[cell("fastbat", passes(3, 4, 1), fastbat[s], s) for s in seeds],
-        ],
-    }
+        ),
+    )
     rows = {r.variant: r for r in costs.cost_rows(report)[8.0]}
     assert [rows[v].passes for v in ("fastat", "pgd", "fastbat")] == [400, 600, 800]
     assert rows["fastbat"].most_robust  # mean 0.5064 against pgd's 0.5062
@@ -711,10 +717,11 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
     assert "m = 2" in listed
 
     # Comparisons across revisions, uncommitted code or unpaired runs are marked.
-    cells = report["cells"]
+    cells = list(report.cells)
     cells[5] = dataclasses.replace(cells[5], code=CellCode(("r2",), True))
     train = dataclasses.replace(cells[10].train, pairing={"initial_weights": "other"})
     cells[10] = dataclasses.replace(cells[10], train=train)
+    report = dataclasses.replace(report, cells=tuple(cells))
     marks = comparisons.comparison(report, 8.0, "fastbat", "pgd").marks
     assert marks == [
         "different revisions",
@@ -746,23 +753,21 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
         ),
         state="started",
     )
-    report = {
-        "sweep": "made up",
-        "description": "",
-        "evaluation": {
-            "attacks": [{"name": "autoattack", "label": "AutoAttack", "examples": 10, "eps": "own"}]
-        },
-        "margin": 1.0,
-        "eps_values": [8.0],
-        "comparisons": [],
-        "cost": {
+    report = study.Report(
+        sweep="made up",
+        description="",
+        evaluations=(made_evaluation("autoattack", examples=10),),
+        margin=1.0,
+        eps_values=(8.0,),
+        comparisons=(),
+        cost={
             "source": "bench/results/x.json",
             "setting": {"device": "CPU", "machine": {"cpu_count": 2}},
             "step_seconds": {"fastat": 0.1},
             "round_step_seconds": {"fastat": [0.1, 0.2]},
         },
-        "cells": [finished, training],
-    }
+        cells=(finished, training),
+    )
     (row,) = costs.cost_rows(report)[8.0]
     assert (row.passes, row.seeds) == (400, 1)
     assert row.seconds == pytest.approx(10.0)
@@ -785,12 +790,12 @@ def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
     # A cell not run yet (no training record) counts among no side's runs.
     waiting = dataclasses.replace(made_cell("elle", 3, eps=76.0), state="new")
 
-    report = {
-        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack", "eps": "own"}]},
-        "margin": 1.0,
-        "eps_values": [48.0, 76.0],
-        "comparisons": [["elle", "nfgsm"]],
-        "cells": [
+    report = study.Report(
+        evaluations=(made_evaluation("autoattack"),),
+        margin=1.0,
+        eps_values=(48.0, 76.0),
+        comparisons=(("elle", "nfgsm"),),
+        cells=(
             cell("elle", 0, 48.0, 0.30),
             cell("elle", 1, 48.0, 0.32),
             cell("elle", 2, 48.0),
@@ -798,8 +803,8 @@ def test_a_comparison_says_how_many_runs_of_a_side_diverged_and_left_it():
             *[cell("elle", s, 76.0) for s in range(3)],
             waiting,
             *[cell("nfgsm", s, 76.0, 0.10) for s in range(3)],
-        ],
-    }
+        ),
+    )
     at48, at76 = comparisons.listed_comparisons(report)
     assert at48.seeds == [0, 1] and "elle diverged in 1 of 3 runs" in at48.marks
     assert at76.seeds == [] and at76.marks == ["elle diverged in 3 of 3 runs"]
@@ -849,7 +854,7 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
         comparisons=[["fastbat", "fastat"]],
     )
     report = study.collect(sweeps.load_definition(path), out)
-    cell = next(c for c in report["cells"] if c.name == "fastat-eps8-seed0")
+    cell = next(c for c in report.cells if c.name == "fastat-eps8-seed0")
     assert cell.to_dict()["autoattack"]["outcomes"] == {
         "8": {"points": strings["fastat", 0], "split": "test"}
     }
@@ -882,7 +887,7 @@ def test_paired_comparisons_count_the_images_where_the_evaluations_recorded_them
     )
 
     # Outcomes that do not give the recorded accuracy are not used.
-    cell = next(c for c in report["cells"] if c.name == "fastbat-eps8-seed1")
+    cell = next(c for c in report.cells if c.name == "fastbat-eps8-seed1")
     cell.evaluation("autoattack").robust_accuracy[8.0] += 0.1
     found = comparisons.comparison(report, 8.0, "fastbat", "fastat")
     assert found.model == "seeds only"
@@ -974,7 +979,7 @@ def test_runs_recorded_before_their_passes_are_priced_by_their_method_config(tmp
     )
     report = study.collect(definition, sweep_dir)
     legacy = 0
-    for cell in report["cells"]:
+    for cell in report.cells:
         with open(cell.train.source) as f:
             legacy += "cost_variant" not in json.load(f)["method"]
         if cell.options.get("ig") == "hessian_aware":
@@ -1119,10 +1124,10 @@ def test_paper_rows_count_only_the_seeds_that_ran():
         evaluated = {} if robust is None else {"autoattack": {8.0: robust}}
         return made_cell("fastbat", seed, flags=flags, **evaluated)
 
-    report = {
-        "evaluation": {"attacks": [{"name": "autoattack", "label": "AutoAttack"}]},
-        "cells": [cell(0, 0.45), cell(1), cell(2)],
-        "paper": {
+    report = study.Report(
+        evaluations=(made_evaluation("autoattack"),),
+        cells=(cell(0, 0.45), cell(1), cell(2)),
+        paper={
             "source": "made up",
             "defaults": {},
             "rows": [
@@ -1135,7 +1140,7 @@ def test_paper_rows_count_only_the_seeds_that_ran():
                 }
             ],
         },
-    }
+    )
     (row,) = paper.paper_rows(report)
     assert row["measured_runs"] == ["out/fastbat-eps8-seed0"] and row["setting_runs"] == 3
     assert "45.00 (n = 1 of 3)" in "\n".join(paper.paper_table(report))

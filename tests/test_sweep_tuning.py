@@ -24,8 +24,16 @@ from fbat_tf.records import (
     TrainConfig,
 )
 from fbat_tf.sweeps import tuning, tuning_file
-from study import tuning_report
-from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, made_cell, run_sweep, write_definition
+from study import Report, tuning_report
+from tests.test_sweep import (
+    PGD_OWN,
+    ROOT,
+    TINY_FLAGS,
+    made_cell,
+    made_evaluation,
+    run_sweep,
+    write_definition,
+)
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
 
 needs_data = pytest.mark.skipif(
@@ -364,7 +372,7 @@ def test_a_diverged_run_counts_zero_and_no_pick_before_every_run_finished(tmp_pa
     assert entry.candidates[0].mean == pytest.approx(0.45)
     assert entry.pick == "lr_max0.2"
     table = "\n".join(
-        tuning_report.tuning_table({"tuning": tuning.report_section(definition, out)})
+        tuning_report.tuning_table(Report(tuning=tuning.report_section(definition, out)))
     )
     assert "| 90.0 | 0.0 (diverged) | 45.0 |" in table
 
@@ -398,20 +406,15 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
         edges=None,
     )
     section = tuning.Section("a rule", (100,), tuning.FILE, (unit,))
-    report = {
-        "evaluation": {
-            "attacks": [
-                {"name": "pgd", "label": "PGD-50-10", "eps": "own"},
-                {"name": "autoattack", "label": "AutoAttack", "eps": "own"},
-            ]
-        },
-        "tuning": section,
-        "cells": [
+    report = Report(
+        evaluations=(made_evaluation("pgd"), made_evaluation("autoattack")),
+        tuning=section,
+        cells=(
             cell(0, [0.5, 0.6, 0.4], 2, 0.45, 0.30),
             cell(1, [0.7, 0.5], 1, 0.55, 0.40),
             cell(2, [0.9], 1, 0.9, 0.9, state="started"),
-        ],
-    }
+        ),
+    )
     table = "\n".join(tuning_report.criterion_table(report))
     # Validation 60 and 70 (mean 65.0 ± 7.1); PGD 45, 55 (50.0); AutoAttack 30, 40 (35.0);
     # 65.0 − 35.0 = +30.0.
@@ -426,17 +429,18 @@ def test_the_criterion_table_sets_each_pick_s_validation_beside_its_test_by_hand
     # Validation with a black-box part after PGD: PGD's own figure at the same selected epoch
     # (seed 0's second, 0.8; seed 1's first, 0.6; not their last) is the criterion without it,
     # and its gap stands last: 70.0 − 35.0 = +35.0.
+    cells = list(report.cells)
     for i, pgd_alone in ((0, [0.7, 0.8, 0.5]), (1, [0.6, 0.55])):
-        found = report["cells"][i]
-        train = dataclasses.replace(found.train, val_pgd_accuracy=pgd_alone)
-        report["cells"][i] = dataclasses.replace(found, train=train)
+        train = dataclasses.replace(cells[i].train, val_pgd_accuracy=pgd_alone)
+        cells[i] = dataclasses.replace(cells[i], train=train)
+    report = dataclasses.replace(report, cells=tuple(cells))
     table = "\n".join(tuning_report.criterion_table(report))
     assert row + " 70.0 ± 14.1 | +35.0 |" in table, table
     assert "PGD-10 alone (final cells) | PGD-10 alone − lowest test (points) |" in table
     pending = dataclasses.replace(unit, pick=None, flags=None, decided_by=None)
-    report["tuning"] = dataclasses.replace(section, units=(pending,))
+    report = dataclasses.replace(report, tuning=dataclasses.replace(section, units=(pending,)))
     assert tuning_report.criterion_table(report) == []
-    assert tuning_report.criterion_table({"cells": []}) == []
+    assert tuning_report.criterion_table(Report()) == []
 
 
 def test_a_written_pick_stands_and_changed_candidates_are_refused_naming_the_file(tmp_path):

@@ -1,25 +1,25 @@
 """The sweep's report, sweep.py, the classifiers, the upgrade of older records and the
 exporters hold a sweep's cells, run records and model cards as the types of fbat_tf/records/
-(CellResult, RunRecord, ModelCard...), the paired comparisons as study/paired.py's, and the
-tuning stage's picks, candidates and runs (tuning.json) and the report's tuning section as
-fbat_tf/sweeps/tuning_file.py's and tuning.py's (Pick, Candidate, TuningRun, Section...), and
-the definition's masking check as sweeps/masking.py's MaskingCheck; and they read them by
-attribute: a misspelt field fails at once (AttributeError), where a misspelt key read with
-`.get` gave None and the report went on without the number. The modules that parse those files
-into their records (fbat_tf/records/, tuning_file.py) read them by key, and are no readers
-here.
+(CellResult, RunRecord, ModelCard...), the report itself as study/cells.py's Report, with the
+definition's evaluations and masking check as fbat_tf/sweeps/'s (Evaluation, MaskingCheck), the
+paired comparisons as study/paired.py's, and the tuning stage's picks, candidates and runs
+(tuning.json) and the report's tuning section as fbat_tf/sweeps/tuning_file.py's and
+tuning.py's (Pick, Candidate, TuningRun, Section...); and they read them by attribute: a
+misspelt field fails at once (AttributeError), where a misspelt key read with `.get` gave None
+and the report went on without the number. The modules that parse those files into their
+records (fbat_tf/records/, tuning_file.py) read them by key, and are no readers here.
 
 The rule, read from the source with `ast`, for every string-constant read by key in the modules
 of READERS, `x["key"]` (read, not written) or `x.get("key", ...)`:
 
 1. its receiver `x`, as written, is one that ALLOWED names for that module: a dict that is no
-   cell, record or card, each with what it holds (the report's own top-level dict, a paper-numbers
-   row, a bench timing file, a TF-Serving response...); and
+   cell, record or card, each with what it holds (a paper-numbers row, a bench timing file, a
+   block of the definition as written, a TF-Serving response...); and
 2. its key is no field of the record types (RECORD_TYPES), but for the SHARED keys, which an
    allowed dict has too, each with the dict that has it.
 
 A record read by key through an allowed name still fails the second rule where its key is its
-own (`report["cells"][0]["train"]`, a `found["robust_accuracy"]`).
+own (a `found["robust_accuracy"]` of claims.py, whose `found` is a claim file).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import dataclasses
 import os
 
 from fbat_tf import records
-from fbat_tf.sweeps import masking, tuning, tuning_file
-from study import paired
+from fbat_tf.sweeps import evaluations, masking, tuning, tuning_file
+from study import cells, paired
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,54 +65,22 @@ READERS = [
     ),
 ]
 
-# What the report's own top-level dict (study/cells.collect) holds: the definition's parts
-# and the sections built beside the cells, which stay a dict; its cells are CellResult.
-REPORT = "the report's top-level dict (cells.collect), not its cells"
-# The definition's evaluations as the report records them (definition.evaluation_record).
-EVALUATIONS = "an evaluation of the definition as the report records it (name, label, ε...)"
-
 # Per module, each receiver a string key may be read from, and what it holds.
 ALLOWED: dict[str, dict[str, str]] = {
-    f"{STUDY}/readings.py": {
-        "report": REPORT,
-        "report['evaluation']": "the definition's evaluations as the report records them",
-        "evaluations(report)[0]": EVALUATIONS,
-    },
-    f"{STUDY}/comparisons.py": {
-        "report": REPORT,
-        "evaluation": EVALUATIONS,
-        "readings.evaluations(report)[-1]": EVALUATIONS,
-    },
     f"{STUDY}/costs.py": {
-        "report": REPORT,
-        "evaluation": EVALUATIONS,
-        "readings.evaluations(report)[-1]": EVALUATIONS,
         "cost": "the cost bench's step times as the report holds them (cells.load_cost)",
         "timing": "the same, with the load it was measured under (costs.measured_time)",
         "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
         "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
     },
     f"{STUDY}/paper.py": {
-        "report": REPORT,
-        "report['paper']": "the paper-numbers file (study/papers/*.json)",
+        "report.paper": "the paper-numbers file (study/papers/*.json)",
         "paper": "the paper-numbers file",
         "entry": "a row of the paper-numbers file",
-        "e": EVALUATIONS,
         "row": "a row of the paper-against-measured table, built by paper.paper_rows",
     },
-    f"{STUDY}/plots.py": {
-        "report": REPORT,
-        "e": EVALUATIONS,
-        "evaluation": EVALUATIONS,
-        "last": EVALUATIONS,
-        "readings.evaluations(report)[-1]": EVALUATIONS,
-    },
     f"{STUDY}/report.py": {
-        "report": REPORT,
         "code": "the report's code summary (cells.code_summary)",
-        "e": EVALUATIONS,
-        "evaluation": EVALUATIONS,
-        "evaluations[0]": EVALUATIONS,
         "payload": "sweep.json as write_report assembles it",
         "paths": "the paths write_report wrote, by kind",
     },
@@ -121,8 +89,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "spec": "the masking check's attack, as written in the definition's JSON",
     },
     f"{STUDY}/tuning_report.py": {
-        "report": REPORT,
-        "e": EVALUATIONS,
         "flags": "a cell's train.py flags by name (CellResult.flags), as its definition sets them",
     },
     f"{SWEEPS}/tuning_groups.py": {"spec": "the definition's tuning block, as written"},
@@ -200,36 +166,32 @@ RECORD_TYPES = (
     tuning.Section,
     tuning.UnitSection,
     masking.MaskingCheck,
+    evaluations.Evaluation,
+    cells.Report,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
 SHARED = {
+    "attack": "the definition's masking_check block's attack, as written (masking)",
     "autoattack": "EvaluationResult.get's attack name (robustbench, modelcard)",
+    "batch_size": "the cost bench's setting (costs), the definition's evaluation block (upgrade)",
     "class_names": "a TF-Serving response's outputs (client)",
-    "code": "the report's code summary (report)",
     "device": "the cost bench's setting (costs)",
     "candidates": "the definition's tuning block (a group's)",
-    "cells": "the report's top-level dict (its cells, each a CellResult)",
-    "eps": "the definition's evaluations, paper rows and tuning block",
-    "evaluation": "the report's top-level dict (the definition's evaluations)",
-    "examples": "the definition's evaluations and its masking check's attack",
+    "eps": "paper rows, the definition's tuning block and RobustBench entries",
+    "examples": "the masking check's attack as the definition writes it, the re-check's rows",
     "flags": "paper rows",
-    "label": "the definition's evaluations as the report records them",
     "machine": "the cost bench's setting (costs)",
-    "margin": "the report's top-level dict (the definition's equivalence margin)",
-    "masking_check": "the report's top-level dict",
     "match": "the definition's tuning block (a group's)",
     "method": "paper rows and tuning groups",
     "model": "the cost bench's setting, the card export_model writes",
-    "name": "the definition's evaluations",
     "of": "the definition's masking_check block, as written (masking)",
     "on": "the definition's masking_check block, as written (masking)",
     "revision": "the sweep's revision.json (sweep.py)",
     "revisions": "the report's code summary (report)",
     "seeds": "the definition's tuning block",
-    "source": "the cost bench, paper numbers and the definition's tuning block",
+    "source": "the cost bench, paper numbers, the definition's tuning block and re-check rows",
     "threshold": "the definition's masking_check block, as written (masking)",
-    "tuning": "the report's top-level dict",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
     "width": "the cost bench's setting (costs)",
 }
@@ -303,7 +265,8 @@ def test_each_allowance_is_used_and_each_shared_key_is_a_record_s():
 def test_the_rule_catches_a_cell_read_by_key_again():
     """readings.groups reading its cells' variant by key, as it did before cells were typed:
     each way of writing it breaks a rule, and both where the key is a record's own and no
-    allowed dict's (variant, since no tuning unit is read by key; ε is a shared key)."""
+    allowed dict's (variant, since no tuning unit is read by key; ε is a shared key). The
+    report read by key breaks both too, as the cell it reads."""
     path = f"{STUDY}/readings.py"
     source = _source(path)
     typed = "        groups.setdefault((cell.variant, cell.eps), []).append(cell)\n"
@@ -311,7 +274,8 @@ def test_the_rule_catches_a_cell_read_by_key_again():
     for read, rules in (
         ('cell["train"]', 2),
         ('cell.get("train", {}).get("selected_epoch")', 4),
-        ('report["cells"][0]["train"]', 2),
+        ('report.cells[0]["train"]', 2),
+        ('report["cells"][0]["train"]', 4),
         ('cell["variant"]', 2),
         ('cell["eps"]', 1),
     ):

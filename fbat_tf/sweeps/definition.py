@@ -124,13 +124,6 @@ class Definition:
     def evaluation(self, name: str) -> Evaluation | None:
         return next((e for e in self.evaluations if e.name == name), None)
 
-    def evaluation_record(self) -> dict[str, Any]:
-        """The evaluation as the report states it."""
-        return {
-            "batch_size": self.batch_size,
-            "attacks": [evaluation.record() for evaluation in self.evaluations],
-        }
-
 
 def load_definition(path: str) -> Definition:
     """Read and check the structure of a definition (flag names and values: sweep.py)."""

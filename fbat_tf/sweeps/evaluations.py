@@ -57,6 +57,7 @@ class Evaluation:
         return sorted(set(self.eps))
 
     def record(self) -> dict[str, Any]:
+        """As the report writes it (sweep.json's evaluations, and its masking check's)."""
         return {
             "name": self.name,
             "attack": self.attack,
