@@ -146,18 +146,36 @@ def cell_code(parts: list[Any]) -> CellCode:
     )
 
 
-def code_summary(cells: Sequence[CellResult]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class CodeSummary:
+    """The sweep's code (`code_summary`): cells per revision (None: not a git checkout), and
+    the cells run from uncommitted (or unknown) code or from several revisions, by name."""
+
+    revisions: dict[str | None, int] = dataclasses.field(default_factory=dict)
+    dirty_cells: tuple[str, ...] = ()
+    mixed_cells: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it."""
+        return {
+            "revisions": self.revisions,
+            "dirty_cells": list(self.dirty_cells),
+            "mixed_cells": list(self.mixed_cells),
+        }
+
+
+def code_summary(cells: Sequence[CellResult]) -> CodeSummary:
     """The sweep's code: cells per revision, and the cells run from uncommitted (or unknown)
     code or from several revisions."""
     revisions: dict[str | None, int] = {}
     for cell in cells:
         for found in cell.code.revisions:
             revisions[found] = revisions.get(found, 0) + 1
-    return {
-        "revisions": revisions,
-        "dirty_cells": [c.name for c in cells if c.code.dirty],
-        "mixed_cells": [c.name for c in cells if len(c.code.revisions) > 1],
-    }
+    return CodeSummary(
+        revisions,
+        tuple(c.name for c in cells if c.code.dirty),
+        tuple(c.name for c in cells if len(c.code.revisions) > 1),
+    )
 
 
 def _evaluation_record(cell_dir: str, evaluation: Evaluation) -> EvaluationSummary | None:
@@ -234,7 +252,7 @@ class Report:
     estimate: dict[str, Any] | None = None  # the GPU time estimate (sweeps/estimate.py)
     eps_values: tuple[float, ...] = ()  # every ε of the grid, ascending
     cells: tuple[CellResult, ...] = ()
-    code: dict[str, Any] = dataclasses.field(default_factory=dict)  # code_summary
+    code: CodeSummary = dataclasses.field(default_factory=CodeSummary)
     comparisons: tuple[tuple[str, str], ...] = ()  # the pairs of variants the report compares
     margin: float = MARGIN  # the equivalence margin (points)
     tuning: tuning.Section | None = None  # the tuning stage (tuning.report_section)
@@ -259,7 +277,7 @@ class Report:
             "estimate": self.estimate,
             "eps_values": list(self.eps_values),
             "cells": [cell.to_dict() for cell in self.cells],
-            "code": self.code,
+            "code": self.code.to_dict(),
             "comparisons": [list(pair) for pair in self.comparisons],
             "margin": self.margin,
         }

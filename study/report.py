@@ -33,11 +33,7 @@ def code_lines(report: Report) -> list[str]:
     """Which code the numbers came from: one line when every cell ran one clean revision, else
     the revisions and the cells run from uncommitted code or from several revisions."""
     code = report.code
-    revisions, dirty, mixed = (
-        code.get("revisions", {}),
-        code.get("dirty_cells"),
-        code.get("mixed_cells"),
-    )
+    revisions, dirty, mixed = code.revisions, code.dirty_cells, code.mixed_cells
     if not revisions:
         return []
     if len(revisions) == 1 and not dirty:

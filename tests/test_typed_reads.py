@@ -80,7 +80,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "row": "a row of the paper-against-measured table, built by paper.paper_rows",
     },
     f"{STUDY}/report.py": {
-        "code": "the report's code summary (cells.code_summary)",
         "payload": "sweep.json as write_report assembles it",
         "paths": "the paths write_report wrote, by kind",
     },
@@ -168,6 +167,7 @@ RECORD_TYPES = (
     masking.MaskingCheck,
     evaluations.Evaluation,
     cells.Report,
+    cells.CodeSummary,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
@@ -188,7 +188,6 @@ SHARED = {
     "of": "the definition's masking_check block, as written (masking)",
     "on": "the definition's masking_check block, as written (masking)",
     "revision": "the sweep's revision.json (sweep.py)",
-    "revisions": "the report's code summary (report)",
     "seeds": "the definition's tuning block",
     "source": "the cost bench, paper numbers, the definition's tuning block and re-check rows",
     "threshold": "the definition's masking_check block, as written (masking)",
