@@ -268,13 +268,13 @@ def unreadable_cells(report: Report) -> list[str]:
 def write_report(report: Report, sweep_dir: str) -> dict[str, str]:
     """sweep.json, sweep.md and the plots in `sweep_dir`; returns their paths by kind."""
     os.makedirs(sweep_dir, exist_ok=True)
-    paths = {"json": os.path.join(sweep_dir, "sweep.json")}
     payload = report.to_dict()
     if report.paper is not None:
         payload["paper_vs_measured"] = paper_rows(report)
-    payload["robust_vs_cost"] = {
+    priced = {
         f"{eps:g}": [row.to_json() for row in rows] for eps, rows in cost_rows(report).items()
     }
+    payload["robust_vs_cost"] = priced
     compared = family(report)
     payload["paired_comparisons"] = [pair.to_dict() for pair in compared.listed]
     # The family Holm's correction covers: the rows of paired_comparisons and the comparisons
@@ -285,18 +285,20 @@ def write_report(report: Report, sweep_dir: str) -> dict[str, str]:
         "correction": "holm",
     }
     text = json.dumps(records.finite_or_null(payload), indent=2, allow_nan=False)
-    _write_text(paths["json"], text + "\n")
-    paths["markdown"] = os.path.join(sweep_dir, "sweep.md")
-    _write_text(paths["markdown"], markdown(report))
+    paths: dict[str, str] = {}
+    paths["json"] = path = os.path.join(sweep_dir, "sweep.json")
+    _write_text(path, text + "\n")
+    paths["markdown"] = path = os.path.join(sweep_dir, "sweep.md")
+    _write_text(path, markdown(report))
     plotters = dict(PLOTTERS)
-    if not payload["robust_vs_cost"]:
+    if not priced:
         del plotters["robust_vs_cost"]  # no run with a recorded step count
     for kind, plot in plotters.items():
-        paths[kind] = os.path.join(sweep_dir, PLOTS[kind])
+        paths[kind] = path = os.path.join(sweep_dir, PLOTS[kind])
         try:
-            plot(report, paths[kind])
+            plot(report, path)
         except OSError as error:
-            raise OSError(error.errno, error.strerror, error.filename or paths[kind]) from error
+            raise OSError(error.errno, error.strerror, error.filename or path) from error
     return paths
 
 

@@ -79,10 +79,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "entry": "a row of the paper-numbers file",
         "row": "a row of the paper-against-measured table, built by paper.paper_rows",
     },
-    f"{STUDY}/report.py": {
-        "payload": "sweep.json as write_report assembles it",
-        "paths": "the paths write_report wrote, by kind",
-    },
     f"{SWEEPS}/masking.py": {
         "given": "the definition's masking_check block, as written in its JSON",
         "spec": "the masking check's attack, as written in the definition's JSON",
