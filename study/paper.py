@@ -1,7 +1,9 @@
-"""The paper's published numbers beside what a sweep measured, row by row."""
+"""The paper's published numbers beside what a sweep measured, row by row (`PaperRow`, which
+sweep.json holds as "paper_vs_measured")."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -85,7 +87,34 @@ def _in_stds(difference: float | None, *stds: float | None) -> float | None:
     return None if difference is None or not larger else difference / larger
 
 
-def paper_rows(report: Report) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class PaperRow:
+    """One published number beside what the cells of its setting measured (`paper_rows`)."""
+
+    table: str  # the paper's table, as the paper-numbers file names it
+    method: str
+    eps: float  # the training ε, and the ε attacked at, as the file gives them
+    attacked_eps: float
+    metric: str  # clean, seconds_per_epoch or an evaluation's name
+    paper_mean: float
+    paper_std: float | None
+    measured_mean: float | None  # None: no cell of the setting gave a number
+    measured_std: float | None  # None: fewer than two numbers
+    measured_runs: tuple[str, ...]  # the runs that gave a number, of the cells of the setting
+    setting_runs: int
+    checked_runs: tuple[str, ...]  # runs whose number is the masking check's
+    difference: float | None  # measured − paper
+    difference_in_std: float | None  # in units of the larger of the two stds
+    flags: dict[str, Any]  # the flags the paper's row fixes
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it (its "paper_vs_measured")."""
+        found = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        runs = {"measured_runs": list(self.measured_runs), "checked_runs": list(self.checked_runs)}
+        return {**found, **runs}
+
+
+def paper_rows(report: Report) -> list[PaperRow]:
     """Paper against measured, per published number, beside the cells of its setting."""
     rows = []
     for entry in report.paper["rows"]:
@@ -96,37 +125,36 @@ def paper_rows(report: Report) -> list[dict[str, Any]]:
             if metric not in entry:
                 continue
             mean, std = entry[metric]
-            measured = measured_metric(cells, metric, report, entry.get("attacked_eps"))
+            attacked_eps = entry.get("attacked_eps")  # None: each cell's own ε
+            measured = measured_metric(cells, metric, report, attacked_eps)
             value = statistics.fmean(measured) if measured else None
             spread = statistics.stdev(measured) if len(measured) > 1 else None
             difference = None if value is None else value - mean
             rows.append(
-                {
-                    "table": entry["table"],
-                    "method": entry["method"],
-                    "eps": entry["eps"],
-                    "attacked_eps": entry.get("attacked_eps", entry["eps"]),
-                    "metric": metric,
-                    "paper_mean": mean,
-                    "paper_std": std,
-                    "measured_mean": value,
-                    "measured_std": spread,
-                    # The runs that gave a number, of the cells of the setting.
-                    "measured_runs": [
+                PaperRow(
+                    table=entry["table"],
+                    method=entry["method"],
+                    eps=entry["eps"],
+                    attacked_eps=entry.get("attacked_eps", entry["eps"]),
+                    metric=metric,
+                    paper_mean=mean,
+                    paper_std=std,
+                    measured_mean=value,
+                    measured_std=spread,
+                    measured_runs=tuple(
                         c.run_dir
                         for c in cells
-                        if measured_metric([c], metric, report, entry.get("attacked_eps"))
-                    ],
-                    "setting_runs": len(cells),
+                        if measured_metric([c], metric, report, attacked_eps)
+                    ),
+                    setting_runs=len(cells),
                     # Runs whose number is the masking check's (sweeps/masking.py).
-                    "checked_runs": [
-                        c.run_dir
-                        for c in readings.checked(cells, report, metric, entry.get("attacked_eps"))
-                    ],
-                    "difference": difference,
-                    "difference_in_std": _in_stds(difference, std, spread),
-                    "flags": entry.get("flags", {}),
-                }
+                    checked_runs=tuple(
+                        c.run_dir for c in readings.checked(cells, report, metric, attacked_eps)
+                    ),
+                    difference=difference,
+                    difference_in_std=_in_stds(difference, std, spread),
+                    flags=entry.get("flags", {}),
+                )
             )
     return rows
 
@@ -147,28 +175,28 @@ def paper_table(report: Report) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in paper_rows(report):
-        paper = f"{row['paper_mean']:.2f}" + (
-            f" ± {row['paper_std']:.2f}" if row["paper_std"] is not None else ""
+        paper = f"{row.paper_mean:.2f}" + (
+            f" ± {row.paper_std:.2f}" if row.paper_std is not None else ""
         )
         stds = "–"
-        if row["measured_mean"] is None:
+        if row.measured_mean is None:
             measured = difference = "not run"
         else:
-            measured = f"{row['measured_mean']:.2f}" + (
-                f" ± {row['measured_std']:.2f}" if row["measured_std"] is not None else ""
+            measured = f"{row.measured_mean:.2f}" + (
+                f" ± {row.measured_std:.2f}" if row.measured_std is not None else ""
             )
-            measured += f" (n = {len(row['measured_runs'])} of {row['setting_runs']})"
-            if row.get("checked_runs"):
+            measured += f" (n = {len(row.measured_runs)} of {row.setting_runs})"
+            if row.checked_runs:
                 measured += f" {masking.MARK}"
-            difference = f"{row['difference']:+.2f}"
-            if row["difference_in_std"] is not None:
-                stds = f"{row['difference_in_std']:+.1f}"
+            difference = f"{row.difference:+.2f}"
+            if row.difference_in_std is not None:
+                stds = f"{row.difference_in_std:+.1f}"
         setting = " ".join(
-            f"{k}={v}" for k, v in row["flags"].items() if k not in ("dataset", "model")
+            f"{k}={v}" for k, v in row.flags.items() if k not in ("dataset", "model")
         )
         lines.append(
-            f"| {row['table']} | {row['method']} | {setting or '–'} | {row['eps']:g} | "
-            f"{row['attacked_eps']:g} | {row['metric']} | {paper} | {measured} | {difference} | "
+            f"| {row.table} | {row.method} | {setting or '–'} | {row.eps:g} | "
+            f"{row.attacked_eps:g} | {row.metric} | {paper} | {measured} | {difference} | "
             f"{stds} |"
         )
     return lines

@@ -270,7 +270,7 @@ def write_report(report: Report, sweep_dir: str) -> dict[str, str]:
     os.makedirs(sweep_dir, exist_ok=True)
     payload = report.to_dict()
     if report.paper is not None:
-        payload["paper_vs_measured"] = paper_rows(report)
+        payload["paper_vs_measured"] = [row.to_dict() for row in paper_rows(report)]
     priced = {
         f"{eps:g}": [row.to_json() for row in rows] for eps, rows in cost_rows(report).items()
     }

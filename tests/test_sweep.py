@@ -1142,7 +1142,7 @@ def test_paper_rows_count_only_the_seeds_that_ran():
         },
     )
     (row,) = paper.paper_rows(report)
-    assert row["measured_runs"] == ["out/fastbat-eps8-seed0"] and row["setting_runs"] == 3
+    assert row.measured_runs == ("out/fastbat-eps8-seed0",) and row.setting_runs == 3
     assert "45.00 (n = 1 of 3)" in "\n".join(paper.paper_table(report))
 
 

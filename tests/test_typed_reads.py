@@ -30,7 +30,7 @@ import os
 
 from fbat_tf import records
 from fbat_tf.sweeps import evaluations, masking, tuning, tuning_file
-from study import cells, paired
+from study import cells, paired, paper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,7 +77,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "report.paper": "the paper-numbers file (study/papers/*.json)",
         "paper": "the paper-numbers file",
         "entry": "a row of the paper-numbers file",
-        "row": "a row of the paper-against-measured table, built by paper.paper_rows",
     },
     f"{SWEEPS}/masking.py": {
         "given": "the definition's masking_check block, as written in its JSON",
@@ -164,28 +163,31 @@ RECORD_TYPES = (
     evaluations.Evaluation,
     cells.Report,
     cells.CodeSummary,
+    paper.PaperRow,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
 SHARED = {
     "attack": "the definition's masking_check block's attack, as written (masking)",
+    "attacked_eps": "the paper-numbers file's rows (paper)",
     "autoattack": "EvaluationResult.get's attack name (robustbench, modelcard)",
     "batch_size": "the cost bench's setting (costs), the definition's evaluation block (upgrade)",
     "class_names": "a TF-Serving response's outputs (client)",
     "device": "the cost bench's setting (costs)",
     "candidates": "the definition's tuning block (a group's)",
-    "eps": "paper rows, the definition's tuning block and RobustBench entries",
+    "eps": "the paper-numbers file's rows, the definition's tuning block, RobustBench entries",
     "examples": "the masking check's attack as the definition writes it, the re-check's rows",
-    "flags": "paper rows",
+    "flags": "the paper-numbers file's rows (paper)",
     "machine": "the cost bench's setting (costs)",
     "match": "the definition's tuning block (a group's)",
-    "method": "paper rows and tuning groups",
+    "method": "the paper-numbers file's rows and the definition's tuning groups",
     "model": "the cost bench's setting, the card export_model writes",
     "of": "the definition's masking_check block, as written (masking)",
     "on": "the definition's masking_check block, as written (masking)",
     "revision": "the sweep's revision.json (sweep.py)",
     "seeds": "the definition's tuning block",
     "source": "the cost bench, paper numbers, the definition's tuning block and re-check rows",
+    "table": "the paper-numbers file's rows (paper)",
     "threshold": "the definition's masking_check block, as written (masking)",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
     "width": "the cost bench's setting (costs)",
