@@ -258,7 +258,7 @@ class Report:
     tuning: tuning.Section | None = None  # the tuning stage (tuning.report_section)
     masking_check: masking.MaskingCheck | None = None
     paper: dict[str, Any] | None = None  # the paper-numbers file (load_paper)
-    cost: dict[str, Any] | None = None  # the cost bench's step times (load_cost)
+    cost: CostBench | None = None  # the cost bench's step times (load_cost)
 
     def to_dict(self) -> dict[str, Any]:
         """As sweep.json holds it, in its order, up to what write_report adds after (the paper
@@ -288,7 +288,7 @@ class Report:
         if self.paper is not None:
             found["paper"] = self.paper
         if self.cost is not None:
-            found["cost"] = self.cost
+            found["cost"] = self.cost.to_dict()
         return found
 
 
@@ -319,22 +319,45 @@ def collect(definition: Definition, sweep_dir: str) -> Report:
     )
 
 
-def load_cost(path: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class CostBench:
+    """A bench/step_time.py result as the report uses it (`load_cost`): each variant's step
+    seconds and those of each round, with the setting and machine they were measured on and
+    the command that measured them, as the file gives them."""
+
+    source: str  # the file, relative to the working directory where it lies below it
+    setting: dict[str, Any]  # the file's "setting" (model, width, device, machine, load...)
+    command: str | None
+    step_seconds: dict[str, float]  # by cost variant
+    round_step_seconds: dict[str, list[float]]  # by cost variant, a time per round
+
+    def to_dict(self) -> dict[str, Any]:
+        """As sweep.json holds it (its "cost")."""
+        return {
+            "source": self.source,
+            "setting": self.setting,
+            "command": self.command,
+            "step_seconds": self.step_seconds,
+            "round_step_seconds": self.round_step_seconds,
+        }
+
+
+def load_cost(path: str) -> CostBench:
     """A bench/step_time.py result as the report uses it: each variant's step seconds, and
     the setting and machine they were measured on."""
     bench = _read(path)
     if bench is None or "methods" not in bench:
         raise DefinitionError(f"{path} is not a bench/step_time.py result with 'methods'")
-    return {
-        "source": _portable(path),
-        "setting": bench.get("setting", {}),
-        "command": bench.get("command"),
-        "step_seconds": {name: m["step_seconds"] for name, m in bench["methods"].items()},
-        "round_step_seconds": {
+    return CostBench(
+        source=_portable(path),
+        setting=bench.get("setting", {}),
+        command=bench.get("command"),
+        step_seconds={name: m["step_seconds"] for name, m in bench["methods"].items()},
+        round_step_seconds={
             name: m.get("round_step_seconds", [m["step_seconds"]])
             for name, m in bench["methods"].items()
         },
-    }
+    )
 
 
 def load_paper(path: str) -> dict[str, Any]:

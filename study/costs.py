@@ -11,7 +11,7 @@ from typing import Any
 from fbat_tf import catalog
 from fbat_tf.sweeps import masking
 from study import comparisons, paired, readings
-from study.cells import Report
+from study.cells import CostBench, Report
 from study.comparisons import interval_words, margin_words
 
 
@@ -46,22 +46,27 @@ class CostRow:
         return found
 
 
-def measured_time(report: Report) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True)
+class MeasuredTime:
+    """The cost bench's step times (`measured_time`) and the load they were measured under."""
+
+    bench: CostBench
+    load: float | None  # the highest load average over a minute the bench recorded, or None
+    cores: int | None  # the machine's, as the bench recorded them
+    under_load: bool  # a load above the cores: the times are indicative only
+
+
+def measured_time(report: Report) -> MeasuredTime | None:
     """The cost bench's step times, where the definition names one, and whether they were
     measured under a load above the machine's cores (then no choice rests on them)."""
     cost = report.cost
-    if not cost:
+    if cost is None:
         return None
-    setting = cost.get("setting", {})
+    setting = cost.setting
     load = setting.get("load_average_1min") or {}
     cores = (setting.get("machine") or {}).get("cpu_count")
     peak = max(load.values()) if load else None
-    return {
-        **cost,
-        "load": peak,
-        "cores": cores,
-        "under_load": peak is not None and cores is not None and peak > cores,
-    }
+    return MeasuredTime(cost, peak, cores, peak is not None and cores is not None and peak > cores)
 
 
 def cost_rows(report: Report) -> dict[float, list[CostRow]]:
@@ -97,9 +102,9 @@ def cost_rows(report: Report) -> dict[float, list[CostRow]]:
             versus_best=compared.versus.get((eps, variant)),
         )
         if timing:
-            step = timing["step_seconds"].get(priced[0].train.cost_variant)
+            step = timing.bench.step_seconds.get(priced[0].train.cost_variant)
             steps = [c.train.optimizer_steps for c in priced]
-            rounds = timing["round_step_seconds"].get(priced[0].train.cost_variant)
+            rounds = timing.bench.round_step_seconds.get(priced[0].train.cost_variant)
             if step is not None:
                 row.seconds = step * statistics.fmean(steps)
                 row.seconds_rounds = [r * statistics.fmean(steps) for r in rounds or []]
@@ -163,17 +168,17 @@ def cost_table(report: Report) -> list[str]:
     columns += "vs the most robust | verdict (Holm) | Pareto |"
     rule = "|---|---|---|---|---|---|---|---|---|"
     if timing:
-        setting = timing.get("setting", {})
-        rounds = len(next(iter(timing["round_step_seconds"].values())))
-        load = "unrecorded" if timing["load"] is None else f"up to {timing['load']:.1f}"
+        setting = timing.bench.setting
+        rounds = len(next(iter(timing.bench.round_step_seconds.values())))
+        load = "unrecorded" if timing.load is None else f"up to {timing.load:.1f}"
         lines[-1] += (
             f" Time, second: each run's optimizer steps × its method's step time measured side "
-            f"by side in `{timing['source']}` ({setting.get('model')}, width "
+            f"by side in `{timing.bench.source}` ({setting.get('model')}, width "
             f"{setting.get('width')}, batch {setting.get('batch_size')}, {setting.get('device')}"
             f"; median and range over {rounds} rounds; load average {load} on "
-            f"{timing['cores']} cores)."
+            f"{timing.cores} cores)."
         )
-        if timing["under_load"]:
+        if timing.under_load:
             lines[-1] += " **Measured under a load above the cores: indicative only.**"
         columns += " time (s) |"
         rule += "---|"

@@ -17,6 +17,7 @@ import pytest
 import study
 from fbat_tf import sweeps
 from fbat_tf.records import CellCode, CellResult, EvaluationSummary, TrainSummary, units
+from study.cells import CostBench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -656,9 +657,9 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
         margin=1.0,
         eps_values=(8.0,),
         comparisons=(("fastbat", "pgd"),),
-        cost={
-            "source": "bench/results/x.json",
-            "setting": {
+        cost=CostBench(
+            source="bench/results/x.json",
+            setting={
                 "model": "small_cnn",
                 "width": 16,
                 "batch_size": 128,
@@ -666,13 +667,14 @@ def test_robustness_against_cost_prices_passes_and_names_the_cheapest_shown_equi
                 "machine": {"cpu_count": 2},
                 "load_average_1min": {"before": 4.4, "after": 4.8},
             },
-            "step_seconds": {"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3},
-            "round_step_seconds": {
+            command=None,
+            step_seconds={"fastat": 0.1, "pgd": 0.12, "fastbat": 0.3},
+            round_step_seconds={
                 "fastat": [0.1, 0.1, 0.2],
                 "pgd": [0.11, 0.12, 0.24],
                 "fastbat": [0.3, 0.3, 0.3],
             },
-        },
+        ),
         cells=(
             *[cell("fastat", passes(2, 2), fastat[s], s) for s in seeds],
             *[cell("pgd", passes(3, 3), pgd[s], s) for s in seeds],
@@ -760,12 +762,13 @@ def test_a_report_written_while_a_run_of_a_finished_one_s_row_still_trains(tmp_p
         margin=1.0,
         eps_values=(8.0,),
         comparisons=(),
-        cost={
-            "source": "bench/results/x.json",
-            "setting": {"device": "CPU", "machine": {"cpu_count": 2}},
-            "step_seconds": {"fastat": 0.1},
-            "round_step_seconds": {"fastat": [0.1, 0.2]},
-        },
+        cost=CostBench(
+            source="bench/results/x.json",
+            setting={"device": "CPU", "machine": {"cpu_count": 2}},
+            command=None,
+            step_seconds={"fastat": 0.1},
+            round_step_seconds={"fastat": [0.1, 0.2]},
+        ),
         cells=(finished, training),
     )
     (row,) = costs.cost_rows(report)[8.0]

@@ -30,7 +30,7 @@ import os
 
 from fbat_tf import records
 from fbat_tf.sweeps import evaluations, masking, tuning, tuning_file
-from study import cells, paired, paper
+from study import cells, costs, paired, paper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,8 +68,6 @@ READERS = [
 # Per module, each receiver a string key may be read from, and what it holds.
 ALLOWED: dict[str, dict[str, str]] = {
     f"{STUDY}/costs.py": {
-        "cost": "the cost bench's step times as the report holds them (cells.load_cost)",
-        "timing": "the same, with the load it was measured under (costs.measured_time)",
         "setting": "the setting the cost bench measured in (its bench/step_time.py file)",
         "setting.get('machine') or {}": "the machine the cost bench ran on (its file)",
     },
@@ -164,6 +162,8 @@ RECORD_TYPES = (
     cells.Report,
     cells.CodeSummary,
     paper.PaperRow,
+    cells.CostBench,
+    costs.MeasuredTime,
 )
 
 # Field names of RECORD_TYPES that an allowed dict has too, and which one.
@@ -173,6 +173,7 @@ SHARED = {
     "autoattack": "EvaluationResult.get's attack name (robustbench, modelcard)",
     "batch_size": "the cost bench's setting (costs), the definition's evaluation block (upgrade)",
     "class_names": "a TF-Serving response's outputs (client)",
+    "command": "a bench/step_time.py result, as written (cells.load_cost)",
     "device": "the cost bench's setting (costs)",
     "candidates": "the definition's tuning block (a group's)",
     "eps": "the paper-numbers file's rows, the definition's tuning block, RobustBench entries",
@@ -185,8 +186,11 @@ SHARED = {
     "of": "the definition's masking_check block, as written (masking)",
     "on": "the definition's masking_check block, as written (masking)",
     "revision": "the sweep's revision.json (sweep.py)",
+    "round_step_seconds": "a method's entry of a bench/step_time.py result (cells.load_cost)",
     "seeds": "the definition's tuning block",
-    "source": "the cost bench, paper numbers, the definition's tuning block and re-check rows",
+    "setting": "a bench/step_time.py result, as written (cells.load_cost)",
+    "source": "the paper numbers, the definition's tuning block and re-check rows",
+    "step_seconds": "a method's entry of a bench/step_time.py result (cells.load_cost)",
     "table": "the paper-numbers file's rows (paper)",
     "threshold": "the definition's masking_check block, as written (masking)",
     "version": "an attack's declared defaults: AutoAttack's version (robustbench)",
