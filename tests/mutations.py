@@ -867,7 +867,11 @@ def scratch_copy(directory: str) -> str:
             continue
         target = os.path.join(tree, name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, name), target)
+        source = os.path.join(ROOT, name)
+        if os.path.islink(source):  # a tracked link (fbat_cli/configs) stays one, as in a clone
+            os.symlink(os.readlink(source), target)
+        else:
+            shutil.copy2(source, target)
     return tree
 
 

@@ -23,3 +23,13 @@ def test_each_mutation_applies_once_and_names_tests_that_exist(mutation):
         if name:
             defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
             assert name in defined, f"{mutation.key}: {test} does not exist"
+
+
+def test_the_scratch_copy_is_the_tracked_tree_its_links_kept_its_results_left_out(tmp_path):
+    """Each mutation runs in a copy of the tracked tree: the link fbat_cli/configs stays a link
+    (copying it as a file stopped every mutation before it ran), the committed results stay out."""
+    tree = mutations.scratch_copy(str(tmp_path))
+    assert os.path.islink(os.path.join(tree, "fbat_cli", "configs"))
+    assert os.path.isfile(os.path.join(tree, "fbat_cli", "configs", "fashion_mnist_demo.flags"))
+    assert os.path.isfile(os.path.join(tree, "study", "definitions", "fashion_mnist.json"))
+    assert not os.path.exists(os.path.join(tree, "study", "results"))
