@@ -208,6 +208,18 @@ def decide(found: Sequence[Candidate]) -> tuple[int, str]:
     return best, f"a tie on the mean and passes with {found[tied[0]].label}: listed first"
 
 
+def _identity(unit: Unit) -> dict[str, Any]:
+    """What tuning.json's pick and the report's section both say of a unit, besides its runs."""
+    return {
+        "unit": unit.key,
+        "method": unit.group.method,
+        "variant": unit.variant,
+        "eps": unit.eps,
+        "match": unit.group.match,
+        "source": unit.group.source,
+    }
+
+
 def pick(definition: Definition, unit: Unit, sweep_dir: str) -> Pick | None:
     """The unit's entry of tuning.json, or None while any of its runs has not finished or its
     grid still grows (`grow`)."""
@@ -219,12 +231,7 @@ def pick(definition: Definition, unit: Unit, sweep_dir: str) -> Pick | None:
     if added:
         return None
     return Pick(
-        unit=unit.key,
-        method=unit.group.method,
-        variant=unit.variant,
-        eps=unit.eps,
-        match=unit.group.match,
-        source=unit.group.source,
+        **_identity(unit),
         seeds=tuple(definition.tuning.seeds),
         cells=tuple(unit.cells),
         candidates=tuple(found),
@@ -400,12 +407,7 @@ def report_section(definition: Definition, sweep_dir: str) -> Section | None:
         entry = kept.get(unit.key)
         units.append(
             UnitSection(
-                unit=unit.key,
-                method=unit.group.method,
-                variant=unit.variant,
-                eps=unit.eps,
-                match=unit.group.match,
-                source=unit.group.source,
+                **_identity(unit),
                 cells=tuple(unit.cells),
                 candidates=(
                     tuple(candidates(definition, unit, sweep_dir))
