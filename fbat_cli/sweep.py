@@ -304,9 +304,8 @@ def _seconds_spent(definition, cell, sweep_dir: str) -> tuple[float, float | Non
     seconds += sum(sum(e.time_s.values()) for e in record.evaluations.values())
     check = None
     for entry in (record.masking_check or {}).values():
-        strong = entry.strong_source and EvaluationResult.read(
-            os.path.join(ROOT, entry.strong_source)
-        )
+        # The report's paths are the sweep directory's as sweep.py was given it (from here).
+        strong = entry.strong_source and EvaluationResult.read(entry.strong_source)
         if strong:
             check = (check or 0.0) + sum(attack.seconds for attack in strong.robust)
     return seconds + (check or 0.0), check

@@ -477,7 +477,8 @@ def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
 
 def test_the_dry_run_times_a_cell_whose_check_alone_is_left_by_the_checks_done(tmp_path):
     """A cell whose masking check is all it lacks is timed at the mean of the checks done cells
-    ran (10 s here), not at a whole cell's training and attacks (24 s)."""
+    ran (10 s here), not at a whole cell's training and attacks (24 s); the check's file is read
+    where the report names it, from where sweep.py runs."""
     grid = [{"method": ["fastbat"], "eps": [16], "seed": [0, 1]}]
     definition = sweeps.load_definition(definition_file(tmp_path, EVERY_CELL, grid=grid))
     out = str(tmp_path / "out")
@@ -492,10 +493,11 @@ def test_the_dry_run_times_a_cell_whose_check_alone_is_left_by_the_checks_done(t
             cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=robust
         )
     write_check(os.path.join(out, cells[0].name), 16, "1111111100", CLEAN[:10])
+    # Run from the folder that holds the sweep, named relative to it, as a user types it.
     done = subprocess.run(
-        [sys.executable, "sweep.py", f"--sweep={definition.path}", f"--sweep_dir={out}"]
-        + ["--dry_run"],
-        cwd=ROOT,
+        [sys.executable, os.path.join(ROOT, "sweep.py"), f"--sweep={definition.path}"]
+        + ["--sweep_dir=out", "--dry_run"],
+        cwd=tmp_path,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True,
         text=True,
