@@ -127,6 +127,7 @@ def test_an_override_of_absl_s_own_flags_is_refused_naming_it(tmp_path, override
     assert "absl's own flags" in line and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_study_by_name_resumes_its_committed_cells_and_a_kit_writes_to_results():
     """`--sweep=<name>` finds the paper's kits in configs/sweeps/ and the studies in
     study/definitions/; a study's cells default to study/results/<name>, where its committed
