@@ -444,25 +444,36 @@ def test_a_cell_runs_its_check_after_the_autoattack_that_triggers_it(tmp_path, m
     assert "holds no per-point outcomes" in record.masking_check[16.0].combined_by
 
 
-def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
-    definition = sweeps.load_definition(definition_file(tmp_path, CHECK))
-    (cell,) = sweeps.expand(definition)
-    out = str(tmp_path / "out")
+def trained_cell(out: str, cell) -> str:
+    """`cell` trained, its flags.txt as train.py writes them (ε in its own units)."""
     cell_dir = write_cell(out, cell.name)
-    with open(os.path.join(cell_dir, sweeps.FLAGS_FILE), "w") as f:  # as train.py wrote them
+    with open(os.path.join(cell_dir, sweeps.FLAGS_FILE), "w") as f:
         f.write("\n".join(sweeps.flag_words({**cell.flags, "eps": "16.0"})) + "\n")
-    found = {**parts(0.40), "fab-t": 0.45, "apgd-t": 0.45}
-    write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.4, parts=found)
+    return cell_dir
+
+
+def dry_run(*words: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """`python sweep.py WORDS --dry_run` from `cwd`, as a user types it; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "sweep.py", f"--sweep={definition.path}", f"--sweep_dir={out}"]
-        + ["--dry_run"],
-        cwd=ROOT,
+        [sys.executable, os.path.join(ROOT, "sweep.py"), *words, "--dry_run"],
+        cwd=cwd,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_dry_run_shows_a_pending_check_and_its_command(tmp_path):
+    definition = sweeps.load_definition(definition_file(tmp_path, CHECK))
+    (cell,) = sweeps.expand(definition)
+    out = str(tmp_path / "out")
+    cell_dir = trained_cell(out, cell)
+    found = {**parts(0.40), "fab-t": 0.45, "apgd-t": 0.45}
+    write_evaluation(cell_dir, "eval-autoattack.json", "autoattack", 16, 0.4, parts=found)
+    done = dry_run(f"--sweep={definition.path}", f"--sweep_dir={out}")
     lines = done.stdout.splitlines()
     at = lines.index(f"{cell.name}: check pending")
     assert lines[at + 1] == (
@@ -485,25 +496,14 @@ def test_the_dry_run_times_a_cell_whose_check_alone_is_left_by_the_checks_done(t
     found = {**parts(0.50), "apgd-t": 0.50, "fab-t": 0.50}
     cells = sweeps.expand(definition)
     for cell in cells:
-        cell_dir = write_cell(out, cell.name)
-        with open(os.path.join(cell_dir, sweeps.FLAGS_FILE), "w") as f:  # as train.py wrote them
-            f.write("\n".join(sweeps.flag_words({**cell.flags, "eps": "16.0"})) + "\n")
+        cell_dir = trained_cell(out, cell)
         robust = {"clean": CLEAN, "autoattack": "1" * 10 + "0" * 10}
         write_evaluation(
             cell_dir, "eval-autoattack.json", "autoattack", 16, 0.5, parts=found, outcomes=robust
         )
     write_check(os.path.join(out, cells[0].name), 16, "1111111100", CLEAN[:10])
-    # Run from the folder that holds the sweep, named relative to it, as a user types it.
-    done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "sweep.py"), f"--sweep={definition.path}"]
-        + ["--sweep_dir=out", "--dry_run"],
-        cwd=tmp_path,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    # Run from the folder that holds the sweep, named relative to it.
+    done = dry_run(f"--sweep={definition.path}", "--sweep_dir=out", cwd=str(tmp_path))
     assert done.stdout.splitlines()[-1].startswith(
         "2 cells: 1 done, 1 check pending; the 1 to run would take about 0m10s of one process"
     ), done.stdout[-1000:]
