@@ -608,6 +608,37 @@ def test_the_local_launcher_runs_tuning_first_and_waits_for_another_process_s_ru
     assert claims.owner(out, other.name) is None
 
 
+def test_a_launcher_left_with_final_cells_alone_waits_for_no_finished_tuning_run(
+    tmp_path, monkeypatch
+):
+    """Every tuning run finished and a final cell left (a masking check added later, say): the
+    launcher runs that cell and waits for nothing, where it once listed the unit's finished
+    runs as cells other sweep.py processes run."""
+    from fbat_tf.sweeps import scheduler
+
+    definition = _small(tmp_path)
+    out = str(tmp_path / "out")
+    runs = tuning.tuning_cells(definition)
+    for run in runs:
+        _finish(os.path.join(out, run.name), run.method, run.seed, run.flags)
+    finals = sweeps.expand(definition)
+    assert scheduler.new_runs(definition, finals, out) == []
+    assert scheduler.new_runs(definition, finals, str(tmp_path / "empty")) == runs
+    ran, said = [], []
+
+    def run_cell(definition, cell, sweep_dir, code):
+        ran.append(cell.name)
+        _finish(os.path.join(sweep_dir, cell.name), cell.method, cell.seed, cell.flags)
+        return {"train": 1.0, "evaluate": 1.0}
+
+    monkeypatch.setattr(scheduler, "run_cell", run_cell)
+    outcome = scheduler.run_cells(
+        definition, finals, out, None, quiet_report, wait_seconds=0, say=said.append
+    )
+    assert outcome.failed == [] and sorted(ran) == sorted(c.name for c in finals)
+    assert not [line for line in said if line.startswith("waiting for")], said
+
+
 def test_a_failed_tuning_run_fails_its_final_cells_instead_of_waiting(tmp_path, monkeypatch):
     from fbat_tf.sweeps import scheduler
 

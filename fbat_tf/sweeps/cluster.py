@@ -292,7 +292,11 @@ class _Driver:
             self.running[self.start(cell)] = (cell, claim)
         # Runs a unit's grid gained where its best sat at an edge (tuning.grow).
         known = [*self.queue, *waiting, *(cell for cell, _ in self.running.values())]
-        fresh = [c for c in new_runs(self.definition, known) if c.name not in self.attempts]
+        fresh = [
+            c
+            for c in new_runs(self.definition, known, self.sweep_dir)
+            if c.name not in self.attempts
+        ]
         for cell in fresh:
             self.attempts[cell.name] = 0
         self.total += len(fresh)

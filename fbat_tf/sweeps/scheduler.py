@@ -33,12 +33,20 @@ from fbat_tf.sweeps.results import cell_state, missing_budgets
 from fbat_tf.sweeps.steps import Step, run_steps
 
 
-def new_runs(definition: Definition, known: Sequence[Cell]) -> list[Cell]:
+def new_runs(definition: Definition, known: Sequence[Cell], sweep_dir: str) -> list[Cell]:
     """The tuning runs an extension of a unit's grid added that `known` (a launcher's cells)
-    lacks, for the units of its cells: the launcher queues them."""
+    lacks, for the units of its cells, and that have not finished in `sweep_dir`: the launcher
+    queues them. (A unit's finished runs are not new: a launcher left with a tuned unit's final
+    cells alone would otherwise count them as cells to run or wait for.)"""
     names = {cell.name for cell in known}
     units = {cell.unit for cell in known if cell.unit is not None}
-    return [c for c in tuning.tuning_cells(definition) if c.unit in units and c.name not in names]
+    return [
+        c
+        for c in tuning.tuning_cells(definition)
+        if c.unit in units
+        and c.name not in names
+        and cell_state(os.path.join(sweep_dir, c.name), definition) not in ("done", "diverged")
+    ]
 
 
 def program(argv: list[str], code: revision.Pinned) -> list[str]:
@@ -308,7 +316,7 @@ def run_cells(
             )
             rewrite_report(report, definition, sweep_dir)
         # Runs a unit's grid gained where its best sat at an edge (tuning.grow): queued here.
-        fresh = new_runs(definition, to_run)
+        fresh = new_runs(definition, to_run, sweep_dir)
         to_run, waiting = [*to_run, *fresh], [*fresh, *waiting]
         on_tuning = _unblocked(definition, on_tuning, sweep_dir, outcome, waiting)
         if waiting:
