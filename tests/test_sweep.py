@@ -1084,39 +1084,6 @@ def test_recorded_commands_are_quoted_as_a_shell_reads_them(tmp_path, committed_
     assert not os.path.exists(os.path.join(ROOT, "SEMI"))
 
 
-@pytest.mark.slow
-def test_a_sweep_started_from_another_folder_trains_and_checks_the_same_paths(
-    tmp_path, committed_tree
-):
-    """Relative --sweep_dir and --data_dir mean what they mean where sweep.py was started:
-    the cells train, are evaluated and are found done there, and nothing lands beside the
-    code."""
-    path = write_definition(
-        tmp_path,
-        [{"method": ["standard"], "eps": [8]}],
-        {**TINY_FLAGS, "epochs": 1},
-        evaluation=PGD_OWN,
-    )
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "data").symlink_to("/usr/share/datasets/fashion-mnist", target_is_directory=True)
-    command = [
-        sys.executable,
-        os.path.join(committed_tree, "sweep.py"),
-        f"--sweep={path}",
-        "--sweep_dir=out",
-        "--data_dir=data",
-    ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    cell = elsewhere / "out" / "standard-eps8"
-    assert (cell / "results.json").exists() and (cell / "eval-pgd.json").exists()
-    assert not os.path.exists(os.path.join(committed_tree, "out"))
-    again = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True)
-    assert again.returncode == 0 and "1 cells, 1 done, 0 to run" in again.stdout
-
-
 def test_paper_rows_count_only_the_seeds_that_ran():
     """A published row whose setting has three seeds, one of them run: the report names that
     run alone and says n = 1 of 3."""

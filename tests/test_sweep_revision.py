@@ -116,14 +116,15 @@ def test_outside_a_git_checkout_only_allow_dirty_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _sweep(tree, *args, wait=True, prelude=""):
+def _sweep(tree, *args, wait=True, prelude="", cwd=None):
     command = python_command(os.path.join(tree, "sweep.py"), *args, prelude=prelude)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    cwd = tree if cwd is None else cwd
     if not wait:
         return subprocess.Popen(
-            command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing(tmp_path):
@@ -146,9 +147,12 @@ def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing
 
 @pytest.mark.slow
 def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path):
-    """Two cells; while the first trains, the working tree's train.py and evaluate.py are
-    replaced by programs that fail. Both cells still train and evaluate, from the pinned
-    checkout, and every result's code block names the pinned revision, clean."""
+    """Two cells, sweep.py started from another folder; while the first trains, the working
+    tree's train.py and evaluate.py are replaced by programs that fail. Both cells still train
+    and evaluate, from the pinned checkout, and every result's code block names the pinned
+    revision, clean. Relative --sweep_dir and --data_dir mean what they mean where sweep.py was
+    started: the cells train, are evaluated and are found done there, and nothing lands beside
+    the code."""
     tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
     pinned = git(tree, "rev-parse", "HEAD")
     evaluation = PGD_OWN
@@ -158,8 +162,12 @@ def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path
         {**TINY_FLAGS, "epochs": 1},
         evaluation=evaluation,
     )
-    out = tmp_path / "out"
-    sweep = _sweep(tree, f"--sweep={definition}", f"--sweep_dir={out}", wait=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data").symlink_to("/usr/share/datasets/fashion-mnist", target_is_directory=True)
+    out = elsewhere / "out"
+    relative = (f"--sweep={definition}", "--sweep_dir=out", "--data_dir=data")
+    sweep = _sweep(tree, *relative, wait=False, cwd=elsewhere)
     deadline = time.time() + 600
     while not (out / "standard-eps8-seed0" / "flags.txt").exists():
         assert sweep.poll() is None and time.time() < deadline, sweep.communicate()
@@ -182,6 +190,10 @@ def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path
     report = json.loads((out / "sweep.json").read_text())
     assert report["code"]["revisions"] == {pinned: 2} and not report["code"]["dirty_cells"]
     assert f"every cell ran revision {pinned[:12]}" in (out / "sweep.md").read_text()
+    assert not os.path.exists(os.path.join(tree, "out"))
+    git(tree, "checkout", "--", "train.py", "evaluate.py")
+    again = _sweep(tree, *relative, cwd=elsewhere)
+    assert again.returncode == 0 and "2 cells, 2 done, 0 to run" in again.stdout, again.stderr
 
 
 @pytest.fixture
