@@ -6,7 +6,6 @@ cadence `--tensorboard_every`, and the points are the run's own per-epoch number
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.test_train_cli import ROOT, TINY_RUN
+from tests.test_train_cli import TINY_RUN
 
 EPOCHS = 3
 TRAIN_CURVES = (
@@ -93,34 +92,25 @@ class TensorBoardServer:
 
 
 @pytest.mark.slow
-def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path):
-    """Three runs, at batch cadences 0 (epochs only), 3 and 100, trained side by side and
-    served by one server (as runs every0/tensorboard/train, every3/tensorboard/validation, ...)."""
+def test_tensorboard_serves_one_point_per_epoch_of_every_epoch_curve(tmp_path, monkeypatch):
+    """Three train.py runs (main in this process, tests/in_process.py), at batch cadences 0
+    (epochs only), 3 and 100, served by one server (as runs every0/tensorboard/train,
+    every3/tensorboard/validation, ...)."""
+    from tests import in_process
+
     args = [a for a in TINY_RUN if not a.startswith(("--epochs", "--tensorboard_every"))]
     cadences = (0, 3, 100)
-    runs = {
-        every: subprocess.Popen(
-            [
-                sys.executable,
-                os.path.join(ROOT, "train.py"),
-                *args,
-                "--method=fastbat",
-                f"--epochs={EPOCHS}",
-                f"--tensorboard_every={every}",
-                f"--workdir={tmp_path / f'every{every}'}",
-                "--noexport",
-            ],
-            cwd=ROOT,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+    for every in cadences:
+        done = in_process.train(
+            *args,
+            "--method=fastbat",
+            f"--epochs={EPOCHS}",
+            f"--tensorboard_every={every}",
+            f"--workdir={tmp_path / f'every{every}'}",
+            "--noexport",
+            monkeypatch=monkeypatch,
         )
-        for every in cadences
-    }
-    for process in runs.values():
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, stderr[-3000:]
+        assert done.returncode == 0, done.stderr[-3000:]
 
     server = TensorBoardServer(str(tmp_path))
     try:
