@@ -236,14 +236,19 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path):
-    """train.py --method=fgsm_pgi, its step compiled with XLA: two epochs of real images, each
-    a pass over the 256 training examples, so the second epoch starts from every example's
-    prior; the run records the method and its passes, logs the regularizer, and its checkpoint
-    holds one prior per training example, each visited twice."""
+def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path, monkeypatch):
+    """train.py --method=fgsm_pgi (main in this process), its step compiled with XLA: two epochs
+    of real images, each a pass over the 256 training examples, so the second epoch starts from
+    every example's prior; the run records the method and its passes, logs the regularizer, and
+    its checkpoint holds one prior per training example, each visited twice."""
     workdir = tmp_path / "run"
-    result = run_train(
-        "--method=fgsm_pgi", "--jit_compile=true", "--noexport", f"--workdir={workdir}", *TINY_RUN
+    result = in_process.train(
+        "--method=fgsm_pgi",
+        "--jit_compile=true",
+        "--noexport",
+        f"--workdir={workdir}",
+        *TINY_RUN,
+        monkeypatch=monkeypatch,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Starting {workdir}: fgsm_pgi at ε = 8/255" in result.stdout
@@ -732,10 +737,19 @@ def test_ctrl_c_is_answered_while_tensorflow_holds_the_interpreter(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_would(tmp_path):
+def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_would(
+    tmp_path, monkeypatch
+):
+    """train.py's main in this process, its final test with AutoAttack."""
     workdir = tmp_path / "run"
     tiny = [f for f in TINY_RUN if f != "--noeval_autoattack" and "eval_examples" not in f]
-    result = run_train("--method=fastat", f"--workdir={workdir}", *tiny, "--eval_examples=16")
+    result = in_process.train(
+        "--method=fastat",
+        f"--workdir={workdir}",
+        *tiny,
+        "--eval_examples=16",
+        monkeypatch=monkeypatch,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"RobustBench entry: {workdir / 'robustbench.json'}" in result.stdout
     entry = json.loads((workdir / "robustbench.json").read_text())
