@@ -1,8 +1,10 @@
 """train.py's main() run inside the test's process, as `python train.py ARGS` runs it: the
 flags parsed by absl, main under errors.guarded (one line for a failure, the exception itself
 with --traceback), what it prints captured. A test of a refusal or a resume that does not claim
-"before TensorFlow loads" runs it here and saves the program's start-up (TensorFlow's import
-alone is about 4 s on 2 cores); bad flags (absl's usage exit) and start-up claims stay programs.
+"before TensorFlow loads", or of what a run writes (its curves, its final test), runs it here
+and saves the program's start-up (TensorFlow's import alone is about 4 s on 2 cores); bad flags
+(absl's usage exit) and claims about the program itself (its start-up, its log lines, Ctrl-C, a
+second process beside it) stay programs.
 
 Only train.py's flags are defined in a test process (evaluate.py's share names with them and
 are defined in the programs the tests start)."""
