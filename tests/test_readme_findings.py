@@ -1004,14 +1004,13 @@ def test_readme_s_deployment_figures_are_the_committed_bench_run():
         found = json.load(f)
     with open(os.path.join(ROOT, "bench", "results", "deploy_demo.md")) as f:
         rows = [line for line in f.read().splitlines() if line.startswith("| ")]
-    # The run as it lay when the bench ran (results/deploy/, before the study's results moved
-    # under study/): the committed run, whose weights are those the bench measured.
-    assert found["workdir"] == os.path.join("results", "deploy", "fmnist-fastbat")
-    run = os.path.join(ROOT, "study", found["workdir"])
+    # The committed run, whose weights are those the bench measured.
+    assert found["workdir"] == os.path.join("study", "results", "deploy", "fmnist-fastbat")
+    run = os.path.join(ROOT, found["workdir"])
     weights = os.path.join(run, "checkpoints", "best.weights.h5")
     assert os.path.getsize(weights) < 1_000_000
     # The figures are those of the committed weights, not of a file put in their place since.
-    assert "study/" + found["weights"]["path"] == os.path.relpath(weights, ROOT)
+    assert found["weights"]["path"] == os.path.relpath(weights, ROOT)
     with open(weights, "rb") as f:
         assert found["weights"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
     text = sections(BUILD)["ONNX and LiteRT"]
