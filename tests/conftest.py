@@ -102,19 +102,6 @@ def sequential_two(tmp_path_factory) -> str:
     return str(done)
 
 
-# Order: the files with slow tests first ---------------------------------------------------------
-# pytest-xdist hands each worker runs of consecutive tests and the rest as workers free up: a
-# slow file collected late leaves one core idle while the other finishes it (about 4 of the
-# whole suite's 20 minutes at rest). Files with a test marked slow go first, each file's tests
-# kept together and in their order, so that its module fixtures are made once; the fast files
-# then fill in around the last slow ones.
-
-
-def pytest_collection_modifyitems(config, items):
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order kept
-
-
 # CPU time by test: `--cpu-durations=N` ---------------------------------------------------------
 #
 # A test's wall time on this 2-core machine depends on what runs beside it (another pytest-xdist
