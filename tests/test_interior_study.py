@@ -274,6 +274,32 @@ TITLES = {
 }
 
 
+def check_masking_bullet(text: str, done: list[dict]) -> dict[tuple[str, float], list[bool]]:
+    """A study page's "Masking, checked on both sides" bullet against its trained final cells
+    (`done`, the report's): every cell checked, how many are masked, and each method's masked
+    seeds by ε, as "<title> at 48 in k of n and at 76 in ...". Returns each (variant, ε)'s
+    masked flags by seed, for what a page says besides."""
+    flat = " ".join(text.split())
+    checks = [c["masking_check"][f"{c['eps']:g}"] for c in done]
+    assert all(entry["state"] == "checked" for entry in checks)
+    masked: dict[tuple[str, float], list[bool]] = {}
+    for c, entry in zip(done, checks, strict=True):
+        masked.setdefault((c["variant"], c["eps"]), []).append(entry["masked"])
+    assert (
+        f"The stronger Square checked all {len(done)} trained final cells; black-box attacks "
+        f"broke more than a point beyond the white-box parts (masked §) in "
+        f"{sum(entry['masked'] for entry in checks)} of them"
+    ) in flat
+    for variant, title in TITLES.items():
+        parts = [
+            f"at {eps:g} in {sum(flags)} of {len(flags)}"
+            for (v, eps), flags in sorted(masked.items())
+            if v == variant and any(flags)
+        ]
+        assert not parts or f"{title} {' and '.join(parts)}" in flat, (variant, parts)
+    return masked
+
+
 def test_the_interior_study_table_is_the_reports_means_over_seeds():
     """The study page's table: every method at ε = 48 and 76 over its five paired seeds, every
     cell masking-checked, ELLE-A's diverged runs counted."""
@@ -412,23 +438,7 @@ def test_the_interior_study_s_other_figures_are_its_files():
     assert f"ELLE-A diverged at ε = 76 in {len(diverged)} of {len(elle)} seeds" in text
 
     # Every trained cell checked by the stronger Square; masked where the gap stayed.
-    checks = [c["masking_check"][f"{c['eps']:g}"] for c in done]
-    assert all(entry["state"] == "checked" for entry in checks)
-    masked: dict = {}
-    for c, entry in zip(done, checks, strict=True):
-        masked.setdefault((c["variant"], c["eps"]), []).append(entry["masked"])
-    count = sum(entry["masked"] for entry in checks)
-    assert (
-        f"The stronger Square checked all {len(done)} trained final cells; black-box attacks "
-        f"broke more than a point beyond the white-box parts (masked §) in {count} of them"
-    ) in text
-    for variant, title in TITLES.items():
-        parts = [
-            f"at {eps:g} in {sum(flags)} of {len(flags)}"
-            for (v, eps), flags in sorted(masked.items())
-            if v == variant and any(flags)
-        ]
-        assert not parts or f"{title} {' and '.join(parts)}" in text, (variant, parts)
+    masked = check_masking_bullet(text, done)
     clean = {row for row, flags in masked.items() if not any(flags)}
     assert clean == {
         ("fastbat ig=none", 48.0),

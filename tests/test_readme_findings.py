@@ -605,7 +605,7 @@ def test_the_tuned_study_s_other_figures_are_its_files():
     implicit weight."""
     import glob
 
-    from tests.test_interior_study import TITLES
+    from tests.test_interior_study import TITLES, check_masking_bullet
 
     root = os.path.join(ROOT, "study", "results", "fashion_mnist_tuned")
     report = tuned_report()
@@ -671,27 +671,12 @@ def test_the_tuned_study_s_other_figures_are_its_files():
     assert "the loss climbing past 10^14 before the run stopped on non-finite batches" in text
 
     # Every trained cell checked alike, on the same points; masked where the gap stayed.
+    masked = check_masking_bullet(text, done)
     checks = [c["masking_check"][f"{c['eps']:g}"] for c in done]
-    assert all(entry["state"] == "checked" for entry in checks)
     assert {entry["checked_examples"] for entry in checks} == {500}
     assert {os.path.basename(entry["strong_source"]) for entry in checks} == {
         "eval-masking_both.json"
     }
-    masked: dict = {}
-    for c, entry in zip(done, checks, strict=True):
-        masked.setdefault((c["variant"], c["eps"]), []).append(entry["masked"])
-    assert (
-        f"The stronger Square checked all {len(done)} trained final cells; black-box attacks "
-        f"broke more than a point beyond the white-box parts (masked §) in "
-        f"{sum(e['masked'] for e in checks)} of them"
-    ) in flat
-    for variant, title in TITLES.items():
-        parts = [
-            f"at {eps:g} in {sum(flags)} of {len(flags)}"
-            for (v, eps), flags in sorted(masked.items())
-            if v == variant and any(flags)
-        ]
-        assert not parts or f"{title} {' and '.join(parts)}" in flat, (variant, parts)
     never = {v for v in TITLES if (v, 48.0) in masked and not any(masked[v, 48.0])}
     never &= {v for v in TITLES if not any(masked.get((v, 76.0), []))}
     assert never == {"fastbat ig=hessian_free", "nfgsm", "elle"}
