@@ -88,6 +88,16 @@ def evaluate(*args: str, monkeypatch) -> Ran:
         _EVALUATE = after
 
 
+def evaluate_program():
+    """fbat_cli.evaluate as evaluate() runs it, for a test to patch: imported only here, where
+    its flags are held apart (importing it elsewhere would define them in the test process's
+    registry)."""
+    _evaluate_registry()
+    from fbat_cli import evaluate as program
+
+    return program
+
+
 def _main(program, argv: list[str], monkeypatch) -> Ran:
     """`program`'s main run on `argv` as its run_program runs it (app.run, errors.guarded)."""
     from absl import app, logging

@@ -1,7 +1,9 @@
 """evaluate.py as a user types it: train.py's spelling --dataset names the data of a model that
 does not say it, a model whose outputs are probabilities is refused before any attack, with what
 to do instead, a .keras file that holds code is refused before TensorFlow loads unless the user
-says they trust it, and AutoAttack shows its progress over all the batches at once."""
+says they trust it, and AutoAttack shows its progress over all the batches at once. What it does
+after TensorFlow loads runs its main() in the test's process (tests/in_process.py); what it does
+before, and its output as a program, start the program."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf.classifiers import check_logits
+from tests import in_process
+from tests.commands import NO_TENSORFLOW, python_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,35 +38,41 @@ def small_model(activation: str | None) -> keras.Model:
     )
 
 
-def run_evaluate(*args: str) -> subprocess.CompletedProcess:
+def run_evaluate(*args: str, prelude: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), *args]
+    command = python_command(os.path.join(ROOT, "evaluate.py"), *args, prelude=prelude)
     return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
 ATTACK = ["--attacks=pgd", "--pgd_steps=2", "--pgd_restarts=1", "--n_examples=32", "--eps=8"]
 
 
-@pytest.mark.slow
-def test_dataset_flag_names_the_data_of_a_keras_file(tmp_path):
+def test_dataset_flag_names_the_data_of_a_keras_file(tmp_path, monkeypatch):
     path = str(tmp_path / "model.keras")
     small_model(None).save(path)
     results = tmp_path / "eval.json"
-    result = run_evaluate(
-        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    result = in_process.evaluate(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        *ATTACK,
+        f"--results={results}",
+        monkeypatch=monkeypatch,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads(results.read_text())
     assert evaluated["dataset"] == "fashion_mnist" and evaluated["examples"] == 32
 
 
-@pytest.mark.slow
-def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path):
+def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path, monkeypatch):
     path = str(tmp_path / "softmax.keras")
     small_model("softmax").save(path)
     results = tmp_path / "eval.json"
-    result = run_evaluate(
-        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    result = in_process.evaluate(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        *ATTACK,
+        f"--results={results}",
+        monkeypatch=monkeypatch,
     )
     assert result.returncode != 0
     message = result.stderr.strip().splitlines()[-1]
@@ -70,8 +80,9 @@ def test_a_model_with_probability_outputs_is_refused_before_any_attack(tmp_path)
     assert not results.exists()
 
 
-@pytest.mark.slow
-def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
+def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path, monkeypatch):
+    """Refused before TensorFlow loads (the programs here cannot load it), as --model_path and
+    as --source_model_path; evaluated (in this process) with --trust_model_code."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [
@@ -88,7 +99,7 @@ def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
     results = tmp_path / "eval.json"
     args = [f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"]
 
-    refused = run_evaluate(*args)
+    refused = run_evaluate(*args, prelude=NO_TENSORFLOW)
     assert refused.returncode != 0
     message = refused.stderr.strip().splitlines()[-1]
     assert message.startswith(f"error: --model_path: refusing to load {path}: it holds code")
@@ -103,6 +114,7 @@ def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
         "--attacks=transfer",
         f"--source_model_path={path}",
         f"--results={results}",
+        prelude=NO_TENSORFLOW,
     )
     assert as_source.returncode != 0
     assert (
@@ -111,7 +123,7 @@ def test_a_keras_file_that_holds_code_is_refused_unless_trusted(tmp_path):
         .startswith(f"error: --source_model_path: refusing to load {path}")
     )
 
-    trusted = run_evaluate(*args, "--trust_model_code")
+    trusted = in_process.evaluate(*args, "--trust_model_code", monkeypatch=monkeypatch)
     assert trusted.returncode == 0, trusted.stderr[-3000:]
     evaluated = json.loads(results.read_text())
     assert evaluated["examples"] == 32 and set(evaluated["robust_accuracy"]) == {"pgd@8"}
@@ -129,8 +141,7 @@ def test_check_logits_refuses_softmax_outputs():
         check_logits(small_model("softmax"), x)
 
 
-@pytest.mark.slow
-def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
+def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path, monkeypatch):
     # Batches of 16 and 14: AutoAttack is given both at once, and says so as each part runs.
     from fbat_tf import data
 
@@ -138,7 +149,7 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     path = str(tmp_path / "model.keras")
     model.save(path)
     results = tmp_path / "eval.json"
-    result = run_evaluate(
+    result = in_process.evaluate(
         f"--model_path={path}",
         "--dataset=fashion_mnist",
         "--attacks=autoattack",
@@ -146,6 +157,7 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
         "--batch_size=16",
         "--eps=8",
         f"--results={results}",
+        monkeypatch=monkeypatch,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     evaluated = json.loads(results.read_text())
@@ -177,9 +189,9 @@ def test_autoattack_reports_its_progress_over_all_batches_at_once(tmp_path):
     # The table reads on a terminal as in Markdown: no HTML entities.
     assert f"| ↳ after apgd-ce | 8 | {after['apgd-ce']:.4f} |" in result.stdout
     assert "&nbsp;" not in result.stdout
-    # Its output is a pipe, as a log file is: one line a bar, no carriage-return redraws.
+    # Its output is no terminal, as a log file is not: one line a bar, no carriage-return
+    # redraws.
     assert "\r" not in result.stdout and "\x1b[" not in result.stdout
-    assert "cuInit" not in result.stderr and "InitializeLog" not in result.stderr
 
 
 CENTRE = 14 * 28 + 14  # the pixel the model below reads
@@ -203,8 +215,9 @@ def nan_above(threshold_pixel: float = 0.5, shape=(28, 28, 1), pixel: int = CENT
     return model, scale
 
 
-@pytest.mark.slow
-def test_evaluate_py_refuses_a_model_with_non_finite_logits_and_says_how_many(tmp_path):
+def test_evaluate_py_refuses_a_model_with_non_finite_logits_and_says_how_many(
+    tmp_path, monkeypatch
+):
     from fbat_tf import data
 
     model, scale = nan_above()
@@ -216,8 +229,12 @@ def test_evaluate_py_refuses_a_model_with_non_finite_logits_and_says_how_many(tm
         expected = int(np.sum(~np.isfinite(np.exp(np.float32(scale) * x.numpy()[:, 14, 14, 0]))))
     assert 0 < expected < 32
     results = tmp_path / "eval.json"
-    result = run_evaluate(
-        f"--model_path={path}", "--dataset=fashion_mnist", *ATTACK, f"--results={results}"
+    result = in_process.evaluate(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        *ATTACK,
+        f"--results={results}",
+        monkeypatch=monkeypatch,
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -307,27 +324,29 @@ def test_a_finished_evaluation_that_cannot_be_written_is_kept_elsewhere(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["e.json"]
 
 
-@pytest.mark.slow
-def test_long_work_is_announced_with_an_estimate_before_it_starts(tmp_path):
+def test_long_work_is_announced_with_an_estimate_before_it_starts(tmp_path, monkeypatch):
     """AutoAttack on 1,000 images: before the first attack evaluate.py says how long it may
-    take, from the attacks' passes and a pass timed here (the run is stopped there)."""
+    take, from the attacks' passes and a pass timed here (the run is stopped there: the attacks
+    it would build next stop it)."""
+    evaluate = in_process.evaluate_program()
+
+    def stop(*args, **kwargs):
+        raise SystemExit("stopped where the attacks are built")
+
     path = str(tmp_path / "model.keras")
     small_model(None).save(path)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), f"--model_path={path}"]
-    command += ["--dataset=fashion_mnist", "--attacks=autoattack", "--n_examples=1000", "--eps=8"]
-    command += [f"--results={tmp_path / 'eval.json'}"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-    try:
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("estimate:") or "AutoAttack (standard) at" in line:
-                break
-    finally:
-        process.kill()
-        process.wait()
-    said = lines[-1]
+    monkeypatch.setattr(evaluate, "build_attacks", stop)
+    done = in_process.evaluate(
+        f"--model_path={path}",
+        "--dataset=fashion_mnist",
+        "--attacks=autoattack",
+        "--n_examples=1000",
+        "--eps=8",
+        f"--results={tmp_path / 'eval.json'}",
+        monkeypatch=monkeypatch,
+    )
+    assert done.one_line() == "stopped where the attacks are built"
+    said = done.stdout.strip().splitlines()[-1]
     assert said.startswith("estimate: up to ") and "for 1000 examples at 1 ε" in said
     assert "AutoAttack (standard) 3880" in said and "measured here" in said
 
@@ -374,16 +393,18 @@ def test_tensorflow_s_later_info_lines_stay_out_of_a_plain_evaluation(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not re.search(r"^I\d{4} ", done.stderr, re.MULTILINE), done.stderr[-2000:]
+    # Nor TensorFlow's start-up lines (fbat_tf/startup.py).
+    assert "cuInit" not in done.stderr and "InitializeLog" not in done.stderr
 
 
 @pytest.mark.slow
-def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_path):
+def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_path, monkeypatch):
     """The plot is written after the results: where it fails (a full disk, here a folder in its
     place) the message said to run the same command again, which the saved results refuse."""
     run = os.path.join(ROOT, "study", "results", "fashion_mnist_fast", "fastat-eps16-seed0")
     results = tmp_path / "eval.json"
     (tmp_path / "eval.png").mkdir()
-    done = run_evaluate(
+    done = in_process.evaluate(
         f"--model_path={run}",
         "--attacks=pgd",
         "--pgd_steps=1",
@@ -391,6 +412,7 @@ def test_a_plot_that_cannot_be_written_leaves_the_saved_results_and_says_so(tmp_
         "--n_examples=8",
         "--eps=8,16",
         f"--results={results}",
+        monkeypatch=monkeypatch,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "warning: the plot could not be written (" in done.stderr
