@@ -90,8 +90,7 @@ def test_a_refused_cifar_batch_through_train_py_is_one_line_and_leaves_no_run(tm
     assert not workdir.exists() and not (tmp_path / "RAN").exists()
 
 
-@pytest.mark.slow
-def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
+def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path, monkeypatch):
     source = os.path.join(
         ROOT, "study", "results", "fashion_mnist_ig", "fastbat-eps76-ig_coef1-lambda_inv2500-seed0"
     )
@@ -101,9 +100,8 @@ def test_evaluate_py_on_a_truncated_weights_file_is_one_line(tmp_path):
         (run_dir / name).write_bytes(open(os.path.join(source, name), "rb").read())
     weights = open(os.path.join(source, "checkpoints", "best.weights.h5"), "rb").read()
     (run_dir / "checkpoints" / "best.weights.h5").write_bytes(weights[: len(weights) // 2])
-    line = one_line(
-        run("evaluate.py", f"--model_path={run_dir}", "--attacks=pgd", "--n_examples=8")
-    )
+    words = (f"--model_path={run_dir}", "--attacks=pgd", "--n_examples=8")
+    line = in_process.evaluate(*words, monkeypatch=monkeypatch).one_line()
     assert line.startswith("error: ") and "best.weights.h5" in line
     assert sorted(os.listdir(run_dir)) == ["checkpoints", "flags.txt", "results.json"]
 
@@ -193,8 +191,7 @@ def test_idx_files_of_another_image_size_are_one_line_and_leave_no_run(tmp_path,
     assert not workdir.exists()
 
 
-@pytest.mark.slow
-def test_a_keras_file_naming_a_function_keras_will_not_rebuild_is_one_line(tmp_path):
+def test_a_keras_file_naming_a_function_keras_will_not_rebuild_is_one_line(tmp_path, monkeypatch):
     """A Dense layer whose activation names os.system: Keras refuses to rebuild it; evaluate.py
     says so in one line naming the file, and nothing runs."""
     import json
@@ -218,17 +215,15 @@ def test_a_keras_file_naming_a_function_keras_will_not_rebuild_is_one_line(tmp_p
     with zipfile.ZipFile(edited, "w") as archive:
         for name, data in files.items():
             archive.writestr(name, data)
-    line = one_line(
-        run(
-            "evaluate.py",
-            f"--model_path={edited}",
-            "--dataset=fashion_mnist",
-            "--eps=8",
-            f"--results={tmp_path / 'eval.json'}",
-            "--attacks=pgd",
-            "--n_examples=8",
-        )
-    )
+    line = in_process.evaluate(
+        f"--model_path={edited}",
+        "--dataset=fashion_mnist",
+        "--eps=8",
+        f"--results={tmp_path / 'eval.json'}",
+        "--attacks=pgd",
+        "--n_examples=8",
+        monkeypatch=monkeypatch,
+    ).one_line()
     assert line.startswith(f"error: {edited}: Keras cannot rebuild the model it holds")
     assert not marker.exists() and not (tmp_path / "eval.json").exists()
 
@@ -274,8 +269,7 @@ def test_a_mistyped_record_is_one_line_naming_it_in_evaluate_and_export(tmp_path
     assert not (run_dir / "export").exists()
 
 
-@pytest.mark.slow
-def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
+def test_a_damaged_model_card_is_one_line_naming_it(tmp_path, monkeypatch):
     """Evaluating an export whose model card is cut short or holds a number for the dataset's
     name: JSON's message, or "unknown dataset 5", naming no file."""
     import tensorflow as tf
@@ -301,9 +295,11 @@ def test_a_damaged_model_card_is_one_line_naming_it(tmp_path):
         line = one_line(run("evaluate.py", *words, prelude=NO_TENSORFLOW))
         assert line.startswith(f"error: {card}") and says in line, line
         assert "restore the card" in line or "JSON" in line, line
-    # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass.
+    # A SavedModel fbat-tf did not write (no signature for images): named, with what to pass
+    # (once TensorFlow has loaded it: in this process).
     card.write_text('{"dataset": "fashion_mnist", "model": {}}')
-    line = one_line(run("evaluate.py", f"--model_path={export}", "--attacks=pgd"))
+    words = (f"--model_path={export}", "--attacks=pgd")
+    line = in_process.evaluate(*words, monkeypatch=monkeypatch).one_line()
     assert line.startswith(f"error: {export} is a SavedModel without the serving_default"), line
 
 
