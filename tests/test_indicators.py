@@ -318,15 +318,15 @@ def test_indicators_read_back_and_say_what_fired(mlp, points):
 
 
 @pytest.mark.slow
-def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path):
-    """One run: PGD and AutoAttack's gradient parts not applicable, Square run, the robust
-    accuracy from what ran, and the indicator saying why."""
-    from tests.test_train_cli import run_train
+def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path, monkeypatch):
+    """One run (evaluate.py's main, in this process): PGD and AutoAttack's gradient parts not
+    applicable, Square run, the robust accuracy from what ran, and the indicator saying why."""
+    from tests import in_process
 
     path = str(tmp_path / "rounded.keras")
     rounded(mlp).save(path)
     results = tmp_path / "eval.json"
-    done = run_train(
+    done = in_process.evaluate(
         f"--model_path={path}",
         "--dataset=fashion_mnist",
         f"--data_dir={FASHION_MNIST}",
@@ -340,7 +340,7 @@ def test_evaluate_py_finishes_on_a_model_without_input_gradients(mlp, tmp_path):
         "--indicator_points=4",
         "--jit_compile=false",
         f"--results={results}",
-        program="evaluate.py",
+        monkeypatch=monkeypatch,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "None values not supported" not in done.stderr
