@@ -708,8 +708,11 @@ def test_a_report_says_where_no_cell_triggered_the_check(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_evaluate_py_runs_square_with_its_queries_and_restarts(tmp_path):
+def test_evaluate_py_runs_square_with_its_queries_and_restarts(tmp_path, monkeypatch):
+    """evaluate.py's main, in this process: Square with its flags' queries and restarts."""
     import keras
+
+    from tests import in_process
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
@@ -723,9 +726,7 @@ def test_evaluate_py_runs_square_with_its_queries_and_restarts(tmp_path):
     path = str(tmp_path / "model.keras")
     model.save(path)
     results = tmp_path / "eval-masking.json"
-    command = [
-        sys.executable,
-        os.path.join(ROOT, "evaluate.py"),
+    done = in_process.evaluate(
         f"--model_path={path}",
         "--dataset=fashion_mnist",
         "--attacks=square",
@@ -734,9 +735,8 @@ def test_evaluate_py_runs_square_with_its_queries_and_restarts(tmp_path):
         "--n_examples=16",
         "--eps=8",
         f"--results={results}",
-    ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        monkeypatch=monkeypatch,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| Square-20×3 | 8 |" in done.stdout
     evaluated = json.loads(results.read_text())
