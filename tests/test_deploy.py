@@ -313,20 +313,26 @@ def test_several_paths_are_refused_unless_exported_files_of_one_source(trained, 
     ]
 
 
-def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path):
+def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path, monkeypatch):
     """The source's AutoAttack, evaluated on the SavedModel itself, gives the source accuracy
     the replay on the ONNX file reports; the SavedModel's evaluation writes its RobustBench
-    entry."""
+    entry. The evaluations run evaluate.py's main in this process (tests/in_process.py), all
+    three under one oneDNN choice."""
+    from tests import in_process
+
+    def evaluate(*args: str) -> in_process.Ran:
+        return in_process.evaluate(*args, monkeypatch=monkeypatch)
+
     version = trained["version"]
     few = ("--n_examples=16", "--batch_size=16", "--attacks=autoattack")
     source_results = str(tmp_path / "source.json")
-    done = _run("evaluate.py", f"--model_path={version}", *few, f"--results={source_results}")
+    done = evaluate(f"--model_path={version}", *few, f"--results={source_results}")
     assert done.returncode == 0, done.stderr[-3000:]
     with open(source_results) as f:
         source = json.load(f)
     replay_results = str(tmp_path / "onnx.json")
     onnx = os.path.join(version, "model.onnx")
-    done = _run("evaluate.py", f"--model_path={onnx}", *few, f"--results={replay_results}")
+    done = evaluate(f"--model_path={onnx}", *few, f"--results={replay_results}")
     assert done.returncode == 0, done.stderr[-3000:]
     with open(replay_results) as f:
         replay = json.load(f)["deployment"]["accuracy"]["autoattack@8"]
@@ -346,7 +352,7 @@ def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path
     with open(os.path.join(version, "robustbench.json"), "rb") as f:
         written = f.read()
     fewer = ("--n_examples=4", "--batch_size=4", "--attacks=autoattack")
-    done = _run("evaluate.py", f"--model_path={version}", *fewer, f"--results={tmp_path / 'b'}")
+    done = evaluate(f"--model_path={version}", *fewer, f"--results={tmp_path / 'b'}")
     assert done.returncode == 0, done.stderr[-3000:]
     kept = os.path.join(version, "robustbench.json")
     said = f"RobustBench entry: {kept}: a RobustBench entry over more points is there already, kept"
