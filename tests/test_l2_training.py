@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from fbat_tf import constraints, methods
+from tests import in_process
 from tests.helpers import linear_model
 from tests.test_l2 import dykstra
 from tests.test_train_cli import FASHION_MNIST, TINY_RUN, run_train
@@ -85,7 +86,9 @@ L2_TESTED = [a for a in L2_RUN if a not in ("--noeval_autoattack", "--eval_examp
 
 
 @pytest.mark.slow
-def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm(tmp_path):
+def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm(
+    tmp_path, monkeypatch
+):
     workdir = tmp_path / "l2"
     done = run_train("--method=pgd", "--norm=l2", "--eps=1.5", *L2_TESTED, f"--workdir={workdir}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -106,7 +109,8 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert entry["autoattack_acc"] == f"{100 * aa:.2f}"
     assert f"RobustBench entry: {workdir / 'robustbench.json'}" in done.stdout
 
-    # evaluate.py's AutoAttack under L2 on the same points gives the final test's number.
+    # evaluate.py's AutoAttack under L2 on the same points gives the final test's number (both
+    # programs, which make the same oneDNN choice before TensorFlow loads).
     again = tmp_path / "aa.json"
     evaluated = run_train(
         f"--model_path={workdir}",
@@ -137,9 +141,10 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert card["robustness"]["norm"] == "L2" and card["robustness"]["eps"] == 1.5
     assert card["robustness"]["autoattack"]["robust_accuracy"] == aa
 
-    # evaluate.py takes the run's norm and ε when it is given neither.
+    # evaluate.py (its main, in this process) takes the run's norm and ε when it is given
+    # neither.
     results = tmp_path / "eval.json"
-    evaluated = run_train(
+    evaluated = in_process.evaluate(
         f"--model_path={workdir}",
         "--attacks=pgd",
         "--pgd_steps=3",
@@ -147,7 +152,7 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
         "--n_examples=32",
         f"--data_dir={FASHION_MNIST}",
         f"--results={results}",
-        program="evaluate.py",
+        monkeypatch=monkeypatch,
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "ε (L2, pixels)" in evaluated.stdout
@@ -156,14 +161,14 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert set(payload["robust_accuracy"]) == {"pgd@l2:1.5"} and payload["norm"] == "l2"
 
     # An L∞ budget on the L2 model: named as such, with the units asked for.
-    evaluated = run_train(
+    evaluated = in_process.evaluate(
         f"--model_path={workdir}",
         "--norm=linf",
         "--attacks=pgd",
         "--n_examples=32",
         f"--data_dir={FASHION_MNIST}",
         f"--results={tmp_path / 'linf.json'}",
-        program="evaluate.py",
+        monkeypatch=monkeypatch,
     )
     assert evaluated.returncode != 0
     assert "trained at ε = 1.5 (L2)" in evaluated.stderr
