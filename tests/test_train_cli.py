@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -575,7 +574,7 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(
 ):
     """--validation_from=test: train.py (main in this process) validates on one half of the
     Fashion-MNIST test split and tests the selected model on the other 5,000 images; evaluate.py
-    tests it on the same half unless told otherwise."""
+    (main in this process too) tests it on the same half unless told otherwise."""
     workdir = tmp_path / "run"
     result = in_process.train(
         *TINY_RUN,
@@ -590,29 +589,21 @@ def test_a_run_that_selects_on_half_the_test_split_is_tested_on_the_other_half(
     assert results["split"] == {"validation_from": "test", "held_out_seed": 10}
     assert results["final"]["examples"] == 5000
     assert results["tf32"] is False  # a CPU has none
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     counts, points = {}, {}
     where = ("first_point", "held_out_seed", "held_out_sha256")
     for chosen in ([], ["--validation_from=train"]):
         out = tmp_path / f"eval{len(chosen)}.json"
-        subprocess.run(
-            [
-                sys.executable,
-                os.path.join(ROOT, "evaluate.py"),
-                f"--model_path={workdir}",
-                "--attacks=pgd",
-                "--pgd_steps=1",
-                "--pgd_restarts=1",
-                "--batch_size=1000",
-                f"--results={out}",
-                *chosen,
-            ],
-            check=True,
-            capture_output=True,
-            cwd=ROOT,
-            env=env,
-            timeout=600,
+        done = in_process.evaluate(  # evaluate.py's main, in this process too
+            f"--model_path={workdir}",
+            "--attacks=pgd",
+            "--pgd_steps=1",
+            "--pgd_restarts=1",
+            "--batch_size=1000",
+            f"--results={out}",
+            *chosen,
+            monkeypatch=monkeypatch,
         )
+        assert done.returncode == 0, done.stderr[-3000:]
         evaluated = json.loads(out.read_text())
         counts[evaluated["validation_from"]] = evaluated["examples"]
         points[evaluated["validation_from"]] = [evaluated.get(key) for key in where]
