@@ -6,10 +6,16 @@
   computed again on the same points: the MLP's first 64 test points hold 9 where the old check
   saw a zero DLR gradient, all of them misclassified; the old check is kept beside the new;
 - nothing else in either file changes, a second run changes nothing, a link and a sweep's
-  pinned code copy are left alone."""
+  pinned code copy are left alone.
+
+evaluate.py's main() and indicate's run in the test's process (tests/in_process.py), both under
+its one choice of oneDNN kernels, so that what they compute compares exactly; the refusals of a
+missing path and of a link are the program's own exit status and run as programs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -20,6 +26,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import in_process
 from tests.test_indicators import MLP
 from tests.test_train_cli import FASHION_MNIST, ROOT
 
@@ -50,7 +57,7 @@ def old_style_zero_points() -> int:
     return int(zero.sum())
 
 
-def indicate(*paths: str) -> subprocess.CompletedProcess:
+def indicate_program(*paths: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "fbat_tf.indicate", *paths],
         cwd=ROOT,
@@ -61,14 +68,28 @@ def indicate(*paths: str) -> subprocess.CompletedProcess:
     )
 
 
+def indicate(*paths: str) -> in_process.Ran:
+    """`python -m fbat_tf.indicate paths` as its main() runs in this process: what it prints
+    and its exit status, the environment (its oneDNN choice) put back after."""
+    from fbat_tf import indicate as program
+
+    environment = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = program.main(list(paths))
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+    return in_process.Ran(code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory) -> dict:
     """evaluate.py's PGD and AutoAttack (its first 64 test points) on the MLP, at its ε."""
     results = tmp_path_factory.mktemp("evaluated") / "eval.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "evaluate.py"),
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        done = in_process.evaluate(
             f"--model_path={MLP}",
             "--dataset=fashion_mnist",
             "--norm=l2",
@@ -79,13 +100,8 @@ def evaluated(tmp_path_factory) -> dict:
             "--n_examples=64",
             "--batch_size=64",
             f"--results={results}",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+            monkeypatch=monkeypatch,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(results.read_text())
 
@@ -150,14 +166,14 @@ def test_a_check_that_counted_misclassified_points_is_computed_again(tmp_path, e
     assert json.loads((tmp_path / "elsewhere.json").read_text()) == written
     assert json.loads(copy.read_text()) == written
 
-    missing = indicate(str(tmp_path / "nothing"))
+    missing = indicate_program(str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "nothing: no such file or folder" in missing.stderr
     # A folder named through a link: refused before anything is read, nothing behind it written.
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "eval-pgd.json").write_text(json.dumps(written))
     (tmp_path / "linked").symlink_to(outside)
-    refused = indicate(str(tmp_path / "linked"))
+    refused = indicate_program(str(tmp_path / "linked"))
     assert refused.returncode == 2, refused.stdout
     assert refused.stderr.strip().endswith(
         "linked: a symbolic link; name the file or folder it points at"
