@@ -2,12 +2,13 @@
 counts: the same clean and robust correct examples, batch by batch split over the replicas, and
 each example's outcome in the same place.
 
-Logical devices must be configured before TensorFlow starts, so each comparison runs in a fresh
-interpreter. The attacks draw their random starts from per-call seeds, and a replica's shard is
-one call, so two replicas start from other points than one device would. The tests replace the
-noise of every random start (`constraints.uniform_noise`, which PGD's start and APGD's start
-both draw from) by a function of each example alone; the attacks are then deterministic per
-example and the counts must be equal as integers.
+Logical devices must be configured before TensorFlow starts, so the evaluations on two logical
+CPUs run in a fresh interpreter (one for all of them) and each worker in its own. The attacks
+draw their random starts from per-call seeds, and a replica's shard is one call, so two replicas
+start from other points than one device would. The tests replace the noise of every random start
+(`constraints.uniform_noise`, which PGD's start and APGD's start both draw from) by a function of
+each example alone; the attacks are then deterministic per example and the counts must be equal
+as integers.
 """
 
 from __future__ import annotations
@@ -172,15 +173,15 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     model's weights as variables mirrored on both devices, and folded into constants. Two
     worker processes of MultiWorkerMirroredStrategy (TF_CONFIG on 127.0.0.1), batches of 3,
     count the same on each worker."""
-    shares = (("default/4", "default/3", "mirrored/4"), ("mirrored/3", "mirrored-folded/3"))
-    children = [_start(LIBRARY, *keys) for keys in shares]  # side by side
+    # One interpreter for every evaluation on the two logical CPUs (each interpreter's start-up
+    # costs about 5 s of CPU), beside the two workers.
+    keys = ("default/4", "default/3", "mirrored/4", "mirrored/3", "mirrored-folded/3")
+    child = _start(LIBRARY, *keys)
     workers = [
         _start(LIBRARY, "multi_worker/3", prelude=WORKER_PRELUDE, TF_CONFIG=tf_config)
         for tf_config in local_tf_configs(2)
     ]
-    results = {}
-    for process in children:
-        results.update(_result(process))
+    results = _result(child)
     for index, process in enumerate(workers):
         results[f"worker{index}/3"] = _result(process)["multi_worker/3"]
 
