@@ -2,11 +2,16 @@
 every variable of the last checkpoint (weights, batch-norm statistics, optimizer slots, the seed
 counter, Free-AT's δ, ELLE-A's λ and E_lin statistic, FGSM-PGI's prior, momentum and visits per
 example) is equal, and the method's state is restored bit for bit as the killed run saved it.
-Free-AT also takes the promised number of gradient steps."""
+Free-AT also takes the promised number of gradient steps.
+
+The killed run is the uninterrupted run's directory as it was the moment its first epoch's
+checkpoint was written (copied there, in the checkpoint's callback): what a kill at that moment
+leaves, at the same path, without a second training of that epoch."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -15,10 +20,6 @@ import tensorflow as tf
 from fbat_tf import callbacks
 from fbat_tf.training import TrainConfig, train
 from tests.tiny import FASHION_MNIST, fashion_mnist_config
-
-
-class _Killed(Exception):
-    pass
 
 
 def _config(workdir: str, method: str, epochs: int, **options) -> TrainConfig:
@@ -53,20 +54,22 @@ def _checkpoint_values(workdir: str) -> dict[str, np.ndarray]:
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(
     tmp_path, monkeypatch, method, epochs, options, steps
 ):
-    complete = train(_config(str(tmp_path / "complete"), method, epochs, **options))
-    assert complete.optimizer_steps == steps
-
+    run, at_kill_copy = tmp_path / "run", tmp_path / "at_kill"
     save = callbacks.ResumeCheckpoint.on_epoch_end
 
-    def save_then_die(self, epoch, logs=None):
+    def save_then_copy(self, epoch, logs=None):
         save(self, epoch, logs)
-        raise _Killed
+        if epoch == 0:  # the first epoch's checkpoint written: the kill's moment
+            shutil.copytree(run, at_kill_copy)
 
-    killed = str(tmp_path / "killed")
-    monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save_then_die)
-    with pytest.raises(_Killed):
-        train(_config(killed, method, epochs, **options))
+    monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save_then_copy)
+    complete = train(_config(str(run), method, epochs, **options))
     monkeypatch.setattr(callbacks.ResumeCheckpoint, "on_epoch_end", save)
+    assert complete.optimizer_steps == steps
+    # The uninterrupted run moves aside; the killed one is resumed where both ran.
+    os.rename(run, tmp_path / "complete")
+    os.rename(at_kill_copy, run)
+    killed = str(run)
     # The method's state as the resumed run restores it, against the killed run's checkpoint.
     at_kill = _checkpoint_values(killed)
     own = sorted({name.split("/")[1] for name in at_kill if name.startswith("method/")})
