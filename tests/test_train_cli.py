@@ -233,22 +233,37 @@ def test_real_fashion_mnist_run_then_no_redo_and_no_overwrite(tmp_path):
     assert again.returncode != 0 and "exists" in again.stderr
 
 
+@pytest.fixture(scope="module")
+def fgsm_pgi_run(tmp_path_factory) -> tuple:
+    """One train.py run (main in this process) that two tests read: --method=fgsm_pgi, its
+    step compiled with XLA, two epochs of 256 real images, and a final test with AutoAttack on
+    the first 16 test images; its workdir and what main gave. Each of those tests would
+    otherwise train a run of its own (a start-up, a step's tracing and a final test each)."""
+    workdir = tmp_path_factory.mktemp("fgsm_pgi") / "run"
+    tiny = [f for f in TINY_RUN if f != "--noeval_autoattack" and "eval_examples" not in f]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        result = in_process.train(
+            "--method=fgsm_pgi",
+            "--jit_compile=true",
+            "--noexport",
+            f"--workdir={workdir}",
+            *tiny,
+            "--eval_examples=16",
+            monkeypatch=monkeypatch,
+        )
+    return workdir, result
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("fgsm_pgi_run")
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
-def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(tmp_path, monkeypatch):
-    """train.py --method=fgsm_pgi (main in this process), its step compiled with XLA: two epochs
-    of real images, each a pass over the 256 training examples, so the second epoch starts from
-    every example's prior; the run records the method and its passes, logs the regularizer, and
-    its checkpoint holds one prior per training example, each visited twice."""
-    workdir = tmp_path / "run"
-    result = in_process.train(
-        "--method=fgsm_pgi",
-        "--jit_compile=true",
-        "--noexport",
-        f"--workdir={workdir}",
-        *TINY_RUN,
-        monkeypatch=monkeypatch,
-    )
+def test_fgsm_pgi_trains_end_to_end_on_real_fashion_mnist(fgsm_pgi_run):
+    """train.py --method=fgsm_pgi (main in this process, fgsm_pgi_run), its step compiled with
+    XLA: two epochs of real images, each a pass over the 256 training examples, so the second
+    epoch starts from every example's prior; the run records the method and its passes, logs
+    the regularizer, and its checkpoint holds one prior per training example, each visited
+    twice."""
+    workdir, result = fgsm_pgi_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"Starting {workdir}: fgsm_pgi at ε = 8/255" in result.stdout
     results = json.loads((workdir / "results.json").read_text())
@@ -732,19 +747,13 @@ def test_ctrl_c_is_answered_while_tensorflow_holds_the_interpreter(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("fgsm_pgi_run")
+@pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_final_test_with_autoattack_writes_the_robustbench_entry_evaluate_py_would(
-    tmp_path, monkeypatch
+    fgsm_pgi_run,
 ):
-    """train.py's main in this process, its final test with AutoAttack."""
-    workdir = tmp_path / "run"
-    tiny = [f for f in TINY_RUN if f != "--noeval_autoattack" and "eval_examples" not in f]
-    result = in_process.train(
-        "--method=fastat",
-        f"--workdir={workdir}",
-        *tiny,
-        "--eval_examples=16",
-        monkeypatch=monkeypatch,
-    )
+    """train.py's main in this process (fgsm_pgi_run), its final test with AutoAttack."""
+    workdir, result = fgsm_pgi_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"RobustBench entry: {workdir / 'robustbench.json'}" in result.stdout
     entry = json.loads((workdir / "robustbench.json").read_text())
