@@ -225,18 +225,30 @@ def test_mirrored_evaluation_counts_what_one_device_counts():
     assert all(t > 0 for t in results["mirrored/3"]["time_s"].values())
 
 
+# evaluate.py's main() once per --strategy in one interpreter on two logical CPUs (through
+# tests/in_process.py: the flags parsed by absl, main as the program runs it), each strategy's
+# results written to the file its last argument names: one start-up for both.
 EVALUATE_CLI = """
-import runpy
+import pytest
 
-sys.argv = ["evaluate.py", *sys.argv[1:]]
-runpy.run_path("evaluate.py", run_name="__main__")
+from tests import in_process
+
+*common, directory = sys.argv[1:]
+for strategy in ("default", "mirrored"):
+    with pytest.MonkeyPatch.context() as patch:
+        done = in_process.evaluate(
+            *common, f"--strategy={strategy}", f"--results={directory}/{strategy}.json",
+            monkeypatch=patch,
+        )
+    if done.returncode:
+        sys.exit(f"--strategy={strategy}: " + done.stderr[-3000:])
 """
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path):
-    """evaluate.py end to end on a .keras model (folded weights, PGD and APGD-CE at two ε):
+    """evaluate.py's main() on a .keras model (folded weights, PGD and APGD-CE at two ε):
     --strategy=mirrored on two logical CPUs writes the counts of --strategy=default, 40
     examples in global batches of 12 (the last one 4), and records strategy and replicas."""
     import keras
@@ -269,18 +281,12 @@ def test_evaluate_py_with_mirrored_strategy_writes_what_default_writes(tmp_path)
         "--pgd_steps=3",
         "--pgd_restarts=1",
     ]
-    strategies = ("default", "mirrored")
-    children = {  # side by side
-        strategy: _start(
-            EVALUATE_CLI, *common, f"--strategy={strategy}", f"--results={tmp_path / strategy}.json"
-        )
-        for strategy in strategies
+    child = _child(EVALUATE_CLI, *common, str(tmp_path))
+    assert child.returncode == 0, child.stderr[-3000:]
+    reports = {
+        strategy: json.loads((tmp_path / f"{strategy}.json").read_text())
+        for strategy in ("default", "mirrored")
     }
-    reports = {}
-    for strategy in strategies:
-        child = _finish(children[strategy])
-        assert child.returncode == 0, child.stderr[-3000:]
-        reports[strategy] = json.loads((tmp_path / f"{strategy}.json").read_text())
     assert (reports["default"]["strategy"], reports["default"]["replicas"]) == ("default", 1)
     assert (reports["mirrored"]["strategy"], reports["mirrored"]["replicas"]) == ("mirrored", 2)
     assert _counts(reports["mirrored"]) == _counts(reports["default"])
