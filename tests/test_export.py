@@ -683,23 +683,38 @@ def _export_cli(*args: str) -> subprocess.Popen:
     )
 
 
-def test_cli_exports_a_run_and_a_keras_file(tmp_path, run_dir, classifier):
-    keras_file = str(tmp_path / "tiny.keras")
+@pytest.fixture(scope="module")
+def cli_exports(tmp_path_factory, run_dir, classifier) -> dict:
+    """`python -m export` of the run (as version 3) and of a .keras file (its next version,
+    beside an earlier version 1), both at once: each spends most of its time importing
+    TensorFlow. One pair of programs for the tests of the command line that exports."""
+    folder = tmp_path_factory.mktemp("cli")
+    keras_file = str(folder / "tiny.keras")
     classifier.save(keras_file)
-    served = str(tmp_path / "served")
-    # Both at once: each spends most of its time importing TensorFlow.
-    from_run = _export_cli(f"--workdir={run_dir}", f"--export_dir={served}", "--version=3")
-    from_file = _export_cli(f"--model_path={keras_file}", f"--export_dir={served}")
-    for process in (from_run, from_file):
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-3000:]
+    served = str(folder / "served")
+    os.makedirs(os.path.join(served, "tiny", "1"))  # an earlier export's version
+    processes = {
+        "run": _export_cli(f"--workdir={run_dir}", f"--export_dir={served}", "--version=3"),
+        "file": _export_cli(f"--model_path={keras_file}", f"--export_dir={served}"),
+    }
+    done = {}
+    for source, process in processes.items():
+        stdout, stderr = process.communicate(timeout=300)
+        done[source] = (process.returncode, stdout, stderr)
+    return {"served": served, "keras_file": keras_file, "done": done}
+
+
+def test_cli_exports_a_run_and_a_keras_file(cli_exports, run_dir):
+    served, keras_file = cli_exports["served"], cli_exports["keras_file"]
+    for returncode, _, stderr in cli_exports["done"].values():
+        assert returncode == 0, stderr[-3000:]
         # Its own lines only, as train.py: no absl INFO lines ("Assets written to"), no
         # TensorFlow start-up lines.
         assert not re.search(r"^I\d{4} ", stderr, re.M), stderr[-3000:]
         assert "cuInit" not in stderr
     assert os.listdir(os.path.join(served, NAME)) == ["3"]
-    assert os.listdir(os.path.join(served, "tiny")) == ["1"]
-    card_file = os.path.join(served, "tiny", "1", "assets.extra", "model_card.json")
+    assert sorted(os.listdir(os.path.join(served, "tiny"))) == ["1", "2"]
+    card_file = os.path.join(served, "tiny", "2", "assets.extra", "model_card.json")
     with open(card_file) as f:
         card = json.load(f)
     # The file it came from, named from the card's folder (no absolute local path).
@@ -1007,33 +1022,18 @@ def test_a_run_in_use_is_not_exported_and_its_evaluation_is_warned_of(tmp_path):
     assert "is in use" not in after.stderr
 
 
-def test_python_m_export_says_which_version_it_writes_beside_earlier_ones(tmp_path, run_dir):
-    """An exported run exported again wrote version 2 without a word; TF-Serving then serves
-    it. The command says so, naming the versions there."""
-    export_dir = tmp_path / "served"
-    name = "fashion_mnist-small_cnn-fastbat"
-    (export_dir / name / "1").mkdir(parents=True)  # an earlier export's version
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "export",
-            f"--workdir={run_dir}",
-            f"--export_dir={export_dir}",
-            f"--name={name}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_python_m_export_says_which_version_it_writes_beside_earlier_ones(cli_exports):
+    """An exported model exported again wrote version 2 without a word; TF-Serving then serves
+    it. The command says so, naming the versions there (here the .keras file's export, beside
+    its version 1: cli_exports)."""
+    served = cli_exports["served"]
+    returncode, stdout, stderr = cli_exports["done"]["file"]
+    assert returncode == 0, stderr[-3000:]
     assert (
-        f"{name} has versions 1 in {export_dir}: this writes version 2, which TF-Serving serves "
+        f"tiny has versions 1 in {served}: this writes version 2, which TF-Serving serves "
         "from now on (--version picks another)"
-    ) in done.stdout
-    assert (export_dir / name / "2" / "saved_model.pb").exists()
+    ) in stdout
+    assert os.path.exists(os.path.join(served, "tiny", "2", "saved_model.pb"))
 
 
 @pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
