@@ -109,22 +109,26 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert entry["autoattack_acc"] == f"{100 * aa:.2f}"
     assert f"RobustBench entry: {workdir / 'robustbench.json'}" in done.stdout
 
-    # evaluate.py's AutoAttack under L2 on the same points gives the final test's number (both
-    # programs, which make the same oneDNN choice before TensorFlow loads).
+    # evaluate.py, given neither a norm nor an ε, takes the run's; its AutoAttack under L2 on
+    # the same points gives the final test's number (both programs, which make the same oneDNN
+    # choice before TensorFlow loads). One program for both claims.
     again = tmp_path / "aa.json"
     evaluated = run_train(
         f"--model_path={workdir}",
-        "--norm=l2",
-        "--eps=1.5",
-        "--attacks=autoattack",
+        "--attacks=pgd,autoattack",
+        "--pgd_steps=3",
+        "--pgd_restarts=1",
         "--n_examples=16",
         f"--data_dir={FASHION_MNIST}",
         f"--results={again}",
         program="evaluate.py",
     )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "ε (L2, pixels)" in evaluated.stdout
     payload = json.loads(again.read_text())
-    assert payload["robust_accuracy"] == {"autoattack@l2:1.5": aa}
+    assert set(payload["robust_accuracy"]) == {"pgd@l2:1.5", "autoattack@l2:1.5"}
+    assert payload["norm"] == "l2"
+    assert payload["robust_accuracy"]["autoattack@l2:1.5"] == aa
     assert payload["outcomes"]["autoattack@l2:1.5"] == final["outcomes"]["autoattack@l2:1.5"]
 
     # The model card names the norm as RobustBench does, in pixel units.
@@ -140,25 +144,6 @@ def test_train_py_trains_and_tests_under_l2_and_evaluate_py_keeps_the_run_s_norm
     assert card["eps"]["per_255"] is None
     assert card["robustness"]["norm"] == "L2" and card["robustness"]["eps"] == 1.5
     assert card["robustness"]["autoattack"]["robust_accuracy"] == aa
-
-    # evaluate.py (its main, in this process) takes the run's norm and ε when it is given
-    # neither.
-    results = tmp_path / "eval.json"
-    evaluated = in_process.evaluate(
-        f"--model_path={workdir}",
-        "--attacks=pgd",
-        "--pgd_steps=3",
-        "--pgd_restarts=1",
-        "--n_examples=32",
-        f"--data_dir={FASHION_MNIST}",
-        f"--results={results}",
-        monkeypatch=monkeypatch,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert "ε (L2, pixels)" in evaluated.stdout
-    with open(results) as f:
-        payload = json.load(f)
-    assert set(payload["robust_accuracy"]) == {"pgd@l2:1.5"} and payload["norm"] == "l2"
 
     # An L∞ budget on the L2 model: named as such, with the units asked for.
     evaluated = in_process.evaluate(
