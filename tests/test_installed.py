@@ -63,7 +63,13 @@ def installed(tmp_path_factory) -> dict[str, str]:
         shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
     (wheel,) = wheels.glob("fbat_tf-*.whl")
     venv = where / "venv"
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], str(where))
+    # Without a pip of its own: the pip installed here, which the environment sees through
+    # --system-site-packages, installs into it as its own copy would (ensurepip's copy took
+    # about 9 s of CPU time to put there and to run for the first time).
+    made = _run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        str(where),
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     bin_dir = venv / "bin"
     # With the runtime extras of the export (ONNX, LiteRT), offline: every dependency is
