@@ -324,7 +324,9 @@ def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path
         return in_process.evaluate(*args, monkeypatch=monkeypatch)
 
     version = trained["version"]
-    few = ("--n_examples=16", "--batch_size=16", "--attacks=autoattack")
+    # The indicators of attack failure left out (--indicator_points=0): nothing here reads
+    # them, and tests/test_deploy.py's other evaluations compute them on the files.
+    few = ("--n_examples=16", "--batch_size=16", "--attacks=autoattack", "--indicator_points=0")
     source_results = str(tmp_path / "source.json")
     done = evaluate(f"--model_path={version}", *few, f"--results={source_results}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -351,7 +353,7 @@ def test_autoattack_replayed_on_onnx_and_the_robustbench_entry(trained, tmp_path
     # A later evaluation on fewer points keeps the entry there and says so, naming it.
     with open(os.path.join(version, "robustbench.json"), "rb") as f:
         written = f.read()
-    fewer = ("--n_examples=4", "--batch_size=4", "--attacks=autoattack")
+    fewer = ("--n_examples=4", "--batch_size=4", "--attacks=autoattack", "--indicator_points=0")
     done = evaluate(f"--model_path={version}", *fewer, f"--results={tmp_path / 'b'}")
     assert done.returncode == 0, done.stderr[-3000:]
     kept = os.path.join(version, "robustbench.json")
