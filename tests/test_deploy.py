@@ -100,11 +100,15 @@ def test_points():
 
 
 @pytest.fixture(scope="module")
-def keras_logits(trained, test_points):
+def keras_model(trained):
     from fbat_tf.run import Run
 
-    model = Run(trained["workdir"]).build_classifier()
-    return np.asarray(model(test_points[0], training=False))
+    return Run(trained["workdir"]).build_classifier()
+
+
+@pytest.fixture(scope="module")
+def keras_logits(keras_model, test_points):
+    return np.asarray(keras_model(test_points[0], training=False))
 
 
 # Fresh process: the runtimes alone, as a deployment would run the files.
@@ -236,15 +240,24 @@ def test_several_files_are_checked_with_the_sources_points_crafted_once(trained,
     ), done.stdout
 
 
+@pytest.fixture(scope="module")
+def keras_pgd_points(keras_model, test_points) -> np.ndarray:
+    """PGD-3 crafted here on the Keras model with the evaluation's seed for batch 0 (once for
+    the three files)."""
+    from fbat_tf.attacks.pgd import PGD
+
+    x, y = test_points
+    x_adv, _ = PGD(EPS, steps=3, restarts=1)(keras_model, x, y, [0, 0])
+    return np.asarray(x_adv)
+
+
 @pytest.mark.parametrize("name", FILES)
 def test_evaluate_checks_each_file_against_its_source(
-    trained, rechecked, test_points, keras_logits, name
+    trained, rechecked, test_points, keras_logits, keras_pgd_points, name
 ):
     """Clean accuracy and agreement as computed here through the runtime and the Keras model;
     the source's PGD points replayed (crafted for the first file, kept for the others); Square
     run on the file; the row in the model card."""
-    from fbat_tf.attacks.pgd import PGD
-
     path = os.path.join(trained["version"], name)
     done, results = rechecked
     result = results[name]
@@ -257,11 +270,7 @@ def test_evaluate_checks_each_file_against_its_source(
     assert row["accuracy"]["clean"]["source_accuracy"] == np.mean(source == y)
     assert row["agreement_outcomes"]["clean"] == "".join("1" if a else "0" for a in here == source)
     # PGD-3 crafted here on the Keras model with the evaluation's seed for batch 0.
-    from fbat_tf.run import Run
-
-    model = Run(trained["workdir"]).build_classifier()
-    x_adv, _ = PGD(EPS, steps=3, restarts=1)(model, x, y, [0, 0])
-    replayed = _runtime_logits(path, np.asarray(x_adv)).argmax(1)
+    replayed = _runtime_logits(path, keras_pgd_points).argmax(1)
     pgd = row["accuracy"]["pgd@8"]
     assert pgd["replayed"] is True
     assert abs(pgd["accuracy"] - np.mean(replayed == y)) <= 1 / EXAMPLES
