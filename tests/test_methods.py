@@ -595,7 +595,7 @@ def test_a_user_s_method_registered_by_its_class_is_checked_without_creating_it(
 
 
 def test_a_user_s_method_that_states_no_rules_refuses_no_option_value(monkeypatch):
-    """A user's class without `check_options` (the toy of test_method_registry): its options
+    """A user's class without `check_options` (the toy method of test_registries): its options
     pass the pre-run check whatever their value, its norm and ε are still checked."""
     from fbat_tf.methods.base import Method
 
