@@ -1,5 +1,7 @@
 """Several sweep.py processes on one sweep directory: each cell is claimed by one of them, a
-claim whose owner died is taken over, and a killed process's cell is finished by the other."""
+claim whose owner died is taken over, and a killed process's cell is finished by the other (end
+to end on a sweep that also shows its cells run the pinned revision while the working tree is
+edited, test_sweep_revision's claim)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import time
 
 import pytest
 
-from fbat_tf.sweeps import claims
+from fbat_tf.sweeps import claims, revision
+from tests.conftest import commit_copy
 from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, write_definition
 
 
@@ -77,17 +80,20 @@ def test_a_live_claim_on_another_host_is_not_taken_over_between_late_heartbeats(
     held.release()
 
 
-def _start(definition: str, out, log, tree: str = ROOT):
+def _start(definition: str, tree: str, cwd, log):
+    """sweep.py of the checkout `tree` started in `cwd`, the sweep and its data named relative
+    to `cwd`."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(
         [
             sys.executable,
             os.path.join(tree, "sweep.py"),
             f"--sweep={definition}",
-            f"--sweep_dir={out}",
+            "--sweep_dir=out",
+            "--data_dir=data",
             "--wait_seconds=1",
         ],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -96,27 +102,46 @@ def _start(definition: str, out, log, tree: str = ROOT):
 
 
 @pytest.mark.slow
-def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_started(
-    tmp_path, committed_tree
+def test_two_processes_share_a_sweep_and_finish_what_a_killed_one_started_from_the_pinned_code(
+    tmp_path,
 ):
-    evaluation = PGD_OWN
+    """Two sweep.py processes on one sweep, started from another folder than the code's (a
+    clean git checkout of it): each cell is claimed by one of them. Once both cells are claimed
+    and the first trains, the working tree's train.py and evaluate.py are replaced by programs
+    that fail, and the first cell's process is killed. The other finishes its own cell, then
+    resumes the killed one's and evaluates it: each cell evaluated once, every claim released.
+
+    The sweep runs committed code (test_sweep_revision's claim, on this sweep): the programs
+    started after the edit ran the pinned revision, checked out beside the cells, and every
+    result's code block names it, clean. Relative --sweep_dir and --data_dir mean what they
+    mean where sweep.py was started: the cells train, are evaluated and are found done there,
+    and nothing lands beside the code."""
+    tree = commit_copy(ROOT, str(tmp_path / "t"))
+    pinned = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=tree, check=True, capture_output=True, text=True
+    ).stdout.strip()
     definition = write_definition(
         tmp_path,
         [{"method": ["standard", "fastat"], "eps": [8]}],
         {**TINY_FLAGS, "epochs": 3},
-        evaluation=evaluation,
+        evaluation=PGD_OWN,
     )
-    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data").symlink_to("/usr/share/datasets/fashion-mnist", target_is_directory=True)
+    out = elsewhere / "out"
     logs = [open(tmp_path / f"process{i}.log", "w") for i in range(2)]
     # Both pin the same revision and check it out under the sweep directory at once.
-    processes = [_start(definition, out, log, committed_tree) for log in logs]
+    processes = [_start(definition, tree, elsewhere, log) for log in logs]
     by_pid = {p.pid: p for p in processes}
 
-    # Once both cells are claimed, kill the owner of the first cell while it trains.
+    # Once both cells are claimed, edit the working tree and kill the owner of the first cell
+    # while it trains.
     deadline = time.time() + 600
     victim_cell = "standard-eps8"
     while True:
         assert time.time() < deadline, "no process claimed the cells"
+        assert all(p.poll() is None for p in processes), "a sweep.py process ended"
         owner = claims.owner(str(out), victim_cell)
         other = claims.owner(str(out), "fastat-eps8")
         if (
@@ -127,33 +152,58 @@ def test_two_processes_share_a_sweep_and_one_finishes_what_the_killed_one_starte
         ):
             break
         time.sleep(0.2)
+    for program in ("train.py", "evaluate.py"):
+        with open(os.path.join(tree, program), "w") as f:
+            f.write("raise SystemExit('the edited working tree ran')\n")
     victim = by_pid[owner["pid"]]
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     survivor = next(p for p in processes if p is not victim)
-    assert survivor.wait(timeout=900) == 0, (tmp_path / "process0.log").read_text()[-3000:]
-    for log in logs:
-        log.close()
+    log = tmp_path / f"process{processes.index(survivor)}.log"
+    assert survivor.wait(timeout=900) == 0, log.read_text()[-3000:]
+    for each in logs:
+        each.close()
+    assert f"cells run revision {pinned[:12]}" in log.read_text()
 
+    program = os.path.join(str(out), "code", pinned[:12], "{}.py")
     for cell in ("standard-eps8", "fastat-eps8"):
         assert json.loads((out / cell / "results.json").read_text())["status"] == "complete"
+        for name in ("results.json", "eval-pgd.json"):
+            code = json.loads((out / cell / name).read_text())["code"]
+            assert (code["revision"], code["dirty"]) == (pinned, False), (cell, name)
         evaluated = (out / "logs" / f"{cell}.evaluate.log").read_text()
-        assert len(re.findall(r"^\$ python \S+/evaluate\.py ", evaluated, re.M)) == 1, cell
+        started = re.findall(r"^\$ python (\S+)/evaluate\.py ", evaluated, re.M)
+        assert started == [os.path.dirname(program)], cell
     trained = {
-        cell: len(
-            re.findall(
-                r"^\$ python \S+/train\.py ",
-                (out / "logs" / f"{cell}.train.log").read_text(),
-                re.M,
-            )
+        cell: re.findall(
+            r"^\$ python (\S+)/train\.py ",
+            (out / "logs" / f"{cell}.train.log").read_text(),
+            re.M,
         )
         for cell in ("standard-eps8", "fastat-eps8")
     }
     # The killed process's cell was started by it and resumed by the survivor; the other
-    # cell ran once.
-    assert trained == {"standard-eps8": 2, "fastat-eps8": 1}
+    # cell ran once; each from the pinned checkout.
+    assert {cell: len(runs) for cell, runs in trained.items()} == {
+        "standard-eps8": 2,
+        "fastat-eps8": 1,
+    }
+    assert {os.path.join(run, "train.py") for runs in trained.values() for run in runs} == {
+        program.format("train")
+    }
     assert "Resuming" in (out / "logs" / "standard-eps8.train.log").read_text()
     assert not list((out / "claims").glob("*.json"))  # every claim released
+
+    assert json.loads((out / revision.FILE).read_text())["revision"] == pinned
+    report = json.loads((out / "sweep.json").read_text())
+    assert report["code"]["revisions"] == {pinned: 2} and not report["code"]["dirty_cells"]
+    assert f"every cell ran revision {pinned[:12]}" in (out / "sweep.md").read_text()
+    assert not os.path.exists(os.path.join(tree, "out"))
+    subprocess.run(["git", "checkout", "--", "train.py", "evaluate.py"], cwd=tree, check=True)
+    with open(tmp_path / "again.log", "w") as log:
+        again = _start(definition, tree, elsewhere, log)
+        assert again.wait(timeout=900) == 0
+    assert "2 cells, 2 done, 0 to run" in (tmp_path / "again.log").read_text()
 
 
 def test_a_claim_is_never_half_written_and_an_unreadable_one_goes_stale(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """A sweep runs committed code: the revision it pins, checked out beside its cells, whatever
-happens to the working tree while it runs; a dirty tree is refused unless the user allows it."""
+happens to the working tree while it runs (end to end on test_sweep_claims's shared sweep); a
+dirty tree is refused unless the user allows it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import commit_copy
-from test_sweep import PGD_OWN, TINY_FLAGS, write_definition
+from test_sweep import write_definition
 
 from fbat_tf.sweeps import revision
 from tests.commands import NO_TENSORFLOW, python_command
@@ -116,15 +116,10 @@ def test_outside_a_git_checkout_only_allow_dirty_runs(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _sweep(tree, *args, wait=True, prelude="", cwd=None):
+def _sweep(tree, *args, prelude=""):
     command = python_command(os.path.join(tree, "sweep.py"), *args, prelude=prelude)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    cwd = tree if cwd is None else cwd
-    if not wait:
-        return subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing(tmp_path):
@@ -145,55 +140,9 @@ def test_sweep_py_refuses_a_dirty_tree_at_start_with_one_line_and_writes_nothing
     assert not out.exists()
 
 
-@pytest.mark.slow
-def test_cells_run_the_pinned_revision_while_the_working_tree_is_edited(tmp_path):
-    """Two cells, sweep.py started from another folder; while the first trains, the working
-    tree's train.py and evaluate.py are replaced by programs that fail. Both cells still train
-    and evaluate, from the pinned checkout, and every result's code block names the pinned
-    revision, clean. Relative --sweep_dir and --data_dir mean what they mean where sweep.py was
-    started: the cells train, are evaluated and are found done there, and nothing lands beside
-    the code."""
-    tree = commit_copy(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "t")
-    pinned = git(tree, "rev-parse", "HEAD")
-    evaluation = PGD_OWN
-    definition = write_definition(
-        tmp_path,
-        [{"method": ["standard"], "eps": [8], "seed": [0, 1]}],
-        {**TINY_FLAGS, "epochs": 1},
-        evaluation=evaluation,
-    )
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (elsewhere / "data").symlink_to("/usr/share/datasets/fashion-mnist", target_is_directory=True)
-    out = elsewhere / "out"
-    relative = (f"--sweep={definition}", "--sweep_dir=out", "--data_dir=data")
-    sweep = _sweep(tree, *relative, wait=False, cwd=elsewhere)
-    deadline = time.time() + 600
-    while not (out / "standard-eps8-seed0" / "flags.txt").exists():
-        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()
-        time.sleep(0.2)
-    for program in ("train.py", "evaluate.py"):
-        with open(os.path.join(tree, program), "w") as f:
-            f.write("raise SystemExit('the edited working tree ran')\n")
-    stdout, stderr = sweep.communicate(timeout=900)
-    assert sweep.returncode == 0, stdout[-2000:] + stderr[-3000:]
-    assert f"cells run revision {pinned[:12]}" in stdout
-
-    assert json.loads((out / revision.FILE).read_text())["revision"] == pinned
-    for seed in (0, 1):
-        cell = out / f"standard-eps8-seed{seed}"
-        for name in ("results.json", "eval-pgd.json"):
-            code = json.loads((cell / name).read_text())["code"]
-            assert (code["revision"], code["dirty"]) == (pinned, False), (cell, name)
-        log = (out / "logs" / f"{cell.name}.train.log").read_text()
-        assert os.path.join(str(out), "code", pinned[:12], "train.py") in log
-    report = json.loads((out / "sweep.json").read_text())
-    assert report["code"]["revisions"] == {pinned: 2} and not report["code"]["dirty_cells"]
-    assert f"every cell ran revision {pinned[:12]}" in (out / "sweep.md").read_text()
-    assert not os.path.exists(os.path.join(tree, "out"))
-    git(tree, "checkout", "--", "train.py", "evaluate.py")
-    again = _sweep(tree, *relative, cwd=elsewhere)
-    assert again.returncode == 0 and "2 cells, 2 done, 0 to run" in again.stdout, again.stderr
+# Cells run the pinned revision while the working tree is edited, from a sweep started in another
+# folder with relative --sweep_dir and --data_dir: checked end to end on the sweep that
+# test_sweep_claims's two processes share (one sweep's programs, not a second sweep's).
 
 
 @pytest.fixture
