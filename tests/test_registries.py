@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from fbat_tf import data
 from fbat_tf.classifiers import load_classifier
-from tests.test_sweep import TINY_FLAGS
+from tests.test_sweep import TINY_FLAGS_WITHOUT_FINAL_TEST
 from tests.trees import project_copy, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,7 +122,12 @@ def test_a_toy_method_and_a_toy_attack_with_one_option_each_run_in_a_sweep(tmp_p
 
     definition = {
         "description": "a toy method evaluated by a toy attack",
-        "flags": {**TINY_FLAGS, "epochs": 1, "max_train_examples": 1024, "lr_max": 0.05},
+        "flags": {
+            **TINY_FLAGS_WITHOUT_FINAL_TEST,
+            "epochs": 1,
+            "max_train_examples": 1024,
+            "lr_max": 0.05,
+        },
         "grid": [{"method": ["toy"], "toy_scale": [0.25], "eps": [255]}],
         "evaluation": {
             "batch_size": 64,

@@ -36,6 +36,12 @@ TINY_FLAGS = {
     "eval_autoattack": False,
     "tensorboard_every": 0,
 }
+# The same without train.py's final test (its PGD and the indicators after it, about 4 s of a tiny
+# run's CPU time), for a sweep whose claims do not concern it; the cells' evaluations still run.
+TINY_FLAGS_WITHOUT_FINAL_TEST = {
+    **{name: value for name, value in TINY_FLAGS.items() if not name.startswith("eval_")},
+    "final_test": False,
+}
 # One PGD step at each cell's own ε on 16 test images: the cheapest evaluation of a cell.
 PGD_OWN = {
     "batch_size": 16,

@@ -18,7 +18,13 @@ import pytest
 
 from fbat_tf.sweeps import claims, revision
 from tests.conftest import commit_copy
-from tests.test_sweep import PGD_OWN, ROOT, TINY_FLAGS, write_definition
+from tests.test_sweep import (
+    PGD_OWN,
+    ROOT,
+    TINY_FLAGS,
+    TINY_FLAGS_WITHOUT_FINAL_TEST,
+    write_definition,
+)
 
 
 def _dead_pid() -> int:
@@ -123,7 +129,7 @@ def test_two_processes_share_a_sweep_and_finish_what_a_killed_one_started_from_t
     definition = write_definition(
         tmp_path,
         [{"method": ["standard", "fastat"], "eps": [8]}],
-        {**TINY_FLAGS, "epochs": 3},
+        {**TINY_FLAGS_WITHOUT_FINAL_TEST, "epochs": 3},
         evaluation=PGD_OWN,
     )
     elsewhere = tmp_path / "elsewhere"
