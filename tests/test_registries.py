@@ -23,11 +23,14 @@ from tests.trees import project_copy, run_sweep
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
+# Written as the library's methods are: TensorFlow named through fbat_tf/lazy.py, so that the
+# registry imports the module without it and train.py parses (and refuses) flags at once.
 TOY_METHOD = '''
-import tensorflow as tf
-
+from fbat_tf.lazy import later
 from fbat_tf.methods.base import Method, train_on
 from fbat_tf.methods.declarations import Entry, Option
+
+tf = later("tensorflow")
 
 OPTIONS = (Option("scale", float, 0.5, "Toy step in units of eps.", lower_bound=0.0),)
 
