@@ -12,13 +12,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Whatever a test compares runs under the same setting (set it in the environment to change).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
-# XLA's CPU code generation without LLVM's optimisation of the machine code, in the test processes
-# and in every program they start: XLA's own passes over the graph (what is computed, fused and
-# in what order) run as they do for users; the machine code is slower to run and a quarter to a
-# third faster to compile, which is most of what an XLA test spends here. Results move by
-# rounding only (1e-6 of Fast-BAT's gradient of the small CNN); every test compares XLA with
-# eager execution within its tolerance (set XLA_FLAGS in the environment to change it).
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import pytest  # noqa: E402
 
