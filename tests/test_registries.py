@@ -93,6 +93,19 @@ REGISTRY["toy"] = Entry(
 """
 
 
+def _program(where, *args: str) -> subprocess.CompletedProcess:
+    """`python args...` in the folder `where`, its own code first on the path (the project copy
+    with the toys, or the repository without them)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=where,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(where)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(FASHION_MNIST), reason="needs dataset-fashion-mnist")
 def test_a_toy_method_and_a_toy_attack_with_one_option_each_run_in_a_sweep(tmp_path):
@@ -112,15 +125,7 @@ def test_a_toy_method_and_a_toy_attack_with_one_option_each_run_in_a_sweep(tmp_p
     with open(tree / "fbat_tf" / "attacks" / "__init__.py", "a") as f:
         f.write(TOY_ATTACK_LINE)
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(tree))
-    helped = subprocess.run(
-        [sys.executable, "train.py", "--helpfull"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    helped = _program(tree, "train.py", "--helpfull")
     assert "--toy_scale: Toy step in units of eps." in helped.stdout
 
     definition = {
@@ -175,33 +180,14 @@ def test_a_toy_method_and_a_toy_attack_with_one_option_each_run_in_a_sweep(tmp_p
     assert measured["robust_accuracy"]["toy@255"] == pytest.approx(expected, abs=1e-9)
 
     # An option value out of its declared range is refused before any work, naming it.
-    refused = subprocess.run(
-        [sys.executable, "train.py", "--method=toy", "--toy_scale=-1", f"--workdir={tmp_path}/r"],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    refused = _program(
+        tree, "train.py", "--method=toy", "--toy_scale=-1", f"--workdir={tmp_path}/r"
     )
     assert refused.returncode != 0 and "toy_scale" in refused.stderr
     assert not (tmp_path / "r").exists()
     # Without the registry lines the names are refused before any work.
-    unknown = subprocess.run(
-        [sys.executable, "train.py", "--method=toy", f"--workdir={tmp_path}/r"],
-        cwd=ROOT,
-        env=dict(env, PYTHONPATH=ROOT),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    unknown = _program(ROOT, "train.py", "--method=toy", f"--workdir={tmp_path}/r")
     assert unknown.returncode != 0 and "--method" in unknown.stderr
     assert not (tmp_path / "r").exists()
-    refused = subprocess.run(
-        [sys.executable, "evaluate.py", f"--model_path={cell}", "--attacks=toy"],
-        cwd=ROOT,
-        env=dict(env, PYTHONPATH=ROOT),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    refused = _program(ROOT, "evaluate.py", f"--model_path={cell}", "--attacks=toy")
     assert refused.returncode != 0 and "--attacks takes names from" in refused.stderr
