@@ -27,6 +27,9 @@ pytestmark = [pytest.mark.slow, needs_data]
 # The Ray launcher's two cells (its sequential run shared): the second long enough to remove its
 # node in the middle of its training.
 DEFINITION = TWO
+# A head that runs no cell, and no dashboard: the driver joining a cluster only reads its address
+# (the local launcher's own instance, with its dashboard, is tests/test_ray_launcher.py's).
+HEAD = {"num_cpus": 0, "include_dashboard": False}
 NODE_LINE = re.compile(r"^# on (node ([0-9a-f]{8}) \([^)]*\))$", re.MULTILINE)
 
 
@@ -39,7 +42,7 @@ def cluster(monkeypatch):
     monkeypatch.setenv("RAY_TMPDIR", scratch)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    started = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    started = Cluster(initialize_head=True, head_node_args=HEAD)
     for _ in range(2):
         started.add_node(num_cpus=1)
     started.wait_for_nodes()
@@ -136,7 +139,7 @@ def test_a_node_that_does_not_see_the_sweep_directory_fails_its_cell_at_once_nam
     monkeypatch.setenv("RAY_TMPDIR", scratch)
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    started = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    started = Cluster(initialize_head=True, head_node_args=HEAD)
     good = started.add_node(num_cpus=1)
     hidden = ["mount", "-t", "tmpfs", "tmpfs", results]
     joined = ["ray", "start", f"--address={started.address}", "--num-cpus=1", "--block"]

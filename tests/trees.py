@@ -18,7 +18,10 @@ def project_copy(directory, definitions: dict[str, dict] | None = None) -> str:
     tree = os.path.join(str(directory), "tree")
     ignore = shutil.ignore_patterns("__pycache__")
     for package in ("fbat_tf", "fbat_cli", "flags", "export", "study"):
-        shutil.copytree(os.path.join(ROOT, package), os.path.join(tree, package), ignore=ignore)
+        # The study's code and definitions without its committed results (over 100 MB): a sweep
+        # in the copy writes to the copy's own results/.
+        skip = shutil.ignore_patterns("__pycache__", "results") if package == "study" else ignore
+        shutil.copytree(os.path.join(ROOT, package), os.path.join(tree, package), ignore=skip)
     for program in ("train.py", "evaluate.py", "sweep.py"):
         shutil.copy(os.path.join(ROOT, program), os.path.join(tree, program))
     configs = os.path.join(tree, "configs", "sweeps")
