@@ -199,7 +199,8 @@ class Problem:
             grads, _ = method.gradients(model, self.x, self.y, self.seed, scale)
             return [tf.cast(g, tf.float32) / scale for g in grads]
 
-        run = tf.function(step, jit_compile=True) if jit else step
+        # Compiled as the trainer compiles a method's gradients (autograph=False).
+        run = tf.function(step, jit_compile=True, autograph=False) if jit else step
         if jit and not (plain or first_order):
             self.compiled[policy, mode] = run
         return [g.numpy() for g in run()]
@@ -346,6 +347,7 @@ def time_steps(problem: Problem, policy: str) -> tuple[dict[str, float], list[st
             step = tf.function(
                 lambda model=model, method=method: method.gradients(model, x, y, seed)[0],
                 jit_compile=True,
+                autograph=False,
             )
         for _ in range(2):
             [g.numpy() for g in step()]
