@@ -41,15 +41,17 @@ fbat_tf/checks.py; `compute` records them beside the indicators.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from fbat_tf import constraints, evaluation
+from fbat_tf import classifiers, constraints, evaluation
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.apgd import APGD
 from fbat_tf.attacks.autoattack import AutoAttack
+from fbat_tf.attacks.base import for_any_batch
 from fbat_tf.attacks.pgd import PGD
 from fbat_tf.attacks.square import Square
 from fbat_tf.attacks.transfer import TransferAttack
@@ -122,12 +124,73 @@ def unavailable_gradients(model, x, y, eps: float, norm: str, seed) -> np.ndarra
     return bad
 
 
-def _noise(x: tf.Tensor, eps: float, norm: str, seed: tf.Tensor) -> tf.Tensor:
-    """Pintor et al.'s noise: uniform in [−ε/2, ε/2] per pixel; for L2 rescaled to norm ε/2."""
-    u = (tf.random.stateless_uniform(tf.shape(x), seed, dtype=x.dtype) - 0.5) * eps
+def _noisy(x: tf.Tensor, width: tf.Tensor, half: tf.Tensor, norm: str, seed: tf.Tensor, draw):
+    """x plus Pintor et al.'s noise of draw `draw`, clipped to the box: uniform in [−ε/2, ε/2]
+    per pixel (ε = `width`); for L2 rescaled to norm ε/2 (`half`)."""
+    seed = tf.random.experimental.stateless_fold_in(seed, draw)
+    u = (tf.random.stateless_uniform(tf.shape(x), seed, dtype=x.dtype) - 0.5) * width
     if norm == "l2":
-        u = u / (rows(constraints.l2_norms(u), u) + 1e-12) * (eps / 2)
-    return u
+        u = u / (rows(constraints.l2_norms(u), u) + 1e-12) * half
+    return tf.clip_by_value(x + u, 0.0, 1.0)
+
+
+def _graph_loop(model, x, y, width, half, seed, norm: str, dtype: tf.DType) -> tf.Tensor:
+    """CE at every draw's noisy x, [UNSTABLE_DRAWS, batch], the draws a graph loop."""
+
+    def draw(index, found):
+        logits = model(_noisy(x, width, half, norm, seed, index), training=False)
+        return index + 1, found.write(index, losses.cross_entropy(logits, y))
+
+    found = tf.TensorArray(dtype, size=UNSTABLE_DRAWS)
+    _, found = tf.while_loop(lambda index, _: index < UNSTABLE_DRAWS, draw, (tf.constant(0), found))
+    return found.stack()
+
+
+def _noisy_inputs(x, width, half, seed, first, count, norm: str) -> tf.Tensor:
+    """The noisy x of draws first, ..., first + count − 1, [count, *x.shape]."""
+    found = tf.TensorArray(x.dtype, size=count)
+    _, found = tf.while_loop(
+        lambda j, _: j < count,
+        lambda j, a: (j + 1, a.write(j, _noisy(x, width, half, norm, seed, first + j))),
+        (tf.constant(0), found),
+    )
+    return found.stack()
+
+
+# Classifiers whose call runs one graph function (a Keras model's with its weights folded in,
+# a SavedModel's signature): the draws run as one graph loop that calls it, with the losses of
+# calling it once per draw, bit for bit. A Keras model is called as it is, layer by layer, once
+# per draw: traced into a graph, Grappler rewrites some of its ops (the softplus activation's
+# division by β becomes a product with 1/β), which moves the last bits of the losses.
+_GRAPHS = (classifiers.InferenceGraph, classifiers.SavedModelClassifier)
+_graph_loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# For a model called once per draw, the noisy inputs come from one graph, at most this many
+# bytes of them at a time.
+_NOISY_BYTES = 1 << 25
+_noisy_graph = tf.function(_noisy_inputs, autograph=False, jit_compile=False, reduce_retracing=True)
+
+
+def _losses_under_noise(model, x, y, eps: float, norm: str, seed, dtype) -> np.ndarray:
+    """CE at each of the UNSTABLE_DRAWS noisy copies of x, [UNSTABLE_DRAWS, batch], draw i's
+    noise from the stateless seed fold_in(seed, i): one graph for a model of `_GRAPHS`
+    (traced once for every batch size), else the model called once per draw."""
+    width, half = tf.constant(eps, x.dtype), tf.constant(eps / 2, x.dtype)
+    if isinstance(model, _GRAPHS):
+        if model not in _graph_loops:
+            _graph_loops[model] = tf.function(_graph_loop, autograph=False, jit_compile=False)
+        loop = _graph_loops[model]
+        return np.asarray(
+            for_any_batch(loop, model, x, y, width, half, seed, norm, dtype, batched=2)
+        )
+    per_draw = x.dtype.size * int(np.prod(x.shape))
+    chunk = max(1, min(UNSTABLE_DRAWS, _NOISY_BYTES // max(per_draw, 1)))
+    found = []
+    for first in range(0, UNSTABLE_DRAWS, chunk):
+        count = min(chunk, UNSTABLE_DRAWS - first)
+        noisy = _noisy_graph(x, width, half, seed, tf.constant(first), tf.constant(count), norm)
+        for j in range(count):
+            found.append(np.asarray(losses.cross_entropy(model(noisy[j], training=False), y)))
+    return np.stack(found)
 
 
 def unstable_values(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
@@ -136,11 +199,9 @@ def unstable_values(model, x, y, eps: float, norm: str, seed) -> np.ndarray:
     reference = np.asarray(losses.cross_entropy(model(x, training=False), y))
     scale = np.where(reference == 0, 1.0, np.abs(reference))
     seed = constraints.as_seed(seed)
+    drawn = _losses_under_noise(model, x, y, eps, norm, seed, tf.as_dtype(reference.dtype))
     total = np.zeros_like(reference)
-    for draw in range(UNSTABLE_DRAWS):
-        u = _noise(x, eps, norm, tf.random.experimental.stateless_fold_in(seed, draw))
-        noisy = tf.clip_by_value(x + u, 0.0, 1.0)
-        loss = np.asarray(losses.cross_entropy(model(noisy, training=False), y))
+    for loss in drawn:
         total += np.abs(reference - loss) / scale
     return np.minimum(total / UNSTABLE_DRAWS, 1.0)
 

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fbat_tf import checks, constraints, data, evaluation
+from fbat_tf import checks, classifiers, constraints, data, evaluation
 from fbat_tf import indicators as ind
 from fbat_tf.attacks import losses
 from fbat_tf.attacks.base import Attack
 from fbat_tf.attacks.pgd import PGD
+from fbat_tf.models import layers
 from fbat_tf.records import AttackResult, EvaluationResult, Indicators
 from tests.test_train_cli import FASHION_MNIST, ROOT
 
@@ -184,6 +185,37 @@ def test_unstable_predictions(mlp, points):
     quiet = ind.unstable_values(mlp, x, y, EPS, "l2", 0)
     assert quiet.max() < ind.UNSTABLE_LOSS_CHANGE / 2, quiet.max()
     assert not checks.randomized(mlp, x, y).any()
+
+
+def test_unstable_values_are_the_mean_over_draws_called_one_by_one(mlp, points):
+    """Pintor et al.'s value computed here draw by draw (each draw's noise from its own
+    stateless seed, the model called on each noisy copy alone) is what unstable_values gives,
+    bit for bit: for a Keras model, called once per draw as it is, and for its inference graph
+    with the weights folded in, whose draws run as one graph loop."""
+    x, y = points
+    seed = constraints.as_seed(3)
+
+    def drawn_one_by_one(model):
+        reference = losses.cross_entropy(model(x, training=False), y).numpy()
+        total = np.zeros_like(reference)
+        for draw in range(ind.UNSTABLE_DRAWS):
+            drawn = tf.random.experimental.stateless_fold_in(seed, draw)
+            u = (tf.random.stateless_uniform(tf.shape(x), drawn) - 0.5) * EPS
+            norms = tf.norm(tf.reshape(u, [int(x.shape[0]), -1]), axis=1)
+            u = u / (tf.reshape(norms, [-1, 1, 1, 1]) + 1e-12) * (EPS / 2)
+            noisy = model(tf.clip_by_value(x + u, 0.0, 1.0), training=False)
+            loss = losses.cross_entropy(noisy, y).numpy()
+            total += np.abs(reference - loss) / np.where(reference == 0, 1.0, np.abs(reference))
+        return np.minimum(total / ind.UNSTABLE_DRAWS, 1.0)
+
+    # A Keras model with the softplus activation's division by β: traced into a graph, Grappler
+    # would make it a product with 1/β and move the last bits of the losses.
+    softplus = behind(keras.layers.Activation(layers.softplus_beta10), mlp)
+    for model in (softplus, classifiers.InferenceGraph(softplus)):
+        expected = drawn_one_by_one(model)
+        assert 0 < expected.min() and expected.max() < 1  # neither 0 nor the cap everywhere
+        found = ind.unstable_values(model, x, y, EPS, "l2", seed)
+        assert found.dtype == expected.dtype and found.tobytes() == expected.tobytes()
 
 
 @pytest.mark.slow
