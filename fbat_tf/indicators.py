@@ -134,15 +134,15 @@ def _noisy(x: tf.Tensor, width: tf.Tensor, half: tf.Tensor, norm: str, seed: tf.
     return tf.clip_by_value(x + u, 0.0, 1.0)
 
 
-def _graph_loop(model, x, y, width, half, seed, norm: str, dtype: tf.DType) -> tf.Tensor:
-    """CE at every draw's noisy x, [UNSTABLE_DRAWS, batch], the draws a graph loop."""
+def _graph_loop(model, x, y, width, half, seed, draws, norm: str, dtype: tf.DType) -> tf.Tensor:
+    """CE at the noisy x of draws 0, ..., draws − 1, [draws, batch], the draws a graph loop."""
 
     def draw(index, found):
         logits = model(_noisy(x, width, half, norm, seed, index), training=False)
         return index + 1, found.write(index, losses.cross_entropy(logits, y))
 
-    found = tf.TensorArray(dtype, size=UNSTABLE_DRAWS)
-    _, found = tf.while_loop(lambda index, _: index < UNSTABLE_DRAWS, draw, (tf.constant(0), found))
+    found = tf.TensorArray(dtype, size=draws)
+    _, found = tf.while_loop(lambda index, _: index < draws, draw, (tf.constant(0), found))
     return found.stack()
 
 
@@ -175,12 +175,13 @@ def _losses_under_noise(model, x, y, eps: float, norm: str, seed, dtype) -> np.n
     noise from the stateless seed fold_in(seed, i): one graph for a model of `_GRAPHS`
     (traced once for every batch size), else the model called once per draw."""
     width, half = tf.constant(eps, x.dtype), tf.constant(eps / 2, x.dtype)
+    draws = tf.constant(UNSTABLE_DRAWS)
     if isinstance(model, _GRAPHS):
         if model not in _graph_loops:
             _graph_loops[model] = tf.function(_graph_loop, autograph=False, jit_compile=False)
         loop = _graph_loops[model]
         return np.asarray(
-            for_any_batch(loop, model, x, y, width, half, seed, norm, dtype, batched=2)
+            for_any_batch(loop, model, x, y, width, half, seed, draws, norm, dtype, batched=2)
         )
     per_draw = x.dtype.size * int(np.prod(x.shape))
     chunk = max(1, min(UNSTABLE_DRAWS, _NOISY_BYTES // max(per_draw, 1)))
