@@ -146,17 +146,6 @@ def _graph_loop(model, x, y, width, half, seed, draws, norm: str, dtype: tf.DTyp
     return found.stack()
 
 
-def _noisy_inputs(x, width, half, seed, first, count, norm: str) -> tf.Tensor:
-    """The noisy x of draws first, ..., first + count − 1, [count, *x.shape]."""
-    found = tf.TensorArray(x.dtype, size=count)
-    _, found = tf.while_loop(
-        lambda j, _: j < count,
-        lambda j, a: (j + 1, a.write(j, _noisy(x, width, half, norm, seed, first + j))),
-        (tf.constant(0), found),
-    )
-    return found.stack()
-
-
 # Classifiers whose call runs one graph function (a Keras model's with its weights folded in,
 # a SavedModel's signature): the draws run as one graph loop that calls it, with the losses of
 # calling it once per draw, bit for bit. A Keras model is called as it is, layer by layer, once
@@ -164,16 +153,12 @@ def _noisy_inputs(x, width, half, seed, first, count, norm: str) -> tf.Tensor:
 # division by β becomes a product with 1/β), which moves the last bits of the losses.
 _GRAPHS = (classifiers.InferenceGraph, classifiers.SavedModelClassifier)
 _graph_loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# For a model called once per draw, the noisy inputs come from one graph, at most this many
-# bytes of them at a time.
-_NOISY_BYTES = 1 << 25
-_noisy_graph = tf.function(_noisy_inputs, autograph=False, jit_compile=False, reduce_retracing=True)
 
 
 def _losses_under_noise(model, x, y, eps: float, norm: str, seed, dtype) -> np.ndarray:
     """CE at each of the UNSTABLE_DRAWS noisy copies of x, [UNSTABLE_DRAWS, batch], draw i's
     noise from the stateless seed fold_in(seed, i): one graph for a model of `_GRAPHS`
-    (traced once for every batch size), else the model called once per draw."""
+    (traced once for every batch size), else the model called once per draw, eagerly."""
     width, half = tf.constant(eps, x.dtype), tf.constant(eps / 2, x.dtype)
     draws = tf.constant(UNSTABLE_DRAWS)
     if isinstance(model, _GRAPHS):
@@ -183,15 +168,16 @@ def _losses_under_noise(model, x, y, eps: float, norm: str, seed, dtype) -> np.n
         return np.asarray(
             for_any_batch(loop, model, x, y, width, half, seed, draws, norm, dtype, batched=2)
         )
-    per_draw = x.dtype.size * int(np.prod(x.shape))
-    chunk = max(1, min(UNSTABLE_DRAWS, _NOISY_BYTES // max(per_draw, 1)))
-    found = []
-    for first in range(0, UNSTABLE_DRAWS, chunk):
-        count = min(chunk, UNSTABLE_DRAWS - first)
-        noisy = _noisy_graph(x, width, half, seed, tf.constant(first), tf.constant(count), norm)
-        for j in range(count):
-            found.append(np.asarray(losses.cross_entropy(model(noisy[j], training=False), y)))
-    return np.stack(found)
+    return np.stack(
+        [
+            np.asarray(
+                losses.cross_entropy(
+                    model(_noisy(x, width, half, norm, seed, draw), training=False), y
+                )
+            )
+            for draw in range(UNSTABLE_DRAWS)
+        ]
+    )
 
 
 def unstable_values(model, x, y, eps: float, norm: str, seed) -> np.ndarray:

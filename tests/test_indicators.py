@@ -190,11 +190,10 @@ def test_unstable_predictions(mlp, points):
 def test_unstable_values_are_the_mean_over_draws_called_one_by_one(mlp, points, monkeypatch):
     """Pintor et al.'s value computed here draw by draw (each draw's noise from its own
     stateless seed, the model called on each noisy copy alone) is what unstable_values gives,
-    bit for bit: for a Keras model, called once per draw as it is on noisy inputs made a few
-    draws at a time, and for its inference graph with the weights folded in, whose draws run as
-    one graph loop. Ten draws instead of a hundred, three of them made at a time."""
+    bit for bit: for a Keras model, called once per draw as it is, and for its inference graph
+    with the weights folded in, whose draws run as one graph loop. Ten draws instead of a
+    hundred."""
     monkeypatch.setattr(ind, "UNSTABLE_DRAWS", 10)
-    monkeypatch.setattr(ind, "_NOISY_BYTES", 3 * 4 * int(np.prod(points[0].shape)))
     x, y = points
     seed = constraints.as_seed(3)
 
