@@ -12,6 +12,13 @@ but those is written out again, so a real warning or error still shows; TensorFl
 INFO lines are left out by TF_CPP_MIN_LOG_LEVEL=1 (unless the environment sets it). absl's
 --verbosity asks for them all (the entry points then do not call this).
 
+Keras, which TensorFlow loads, imports IPython (to show a weights file in a notebook,
+keras.saving.KerasFileEditor) and matplotlib.pyplot (keras.visualization's image galleries) if
+they are installed; no program here uses either, and outside IPython they cost about half a CPU
+second of the 3.2 that loading TensorFlow takes (bench/records/startup_import.py). They are kept
+out while TensorFlow loads and import as usual afterwards: the evaluation's figure imports pyplot
+when it draws (plots.py).
+
     with startup.held_back(pattern):  # other native lines (LiteRT's), held back the same way
         ...
 """
@@ -34,17 +41,32 @@ NOISE = re.compile(
 )
 
 
+# Optional imports of Keras's that no program uses (above); in IPython, IPython is loaded already
+# and stays as it is.
+UNUSED_BY_KERAS_HERE = ("IPython", "matplotlib.pyplot")
+
+
 def load_tensorflow() -> None:
-    """Import TensorFlow and let it find its devices with its start-up lines left out."""
+    """Import TensorFlow and let it find its devices with its start-up lines left out, and
+    without the modules of UNUSED_BY_KERAS_HERE that are not loaded yet."""
     if "tensorflow" in sys.modules:
         return
     # Its later INFO lines (a graph optimizer's "Starting new session", the GPUs it counted) are
     # hidden by the C++ log's level once it is initialized; warnings and errors still show.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    with held_back(NOISE):
-        import tensorflow as tf
+    kept_out = [name for name in UNUSED_BY_KERAS_HERE if name not in sys.modules]
+    # None in sys.modules: an import of the module raises ImportError, which Keras expects of a
+    # package that is not installed.
+    sys.modules.update(dict.fromkeys(kept_out))
+    try:
+        with held_back(NOISE):
+            import tensorflow as tf
 
-        tf.config.list_physical_devices()
+            tf.config.list_physical_devices()
+    finally:
+        for name in kept_out:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 # File descriptor 2 is the process's: one block at a time redirects it (two threads each

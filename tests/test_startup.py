@@ -1,4 +1,5 @@
-"""startup.held_back: native lines held back from the process's standard error, the others
+"""startup.load_tensorflow without the optional modules Keras would import, and
+startup.held_back: native lines held back from the process's standard error, the others
 written out again, and the process's standard error itself left as it was, also when threads
 hold lines back at once (a LiteRT file per thread)."""
 
@@ -41,3 +42,31 @@ def test_threads_holding_back_at_once_leave_standard_error_as_it_was():
         thread.join()
     after = os.fstat(2)
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+
+
+LOADED = """
+import sys
+{before}
+from fbat_tf import startup
+startup.load_tensorflow()
+print(sorted(name for name in ("IPython", "matplotlib.pyplot") if name in sys.modules))
+import IPython
+import matplotlib.pyplot as plt
+figure, axes = plt.subplots()
+print(type(figure).__name__, IPython.get_ipython())
+"""
+
+
+def test_tensorflow_loads_without_ipython_and_pyplot_which_then_import_as_usual():
+    """Keras's optional IPython and pyplot are not imported while TensorFlow loads, outside
+    IPython; afterwards both import and work. Loaded before, IPython stays loaded."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", MPLBACKEND="Agg")
+    for before, kept in (("", "[]"), ("import IPython", "['IPython']")):
+        done = subprocess.run(
+            [sys.executable, "-c", LOADED.format(before=before)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.splitlines() == [kept, "Figure None"], done.stdout
