@@ -375,9 +375,11 @@ def print_times(timed: dict[str, float], policy: str, on_gpu: bool, problem: Pro
 
 def main(argv):
     del argv
-    import tensorflow as tf
+    from fbat_tf import device, startup
 
-    from fbat_tf import device
+    # As the entry points load it: TensorFlow's start-up lines left out (fbat_tf/startup.py).
+    startup.load_tensorflow()
+    import tensorflow as tf
 
     # On Ampere and newer GPUs TensorFlow runs float32 convolutions and matrix products in TF32
     # (10-bit mantissa) by default, whose rounding alone exceeds the float32 tolerance: the
