@@ -140,7 +140,7 @@ def test_xla_matches_eager_in_float32(name, options, monkeypatch):
     # FGSM-PGI's rows of the batch, which the step leaves for the trainer to write.
     pending = method.step_state() if method.per_example_state else []
     rows = [v.numpy().copy() for v in pending]
-    compiled = tf.function(method.gradients, jit_compile=True)
+    compiled = tf.function(method.gradients, jit_compile=True, autograph=False)
     xla, xla_logs = compiled(model, x, y, SEED)
     assert _global_relative_error(eager, xla) < 1e-4
     np.testing.assert_allclose(float(eager_logs["loss"]), float(xla_logs["loss"]), rtol=1e-4)
@@ -170,7 +170,8 @@ def test_each_policy_runs_under_xla(policy, name, options):
         model, (x, y) = tiny_model(), batch()
         method = make(name, options)
         scale = tf.constant(1024.0) if policy == "mixed_float16" else None
-        grads, logs = tf.function(method.gradients, jit_compile=True)(model, x, y, SEED, scale)
+        step = tf.function(method.gradients, jit_compile=True, autograph=False)
+        grads, logs = step(model, x, y, SEED, scale)
         assert all(
             g.dtype == w.dtype for g, w in zip(grads, model.trainable_variables, strict=True)
         )
