@@ -274,9 +274,8 @@ def test_first_order_fast_bat_is_the_reference_without_the_implicit_term(case, l
 def test_xla_step_matches_reference_and_keeps_the_implicit_term(case, autodiff):
     """The step as the trainer runs it, under tf.function(jit_compile=True) without autograph,
     on the reference configurations (where the implicit term is a sizeable part of the
-    gradient): the whole
-    gradient, and the implicit term alone (the difference to ig_coef = 0, over ig_coef), match
-    the eager reference computed from XLA's own noise."""
+    gradient): the whole gradient, and the implicit term alone (the difference to ig_coef = 0,
+    over ig_coef), match the eager reference computed from XLA's own noise."""
     model, x, y, cfg = _setup(case, "float32")
     eps, lambda_inv, ig_coef = cfg["eps"], cfg["lambda_inv"], cfg["ig_coef"]
     seed = _seed()
