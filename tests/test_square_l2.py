@@ -277,6 +277,36 @@ def test_square_l2_under_xla_gives_the_plain_graph_points():
     assert 0 < broken.sum() < len(y) - 1
 
 
+def test_square_l2_on_a_single_point_runs_where_xla_fails_to_compile_it(caplog):
+    """One clean-correct point of one channel: XLA 2.21's dynamic padder fails one of its own
+    checks compiling the search (an internal error, not a missing op). The attack says so and
+    runs that search as a plain graph, with the plain graph's points."""
+    model, _, _ = linear_model((8, 8, 1), 4, seed=10)
+    x = np.random.default_rng(11).uniform(0.0, 1.0, (6, 8, 8, 1)).astype(np.float32)
+    y = (model(x).numpy().argmax(1).astype(np.int32) + 1) % 4
+    y[2] = model(x[2:3]).numpy().argmax(1)[0]  # the only point searched
+    compiled = Square(0.5, n_queries=30, norm="l2", jit_compile=True)
+    with caplog.at_level("WARNING"):
+        x_adv = compiled(model, x, y, seed=12)[0].numpy()
+    assert "XLA cannot compile" in caplog.text and "dynamic_padder" in caplog.text
+    assert not compiled._run.jit_compile
+    plain = Square(0.5, n_queries=30, norm="l2", jit_compile=False)(model, x, y, seed=12)[0]
+    np.testing.assert_array_equal(x_adv, plain.numpy())
+
+
+def test_an_internal_error_that_is_not_xla_s_compiler_s_is_raised():
+    from fbat_tf.attacks.base import Loop
+
+    def fails(model, x):
+        raise tf.errors.InternalError(None, None, "a kernel's own failure")
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    loop = Loop(fails, True, batched=1)
+    with pytest.raises(tf.errors.InternalError, match="a kernel's own failure"):
+        loop(model, tf.zeros([3, 2]))
+    assert loop.jit_compile  # not taken for XLA's failure: no fallback to a plain graph
+
+
 def test_the_windows_corners_are_the_reference_draws():
     """random_int(0, H − s): in {0, ..., H − s − 1}, 0 where the square fills the image."""
     sides = [8, 7, 5, 3] * 50

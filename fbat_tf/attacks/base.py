@@ -91,7 +91,9 @@ class Loop:
     as there) and compiled by XLA if `jit_compile` (None: as `xla_pays(..., dense_on_cpu)`
     decides for the model of the first call). Calls take the model first. Where XLA cannot
     compile it (the model holds an op XLA lacks) the first call logs a warning naming the op and
-    runs it as a plain graph from then on, with the same results up to rounding."""
+    runs it as a plain graph from then on, with the same results up to rounding; so does the
+    call for which one of XLA's own internal checks fails as it compiles (`_cannot_compile`),
+    at any batch size."""
 
     def __init__(
         self,
@@ -126,8 +128,12 @@ class Loop:
         self.resolve(model, args[0])
         try:
             result = for_any_batch(self.function, model, *args, batched=self.batched)
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            if self._compiled_once or "XLA" not in str(error):
+        except (
+            tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError,
+            tf.errors.InternalError,
+        ) as error:
+            if not self.jit_compile or not self._cannot_compile(error):
                 raise
             logging.warning(
                 "XLA cannot compile %s; running it without XLA: %s",
@@ -138,6 +144,15 @@ class Loop:
             return self(model, *args)
         self._compiled_once = True
         return result
+
+    def _cannot_compile(self, error: tf.errors.OpError) -> bool:
+        """Whether XLA failed to compile the call that raised `error`: one of its own internal
+        checks, raised from its compiler passes (xla/service/), at any batch size (XLA 2.21's
+        dynamic padder on a Square L2 search of a single point, for one); an op it lacks,
+        before it has compiled a call (later, "XLA" in an error may be the computation's)."""
+        if isinstance(error, tf.errors.InternalError):
+            return "xla/service/" in str(error)
+        return not self._compiled_once and "XLA" in str(error)
 
     def padded(self, model: Callable, x: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
         """The rows `index` of the batch x that a call on `model` attacks, as the call gives
