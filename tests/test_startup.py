@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from fbat_tf import startup
 
 
@@ -57,6 +59,7 @@ print(type(figure).__name__, IPython.get_ipython())
 """
 
 
+@pytest.mark.slow
 def test_tensorflow_loads_without_ipython_and_pyplot_which_then_import_as_usual():
     """Keras's optional IPython and pyplot are not imported while TensorFlow loads, outside
     IPython; afterwards both import and work. Loaded before, IPython stays loaded."""
