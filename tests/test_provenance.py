@@ -50,3 +50,29 @@ def test_code_names_the_revision_and_whether_tracked_files_changed(tmp_path):
     with open(tree / "fbat_tf" / "catalog.py", "a") as f:
         f.write("\n# changed\n")
     assert _code_in(tree) == {**clean, "dirty": True}
+
+
+def test_the_settings_that_change_the_last_digits_are_recorded(monkeypatch):
+    """The environment's thread counts and XLA flags are in a run's machine record, beside
+    oneDNN's settings; variables that set nothing of the kind are not."""
+    from fbat_tf import provenance
+
+    given = {
+        "TF_NUM_INTRAOP_THREADS": "3",
+        "TF_NUM_INTEROP_THREADS": "2",
+        "XLA_FLAGS": "--xla_backend_optimization_level=0",
+        "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+    }
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TF_DETERMINISTIC_OPS", "1")
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+    provenance.machine.cache_clear()
+    try:
+        recorded = provenance.machine()["kernel_settings"]
+    finally:
+        provenance.machine.cache_clear()
+    assert recorded == {**given, "TF_DETERMINISTIC_OPS": "1"}
