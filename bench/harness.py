@@ -308,6 +308,20 @@ def write_json(path: str | None, payload: dict) -> None:
             json.dump(payload, f, indent=2)
 
 
+def publish_taking_turns(table: list[str], rows: list[dict], rounds: int, turns: str, path: str):
+    """A decision record's table of medians over `rounds` fresh processes of each setting, the
+    settings (`turns`: what they are) taking turns: printed, and written to `path` (JSON: the
+    command, the rounds and `rows`) and beside it as Markdown."""
+    lines = [
+        *table,
+        "",
+        f"Medians of {rounds} fresh processes each, the {turns} taking turns; "
+        f"load average at the end: {os.getloadavg()[0]:.2f}.",
+    ]
+    payload = {"command": " ".join(sys.argv), "rounds": rounds, "rows": rows}
+    publish("\n".join(lines), payload, path, path.removesuffix(".json") + ".md")
+
+
 def publish(
     markdown: str, payload: dict, path: str | None, markdown_path: str | None = None
 ) -> None:

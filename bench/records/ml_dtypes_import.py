@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from harness import publish  # noqa: E402
+from harness import publish_taking_turns  # noqa: E402
 
 # The child reports its own CPU after the import (resource: user + system of the process).
 PROBE = """
@@ -69,7 +69,7 @@ def main() -> None:
         }
         for python in pythons
     ]
-    lines = [
+    table = [
         "| ml_dtypes | `import ml_dtypes`, CPU s | `import tensorflow`, CPU s |",
         "|---|---|---|",
         *(
@@ -77,12 +77,8 @@ def main() -> None:
             f"| {r['import_tensorflow_cpu_s']:.2f} |"
             for r in rows
         ),
-        "",
-        f"Medians of {args.rounds} fresh processes each, the environments taking turns; "
-        f"load average at the end: {os.getloadavg()[0]:.2f}.",
     ]
-    payload = {"command": " ".join(sys.argv), "rounds": args.rounds, "rows": rows}
-    publish("\n".join(lines), payload, args.json, args.json.removesuffix(".json") + ".md")
+    publish_taking_turns(table, rows, args.rounds, "environments", args.json)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from harness import publish  # noqa: E402
+from harness import publish_taking_turns  # noqa: E402
 
 # The child reports its own CPU once TensorFlow is loaded, and which of the two modules it holds.
 PROBE = """
@@ -73,16 +73,12 @@ def main() -> None:
         }
         for name in SETTINGS
     ]
-    lines = [
+    table = [
         "| TensorFlow loaded | also loaded | CPU s |",
         "|---|---|---|",
         *(f"| {r['setting']} | {r['loaded_after']} | {r['cpu_s']:.2f} |" for r in rows),
-        "",
-        f"Medians of {args.rounds} fresh processes each, the settings taking turns; "
-        f"load average at the end: {os.getloadavg()[0]:.2f}.",
     ]
-    payload = {"command": " ".join(sys.argv), "rounds": args.rounds, "rows": rows}
-    publish("\n".join(lines), payload, args.json, args.json.removesuffix(".json") + ".md")
+    publish_taking_turns(table, rows, args.rounds, "settings", args.json)
 
 
 if __name__ == "__main__":
