@@ -48,6 +48,10 @@ def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "all gradient checks passed" in done.stdout
+    # TensorFlow loaded as the entry points load it: none of its start-up lines, which its log
+    # level does not hide (fbat_tf/startup.py).
+    for line in ("InitializeLog", "oneDNN custom operations", "cuda drivers", "cuInit"):
+        assert line not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("skipped (no GPU)") >= 4  # what auto picks, and each H100 figure
     results = json.loads(output.read_text())
     assert results["tf32"] is False  # float32 checked as float32 on Ampere and newer GPUs
