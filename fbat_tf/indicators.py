@@ -124,21 +124,21 @@ def unavailable_gradients(model, x, y, eps: float, norm: str, seed) -> np.ndarra
     return bad
 
 
-def _noisy(x: tf.Tensor, width: tf.Tensor, half: tf.Tensor, norm: str, seed: tf.Tensor, draw):
+def _noisy(x: tf.Tensor, width: tf.Tensor, norm: str, seed: tf.Tensor, draw):
     """x plus Pintor et al.'s noise of draw `draw`, clipped to the box: uniform in [−ε/2, ε/2]
-    per pixel (ε = `width`); for L2 rescaled to norm ε/2 (`half`)."""
+    per pixel (ε = `width`); for L2 rescaled to norm ε/2."""
     seed = tf.random.experimental.stateless_fold_in(seed, draw)
     u = (tf.random.stateless_uniform(tf.shape(x), seed, dtype=x.dtype) - 0.5) * width
     if norm == "l2":
-        u = u / (rows(constraints.l2_norms(u), u) + 1e-12) * half
+        u = u / (rows(constraints.l2_norms(u), u) + 1e-12) * (width / 2)
     return tf.clip_by_value(x + u, 0.0, 1.0)
 
 
-def _graph_loop(model, x, y, width, half, seed, draws, norm: str, dtype: tf.DType) -> tf.Tensor:
+def _graph_loop(model, x, y, width, seed, draws, norm: str, dtype: tf.DType) -> tf.Tensor:
     """CE at the noisy x of draws 0, ..., draws − 1, [draws, batch], the draws a graph loop."""
 
     def draw(index, found):
-        logits = model(_noisy(x, width, half, norm, seed, index), training=False)
+        logits = model(_noisy(x, width, norm, seed, index), training=False)
         return index + 1, found.write(index, losses.cross_entropy(logits, y))
 
     found = tf.TensorArray(dtype, size=draws)
@@ -159,21 +159,19 @@ def _losses_under_noise(model, x, y, eps: float, norm: str, seed, dtype) -> np.n
     """CE at each of the UNSTABLE_DRAWS noisy copies of x, [UNSTABLE_DRAWS, batch], draw i's
     noise from the stateless seed fold_in(seed, i): one graph for a model of `_GRAPHS`
     (traced once for every batch size), else the model called once per draw, eagerly."""
-    width, half = tf.constant(eps, x.dtype), tf.constant(eps / 2, x.dtype)
+    width = tf.constant(eps, x.dtype)
     draws = tf.constant(UNSTABLE_DRAWS)
     if isinstance(model, _GRAPHS):
         if model not in _graph_loops:
             _graph_loops[model] = tf.function(_graph_loop, autograph=False, jit_compile=False)
         loop = _graph_loops[model]
         return np.asarray(
-            for_any_batch(loop, model, x, y, width, half, seed, draws, norm, dtype, batched=2)
+            for_any_batch(loop, model, x, y, width, seed, draws, norm, dtype, batched=2)
         )
     return np.stack(
         [
             np.asarray(
-                losses.cross_entropy(
-                    model(_noisy(x, width, half, norm, seed, draw), training=False), y
-                )
+                losses.cross_entropy(model(_noisy(x, width, norm, seed, draw), training=False), y)
             )
             for draw in range(UNSTABLE_DRAWS)
         ]
