@@ -34,9 +34,10 @@ def test_gpu_check_runs_on_a_cpu_and_says_what_it_checked_and_skipped(tmp_path):
         # XLA compiles the program's eight graphs with LLVM's optimisation of the CPU machine
         # code off (unless the environment sets XLA_FLAGS): what XLA computes, fuses and in what
         # order is as for users, and nothing checked here is about this CPU's machine code,
-        # which a GPU does not run. Compiling is most of the program's time, which drops by a
-        # quarter (60.8 to 43.7 CPU s at rest, BUILD.md); the steps it times run a few ms each. XLA's float32 gradient
-        # moves by rounding (1.2e-6 to 1.6e-6 of the reference's norm), far inside 1e-4.
+        # which a GPU does not run. Compiling is most of the program's time, which drops by
+        # over a quarter (60.8 to 43.7 CPU s at rest, BUILD.md); the steps it times run a few
+        # ms each. XLA's float32 gradient moves by rounding (1.2e-6 to 1.6e-6 of the
+        # reference's norm), far inside 1e-4.
         env={
             "XLA_FLAGS": "--xla_backend_optimization_level=0",
             **os.environ,
