@@ -1,0 +1,82 @@
+"""Whether TensorFlow's thread counts move a run's last digits: why results.json records
+TF_NUM_INTRAOP_THREADS and TF_NUM_INTEROP_THREADS among its kernel settings (provenance.py).
+
+    python bench/records/threads_digits.py           # two tiny runs, about half a minute here
+
+The same tiny Fast-BAT run on real Fashion-MNIST (small_cnn at width 4, two epochs of 256
+images), once with TensorFlow's own thread counts (one per core) and once with one thread each,
+as the test suite runs its programs. The table gives each epoch's training loss and Fast-BAT's
+implicit-term ratio to all their digits, and whether they are equal. Writes
+bench/results/threads_digits.json and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from harness import publish  # noqa: E402
+
+RUN = [
+    "--method=fastbat",
+    "--dataset=fashion_mnist",
+    "--model=small_cnn",
+    "--width=4",
+    "--epochs=2",
+    "--max_train_examples=256",
+    "--batch_size=64",
+    "--val_examples=64",
+    "--val_attack_steps=2",
+    "--nofinal_test",
+    "--noexport",
+    "--tensorboard_every=0",
+    "--verbose=0",
+]
+THREADS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+SETTINGS = {"TensorFlow's own": {}, "one thread each": dict.fromkeys(THREADS, "1")}
+
+
+def trained(setting: str, directory: str) -> dict:
+    workdir = os.path.join(directory, str(list(SETTINGS).index(setting)))
+    env = {k: v for k, v in os.environ.items() if k not in THREADS}
+    env.update(SETTINGS[setting], TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, "train.py", *RUN, f"--workdir={workdir}"]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+    with open(os.path.join(workdir, "results.json")) as f:
+        record = json.load(f)
+    return {
+        "loss": [epoch["loss"] for epoch in record["history"]],
+        "ig_norm_ratio": [epoch["ig_norm_ratio"] for epoch in record["history"]],
+        "kernel_settings": record["machine"].get("kernel_settings", {}),
+        "cpus_usable": record["machine"].get("cpus_usable"),
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="fbat_threads_") as scratch:
+        found = {name: trained(name, scratch) for name in SETTINGS}
+    lines = [
+        "| threads | cores | kernel settings recorded | epoch losses | epoch ig_norm_ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for name, got in found.items():
+        settings = ", ".join(f"{k}={v}" for k, v in got["kernel_settings"].items()) or "–"
+        losses = ", ".join(repr(v) for v in got["loss"])
+        ratios = ", ".join(repr(v) for v in got["ig_norm_ratio"])
+        lines.append(f"| {name} | {got['cpus_usable']} | {settings} | {losses} | {ratios} |")
+    own, one = found.values()
+    equal = own["loss"] == one["loss"] and own["ig_norm_ratio"] == one["ig_norm_ratio"]
+    lines += ["", f"Every digit equal: {'yes' if equal else 'no'}."]
+    payload = {"command": " ".join(["python train.py", *RUN]), "runs": found, "equal": equal}
+    out = os.path.join(ROOT, "bench", "results", "threads_digits")
+    publish("\n".join(lines), payload, f"{out}.json", markdown_path=f"{out}.md")
+
+
+if __name__ == "__main__":
+    main()
