@@ -97,9 +97,9 @@ ISA_FLAGS = (
     "amx_int8",
 )
 # The environment that sets which kernels TensorFlow and oneDNN run, how XLA compiles, and how
-# many threads split an op's work (a reduction split otherwise rounds otherwise: a tiny Fast-BAT
-# run on Fashion-MNIST ends its second epoch at a loss of 2.2806687 with TensorFlow's two
-# threads on 2 cores and 2.2807462 with one each, bench/records/threads_digits.py).
+# many threads split an op's work (a reduction split otherwise rounds otherwise: README's demo
+# made tiny ends its second epoch at a loss of 2.3645186 with TensorFlow's two threads on 2
+# cores and 2.3645165 with one each, bench/records/threads_digits.py).
 KERNEL_VARIABLES = (
     "TF_ENABLE_ONEDNN_OPTS",
     "ONEDNN_MAX_CPU_ISA",
