@@ -12,16 +12,18 @@ bench/results/threads_digits.json and .md.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # fbat_tf, run from a checkout without installing it
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from harness import publish  # noqa: E402
+
+from fbat_tf.records import RunRecord  # noqa: E402
 
 # README's demo command, made tiny: two epochs of 256 images at width 4, tested on 16.
 RUN = ["--flagfile=configs/fashion_mnist_demo.flags", "--width=4", "--epochs=2"]
@@ -38,13 +40,13 @@ def trained(setting: str, directory: str) -> dict:
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    with open(os.path.join(workdir, "results.json")) as f:
-        record = json.load(f)
+    record = RunRecord.load(os.path.join(workdir, "results.json"))
+    machine = record.machine or {}
     return {
-        "loss": [epoch["loss"] for epoch in record["history"]],
-        "ig_norm_ratio": [epoch["ig_norm_ratio"] for epoch in record["history"]],
-        "kernel_settings": record["machine"].get("kernel_settings", {}),
-        "cpus_usable": record["machine"].get("cpus_usable"),
+        "loss": [epoch.get("loss") for epoch in record.history],
+        "ig_norm_ratio": [epoch.get("ig_norm_ratio") for epoch in record.history],
+        "kernel_settings": machine.get("kernel_settings", {}),
+        "cpus_usable": machine.get("cpus_usable"),
     }
 
 
